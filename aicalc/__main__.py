@@ -1,0 +1,3 @@
+from aicalc.cli import main
+
+main()

@@ -1,0 +1,84 @@
+"""The internal architecture description every estimator reads.
+
+Notation (used throughout aicalc): H hidden, L layers, A attention heads, K kv heads, d head_dim,
+F ffn size, V vocab, E experts, k experts per token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class MoE:
+    experts: int  # E routed experts per MoE layer
+    experts_per_token: int  # k
+    expert_ffn: int  # F_e, intermediate size of one expert
+    shared_experts: int = 0  # always-active experts (DeepSeek), each of size F_e
+    router_bias: bool = False  # a learned per-expert bias parameter on the router
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2/V3): K/V compressed to one latent per token."""
+
+    q_lora_rank: int | None  # None: q projected directly from H
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class Arch:
+    family: str  # Hugging Face model_type
+    hidden: int  # H
+    layers: int  # L
+    heads: int  # A
+    kv_heads: int  # K
+    head_dim: int  # d (explicit head_dim when the config has one, else H / A)
+    ffn: int  # F, dense FFN intermediate size
+    gated_ffn: bool  # SwiGLU/GeGLU: three matrices, else two
+    vocab: int  # V
+    tied_embeddings: bool
+    max_context: int
+    norm: str = "rms"  # "rms" (weight only) or "layer" (weight and bias)
+    norms_per_layer: int = 2
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    learned_positions: int = 0  # rows of a learned position table (GPT-2/3)
+    embedding_norm: bool = False  # a norm right after the token embedding (BLOOM)
+    activation: str = "silu"
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] = ()  # per layer: "full_attention" or "sliding_attention"
+    moe: MoE | None = None
+    moe_layers: tuple[bool, ...] = ()  # per layer: True where the FFN is a routed MoE
+    mla: MLA | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the concatenated query heads, A·d."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of one of K or V over all kv heads, K·d."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def sliding_layers(self) -> int:
+        return sum(t == "sliding_attention" for t in self.layer_types)
+
+    @property
+    def n_moe_layers(self) -> int:
+        return sum(self.moe_layers)
+
+    @property
+    def attention_kind(self) -> str:
+        if self.mla is not None:
+            return "MLA"
+        if self.kv_heads == self.heads:
+            return "MHA"
+        return "MQA" if self.kv_heads == 1 else "GQA"

@@ -1,0 +1,220 @@
+"""Read a Hugging Face ``config.json`` (a dict) into an :class:`Arch`.
+
+Supported ``model_type`` values: llama, mistral, mixtral, qwen2, gemma2, phi3, gpt2, falcon, bloom,
+deepseek_v3. Keys that a real config.json may leave out take the defaults of the transformers
+configuration class of that family (e.g. Gemma-2 ties embeddings, Falcon's FFN is 4·H); keys no
+default exists for must be present, and a missing one is reported by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aicalc.catalog.arch import MLA, Arch, MoE
+from aicalc.errors import AicalcError
+
+SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "gemma2", "phi3", "gpt2", "falcon", "bloom", "deepseek_v3")
+
+
+class _Reader:
+    def __init__(self, cfg: dict[str, Any], origin: str):
+        self.cfg, self.origin = cfg, origin
+
+    def get(self, *keys: str, default: Any = ..., kind: type = int, minimum: int = 1) -> Any:
+        """First present key among ``keys`` (aliases); ``default`` when none is; error when no default."""
+        for key in keys:
+            value = self.cfg.get(key)
+            if value is not None:
+                return self._check(key, value, kind, minimum)
+        if default is ...:
+            raise AicalcError(f"{self.origin}: missing field '{keys[0]}' for model_type '{self.cfg.get('model_type')}'")
+        return default
+
+    def _check(self, key: str, value: Any, kind: type, minimum: int = 1) -> Any:
+        if kind is int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                what = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
+                raise AicalcError(f"{self.origin}: field '{key}' must be {what}, got {value!r}")
+        elif kind is bool and not isinstance(value, bool):
+            raise AicalcError(f"{self.origin}: field '{key}' must be true or false, got {value!r}")
+        return value
+
+
+def arch_from_config(cfg: dict[str, Any], origin: str = "config.json") -> Arch:
+    if not isinstance(cfg, dict):
+        raise AicalcError(f"{origin}: expected a JSON object with model fields")
+    model_type = cfg.get("model_type")
+    if model_type is None:
+        raise AicalcError(f"{origin}: missing field 'model_type'")
+    if model_type not in SUPPORTED:
+        raise AicalcError(f"{origin}: unsupported model_type '{model_type}' (supported: {', '.join(SUPPORTED)})")
+    r = _Reader(cfg, origin)
+    arch = _READERS[model_type](r)
+    _check_shapes(arch, origin)
+    return arch
+
+
+def _check_shapes(arch: Arch, origin: str) -> None:
+    if arch.heads % arch.kv_heads:
+        raise AicalcError(f"{origin}: num_attention_heads ({arch.heads}) is not a multiple of the kv heads ({arch.kv_heads})")
+    if len(arch.layer_types) != arch.layers:
+        raise AicalcError(f"{origin}: layer_types has {len(arch.layer_types)} entries for {arch.layers} layers")
+    bad = set(arch.layer_types) - {"full_attention", "sliding_attention"}
+    if bad:
+        raise AicalcError(f"{origin}: layer_types holds unknown kinds {sorted(bad)}")
+    if arch.sliding_layers and not arch.sliding_window:
+        raise AicalcError(f"{origin}: layer_types names sliding layers but sliding_window is not set")
+
+
+def _layer_types(r: _Reader, layers: int, window: int | None, default_pattern) -> tuple[str, ...]:
+    explicit = r.cfg.get("layer_types")
+    if explicit is not None:
+        if not isinstance(explicit, list):
+            raise AicalcError(f"{r.origin}: field 'layer_types' must be a list")
+        return tuple(explicit)
+    if window is None:
+        return ("full_attention",) * layers
+    return tuple("sliding_attention" if default_pattern(i) else "full_attention" for i in range(layers))
+
+
+def _llama_like(r: _Reader, *, window_default=None, tied_default=False, head_dim_default=None, qkv_bias=None,
+                norms=2, pattern=lambda i: True, window=...) -> dict[str, Any]:
+    H = r.get("hidden_size")
+    A = r.get("num_attention_heads")
+    L = r.get("num_hidden_layers")
+    K = r.get("num_key_value_heads", default=A)
+    d = r.get("head_dim", default=head_dim_default or H // A)
+    attention_bias = r.get("attention_bias", default=False, kind=bool)
+    if window is ...:
+        window = r.get("sliding_window", default=window_default)
+    return dict(
+        family=r.cfg["model_type"], hidden=H, layers=L, heads=A, kv_heads=K, head_dim=d,
+        ffn=r.get("intermediate_size"), gated_ffn=True, vocab=r.get("vocab_size"),
+        tied_embeddings=r.get("tie_word_embeddings", default=tied_default, kind=bool),
+        max_context=r.get("max_position_embeddings", default=2048),
+        norm="rms", norms_per_layer=norms,
+        qkv_bias=attention_bias if qkv_bias is None else qkv_bias, o_bias=attention_bias,
+        mlp_bias=r.get("mlp_bias", default=False, kind=bool),
+        activation=r.get("hidden_act", "hidden_activation", default="silu", kind=str),
+        sliding_window=window, layer_types=_layer_types(r, L, window, pattern),
+        moe_layers=(False,) * L,
+    )
+
+
+def _llama(r):
+    return Arch(**_llama_like(r, window=None))
+
+
+def _mistral(r):
+    # MistralConfig defaults sliding_window to 4096 when the key is absent; an explicit null disables it.
+    window = r.cfg["sliding_window"] if "sliding_window" in r.cfg else 4096
+    return Arch(**_llama_like(r, window=_positive_or_none(r, "sliding_window", window)))
+
+
+def _mixtral(r):
+    fields = _llama_like(r, window=_positive_or_none(r, "sliding_window", r.cfg.get("sliding_window")))
+    L = fields["layers"]
+    moe = MoE(experts=r.get("num_local_experts", "num_experts"), experts_per_token=r.get("num_experts_per_tok"),
+              expert_ffn=fields["ffn"])
+    return Arch(**{**fields, "moe": moe, "moe_layers": (True,) * L})
+
+
+def _qwen2(r):
+    use = r.get("use_sliding_window", default=False, kind=bool)
+    window = r.get("sliding_window", default=4096) if use else None
+    first = r.get("max_window_layers", default=28)
+    return Arch(**_llama_like(r, qkv_bias=True, window=window, pattern=lambda i: i >= first) | {"o_bias": False})
+
+
+def _gemma2(r):
+    window = r.get("sliding_window", default=4096)
+    return Arch(**_llama_like(r, tied_default=True, head_dim_default=256, norms=4, window=window,
+                              pattern=lambda i: (i + 1) % 2 == 1))
+
+
+def _phi3(r):
+    window = _positive_or_none(r, "sliding_window", r.cfg.get("sliding_window"))
+    return Arch(**_llama_like(r, window=window))
+
+
+def _gpt2(r):
+    H = r.get("n_embd", "hidden_size")
+    L = r.get("n_layer", "num_hidden_layers")
+    A = r.get("n_head", "num_attention_heads")
+    P = r.get("n_positions", "max_position_embeddings", default=1024)
+    return Arch(
+        family="gpt2", hidden=H, layers=L, heads=A, kv_heads=A, head_dim=H // A,
+        ffn=r.get("n_inner", default=4 * H), gated_ffn=False, vocab=r.get("vocab_size"),
+        tied_embeddings=r.get("tie_word_embeddings", default=True, kind=bool), max_context=P,
+        norm="layer", norms_per_layer=2, qkv_bias=True, o_bias=True, mlp_bias=True, learned_positions=P,
+        activation=r.get("activation_function", default="gelu_new", kind=str),
+        layer_types=("full_attention",) * L, moe_layers=(False,) * L,
+    )
+
+
+def _falcon(r):
+    H = r.get("hidden_size", "n_embed")
+    L = r.get("num_hidden_layers", "n_layer")
+    A = r.get("num_attention_heads", "n_head")
+    new_arch = r.get("new_decoder_architecture", default=False, kind=bool)
+    if new_arch:
+        K = r.get("num_kv_heads", "n_head_kv", default=A)
+    else:
+        K = 1 if r.get("multi_query", default=True, kind=bool) else A
+    parallel = r.get("parallel_attn", default=True, kind=bool)
+    n_ln = r.get("num_ln_in_parallel_attn", default=2 if new_arch else 1)
+    bias = r.get("bias", default=False, kind=bool)
+    return Arch(
+        family="falcon", hidden=H, layers=L, heads=A, kv_heads=K, head_dim=H // A,
+        ffn=r.get("ffn_hidden_size", default=4 * H), gated_ffn=False, vocab=r.get("vocab_size"),
+        tied_embeddings=r.get("tie_word_embeddings", default=True, kind=bool),
+        max_context=r.get("max_position_embeddings", default=2048),
+        norm="layer", norms_per_layer=(2 if not parallel else n_ln), qkv_bias=bias, o_bias=bias, mlp_bias=bias,
+        activation=r.get("activation", default="gelu", kind=str),
+        layer_types=("full_attention",) * L, moe_layers=(False,) * L,
+    )
+
+
+def _bloom(r):
+    H = r.get("hidden_size", "n_embed")
+    L = r.get("n_layer", "num_hidden_layers")
+    A = r.get("n_head", "num_attention_heads")
+    return Arch(
+        family="bloom", hidden=H, layers=L, heads=A, kv_heads=A, head_dim=H // A, ffn=4 * H, gated_ffn=False,
+        vocab=r.get("vocab_size"), tied_embeddings=r.get("tie_word_embeddings", default=True, kind=bool),
+        max_context=r.get("seq_length", "max_position_embeddings", default=2048),
+        norm="layer", norms_per_layer=2, qkv_bias=True, o_bias=True, mlp_bias=True, embedding_norm=True,
+        activation="gelu", layer_types=("full_attention",) * L, moe_layers=(False,) * L,
+    )
+
+
+def _deepseek_v3(r):
+    H = r.get("hidden_size")
+    L = r.get("num_hidden_layers")
+    A = r.get("num_attention_heads")
+    mla = MLA(
+        q_lora_rank=r.get("q_lora_rank", default=None), kv_lora_rank=r.get("kv_lora_rank"),
+        qk_nope_head_dim=r.get("qk_nope_head_dim"), qk_rope_head_dim=r.get("qk_rope_head_dim"),
+        v_head_dim=r.get("v_head_dim"),
+    )
+    dense = r.get("first_k_dense_replace", default=0, minimum=0)
+    moe = MoE(experts=r.get("n_routed_experts"), experts_per_token=r.get("num_experts_per_tok"),
+              expert_ffn=r.get("moe_intermediate_size"), shared_experts=r.get("n_shared_experts", default=0, minimum=0))
+    bias = r.get("attention_bias", default=False, kind=bool)
+    return Arch(
+        family="deepseek_v3", hidden=H, layers=L, heads=A, kv_heads=A,
+        head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim, ffn=r.get("intermediate_size"), gated_ffn=True,
+        vocab=r.get("vocab_size"), tied_embeddings=r.get("tie_word_embeddings", default=False, kind=bool),
+        max_context=r.get("max_position_embeddings", default=4096), qkv_bias=bias, o_bias=bias,
+        layer_types=("full_attention",) * L, moe=moe, moe_layers=tuple(i >= dense for i in range(L)), mla=mla,
+    )
+
+
+def _positive_or_none(r: _Reader, key: str, value: Any) -> int | None:
+    return None if value is None else r._check(key, value, int)
+
+
+_READERS = {
+    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "gemma2": _gemma2,
+    "phi3": _phi3, "gpt2": _gpt2, "falcon": _falcon, "bloom": _bloom, "deepseek_v3": _deepseek_v3,
+}

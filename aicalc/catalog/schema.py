@@ -1,0 +1,105 @@
+"""Pydantic schemas of the preset catalog: one YAML file per chip, node or model.
+
+The YAML files live in the top-level ``presets/`` folder (``presets/chips``, ``presets/nodes``,
+``presets/models``) and ship inside the wheel. Every entry names its ``source``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, PositiveFloat, PositiveInt
+
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4", "int4")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Interconnect(_Strict):
+    """Chip-to-chip link. ``bandwidth_gbs`` is decimal GB/s (1e9 B/s) as the vendor prints it."""
+
+    name: str
+    bandwidth_gbs: PositiveFloat | None = None
+    direction: Literal["bidirectional", "per-direction"] = "bidirectional"
+
+    @property
+    def per_direction_bytes_per_s(self) -> float | None:
+        """Bytes/s one way: vendors' NVLink/ICI totals count both directions (specs.md pitfall 7)."""
+        if self.bandwidth_gbs is None:
+            return None
+        one_way = self.bandwidth_gbs / 2 if self.direction == "bidirectional" else self.bandwidth_gbs
+        return one_way * 1e9
+
+
+class Chip(_Strict):
+    """One accelerator as a single device (per GPU, not per package or board pair).
+
+    ``dense_tflops`` holds peak dense (no 2:4 sparsity) throughput per dtype, TFLOP/s for float
+    types and TOP/s for integer types. ``sparse_tflops`` keeps the vendor's sparse headline only
+    for reference; no estimate uses it.
+    """
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    name: str
+    vendor: str
+    kind: Literal["gpu", "tpu", "npu", "lpu", "wafer", "soc", "accelerator"]
+    generation: str | None = None
+    year: PositiveInt | None = None
+    memory: ByteSize = Field(description="capacity usable by the model: HBM/GDDR/unified, or on-chip SRAM when that is all there is")
+    memory_type: str
+    memory_bandwidth_gbs: PositiveFloat
+    sram: ByteSize | None = None
+    sram_bandwidth_gbs: PositiveFloat | None = None
+    dense_tflops: dict[Literal[DTYPES], PositiveFloat]
+    sparse_tflops: dict[Literal[DTYPES], PositiveFloat] = {}
+    interconnect: Interconnect | None = None
+    tdp_w: PositiveFloat | None = None
+    price_per_hour_usd: PositiveFloat | None = None
+    price_source: str | None = None
+    source: str
+    notes: list[str] = []
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory)
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return self.memory_bandwidth_gbs * 1e9
+
+    def peak_flop_per_s(self, dtype: str) -> float | None:
+        tf = self.dense_tflops.get(dtype)
+        return None if tf is None else float(round(tf * 1e12))
+
+
+class Node(_Strict):
+    """A system of several identical chips (DGX, HGX): resolves to ``count`` × ``chip``."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    name: str
+    chip: str
+    count: PositiveInt
+    interconnect: Interconnect | None = None
+    system_power_w: PositiveFloat | None = None
+    price_per_hour_usd: PositiveFloat | None = None
+    price_source: str | None = None
+    source: str
+    notes: list[str] = []
+
+
+class ModelPreset(_Strict):
+    """A model: catalogue metadata plus its Hugging Face ``config.json`` fields under ``config``.
+
+    The architecture is always derived from ``config`` by the same importer that reads a user's
+    ``config.json``, so a preset and the real file cannot disagree.
+    """
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    name: str
+    hf_repo: str | None = None
+    official_params: str | None = Field(None, description="the vendor's nominal figure, e.g. '70B'; for display only")
+    source: str
+    notes: list[str] = []
+    config: dict[str, Any]

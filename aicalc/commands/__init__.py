@@ -1,0 +1,1 @@
+"""One module per command: turn parsed options into a :class:`aicalc.result.Result`."""

@@ -1,0 +1,87 @@
+"""``aicalc presets list|show``: browse the catalog and inspect one entry or a config.json."""
+
+from __future__ import annotations
+
+from aicalc.catalog import store
+from aicalc.errors import AicalcError
+from aicalc.result import Result
+
+
+def model_row(spec) -> dict:
+    from aicalc.core.kv_cache import kv_bytes_per_token
+    from aicalc.core.params import count_params
+
+    a = spec.arch
+    n = count_params(a)
+    row = {
+        "id": spec.id, "kind": "model", "name": spec.name, "family": a.family, "attention": a.attention_kind,
+        "params": n.total, "active_params": n.active, "official_params": spec.official_params,
+        "embedding_params": n.embedding, "lm_head_params": n.lm_head,
+        "layers": a.layers, "hidden": a.hidden, "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim,
+        "ffn": a.ffn, "ffn_type": "gated" if a.gated_ffn else "plain", "activation": a.activation,
+        "vocab": a.vocab, "tied_embeddings": a.tied_embeddings, "norm": a.norm, "max_context": a.max_context,
+        "sliding_window": a.sliding_window, "sliding_layers": a.sliding_layers,
+        "kv_bytes_per_token": kv_bytes_per_token(a, "bf16"),
+    }
+    if a.moe:
+        row |= {"experts": a.moe.experts, "experts_per_token": a.moe.experts_per_token,
+                "shared_experts": a.moe.shared_experts, "expert_ffn": a.moe.expert_ffn, "moe_layers": a.n_moe_layers}
+    if a.mla:
+        row |= {"q_lora_rank": a.mla.q_lora_rank, "kv_lora_rank": a.mla.kv_lora_rank,
+                "qk_rope_head_dim": a.mla.qk_rope_head_dim, "v_head_dim": a.mla.v_head_dim}
+    return row | {"source": spec.source}
+
+
+def chip_row(chip, count: int = 1, node_id: str | None = None) -> dict:
+    row = {
+        "id": node_id or chip.id, "kind": "node" if node_id else "chip", "name": chip.name, "vendor": chip.vendor,
+        "chip": chip.id, "count": count, "memory_bytes": chip.memory_bytes, "memory_type": chip.memory_type,
+        "memory_bandwidth_bytes_per_s": chip.memory_bandwidth_bytes_per_s,
+        "peak_bf16_flop_per_s": chip.peak_flop_per_s("bf16") or chip.peak_flop_per_s("fp16"),
+    }
+    for dt in ("fp32", "tf32", "fp16", "fp8", "int8", "fp4", "int4"):
+        if dt in chip.dense_tflops:
+            row[f"peak_{dt}_flop_per_s"] = chip.peak_flop_per_s(dt)
+    ic = chip.interconnect
+    row |= {
+        "sram_bytes": int(chip.sram) if chip.sram else None,
+        "interconnect": ic.name if ic else None,
+        "interconnect_per_direction_bytes_per_s": ic.per_direction_bytes_per_s if ic else None,
+        "tdp_w": chip.tdp_w, "price_per_hour_usd": chip.price_per_hour_usd,
+        "generation": chip.generation, "source": chip.source,
+    }
+    return row
+
+
+def show(name: str) -> Result:
+    if name in store.ids("chip") or name in store.ids("node"):
+        chip, count = store.resolve_chip(name)
+        row = chip_row(chip, count, name if name in store.ids("node") and name not in store.ids("chip") else None)
+        if row["kind"] == "node":
+            row["name"] = store.load("node", name).name
+        notes = list(chip.notes)
+    else:
+        spec = store.resolve_model(name)
+        row = model_row(spec)
+        notes = []
+    return Result("presets show", {"id": name}, [row], title=row["name"], notes=notes)
+
+
+def list_(kind: str | None) -> Result:
+    if kind not in (None, "chip", "model", "node"):
+        raise AicalcError(f"--kind must be chip, model or node, got '{kind}'")
+    rows = []
+    for k in ("chip", "node", "model") if kind is None else (kind,):
+        for pid in store.ids(k):
+            if k == "model":
+                r = model_row(store.resolve_model(pid))
+                rows.append({"id": pid, "kind": k, "name": r["name"], "params": r["params"],
+                             "active_params": r["active_params"], "layers": r["layers"], "attention": r["attention"],
+                             "kv_bytes_per_token": r["kv_bytes_per_token"]})
+            else:
+                chip, count = store.resolve_chip(pid)
+                rows.append({"id": pid, "kind": k, "name": chip.name if k == "chip" else store.load("node", pid).name,
+                             "memory_bytes": chip.memory_bytes * count,
+                             "memory_bandwidth_bytes_per_s": chip.memory_bandwidth_bytes_per_s * count,
+                             "peak_bf16_flop_per_s": (chip.peak_flop_per_s("bf16") or chip.peak_flop_per_s("fp16") or 0) * count or None})
+    return Result("presets list", {"kind": kind}, rows)

@@ -1,0 +1,1 @@
+"""Pure estimators: numpy in, numpy out; no I/O, no printing."""

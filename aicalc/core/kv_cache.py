@@ -1,0 +1,73 @@
+"""KV-cache bytes for batches of sequences: exact per layer kind, per device, paged or not.
+
+Per token and layer (IM-01): ``2 · K · d · bytes`` for MHA/GQA/MQA, with d the explicit head_dim;
+MLA (IM-06, DeepSeek-V2 §2.1): one latent of ``kv_lora_rank + qk_rope_head_dim`` elements, no ×2.
+A sliding-window layer holds at most its window of tokens (IM-09); the others hold the whole
+context. Paged allocation (vLLM, IM-10/IM-11) rounds every sequence up to whole blocks of
+``block_size`` tokens per layer. Everything broadcasts over numpy arrays of batch and context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aicalc.catalog.arch import Arch
+from aicalc.core.dtypes import kv_bytes_per_element
+from aicalc.core.layout import kv_heads_per_device
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """Per-device cache geometry of one model under one kv dtype and TP degree."""
+
+    bytes_per_token_layer: float  # one token, one layer, one device
+    full_layers: int
+    sliding_layers: int
+    window: int  # tokens a sliding layer keeps at most (0 when none)
+
+    @property
+    def bytes_per_token(self) -> float:
+        """Marginal bytes of one more token on every layer (no window cap), one device."""
+        return self.bytes_per_token_layer * (self.full_layers + self.sliding_layers)
+
+
+def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1) -> KVShape:
+    if arch.mla is not None:
+        m = arch.mla
+        elems = m.kv_lora_rank + m.qk_rope_head_dim
+        per_layer = elems * kv_bytes_per_element(kv_dtype, m.kv_lora_rank + m.qk_rope_head_dim)
+    else:
+        per_layer = 2 * kv_heads_per_device(arch, tp) * arch.head_dim * kv_bytes_per_element(kv_dtype, arch.head_dim)
+    sliding = arch.sliding_layers
+    return KVShape(per_layer, arch.layers - sliding, sliding, (arch.sliding_window or 0) if sliding else 0)
+
+
+def kv_bytes_per_token(arch: Arch, kv_dtype: str = "bf16") -> float:
+    """All layers, one sequence, one device without TP, no window cap (the presets' figure)."""
+    return kv_shape(arch, kv_dtype, 1).bytes_per_token
+
+
+def cached_tokens(shape: KVShape, context):
+    """Tokens held per sequence, summed over layers: full layers S, sliding layers min(S, W)."""
+    import numpy as np
+
+    S = np.asarray(context, dtype=np.float64)
+    held = shape.full_layers * S
+    if shape.sliding_layers:
+        held = held + shape.sliding_layers * np.minimum(S, shape.window)
+    return held
+
+
+def kv_cache_bytes(shape: KVShape, batch, context, block_size: int | None = None):
+    """Bytes per device for ``batch`` sequences of ``context`` tokens; paged when ``block_size``."""
+    import numpy as np
+
+    S = np.asarray(context, dtype=np.float64)
+    if block_size:
+        full = np.ceil(S / block_size) * block_size
+        held = shape.full_layers * full
+        if shape.sliding_layers:
+            held = held + shape.sliding_layers * np.ceil(np.minimum(S, shape.window) / block_size) * block_size
+    else:
+        held = cached_tokens(shape, S)
+    return np.asarray(batch, dtype=np.float64) * held * shape.bytes_per_token_layer

@@ -1,0 +1,88 @@
+"""Exact parameter counts, term by term, as ``sum(p.numel() for p in model.parameters())`` of the
+transformers implementation counts them (tied embeddings once; buffers such as DeepSeek's router
+``e_score_correction_bias`` are not parameters).
+
+Sources: module definitions of transformers' ``modeling_<family>.py``; the per-term algebra follows
+the explicit formula of ``shared/reference/specs.md`` §2 (q = H·A·d, k = v = H·K·d, o = A·d·H;
+gated FFN 3·H·F, plain 2·H·F; RMSNorm H, LayerNorm 2H).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aicalc.catalog.arch import Arch
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    embedding: int  # token embedding (+ learned positions, + embedding norm)
+    attention: int  # all layers
+    ffn: int  # all layers: dense FFNs, routed experts, shared experts, routers
+    norms: int  # per-layer norms of all layers plus the final norm
+    lm_head: int  # 0 when tied to the embedding
+    active: int  # parameters touched per token (MoE: k routed + shared experts)
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.attention + self.ffn + self.norms + self.lm_head
+
+    @property
+    def embedding_table(self) -> int:
+        return self.embedding
+
+
+def _norm(arch: Arch, width: int) -> int:
+    return 2 * width if arch.norm == "layer" else width
+
+
+def attention_params(arch: Arch) -> int:
+    """One layer's attention projections (and MLA's internal norms)."""
+    H = arch.hidden
+    if arch.mla is not None:
+        m = arch.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank:
+            q = H * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * arch.heads * qk  # q_a, q_a_layernorm, q_b
+        else:
+            q = H * arch.heads * qk
+        kv = H * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank  # kv_a_proj_with_mqa, kv_a_layernorm
+        kv += m.kv_lora_rank * arch.heads * (m.qk_nope_head_dim + m.v_head_dim)  # kv_b_proj
+        o = arch.heads * m.v_head_dim * H
+        bias = (m.q_lora_rank or 0) + (m.kv_lora_rank + m.qk_rope_head_dim) if arch.qkv_bias else 0
+        return q + kv + o + bias + (H if arch.o_bias else 0)
+    qkv = H * (arch.q_dim + 2 * arch.kv_dim) + ((arch.q_dim + 2 * arch.kv_dim) if arch.qkv_bias else 0)
+    o = arch.q_dim * H + (H if arch.o_bias else 0)
+    return qkv + o
+
+
+def mlp_params(arch: Arch, width: int) -> int:
+    """One FFN of intermediate size ``width``: gated 3·H·F, plain 2·H·F, plus biases."""
+    H = arch.hidden
+    mats = (3 if arch.gated_ffn else 2) * H * width
+    bias = ((2 * width if arch.gated_ffn else width) + H) if arch.mlp_bias else 0
+    return mats + bias
+
+
+def count_params(arch: Arch) -> ParamCount:
+    H, V, L = arch.hidden, arch.vocab, arch.layers
+    embedding = V * H + arch.learned_positions * H + (_norm(arch, H) if arch.embedding_norm else 0)
+    attention = L * attention_params(arch)
+    dense_ffn = mlp_params(arch, arch.ffn)
+    ffn = 0
+    active_ffn = 0
+    for is_moe in arch.moe_layers:
+        if is_moe and arch.moe is not None:
+            e = arch.moe
+            expert = mlp_params(arch, e.expert_ffn)
+            router = H * e.experts + (e.experts if e.router_bias else 0)
+            shared = mlp_params(arch, e.expert_ffn * e.shared_experts) if e.shared_experts else 0
+            ffn += e.experts * expert + router + shared
+            active_ffn += e.experts_per_token * expert + router + shared
+        else:
+            ffn += dense_ffn
+            active_ffn += dense_ffn
+    norms = L * arch.norms_per_layer * _norm(arch, H) + _norm(arch, H)
+    lm_head = 0 if arch.tied_embeddings else V * H
+    active = embedding + attention + active_ffn + norms + lm_head
+    return ParamCount(embedding=embedding, attention=attention, ffn=ffn, norms=norms, lm_head=lm_head, active=active)

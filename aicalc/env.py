@@ -1,0 +1,26 @@
+"""The process environment a command writes to, injectable so tests can fake a terminal or a pipe."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import TextIO
+
+
+@dataclass
+class Env:
+    stdout: TextIO
+    stderr: TextIO
+    stdout_isatty: bool
+    no_color: bool = False
+    width: int | None = None  # None: the terminal's width when a terminal, unlimited when piped
+
+    @classmethod
+    def from_system(cls) -> Env:
+        return cls(
+            stdout=sys.stdout,
+            stderr=sys.stderr,
+            stdout_isatty=sys.stdout.isatty(),
+            no_color="NO_COLOR" in os.environ and os.environ["NO_COLOR"] != "",
+        )

@@ -1,0 +1,167 @@
+"""Result → table (rich), JSON (versioned envelope), CSV or markdown.
+
+JSON and CSV carry plain numbers in base units (the key names the unit); tables and markdown show
+human units (binary GiB for memory, decimal for rates).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from aicalc.env import Env
+from aicalc.result import Result
+from aicalc.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
+
+FORMATS = ("table", "json", "csv", "markdown")
+_COUNTS = ("params", "active_params", "trainable_params", "tokens", "context", "max_context", "layers_params")
+_SUFFIXES = (
+    ("_bytes_per_s", lambda x: fmt_rate(x, "B/s")),
+    ("_flop_per_s_per_chip", lambda x: fmt_rate(x, "FLOP/s")),
+    ("_flop_per_s", lambda x: fmt_rate(x, "FLOP/s")),
+    ("_tokens_per_s", lambda x: f"{x:,.1f}"),
+    ("_bytes", fmt_bytes),
+    ("_flop", lambda x: fmt_rate(x, "FLOP")),
+    ("_usd", lambda x: f"${x:,.2f}" if abs(x) >= 1 else f"${x:.4g}"),
+    ("_kwh", lambda x: f"{x:,.4g} kWh"),
+    ("_j", lambda x: f"{x:.4g} J"),
+    ("_w", lambda x: f"{x:,.0f} W"),
+    ("_s", fmt_seconds),
+)
+
+
+def header(key: str) -> str:
+    for suffix, _ in _SUFFIXES:
+        if key.endswith(suffix) and key != suffix.lstrip("_"):
+            key = key[: -len(suffix)]
+            break
+    return key.replace("_", " ")
+
+
+def human(key: str, value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    if not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "—"
+    for suffix, fmt in _SUFFIXES:
+        if key.endswith(suffix):
+            return fmt(value)
+    if key in _COUNTS or key.endswith("_params"):
+        return fmt_count(value)
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value == int(value) and abs(value) < 1e15 else f"{value:.4g}"
+    return f"{value:,}"
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: numpy scalars to Python, non-finite floats to null."""
+    if hasattr(value, "item") and not isinstance(value, (list, dict)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def render(result: Result, fmt: str, env: Env) -> None:
+    {"table": _table, "json": _json, "csv": _csv, "markdown": _markdown}[fmt](result, env)
+
+
+def _json(result: Result, env: Env) -> None:
+    import json
+
+    env.stdout.write(json.dumps(_plain(result.envelope()), indent=2, ensure_ascii=False) + "\n")
+
+
+def _columns(result: Result) -> list[str]:
+    if result.columns:
+        return result.columns
+    keys: dict[str, None] = {}
+    for row in result.rows:
+        keys.update(dict.fromkeys(row))
+    return list(keys)
+
+
+def _csv(result: Result, env: Env) -> None:
+    import csv
+
+    keys: dict[str, None] = {}
+    for row in result.rows:
+        keys.update(dict.fromkeys(row))
+    writer = csv.DictWriter(env.stdout, fieldnames=list(keys), lineterminator="\n")
+    writer.writeheader()
+    for row in result.rows:
+        writer.writerow({k: _csv_cell(v) for k, v in _plain(row).items()})
+
+
+def _csv_cell(v: Any) -> Any:
+    return ";".join(map(str, v)) if isinstance(v, list) else ("" if v is None else v)
+
+
+def _markdown(result: Result, env: Env) -> None:
+    cols = _columns(result)
+    out = []
+    if result.title:
+        out.append(f"**{result.title}**\n")
+    if len(result.rows) == 1 and len(cols) > 6:
+        out += ["| field | value |", "|---|---|"]
+        out += [f"| {header(k)} | {human(k, result.rows[0].get(k))} |" for k in cols]
+    else:
+        out.append("| " + " | ".join(header(k) for k in cols) + " |")
+        out.append("|" + "---|" * len(cols))
+        out += ["| " + " | ".join(human(k, row.get(k)) for k in cols) + " |" for row in result.rows]
+    out += [f"\n> {w}" for w in result.warnings]
+    env.stdout.write("\n".join(out) + "\n")
+
+
+def console(env: Env, stream=None):
+    from rich.console import Console
+
+    tty = env.stdout_isatty and stream is None
+    return Console(
+        file=stream or env.stdout,
+        force_terminal=tty,
+        no_color=env.no_color or not tty,
+        color_system="auto" if tty and not env.no_color else None,
+        width=env.width or (None if tty else 100_000),
+        soft_wrap=not tty,
+        highlight=False,
+    )
+
+
+def _table(result: Result, env: Env) -> None:
+    from rich.table import Table
+
+    con = console(env)
+    cols = _columns(result)
+    vertical = len(result.rows) == 1 and len(cols) > 6
+    table = Table(title=result.title, title_justify="left", header_style="bold")
+    if vertical:
+        table.add_column("field")
+        table.add_column("value", overflow="fold")
+        for k in cols:
+            table.add_row(header(k), human(k, result.rows[0].get(k)))
+    else:
+        first = result.rows[0] if result.rows else {}
+        for k in cols:
+            justify = "left" if isinstance(first.get(k), str) else "right"
+            table.add_column(header(k), justify=justify, no_wrap=not env.stdout_isatty)
+        for row in result.rows:
+            table.add_row(*(human(k, row.get(k)) for k in cols))
+    con.print(table)
+    if result.chart is not None and env.stdout_isatty:
+        result.chart(con)
+    for note in result.notes:
+        con.print(note, style="dim")
+    err = console(env, env.stderr)
+    for w in result.warnings:
+        err.print(f"warning: {w}", style="yellow")

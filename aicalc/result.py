@@ -1,0 +1,46 @@
+"""What every command returns: flat rows in base units, plus what the renderers need."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from aicalc.errors import ExitCode
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Result:
+    command: str
+    inputs: dict[str, Any]
+    rows: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+    exit_code: ExitCode = ExitCode.OK
+    title: str | None = None
+    notes: list[str] = field(default_factory=list)  # footer lines for people (tables only)
+    columns: list[str] | None = None  # which keys a table shows, in order (default: all)
+    chart: Any = None  # optional callable(console) drawing a terminal chart under the table
+
+    def envelope(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "command": self.command,
+            "inputs": self.inputs,
+            "rows": self.rows,
+            "warnings": self.warnings,
+        }
+
+
+def rows_from_columns(columns: dict[str, Any]) -> list[dict[str, Any]]:
+    """Numpy columns of equal length → list of flat dicts with plain Python numbers."""
+    import numpy as np
+
+    names = list(columns)
+    n = max((np.size(v) for v in columns.values()), default=0)
+    cols = []
+    for name in names:
+        v = columns[name]
+        arr = np.broadcast_to(np.asarray(v), (n,)) if np.ndim(v) <= 1 else np.asarray(v).ravel()
+        cols.append(arr.tolist())
+    return [dict(zip(names, values, strict=True)) for values in zip(*cols, strict=True)]

@@ -1,0 +1,130 @@
+"""Human units in and out.
+
+Input: bytes (`80GB` = 80·10⁹, `80GiB` = 80·2³⁰, parsed by ``pydantic.ByteSize``), token counts
+(`4k` = 4000, `128k`, `1M`, `1.4T`, `4Ki` = 4096), rates (`3.35TB/s`, `989TFLOPS`), durations
+(`200ms`, `2s`), fractions (`0.9`, `90%`). Every parser rejects zero, negative and non-finite values.
+Output: ``fmt_*`` helpers render base units for people.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from aicalc.errors import AicalcError
+
+_DECIMAL = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
+_BINARY = {"ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40}
+_NUM = r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)"
+
+
+def _positive(value: float, text: str, what: str) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise AicalcError(f"{what} must be a positive finite number, got '{text}'")
+    return value
+
+
+def parse_count(text: str, what: str = "count") -> float:
+    """Token or item count: ``4k`` = 4000, ``1M``, ``1.4T``, ``4Ki`` = 4096, plain numbers."""
+    m = re.fullmatch(_NUM + r"\s*(ki|mi|gi|ti|k|m|b|g|t)?", str(text).strip().lower())
+    if not m:
+        raise AicalcError(f"cannot read {what} '{text}' (examples: 4096, 4k, 128k, 4Ki, 1.4T)")
+    scale = _BINARY.get(m[2]) or _DECIMAL[m[2] or ""]
+    return _positive(float(m[1]) * scale, text, what)
+
+
+def parse_int(text: str, what: str = "count") -> int:
+    value = parse_count(text, what)
+    if value != int(value):
+        raise AicalcError(f"{what} must be a whole number, got '{text}'")
+    return int(value)
+
+
+def parse_bytes(text: str, what: str = "size") -> int:
+    """Byte size through ``pydantic.ByteSize``: ``80GB`` is 80·10⁹ B, ``80GiB`` is 80·2³⁰ B."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
+    raw = str(text).strip()
+    try:
+        value = TypeAdapter(ByteSize).validate_python(raw)
+    except ValidationError:
+        raise AicalcError(f"cannot read {what} '{text}' (examples: 80GB, 80GiB, 512MiB)") from None
+    return int(_positive(float(value), raw, what))
+
+
+_RATE = re.compile(_NUM + r"\s*([kmgtpe]?)(i?)(b/s|bps|flop/s|flops|ops|tops|op/s)?")
+
+
+def parse_rate(text: str, unit: str, what: str = "rate") -> float:
+    """``3.35TB/s`` → bytes/s (``unit='bytes'``) or ``989TFLOPS`` → FLOP/s (``unit='flop'``)."""
+    s = str(text).strip().lower().replace(" ", "")
+    m = _RATE.fullmatch(s)
+    if not m or (m[4] and (("b" in m[4]) != (unit == "bytes"))):
+        example = "3.35TB/s" if unit == "bytes" else "989TFLOPS"
+        raise AicalcError(f"cannot read {what} '{text}' (example: {example})")
+    prefix = m[2] + ("i" if m[3] else "")
+    scale = _BINARY.get(prefix) or _DECIMAL.get(prefix.replace("e", ""), 1e18 if prefix == "e" else 1.0)
+    return _positive(float(m[1]) * scale, text, what)
+
+
+def parse_duration(text: str, what: str = "duration") -> float:
+    """``200ms``, ``1.5s``, ``50us``, ``2min``, ``3h``, ``7d`` → seconds (a bare number is seconds)."""
+    m = re.fullmatch(_NUM + r"\s*(us|µs|ms|s|min|h|d)?", str(text).strip().lower())
+    if not m:
+        raise AicalcError(f"cannot read {what} '{text}' (examples: 200ms, 1.5s)")
+    scale = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}[m[2] or "s"]
+    return _positive(float(m[1]) * scale, text, what)
+
+
+def parse_fraction(text: str, what: str = "fraction") -> float:
+    """``0.9`` or ``90%`` → 0.9; must lie in (0, 1]."""
+    s = str(text).strip()
+    try:
+        value = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+    except ValueError:
+        raise AicalcError(f"cannot read {what} '{text}' (examples: 0.9, 90%)") from None
+    if not (0 < value <= 1):
+        raise AicalcError(f"{what} must lie in (0, 1], got '{text}'")
+    return value
+
+
+def fmt_bytes(n: float, binary: bool = True) -> str:
+    """``fmt_bytes(2**34)`` → '16.00 GiB'."""
+    if n is None or not math.isfinite(n):
+        return "—"
+    base, units = (1024.0, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]) if binary else (1000.0, ["B", "kB", "MB", "GB", "TB", "PB"])
+    i = 0
+    x = float(n)
+    while abs(x) >= base and i < len(units) - 1:
+        x /= base
+        i += 1
+    return f"{x:.0f} {units[i]}" if i == 0 else f"{x:.2f} {units[i]}"
+
+
+def fmt_count(n: float) -> str:
+    """``fmt_count(8.03e9)`` → '8.03B'."""
+    if n is None or not math.isfinite(n):
+        return "—"
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return f"{n:g}"
+
+
+def fmt_seconds(s: float) -> str:
+    if s is None or not math.isfinite(s):
+        return "—"
+    for limit, scale, unit in ((1e-3, 1e6, "µs"), (1.0, 1e3, "ms"), (120.0, 1.0, "s"), (7200.0, 1 / 60, "min"), (172800.0, 1 / 3600, "h")):
+        if abs(s) < limit:
+            return f"{s * scale:.3g} {unit}"
+    return f"{s / 86400:.3g} d"
+
+
+def fmt_rate(x: float, unit: str) -> str:
+    """``fmt_rate(9.89e14, 'FLOP/s')`` → '989 TFLOP/s'."""
+    if x is None or not math.isfinite(x):
+        return "—"
+    for scale, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
