@@ -52,17 +52,16 @@ def _version(value: bool):
 @app.callback()
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
-    presets_dir: Annotated[list[str] | None, typer.Option("--presets-dir", envvar=None,
+    presets_dir: Annotated[list[str] | None, typer.Option("--presets-dir", metavar="DIR",
                            help="Extra preset folder (chips/, nodes/, models/); overrides built-ins by id. "
                                 "Also AICALC_PRESETS.")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of internal errors.")] = False,
 ):
-    if presets_dir:
-        from pathlib import Path
+    from pathlib import Path
 
-        from aicalc.catalog import store
+    from aicalc.catalog import store
 
-        store.set_user_dirs([Path(p) for p in presets_dir])
+    store.set_user_dirs([Path(p) for p in presets_dir or []])
 
 
 @presets_app.command("list")

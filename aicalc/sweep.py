@@ -19,7 +19,7 @@ def parse_sweep(text: str, parse: Callable[[str], float], what: str) -> list[flo
     text = str(text).strip()
     if ":" in text:
         parts = text.split(":")
-        if len(parts) != 3 or not parts[2][:1] in ("x", "+", "*"):
+        if len(parts) != 3 or parts[2][:1] not in ("x", "+", "*"):
             raise AicalcError(f"{what}: a range is START:STOP:xFACTOR or START:STOP:+STEP, got '{text}'")
         start, stop = parse(parts[0]), parse(parts[1])
         if stop < start:

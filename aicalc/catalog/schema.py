@@ -47,10 +47,10 @@ class Chip(_Strict):
     kind: Literal["gpu", "tpu", "npu", "lpu", "wafer", "soc", "accelerator"]
     generation: str | None = None
     year: PositiveInt | None = None
-    memory: ByteSize = Field(description="capacity usable by the model: HBM/GDDR/unified, or on-chip SRAM when that is all there is")
+    memory: ByteSize = Field(gt=0, description="capacity usable by the model: HBM/GDDR/unified, or on-chip SRAM when that is all there is")
     memory_type: str
     memory_bandwidth_gbs: PositiveFloat
-    sram: ByteSize | None = None
+    sram: ByteSize | None = Field(None, gt=0)
     sram_bandwidth_gbs: PositiveFloat | None = None
     dense_tflops: dict[Literal[DTYPES], PositiveFloat]
     sparse_tflops: dict[Literal[DTYPES], PositiveFloat] = {}

@@ -84,6 +84,7 @@ def validation_message(path: Path | str, err) -> str:
     return f"{path}: field '{field}': {first['msg']}{more}"
 
 
+@cache
 def _validated(kind: str, path: Path):
     from pydantic import ValidationError
 
@@ -102,7 +103,6 @@ def _validated(kind: str, path: Path):
     return obj
 
 
-@cache
 def load(kind: str, preset_id: str):
     """The validated preset object of ``kind`` with id ``preset_id``."""
     index = _index(kind)

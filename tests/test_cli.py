@@ -1,0 +1,222 @@
+"""The CLI frame and the output contract (../shared/CONTRACT.md): formats, exit codes, errors."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from aicalc import __version__
+
+CONTRACT_CHIPS = """h100-sxm h100-pcie h200 b200 a100-40gb a100-80gb l40s l4 rtx-4090 v100 mi300x tpu-v4 tpu-v5e
+tpu-v5p tpu-v6e gaudi3 groq-lpu cerebras-wse3 apple-m2-ultra apple-m4-max apple-neural-engine qualcomm-hexagon""".split()
+CONTRACT_NODES = ["dgx-h100", "dgx-b200"]
+CONTRACT_MODELS = """gpt2 gpt3-175b llama-2-7b llama-2-13b llama-2-70b llama-3.1-8b llama-3.1-70b llama-3.1-405b
+mistral-7b mixtral-8x7b mixtral-8x22b qwen2.5-7b qwen2.5-72b gemma-2-9b gemma-2-27b phi-3-mini deepseek-v3 falcon-40b
+bloom-176b""".split()
+
+
+def test_presets_list_has_every_contract_chip(cli):
+    r = cli("presets", "list", "--kind", "chip", "--json")
+    assert r.code == 0
+    ids = {row["id"] for row in r.json["rows"]}
+    assert set(CONTRACT_CHIPS) <= ids
+
+
+def test_presets_list_has_every_contract_model_and_node(cli):
+    models = {row["id"] for row in cli("presets", "list", "--kind", "model", "--json").json["rows"]}
+    nodes = {row["id"] for row in cli("presets", "list", "--kind", "node", "--json").json["rows"]}
+    assert set(CONTRACT_MODELS) <= models
+    assert set(CONTRACT_NODES) <= nodes
+
+
+def test_json_envelope(cli):
+    r = cli("presets", "show", "llama-3.1-8b", "--format", "json")
+    env = r.json
+    assert set(env) == {"schema_version", "command", "inputs", "rows", "warnings"}
+    assert env["schema_version"] == 1 and env["command"] == "presets show"
+    row = env["rows"][0]
+    for key in ("id", "params", "active_params", "layers", "kv_bytes_per_token"):
+        assert key in row
+    # IM-01: Llama-3.1-8B, 2·32·8·128·2 = 131,072 B per token at 16 bits
+    assert row["kv_bytes_per_token"] == 131_072
+
+
+def test_chip_show_contract_keys(cli):
+    row = cli("presets", "show", "h100-sxm", "--json").json["rows"][0]
+    assert row["memory_bytes"] == 80 * 2**30
+    assert row["memory_bandwidth_bytes_per_s"] == 3.35e12
+    assert row["peak_bf16_flop_per_s"] == 989.4e12  # dense, not the 1979 sparse headline
+
+
+def test_node_resolves_to_its_chips(cli):
+    row = cli("presets", "show", "dgx-h100", "--json").json["rows"][0]
+    assert row["kind"] == "node" and row["count"] == 8 and row["chip"] == "h100-sxm"
+
+
+def test_csv_and_markdown(cli):
+    r = cli("presets", "list", "--kind", "chip", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(r.out)))
+    assert {"id", "memory_bytes"} <= set(rows[0]) and len(rows) >= len(CONTRACT_CHIPS)
+    md = cli("presets", "list", "--kind", "chip", "--format", "markdown").out
+    assert md.splitlines()[0].startswith("| id |") and "h100-sxm" in md
+
+
+def test_piped_table_is_complete(cli):
+    out = cli("presets", "list", "--kind", "chip", width=None).out
+    assert "…" not in out and "NVIDIA H100 SXM5 80GB" in out
+    assert "\x1b[" not in out  # no colour codes into a pipe
+
+
+def test_terminal_table_has_no_colour_with_no_color(cli, monkeypatch):
+    from aicalc.env import Env
+
+    out = io.StringIO()
+    from aicalc.cli import main
+
+    main(["presets", "show", "gpt2"], env=Env(stdout=out, stderr=io.StringIO(), stdout_isatty=True, no_color=True, width=120))
+    assert "\x1b[3" not in out.getvalue() and "124M" in out.getvalue()
+
+
+def test_version(cli):
+    r = subprocess.run([sys.executable, "-m", "aicalc", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == f"aicalc {__version__}"
+
+
+def one_line_error(r, code=2):
+    assert r.code == code
+    assert r.out == ""
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    assert "Traceback" not in r.err
+    return lines[0]
+
+
+def test_unknown_preset_suggests(cli):
+    line = one_line_error(cli("presets", "show", "llama-3.1-7b"))
+    assert "did you mean" in line and "llama-3.1-8b" in line
+
+
+def test_unknown_option_is_one_line(cli):
+    line = one_line_error(cli("presets", "list", "--colour"))
+    assert "--colour" in line
+
+
+def test_bad_format(cli):
+    assert "--format" in one_line_error(cli("presets", "list", "--format", "xml"))
+
+
+def test_missing_config_file(cli, tmp_path):
+    assert "config.json" in one_line_error(cli("presets", "show", str(tmp_path / "nope" / "config.json")))
+
+
+def test_config_missing_field_is_named(cli, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))
+    line = one_line_error(cli("presets", "show", str(tmp_path)))
+    assert "num_attention_heads" in line
+
+
+def test_config_unknown_model_type(cli, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba"}))
+    assert "unsupported model_type 'mamba'" in one_line_error(cli("presets", "show", str(tmp_path)))
+
+
+def test_config_not_json(cli, tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    assert "not a readable JSON" in one_line_error(cli("presets", "show", str(tmp_path / "config.json")))
+
+
+@pytest.mark.parametrize("value", [0, -8, "8"])
+def test_config_bad_values(cli, tmp_path, value):
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": value, "num_hidden_layers": 2,
+           "intermediate_size": 128, "vocab_size": 100}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert "num_attention_heads" in one_line_error(cli("presets", "show", str(tmp_path)))
+
+
+def write_user_chip(folder, text):
+    (folder / "chips").mkdir(parents=True, exist_ok=True)
+    (folder / "chips" / "my-chip.yaml").write_text(text)
+
+
+MY_CHIP = """id: my-chip
+name: My chip
+vendor: Me
+kind: gpu
+memory: 24GiB
+memory_type: GDDR6
+memory_bandwidth_gbs: 500
+dense_tflops: {bf16: 100}
+source: https://example.com/datasheet
+"""
+
+
+def test_user_presets_dir(cli, tmp_path):
+    write_user_chip(tmp_path, MY_CHIP)
+    row = cli("--presets-dir", tmp_path, "presets", "show", "my-chip", "--json").json["rows"][0]
+    assert row["memory_bytes"] == 24 * 2**30 and row["peak_bf16_flop_per_s"] == 100e12
+
+
+def test_user_presets_env_overrides_builtin(cli, tmp_path, monkeypatch):
+    write_user_chip(tmp_path, MY_CHIP.replace("my-chip", "h100-sxm"))
+    (tmp_path / "chips" / "my-chip.yaml").rename(tmp_path / "chips" / "h100-sxm.yaml")
+    monkeypatch.setenv("AICALC_PRESETS", str(tmp_path))
+    from aicalc.catalog import store
+
+    store._index.cache_clear()
+    try:
+        row = cli("presets", "show", "h100-sxm", "--json").json["rows"][0]
+        assert row["memory_bytes"] == 24 * 2**30
+    finally:
+        monkeypatch.delenv("AICALC_PRESETS")
+        store._index.cache_clear()
+
+
+def test_malformed_yaml_names_file_and_line(cli, tmp_path):
+    write_user_chip(tmp_path, "id: my-chip\nname: [unclosed\n")
+    line = one_line_error(cli("--presets-dir", tmp_path, "presets", "show", "my-chip"))
+    assert "my-chip.yaml" in line and "invalid YAML" in line and "line" in line
+
+
+def test_schema_violation_names_file_and_field(cli, tmp_path):
+    write_user_chip(tmp_path, MY_CHIP.replace("memory_bandwidth_gbs: 500", "memory_bandwidth_gbs: -5"))
+    line = one_line_error(cli("--presets-dir", tmp_path, "presets", "show", "my-chip"))
+    assert "my-chip.yaml" in line and "memory_bandwidth_gbs" in line
+
+
+def test_negative_size_in_yaml_rejected(cli, tmp_path):
+    write_user_chip(tmp_path, MY_CHIP.replace("memory: 24GiB", "memory: 0GiB"))
+    line = one_line_error(cli("--presets-dir", tmp_path, "presets", "show", "my-chip"))
+    assert "memory" in line
+
+
+def test_unsafe_yaml_is_not_executed(cli, tmp_path):
+    write_user_chip(tmp_path, "!!python/object/apply:os.system ['echo pwned']\n")
+    line = one_line_error(cli("--presets-dir", tmp_path, "presets", "show", "my-chip"))
+    assert "invalid YAML" in line
+
+
+def test_missing_presets_dir(cli, tmp_path):
+    assert "does not exist" in one_line_error(cli("--presets-dir", tmp_path / "nope", "presets", "list"))
+
+
+def test_internal_error_exit_3(cli, monkeypatch):
+    from aicalc.commands import presets
+
+    def boom(kind):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(presets, "list_", boom)
+    r = cli("presets", "list")
+    assert r.code == 3 and "internal error" in r.err and "Traceback" not in r.err
+    r = cli("--debug", "presets", "list")
+    assert r.code == 3 and "Traceback" in r.err
+
+
+def test_help_does_not_import_heavy_modules():
+    code = "import sys; from aicalc.cli import main; main(['--help']) if False else None; " \
+           "import aicalc.cli; print(sorted(m for m in ('numpy','rich','pydantic','yaml') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
