@@ -88,6 +88,40 @@ def presets_show(
     return emit(presets.show(name), fmt, json_)
 
 
+@app.command("kv-cache")
+def kv_cache(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, config.json, or a folder holding one")],
+    batch: Annotated[str, typer.Option("--batch", help="concurrent sequences; list 1,8,64 or range 1:64:x2")] = "1",
+    context: Annotated[str, typer.Option("--context", help="tokens per sequence (4k, 32k, 1k:128k:x2)")] = "4k",
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4")] = "bf16",
+    dtype: Annotated[str, typer.Option("--dtype", help="weight format: bf16, fp8, int8, int4, nf4, q4_k_m …")] = "bf16",
+    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel devices")] = 1,
+    chip: Annotated[str | None, typer.Option("--chip", help="chip or node id: adds capacity and max_batch")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="fail (exit 1) when a row needs more per device")] = None,
+    block_size: Annotated[int, typer.Option("--block-size", help="paged-cache block in tokens (vLLM 16); 1 = exact")] = 16,
+    utilization: Annotated[str, typer.Option("--gpu-memory-utilization", help="fraction of memory the engine may use")] = "0.9",
+    overhead: Annotated[str | None, typer.Option("--overhead", help="runtime overhead per device (default: modelled)")] = None,
+    solve: Annotated[str | None, typer.Option("--solve", help="max-context: longest context that fits at --batch")] = None,
+    fmt: Format = "table",
+    json_: Json = False,
+):
+    """KV-cache and serving memory per device; with --chip, how many sequences fit."""
+    from aicalc.commands.kv_cache import KVRequest, run
+    from aicalc.sweep import parse_sweep
+    from aicalc.units import parse_bytes, parse_count, parse_fraction
+
+    if block_size < 1:
+        raise AicalcError(f"--block-size must be at least 1, got {block_size}")
+    req = KVRequest(
+        model=model, batch=parse_sweep(batch, lambda t: parse_count(t, "--batch"), "--batch"),
+        context=parse_sweep(context, lambda t: parse_count(t, "--context"), "--context"),
+        kv_dtype=kv_dtype, dtype=dtype, tp=tp, chip=chip, budget=parse_bytes(budget, "--budget") if budget else None,
+        block_size=block_size, utilization=parse_fraction(utilization, "--gpu-memory-utilization"),
+        overhead=parse_bytes(overhead, "--overhead") if overhead else None, solve=solve,
+    )
+    return emit(run(req), fmt, json_)
+
+
 def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 

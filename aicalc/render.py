@@ -14,7 +14,8 @@ from aicalc.result import Result
 from aicalc.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 FORMATS = ("table", "json", "csv", "markdown")
-_COUNTS = ("params", "active_params", "trainable_params", "tokens", "context", "max_context", "layers_params")
+_COUNTS = ("params", "active_params", "trainable_params", "tokens")
+_QUALIFIERS = ("_per_device", "_per_chip", "_per_sequence", "_per_gpu")
 _SUFFIXES = (
     ("_bytes_per_s", lambda x: fmt_rate(x, "B/s")),
     ("_flop_per_s_per_chip", lambda x: fmt_rate(x, "FLOP/s")),
@@ -30,7 +31,18 @@ _SUFFIXES = (
 )
 
 
+def _split(key: str) -> tuple[str, str]:
+    """``kv_cache_bytes_per_device`` → (``kv_cache_bytes``, ``_per_device``)."""
+    for q in _QUALIFIERS:
+        if key.endswith(q):
+            return key[: -len(q)], q
+    return key, ""
+
+
 def header(key: str) -> str:
+    key, qualifier = _split(key)
+    if qualifier:
+        return header(key) + " " + qualifier.lstrip("_").replace("_", " ")
     for suffix, _ in _SUFFIXES:
         if key.endswith(suffix) and key != suffix.lstrip("_"):
             key = key[: -len(suffix)]
@@ -49,6 +61,7 @@ def human(key: str, value: Any) -> str:
         return str(value)
     if isinstance(value, float) and not math.isfinite(value):
         return "—"
+    key = _split(key)[0]
     for suffix, fmt in _SUFFIXES:
         if key.endswith(suffix):
             return fmt(value)

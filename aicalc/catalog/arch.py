@@ -49,6 +49,7 @@ class Arch:
     mlp_bias: bool = False
     learned_positions: int = 0  # rows of a learned position table (GPT-2/3)
     embedding_norm: bool = False  # a norm right after the token embedding (BLOOM)
+    qk_norm: bool = False  # RMSNorm over head_dim on queries and keys (Qwen3)
     activation: str = "silu"
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # per layer: "full_attention" or "sliding_attention"

@@ -13,7 +13,7 @@ from typing import Any
 from aicalc.catalog.arch import MLA, Arch, MoE
 from aicalc.errors import AicalcError
 
-SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "gemma2", "phi3", "gpt2", "falcon", "bloom", "deepseek_v3")
+SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma2", "phi3", "gpt2", "falcon", "bloom", "deepseek_v3")
 
 
 class _Reader:
@@ -126,6 +126,13 @@ def _qwen2(r):
     return Arch(**_llama_like(r, qkv_bias=True, window=window, pattern=lambda i: i >= first) | {"o_bias": False})
 
 
+def _qwen3(r):
+    use = r.get("use_sliding_window", default=False, kind=bool)
+    window = r.get("sliding_window", default=4096) if use else None
+    first = r.get("max_window_layers", default=28)
+    return Arch(**_llama_like(r, window=window, pattern=lambda i: i >= first) | {"qk_norm": True})
+
+
 def _gemma2(r):
     window = r.get("sliding_window", default=4096)
     return Arch(**_llama_like(r, tied_default=True, head_dim_default=256, norms=4, window=window,
@@ -215,6 +222,6 @@ def _positive_or_none(r: _Reader, key: str, value: Any) -> int | None:
 
 
 _READERS = {
-    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "gemma2": _gemma2,
+    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen3": _qwen3, "gemma2": _gemma2,
     "phi3": _phi3, "gpt2": _gpt2, "falcon": _falcon, "bloom": _bloom, "deepseek_v3": _deepseek_v3,
 }

@@ -83,6 +83,8 @@ def count_params(arch: Arch) -> ParamCount:
             ffn += dense_ffn
             active_ffn += dense_ffn
     norms = L * arch.norms_per_layer * _norm(arch, H) + _norm(arch, H)
+    if arch.qk_norm:
+        norms += L * 2 * _norm(arch, arch.head_dim)
     lm_head = 0 if arch.tied_embeddings else V * H
     active = embedding + attention + active_ffn + norms + lm_head
     return ParamCount(embedding=embedding, attention=attention, ffn=ffn, norms=norms, lm_head=lm_head, active=active)

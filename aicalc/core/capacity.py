@@ -1,0 +1,83 @@
+"""How many sequences fit beside the weights: vLLM's memory accounting (IM-11, IM-12).
+
+``requested = memory × utilization`` caps the whole instance (vLLM ``gpu_memory_utilization``,
+default 0.9); the KV budget is what remains after weights and the runtime overhead; blocks are
+``floor(budget / block_bytes)`` and concurrency is blocks ÷ blocks per sequence.
+"""
+
+from __future__ import annotations
+
+from aicalc.catalog.arch import Arch
+from aicalc.core.kv_cache import KVShape, kv_cache_bytes
+
+FIXED_OVERHEAD_BYTES = 1 << 30
+MAX_BATCHED_TOKENS = 8192
+MAX_SEQS = 256
+
+
+def runtime_overhead_bytes(arch: Arch, tp: int = 1, max_batched_tokens: int = MAX_BATCHED_TOKENS) -> float:
+    """Memory a serving engine holds besides weights and KV cache, per device.
+
+    Terms: (1) the activation peak of vLLM's profile run over ``max_batched_tokens`` tokens
+    (default 8192, vLLM V1's chunked-prefill budget): the 16-bit hidden state and residual
+    (2 × T·H), the attention q/k/v outputs (T·(A + 2K)·d/tp) and the FFN gate/up/act
+    intermediates (3 × T·F/tp; experts per token for MoE), all 2 bytes; (2) fp32 logits for
+    ``max_num_seqs`` = 256 sampled rows (256·V·4 / tp); (3) a fixed 1 GiB for the CUDA context's
+    non-torch allocations, CUDA graphs and vLLM's 150 MiB redundancy buffer (IM-12, IM-20 show
+    0.07 + 0.65 + 0.15 GiB on an H200).
+    """
+    T = max_batched_tokens
+    ffn = arch.ffn
+    if arch.moe is not None and arch.n_moe_layers:
+        ffn = max(arch.ffn if arch.n_moe_layers < arch.layers else 0,
+                  arch.moe.expert_ffn * (arch.moe.experts_per_token + arch.moe.shared_experts))
+    act = 2 * (2 * T * arch.hidden + T * (arch.heads + 2 * arch.kv_heads) * arch.head_dim / tp + 3 * T * ffn / tp)
+    logits = MAX_SEQS * arch.vocab * 4 / tp
+    return act + logits + FIXED_OVERHEAD_BYTES
+
+
+def kv_budget_bytes(memory_bytes: float, utilization: float, weights: float, overhead: float):
+    """``requested − weights − overhead`` with ``requested = ceil(memory × utilization)`` (IM-11 step 1, 3)."""
+    import numpy as np
+
+    return np.ceil(memory_bytes * utilization) - weights - overhead
+
+
+def max_batch(shape: KVShape, budget, context, block_size: int | None):
+    """Sequences of ``context`` tokens that fit in ``budget`` bytes (per device).
+
+    Paged (IM-11 steps 4–5): blocks = floor(budget / (block · bytes_per_token_layer · layers)),
+    concurrency = blocks / blocks-per-sequence, and whole sequences = floor(concurrency).
+    """
+    import numpy as np
+
+    budget = np.asarray(budget, dtype=np.float64)
+    per_seq = kv_cache_bytes(shape, 1, context, block_size)
+    layers = shape.full_layers + shape.sliding_layers
+    if block_size:
+        block_bytes = block_size * shape.bytes_per_token_layer * layers
+        concurrency = np.floor(np.maximum(budget, 0) / block_bytes) / (per_seq / block_bytes)
+    else:
+        concurrency = np.maximum(budget, 0) / per_seq
+    return np.floor(concurrency + 1e-9), concurrency
+
+
+def max_context(shape: KVShape, budget, batch, block_size: int | None):
+    """Longest context (whole blocks) for which ``batch`` sequences fit in ``budget``.
+
+    Inverts ``kv_cache_bytes``: full layers grow with S, sliding layers stop at the window W.
+    Returns inf where the cache stops growing (every layer sliding) and the window fits.
+    """
+    import numpy as np
+
+    per_tok = np.asarray(batch, dtype=np.float64) * shape.bytes_per_token_layer
+    avail = np.maximum(np.asarray(budget, dtype=np.float64), 0) / per_tok  # layer-tokens affordable
+    full, slide, W = shape.full_layers, shape.sliding_layers, shape.window
+    b = block_size or 1
+    Wb = np.ceil(W / b) * b if slide else 0
+    # below the window every layer grows: S ≤ avail / (full + slide)
+    s_low = avail / (full + slide)
+    with np.errstate(divide="ignore"):
+        s_high = (avail - slide * Wb) / full if full else np.where(avail >= slide * Wb, np.inf, 0.0)
+    s = np.where(s_low <= W, s_low, s_high) if slide else s_low
+    return np.where(np.isfinite(s), np.floor(s / b) * b, s)

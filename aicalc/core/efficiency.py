@@ -1,0 +1,105 @@
+"""The efficiency model: how much of a chip's datasheet peak real kernels reach.
+
+A bare roofline (time = max(FLOPs / peak, bytes / bandwidth)) is 1.2–2× optimistic against published
+measurements (validation-cases §4–§5: LLM-Viewer's pure roofline gives 6.98 ms where TensorRT-LLM
+measured 16.1 ms, PF-09). This module holds one general correction, the same for every chip and model:
+
+1. **Matmul efficiency by size** — a GEMM of shape M×N×K reaches
+   ``flop_max · Π_{x∈(M,N,K)} x / (x + gemm_half_dim)`` of peak dense FLOP/s: small dimensions leave tensor
+   cores idle (tile quantization, short main loops). Shape of the curve from the LLMCompass A100 GEMM
+   measurements (OP-01/OP-02: M=128 reaches 62 % of peak, M ≥ 1024 reaches 83–93 %).
+2. **8-bit tensor math** (fp8/int8 compute) reaches ``low_precision_flop_factor`` of the efficiency a 16-bit
+   GEMM reaches against its own (doubled) peak: fp8 GEMMs run ~1.2–1.5× faster than bf16, not 2×
+   (PF-03/PF-04 vs PF-01/PF-02).
+3. **Bandwidth efficiency** — streaming kernels reach ``bandwidth`` of the datasheet bandwidth; weight-only
+   quantized formats (int8, int4, GGUF; dequantized in the kernel) reach ``quant_bandwidth`` of it
+   (gpt-fast: bf16 1397 GB/s vs int8 1069 and int4 863 GB/s effective on the same A100, DE-01…DE-03).
+4. **Overlap** of compute and memory inside one kernel: ``t = (t_c^p + t_m^p)^(1/p)`` with
+   ``overlap_p`` (p → ∞ is the ideal max(); p = 1 is no overlap). Matters only near the ridge point.
+5. **Per-kernel launch overhead** ``kernel_overhead_s`` for every kernel of the step, and a **per-step
+   overhead** ``step_overhead_s`` (host work, sampling, synchronisation of one forward pass).
+6. **Collectives**: a latency floor ``collective_latency_s`` per all-reduce plus the ring volume at
+   ``link`` of the interconnect's per-direction bandwidth.
+
+The defaults were calibrated once, by a grid search that minimised the geometric-mean error over all scored
+DE/PF/SV/TT rows (``validation/perf_cases.py``, ``docs/validation-perf.md``), and are applied unchanged to
+every case. Every factor can be overridden on the command line (``--eff KEY=VALUE``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from aicalc.errors import AicalcError
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    flop_max: float = 0.85  # large-GEMM fraction of dense peak (OP-01: 0.93 on a bare A100 GEMM)
+    gemm_half_dim: float = 48.0  # a GEMM dimension of this size halves the efficiency (OP-01/OP-02)
+    low_precision_flop_factor: float = 0.55  # 8-bit compute efficiency relative to 16-bit (PF-03/04, SV-05…12)
+    bandwidth: float = 0.80  # fraction of datasheet memory bandwidth (gpt-fast "practical peak ~1700 GB/s", DE-01)
+    quant_bandwidth: float = 0.62  # weight-only quantized kernels (DE-02/03/05)
+    overlap_p: float = 2.0  # compute/memory overlap exponent inside a kernel
+    kernel_overhead_s: float = 4e-6  # launch + tail per kernel
+    step_overhead_s: float = 1.0e-3  # per forward pass (host, sampling, sync)
+    collective_latency_s: float = 12e-6  # latency floor per all-reduce (NCCL small-message latency)
+    link: float = 0.75  # fraction of per-direction interconnect bandwidth a ring collective reaches
+    # training only
+    train_elementwise_bytes: float = 120.0  # bytes of non-matmul traffic per token per layer, in units of H
+    dp_overlap: float = 0.0  # fraction of the data-parallel gradient collective hidden behind backward
+
+    def with_overrides(self, overrides: dict[str, float]) -> Efficiency:
+        known = {f.name for f in fields(self)}
+        for k in overrides:
+            if k not in known:
+                raise AicalcError(f"unknown efficiency factor '{k}' (known: {', '.join(sorted(known))})")
+        return replace(self, **{k: float(v) for k, v in overrides.items()})
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+IDEAL = Efficiency(flop_max=1.0, gemm_half_dim=0.0, low_precision_flop_factor=1.0, bandwidth=1.0,
+                   quant_bandwidth=1.0, overlap_p=float("inf"), kernel_overhead_s=0.0, step_overhead_s=0.0,
+                   collective_latency_s=0.0, link=1.0, train_elementwise_bytes=0.0, dp_overlap=1.0)
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, float]:
+    """``["bandwidth=0.7", "kernel_overhead_s=5e-6"]`` → dict; one clear error per bad item."""
+    out: dict[str, float] = {}
+    for item in items or []:
+        for part in str(item).split(","):
+            if not part.strip():
+                continue
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise AicalcError(f"--eff takes KEY=VALUE, got '{part}'")
+            try:
+                out[key.strip()] = float(value)
+            except ValueError:
+                raise AicalcError(f"--eff {key.strip()}: '{value}' is not a number") from None
+    return out
+
+
+def gemm_efficiency(eff: Efficiency, m, n, k, low_precision=False):
+    """Fraction of peak dense FLOP/s a GEMM of shape m×n×k reaches (item 1 and 2 of the module doc)."""
+    import numpy as np
+
+    h = eff.gemm_half_dim
+    e = eff.flop_max * np.ones_like(np.asarray(m, dtype=np.float64))
+    for x in (m, n, k):
+        x = np.asarray(x, dtype=np.float64)
+        e = e * (x / (x + h) if h > 0 else 1.0)
+    if low_precision:
+        e = e * eff.low_precision_flop_factor
+    return e
+
+
+def combine(t_compute, t_memory, p: float):
+    """Kernel time from its compute and memory times: the p-norm (p = inf is the ideal roofline max)."""
+    import numpy as np
+
+    if not np.isfinite(p):
+        return np.maximum(t_compute, t_memory)
+    return (np.asarray(t_compute) ** p + np.asarray(t_memory) ** p) ** (1.0 / p)
