@@ -45,7 +45,7 @@ def emit(result, fmt: str, json_flag: bool) -> int:
 
 def _version(value: bool):
     if value:
-        print(f"aicalc {__version__}")
+        (_env or Env.from_system()).stdout.write(f"aicalc {__version__}\n")
         raise typer.Exit()
 
 
