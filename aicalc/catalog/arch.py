@@ -14,8 +14,15 @@ class MoE:
     experts: int  # E routed experts per MoE layer
     experts_per_token: int  # k
     expert_ffn: int  # F_e, intermediate size of one expert
-    shared_experts: int = 0  # always-active experts (DeepSeek), each of size F_e
+    shared_experts: int = 0  # always-active experts (DeepSeek, Qwen-MoE)
+    shared_expert_ffn: int | None = None  # intermediate size of one shared expert (default F_e)
+    shared_gate: bool = False  # a learned sigmoid gate H→1 on the shared expert's output (Qwen-MoE)
     router_bias: bool = False  # a learned per-expert bias parameter on the router
+
+    @property
+    def shared_ffn(self) -> int:
+        """Total intermediate width of the shared experts, run as one FFN."""
+        return self.shared_experts * (self.shared_expert_ffn or self.expert_ffn)
 
 
 @dataclass(frozen=True)

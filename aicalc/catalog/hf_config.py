@@ -13,7 +13,7 @@ from typing import Any
 from aicalc.catalog.arch import MLA, Arch, MoE
 from aicalc.errors import AicalcError
 
-SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma2", "phi3", "gpt2", "falcon", "bloom", "deepseek_v3")
+SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma2", "phi3", "gpt2", "falcon", "bloom", "deepseek_v3")
 
 
 class _Reader:
@@ -126,6 +126,23 @@ def _qwen2(r):
     return Arch(**_llama_like(r, qkv_bias=True, window=window, pattern=lambda i: i >= first) | {"o_bias": False})
 
 
+def _qwen2_moe(r):
+    use = r.get("use_sliding_window", default=False, kind=bool)
+    window = r.get("sliding_window", default=4096) if use else None
+    first = r.get("max_window_layers", default=28)
+    fields = _llama_like(r, qkv_bias=r.get("qkv_bias", default=True, kind=bool), window=window,
+                         pattern=lambda i: i >= first) | {"o_bias": False}
+    experts = r.get("num_experts", default=60)
+    step = r.get("decoder_sparse_step", default=1)
+    dense = set(r.cfg.get("mlp_only_layers") or [])
+    moe_layers = tuple(i not in dense and (i + 1) % step == 0 for i in range(fields["layers"]))
+    shared = r.get("shared_expert_intermediate_size", default=5632, minimum=0)
+    moe = MoE(experts=experts, experts_per_token=r.get("num_experts_per_tok", default=4),
+              expert_ffn=r.get("moe_intermediate_size", default=1408), shared_experts=1 if shared else 0,
+              shared_expert_ffn=shared or None, shared_gate=bool(shared))
+    return Arch(**fields | {"moe": moe, "moe_layers": moe_layers})
+
+
 def _qwen3(r):
     use = r.get("use_sliding_window", default=False, kind=bool)
     window = r.get("sliding_window", default=4096) if use else None
@@ -222,6 +239,6 @@ def _positive_or_none(r: _Reader, key: str, value: Any) -> int | None:
 
 
 _READERS = {
-    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen3": _qwen3, "gemma2": _gemma2,
+    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "gemma2": _gemma2,
     "phi3": _phi3, "gpt2": _gpt2, "falcon": _falcon, "bloom": _bloom, "deepseek_v3": _deepseek_v3,
 }

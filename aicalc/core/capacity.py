@@ -30,7 +30,7 @@ def runtime_overhead_bytes(arch: Arch, tp: int = 1, max_batched_tokens: int = MA
     ffn = arch.ffn
     if arch.moe is not None and arch.n_moe_layers:
         ffn = max(arch.ffn if arch.n_moe_layers < arch.layers else 0,
-                  arch.moe.expert_ffn * (arch.moe.experts_per_token + arch.moe.shared_experts))
+                  arch.moe.expert_ffn * arch.moe.experts_per_token + arch.moe.shared_ffn)
     act = 2 * (2 * T * arch.hidden + T * (arch.heads + 2 * arch.kv_heads) * arch.head_dim / tp + 3 * T * ffn / tp)
     logits = MAX_SEQS * arch.vocab * 4 / tp
     return act + logits + FIXED_OVERHEAD_BYTES

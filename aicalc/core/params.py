@@ -76,7 +76,7 @@ def count_params(arch: Arch) -> ParamCount:
             e = arch.moe
             expert = mlp_params(arch, e.expert_ffn)
             router = H * e.experts + (e.experts if e.router_bias else 0)
-            shared = mlp_params(arch, e.expert_ffn * e.shared_experts) if e.shared_experts else 0
+            shared = (mlp_params(arch, e.shared_ffn) if e.shared_experts else 0) + (H if e.shared_gate else 0)
             ffn += e.experts * expert + router + shared
             active_ffn += e.experts_per_token * expert + router + shared
         else:
