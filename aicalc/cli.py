@@ -122,6 +122,163 @@ def kv_cache(
     return emit(run(req), fmt, json_)
 
 
+@app.command("check")
+def check(
+    budget_file: Annotated[str, typer.Argument(metavar="BUDGET_FILE", help="YAML file of named checks (version: 1)")],
+    junit: Annotated[str | None, typer.Option("--junit", metavar="FILE", help="also write a JUnit XML report")] = None,
+    fail_on_warn: Annotated[bool, typer.Option("--fail-on-warn", help="exit 1 on warnings too")] = False,
+    schema: Annotated[bool, typer.Option("--schema", help="print the budget file's JSON Schema and exit")] = False,
+    fmt: Format = "table",
+    json_: Json = False,
+):
+    """Hold deployments to budgets in CI: exit 0 all pass, 1 a check failed, 2 the file is invalid."""
+    import json as _json
+
+    from aicalc.commands import check as chk
+
+    env = _env or Env.from_system()
+    if schema:
+        from aicalc.budget import json_schema
+
+        env.stdout.write(_json.dumps(json_schema(), indent=2) + "\n")
+        return 0
+    result = chk.run(budget_file, fail_on_warn)
+    if junit:
+        from pathlib import Path
+
+        Path(junit).write_text(chk.junit_xml(result), encoding="utf-8")
+    for line in chk.github_annotations(result):
+        env.stdout.write(line + "\n") if fmt == "table" and not json_ else env.stderr.write(line + "\n")
+    return emit(result, fmt, json_)
+
+
+@app.command("roofline")
+def roofline(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, config.json or a folder holding one")],
+    chip: Annotated[str, typer.Option("--chip", help="chip preset id")] = "h100-sxm",
+    batch: Annotated[str, typer.Option("--batch", help="sequences; sweeps: 1,8,64 or 1:256:x2")] = "1",
+    prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens (sweepable)")] = "512",
+    gen: Annotated[str, typer.Option("--gen", help="generated tokens (sweepable)")] = "256",
+    dtype: Annotated[str, typer.Option("--dtype", help="weights: bf16, fp16, fp8, int8, int4, q8_0, q4_0, q4_k_m, ...")] = "bf16",
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16, fp16, fp8, int8, int4")] = "bf16",
+    tp: Annotated[str, typer.Option("--tp", help="tensor-parallel degree (sweepable)")] = "1",
+    compute_dtype: Annotated[str | None, typer.Option("--compute-dtype", help="override the math dtype (default: follows weights and chip)")] = None,
+    group_size: Annotated[int | None, typer.Option("--group-size", help="int4 group size (default 128: 4.25 bits)")] = None,
+    attention: Annotated[str, typer.Option("--attention", help="flash | materialized")] = "flash",
+    kv_per_query_head: Annotated[bool, typer.Option("--kv-per-query-head", help="decode attention reads K/V once per query head (no GQA sharing)")] = False,
+    ops: Annotated[bool, typer.Option("--ops", help="one row per operation as well")] = False,
+    eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
+    plot: Annotated[str | None, typer.Option("--plot", help="write the roofline chart to FILE (.png/.svg; needs matplotlib)")] = None,
+    fmt: Format = "table",
+    json_: Json = False,
+):
+    """Per-operation roofline of prefill and decode: bound, ridge point, TTFT, TPOT, tokens/s (ideal and estimate)."""
+    from aicalc.commands import roofline as cmd
+
+    result = cmd.run(model, chip, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, tp=tp,
+                     compute_dtype=compute_dtype, group_size=group_size, attention=attention, ops=ops, eff=eff,
+                     kv_shared=not kv_per_query_head)
+    if plot:
+        from aicalc.plot import write_plot
+
+        write_plot(plot, result.rows, result.rows[0]["ridge_point"], result.inputs["peak_flop_per_s"],
+                   result.inputs["memory_bandwidth_bytes_per_s"], result.title or "")
+    return emit(result, fmt, json_)
+
+
+@app.command("train-time")
+def train_time(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, config.json or a folder holding one")],
+    chip: Annotated[str, typer.Option("--chip", help="chip preset id")] = "h100-sxm",
+    chips: Annotated[str | None, typer.Option("--chips", help="total chips (dp = chips / (tp·pp) unless --dp)")] = None,
+    tokens: Annotated[str, typer.Option("--tokens", help="training tokens, e.g. 300B, 1.4T")] = "1T",
+    seq: Annotated[str, typer.Option("--seq", help="sequence length (sweepable)")] = "4096",
+    global_batch: Annotated[str, typer.Option("--global-batch", help="sequences per optimizer step (sweepable)")] = "1024",
+    micro_batch: Annotated[str, typer.Option("--micro-batch", help="sequences per micro-batch (sweepable)")] = "1",
+    tp: Annotated[str, typer.Option("--tp", help="tensor parallel (sweepable)")] = "1",
+    pp: Annotated[str, typer.Option("--pp", help="pipeline parallel (sweepable)")] = "1",
+    dp: Annotated[str | None, typer.Option("--dp", help="data parallel (sweepable)")] = None,
+    mfu: Annotated[str, typer.Option("--mfu", help="model FLOPs utilisation (0.4, 40%) or auto")] = "auto",
+    achieved: Annotated[str | None, typer.Option("--achieved", help="achieved FLOP/s per chip as counted with recompute, e.g. 144TFLOPS")] = None,
+    recompute: Annotated[str, typer.Option("--recompute", help="none | selective | full")] = "selective",
+    attention: Annotated[str, typer.Option("--attention", help="flash | materialized")] = "flash",
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = True,
+    interleave: Annotated[int, typer.Option("--interleave", help="virtual pipeline stages per device")] = 1,
+    zero: Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3")] = 0,
+    precision: Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8 (math dtype)")] = "bf16",
+    dp_bandwidth: Annotated[str | None, typer.Option("--dp-bandwidth", help="inter-node bandwidth per chip per direction (default 25GB/s)")] = None,
+    eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
+    fmt: Format = "table",
+    json_: Json = False,
+):
+    """Training time: FLOPs per token, MFU (given or auto), tokens/s, total time and chip-hours."""
+    from aicalc.commands import train_time as cmd
+
+    return emit(cmd.run(model, chip, tokens=tokens, seq=seq, global_batch=global_batch, micro_batch=micro_batch, tp=tp,
+                        pp=pp, dp=dp, chips=chips, mfu=mfu, achieved=achieved, recompute=recompute,
+                        attention=attention, sequence_parallel=sequence_parallel, interleave=interleave, zero=zero,
+                        precision=precision, dp_bandwidth=dp_bandwidth, eff=eff), fmt, json_)
+
+
+@app.command("train-mem")
+def train_mem(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, config.json, or a folder holding one")],
+    batch: Annotated[str, typer.Option("--batch", help="micro-batch per device; list 1,2,4 or range 1:8:x2")] = "1",
+    seq: Annotated[str, typer.Option("--seq", help="sequence length in tokens (2048, 4Ki, 1Ki:8Ki:x2)")] = "2048",
+    precision: Annotated[str, typer.Option("--precision", help="fp32 | bf16 | bf16-mixed | fp16-mixed")] = "bf16-mixed",
+    optimizer: Annotated[str, typer.Option("--optimizer", help="adamw | adam | adam8bit | sgd | sgd-momentum | adafactor | lion")] = "adamw",
+    grad_dtype: Annotated[str | None, typer.Option("--grad-dtype", help="gradient dtype (fp32 for Megatron/DeepSpeed's 18 B/param)")] = None,
+    optimizer_dtype: Annotated[str | None, typer.Option("--optimizer-dtype", help="optimizer state dtype (pure bf16: bf16 or fp32)")] = None,
+    zero: Annotated[str, typer.Option("--zero", help="ZeRO stage 0-3 (FSDP full shard = 3); list allowed")] = "0",
+    dp: Annotated[str, typer.Option("--dp", help="data-parallel size")] = "1",
+    tp: Annotated[str, typer.Option("--tp", help="tensor-parallel size")] = "1",
+    pp: Annotated[str, typer.Option("--pp", help="pipeline-parallel size")] = "1",
+    ep: Annotated[int, typer.Option("--ep", help="expert-parallel size (MoE)")] = 1,
+    sp: Annotated[bool, typer.Option("--sp", help="sequence parallelism (Megatron, with --tp)")] = False,
+    virtual_stages: Annotated[int, typer.Option("--virtual-stages", help="interleaved pipeline chunks per stage")] = 1,
+    microbatches: Annotated[int | None, typer.Option("--microbatches", help="micro-batches per step (pipeline in flight)")] = None,
+    recompute: Annotated[str, typer.Option("--recompute", help="none | selective | full")] = "none",
+    framework: Annotated[str, typer.Option("--framework", help="hf | megatron (activation model)")] = "hf",
+    attention: Annotated[str, typer.Option("--attention", help="eager | sdpa | flash")] = "sdpa",
+    lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank (fine-tune adapters only)")] = None,
+    lora_targets: Annotated[str, typer.Option("--lora-targets", help="q,k,v,o,gate,up,down or all")] = "q,v",
+    quant: Annotated[str, typer.Option("--quant", help="base weights with LoRA: none | nf4 | nf4-dq | int8")] = "none",
+    offload: Annotated[str, typer.Option("--offload", help="none | optimizer | params (to host memory)")] = "none",
+    dropout: Annotated[float | None, typer.Option("--dropout", help="hidden dropout (default: the family's)")] = None,
+    chip: Annotated[str | None, typer.Option("--chip", help="chip id: fits per device")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="fail (exit 1) when a row needs more per device")] = None,
+    overhead: Annotated[str | None, typer.Option("--overhead", help="CUDA context + allocator overhead (default 1GiB)")] = None,
+    search: Annotated[bool, typer.Option("--search", help="search TP×PP×DP×ZeRO×micro-batch×recompute that fit")] = False,
+    chips: Annotated[int | None, typer.Option("--chips", help="devices for --search")] = None,
+    top: Annotated[int, typer.Option("--top", help="layouts shown by --search")] = 20,
+    fmt: Format = "table",
+    json_: Json = False,
+):
+    """Training and fine-tuning memory per device: states, activations, peak; --search for layouts."""
+    from aicalc.commands.train_mem import Options, run
+    from aicalc.sweep import parse_sweep
+    from aicalc.units import parse_bytes, parse_count
+
+    def sweep(text: str, name: str, parse=parse_count):
+        return parse_sweep(text, lambda t: parse(t, name), name)
+
+    def stage(t: str, name: str) -> float:
+        if t.strip() == "0":
+            return 0.0
+        return parse_count(t, name)
+
+    opts = Options(
+        model=model, batch=sweep(batch, "--batch"), seq=sweep(seq, "--seq"), precision=precision,
+        optimizer=optimizer, grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype, zero=sweep(zero, "--zero", stage),
+        dp=sweep(dp, "--dp"), tp=sweep(tp, "--tp"), pp=sweep(pp, "--pp"), ep=ep, sp=sp, virtual_stages=virtual_stages,
+        microbatches=microbatches, recompute=recompute, framework=framework, attention=attention, lora_rank=lora_rank,
+        lora_targets=lora_targets, quant=quant, offload=offload, dropout=dropout, chip=chip,
+        budget=parse_bytes(budget, "--budget") if budget else None,
+        overhead=parse_bytes(overhead, "--overhead") if overhead else None, search=search, chips=chips, top=top,
+    )
+    return emit(run(opts), fmt, json_)
+
+
 def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
@@ -131,13 +288,24 @@ def main(argv: list[str] | None = None, env: Env | None = None) -> int:
     global _env
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
-    _env = env or Env.from_system()
+    outer, _env = _env, env or Env.from_system()
+    try:
+        code = _main(args, debug)
+    finally:
+        _env = outer if outer is not None else _env
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+def _main(args: list[str], debug: bool) -> int:
     command = typer.main.get_command(app)
     try:
         code = command.main(args=args, prog_name="aicalc", standalone_mode=False)
         code = int(code or 0) if isinstance(code, int) else 0
     except AicalcError as e:
-        _env.stderr.write(f"aicalc: error: {_one_line(e)}\n")
+        for line in getattr(e, "problems", None) or [str(e)]:
+            _env.stderr.write(f"aicalc: error: {_one_line(line)}\n")
         code = int(e.exit_code)
     except (KeyboardInterrupt, BrokenPipeError):
         code = 130 if not isinstance(sys.exc_info()[1], BrokenPipeError) else 0
@@ -152,8 +320,6 @@ def main(argv: list[str] | None = None, env: Env | None = None) -> int:
                               f"please report it with the command line at {ISSUES_URL} (rerun with --debug "
                               "for a traceback)\n")
             code = int(ExitCode.INTERNAL)
-    if argv is None:
-        sys.exit(code)
     return code
 
 

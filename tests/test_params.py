@@ -11,6 +11,7 @@ import yaml
 
 from aicalc.catalog.hf_config import arch_from_config
 from aicalc.core.params import count_params
+
 from conftest import DATA, ROOT
 
 RECORDS = json.loads((DATA / "validation" / "params.json").read_text())["records"]

@@ -1,0 +1,195 @@
+"""The budget file of ``aicalc check``: a pydantic model, its JSON Schema, and a loader that reports every
+problem with file, line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aicalc.errors import AicalcError
+
+COMMANDS = ("kv-cache", "train-mem", "roofline", "serve", "compare", "train-time")
+
+# limit → (row keys it reads, in order of preference; "max" or "min"; unit kind for parsing)
+LIMITS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "max_memory_per_device": (("total_bytes_per_device", "peak_bytes", "memory_bytes_per_device"), "max", "bytes"),
+    "max_peak_bytes": (("peak_bytes", "total_bytes_per_device"), "max", "bytes"),
+    "max_kv_cache_bytes_per_device": (("kv_cache_bytes_per_device",), "max", "bytes"),
+    "min_max_batch": (("max_batch",), "min", "count"),
+    "max_ttft": (("ttft_s",), "max", "duration"),
+    "max_tpot": (("tpot_s",), "max", "duration"),
+    "min_output_tokens_per_s": (("output_tokens_per_s",), "min", "count"),
+    "max_usd_per_million_tokens": (("usd_per_million_output_tokens", "usd_per_million_tokens"), "max", "number"),
+    "max_chips_needed": (("chips_needed",), "max", "count"),
+    "max_total_time": (("total_time_s",), "max", "duration"),
+    "max_training_usd": (("training_usd", "cost_usd"), "max", "number"),
+}
+
+
+class LimitError(ValueError):
+    pass
+
+
+def parse_limit(name: str, value: Any) -> float:
+    from aicalc.units import parse_bytes, parse_count, parse_duration
+
+    kind = LIMITS[name][2]
+    if isinstance(value, bool):
+        raise LimitError(f"{name} must be a number or a quantity, got {value!r}")
+    try:
+        if kind == "bytes":
+            return float(parse_bytes(str(value), name))
+        if kind == "duration":
+            return parse_duration(str(value), name)
+        if kind == "count":
+            return parse_count(str(value), name)
+        x = float(value)
+    except (AicalcError, ValueError) as e:
+        raise LimitError(str(e)) from None
+    if not x > 0 or x == float("inf"):
+        raise LimitError(f"{name} must be a positive finite number, got {value!r}")
+    return x
+
+
+def models():
+    from typing import Literal
+
+    from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+    class Check(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        name: str = Field(min_length=1, description="unique; shown in reports")
+        command: Literal[COMMANDS] = Field(description="any aicalc command with rows")
+        model: str = Field(description="preset id, or a config.json path relative to the budget file")
+        args: dict[str, str | int | float | bool | list[str | int | float]] = Field(
+            default_factory=dict, description="the command's long options without dashes, values as on the command line")
+        limits: dict[str, str | int | float] = Field(
+            min_length=1, description="limits on every row of the command's output, named "
+                                      + ", ".join(LIMITS) + "; sizes accept 80GB/80GiB, times 200ms")
+        severity: Literal["error", "warn"] = "error"
+
+        @field_validator("limits")
+        @classmethod
+        def _limits(cls, v):
+            problems = []
+            for name, value in v.items():
+                if name not in LIMITS:
+                    problems.append(f"unknown limit '{name}' (known: {', '.join(LIMITS)})")
+                    continue
+                try:
+                    parse_limit(name, value)
+                except LimitError as e:
+                    problems.append(str(e))
+            if problems:
+                raise ValueError("; ".join(problems))
+            return v
+
+    class BudgetFile(BaseModel):
+        model_config = ConfigDict(extra="forbid", title="aicalc budget file")
+        version: Literal[1]
+        checks: list[Check] = Field(min_length=1)
+
+        @field_validator("checks")
+        @classmethod
+        def _unique(cls, v):
+            seen = set()
+            for c in v:
+                if c.name in seen:
+                    raise ValueError(f"check name '{c.name}' is used twice")
+                seen.add(c.name)
+            return v
+
+    return BudgetFile, Check
+
+
+def json_schema() -> dict:
+    BudgetFile, _ = models()
+    schema = BudgetFile.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
+
+
+def _line_map(text: str) -> dict[tuple, int]:
+    """YAML path (keys and list indices) → 1-based line, from the composed node tree."""
+    import yaml
+
+    lines: dict[tuple, int] = {}
+
+    def walk(node, path):
+        lines[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                lines[(*path, k.value)] = k.start_mark.line + 1
+                walk(v, (*path, k.value))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                walk(v, (*path, i))
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return lines
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def load(path: Path):
+    """Validated BudgetFile, or BudgetInvalid listing every problem as ``file:line: field: message``.
+
+    Problems include schema violations and references the catalog cannot resolve (unknown model or
+    chip ids, missing config files), so nothing is evaluated from a file with any problem.
+    """
+    from pydantic import ValidationError
+
+    from aicalc.catalog.store import load_yaml
+
+    data = load_yaml(path)
+    BudgetFile, _ = models()
+    lines = _line_map(path.read_text(encoding="utf-8"))
+
+    def where(loc: tuple) -> int:
+        return next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), 1)
+
+    problems = []
+    budget = None
+    try:
+        budget = BudgetFile.model_validate(data)
+    except ValidationError as e:
+        for err in e.errors():
+            loc = tuple(err["loc"])
+            field = ".".join(str(p) for p in loc) or "(top level)"
+            problems.append(f"{path}:{where(loc)}: {field}: {err['msg'].removeprefix('Value error, ')}")
+    for loc, message in _references(data, path.parent):
+        problems.append(f"{path}:{where(loc)}: {'.'.join(map(str, loc))}: {message}")
+    if problems:
+        raise BudgetInvalid(problems)
+    return budget
+
+
+def _references(data: Any, base: Path):
+    """(location, message) for every model/chip a check names that the catalog cannot resolve."""
+    from aicalc.catalog import store
+
+    checks = data.get("checks") if isinstance(data, dict) else None
+    for i, c in enumerate(checks if isinstance(checks, list) else []):
+        if not isinstance(c, dict):
+            continue
+        model = c.get("model")
+        if isinstance(model, str):
+            if "/" in model or model.endswith(".json"):
+                if not (base / model).exists() and not Path(model).exists():
+                    yield ("checks", i, "model"), f"no such file '{model}'"
+            elif model not in store.ids("model"):
+                yield ("checks", i, "model"), f"unknown model '{model}'"
+        args = c.get("args")
+        chip = args.get("chip") if isinstance(args, dict) else None
+        for one in chip if isinstance(chip, list) else [chip] if chip else []:
+            if str(one) not in store.ids("chip") and str(one) not in store.ids("node"):
+                yield ("checks", i, "args", "chip"), f"unknown chip '{one}'"
+
+
+class BudgetInvalid(AicalcError):
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"{len(problems)} problem(s) in the budget file: " + "; ".join(problems))

@@ -1,0 +1,145 @@
+"""check: verdicts derived independently from the itemized commands' JSON, boundaries, units, reports."""
+
+import json
+import shlex
+import xml.etree.ElementTree as ET
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+KV_ARGS = ["kv-cache", "llama-3.1-70b", "--chip", "h100-sxm", "--tp", "4", "--batch", "32", "--context", "8k", "--json"]
+
+
+def write(tmp_path, checks, name="budget.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"version": 1, "checks": checks}, sort_keys=False))
+    return path
+
+
+def kv_check(limits, severity="error", **args):
+    return {"name": "c", "command": "kv-cache", "model": "llama-3.1-70b",
+            "args": {"chip": "h100-sxm", "tp": 4, "batch": 32, "context": "8k"} | args,
+            "limits": limits, "severity": severity}
+
+
+@pytest.fixture
+def kv_row(cli):
+    return cli(*KV_ARGS).json["rows"][0]
+
+
+def test_exactly_at_the_limit_passes_one_byte_under_fails(cli, tmp_path, kv_row):
+    total = int(kv_row["total_bytes_per_device"])
+    assert total == kv_row["total_bytes_per_device"]
+    at = cli("check", write(tmp_path, [kv_check({"max_memory_per_device": str(total)})]), "--json")
+    assert at.code == 0 and at.json["rows"][0]["status"] == "pass" and at.json["rows"][0]["value"] == total
+    under = cli("check", write(tmp_path, [kv_check({"max_memory_per_device": str(total - 1)})]), "--json")
+    assert under.code == 1 and under.json["rows"][0]["status"] == "fail"
+
+
+def test_gb_vs_gib(cli, tmp_path, kv_row):
+    total = kv_row["total_bytes_per_device"]  # ~54.03 GiB = ~58.0 GB
+    gib = total / 2**30
+    gb = total / 1e9
+    assert int(gib) + 1 < gb  # N = ceil(GiB): "N GiB" is enough, "N GB" is too small
+    ok = cli("check", write(tmp_path, [kv_check({"max_memory_per_device": f"{int(gib) + 1}GiB"})]))
+    bad = cli("check", write(tmp_path, [kv_check({"max_memory_per_device": f"{int(gib) + 1}GB"})]))
+    assert ok.code == 0 and bad.code == 1
+
+
+def test_min_max_batch_boundary(cli, tmp_path, kv_row):
+    mb = kv_row["max_batch"]
+    assert cli("check", write(tmp_path, [kv_check({"min_max_batch": mb})])).code == 0
+    assert cli("check", write(tmp_path, [kv_check({"min_max_batch": mb + 1})])).code == 1
+
+
+def test_any_row_of_a_sweep_breaks_the_check(cli, tmp_path):
+    rows = cli("kv-cache", "llama-3.1-8b", "--batch", "1,16,64", "--context", "8k", "--json").json["rows"]
+    worst = max(r["total_bytes_per_device"] for r in rows)
+    middle = sorted(r["total_bytes_per_device"] for r in rows)[1]
+    check = {"name": "s", "command": "kv-cache", "model": "llama-3.1-8b", "args": {"batch": [1, 16, 64], "context": "8k"},
+             "limits": {"max_memory_per_device": str(int(middle))}}
+    r = cli("check", write(tmp_path, [check]), "--json")
+    assert r.code == 1 and r.json["rows"][0]["value"] == worst
+
+
+def test_warn_severity_and_fail_on_warn(cli, tmp_path):
+    path = write(tmp_path, [kv_check({"max_memory_per_device": "1GB"}, severity="warn")])
+    r = cli("check", path, "--json")
+    assert r.code == 0 and r.json["rows"][0]["status"] == "warn"
+    assert cli("check", path, "--fail-on-warn").code == 1
+
+
+def test_max_kv_cache_bytes(cli, tmp_path, kv_row):
+    kv = int(kv_row["kv_cache_bytes_per_device"])
+    assert cli("check", write(tmp_path, [kv_check({"max_kv_cache_bytes_per_device": kv})])).code == 0
+    assert cli("check", write(tmp_path, [kv_check({"max_kv_cache_bytes_per_device": kv - 1})])).code == 1
+
+
+def test_limit_without_row_key_is_an_error(cli, tmp_path):
+    r = cli("check", write(tmp_path, [kv_check({"max_ttft": "200ms"})]))
+    assert r.code == 2 and "max_ttft" in r.err
+
+
+def test_invalid_file_lists_every_problem_with_lines(cli, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("version: 2\nchecks:\n  - name: a\n    command: kv-cache\n    model: llama-3.1-8x\n"
+                    "    limits: {max_ttft: -1, bogus: 3}\n    args: {chip: h100-sxn}\n")
+    r = cli("check", path)
+    assert r.code == 2 and r.out == ""
+    lines = r.err.strip().splitlines()
+    assert any(":1: version" in line for line in lines)
+    assert any(":6: checks.0.limits" in line and "bogus" in line and "max_ttft" in line for line in lines)
+    assert any(":5: checks.0.model" in line and "llama-3.1-8x" in line for line in lines)
+    assert any(":7: checks.0.args.chip" in line for line in lines)
+
+
+def test_duplicate_names_and_missing_file(cli, tmp_path):
+    c = kv_check({"max_memory_per_device": "80GB"})
+    assert "used twice" in cli("check", write(tmp_path, [c, c])).err
+    assert cli("check", tmp_path / "none.yaml").code == 2
+
+
+def test_config_path_relative_to_budget_file(cli, tmp_path):
+    cfg = json.loads((ROOT / "tests/data/configs/llama-3.2-1b/config.json").read_text())
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    check = {"name": "local", "command": "kv-cache", "model": "m/config.json", "args": {"context": "4k"},
+             "limits": {"max_memory_per_device": "80GB"}}
+    assert cli("check", write(tmp_path, [check])).code == 0
+
+
+def test_junit_report(cli, tmp_path):
+    path = write(tmp_path, [kv_check({"max_memory_per_device": "1GB", "min_max_batch": 1})])
+    cli("check", path, "--junit", tmp_path / "j.xml")
+    suite = ET.parse(tmp_path / "j.xml").getroot()
+    assert suite.get("tests") == "2" and suite.get("failures") == "1"
+    assert len(suite.findall("testcase/failure")) == 1
+
+
+def test_github_annotations(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    r = cli("check", write(tmp_path, [kv_check({"max_memory_per_device": "1GB"})]))
+    assert r.code == 1 and "::error file=" in r.out
+
+
+def test_schema_shipped_is_current(cli):
+    shipped = json.loads((ROOT / "aicalc" / "schemas" / "budget.schema.json").read_text())
+    assert cli("check", "x", "--schema").json == shipped
+    assert set(shipped["$defs"]["Check"]["properties"]) >= {"name", "command", "model", "args", "limits", "severity"}
+
+
+def test_docs_ci_examples_run(cli, monkeypatch):
+    """The commands the GitHub workflow and the pre-commit hook run, executed."""
+    monkeypatch.chdir(ROOT)
+    wf = yaml.safe_load((ROOT / "docs/examples/ci/github-workflow.yml").read_text())
+    runs = [s["run"] for s in wf["jobs"]["budgets"]["steps"] if str(s.get("run", "")).startswith("aicalc ")]
+    hook = yaml.safe_load((ROOT / "docs/examples/ci/pre-commit-config.yaml").read_text())["repos"][0]["hooks"][0]
+    runs.append(" ".join([hook["entry"], *hook["args"]]))
+    assert len(runs) == 2
+    for command in runs:
+        args = shlex.split(command)[1:]
+        args = [str(ROOT / "aicalc-budgets.xml.test") if a == "aicalc-budgets.xml" else a for a in args]
+        assert cli(*args).code == 0, command
+    (ROOT / "aicalc-budgets.xml.test").unlink(missing_ok=True)
