@@ -66,8 +66,9 @@ def load_yaml(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise AicalcError(f"{path}: cannot read ({e.strerror})") from None
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the libyaml-backed safe loader when available
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
