@@ -98,7 +98,9 @@ def kv_cache(
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel devices")] = 1,
     chip: Annotated[str | None, typer.Option("--chip", help="chip or node id: adds capacity and max_batch")] = None,
     budget: Annotated[str | None, typer.Option("--budget", help="fail (exit 1) when a row needs more per device")] = None,
-    block_size: Annotated[int, typer.Option("--block-size", help="paged-cache block in tokens (vLLM 16); 1 = exact")] = 16,
+    block_size: Annotated[int | None, typer.Option("--block-size", help="paged-cache block in tokens (vLLM 16); 1 = exact")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="vllm: paged blocks, rolling windows; hf: transformers' "
+                                                         "DynamicCache (unpaged, windows keep W-1)")] = "vllm",
     utilization: Annotated[str, typer.Option("--gpu-memory-utilization", help="fraction of memory the engine may use")] = "0.9",
     overhead: Annotated[str | None, typer.Option("--overhead", help="runtime overhead per device (default: modelled)")] = None,
     solve: Annotated[str | None, typer.Option("--solve", help="max-context: longest context that fits at --batch")] = None,
@@ -110,14 +112,16 @@ def kv_cache(
     from aicalc.sweep import parse_sweep
     from aicalc.units import parse_bytes, parse_count, parse_fraction
 
-    if block_size < 1:
+    if block_size is not None and block_size < 1:
         raise AicalcError(f"--block-size must be at least 1, got {block_size}")
+    if block_size is None:
+        block_size = 1 if engine == "hf" else 16
     req = KVRequest(
         model=model, batch=parse_sweep(batch, lambda t: parse_count(t, "--batch"), "--batch"),
         context=parse_sweep(context, lambda t: parse_count(t, "--context"), "--context"),
         kv_dtype=kv_dtype, dtype=dtype, tp=tp, chip=chip, budget=parse_bytes(budget, "--budget") if budget else None,
         block_size=block_size, utilization=parse_fraction(utilization, "--gpu-memory-utilization"),
-        overhead=parse_bytes(overhead, "--overhead") if overhead else None, solve=solve,
+        overhead=parse_bytes(overhead, "--overhead") if overhead else None, solve=solve, engine=engine,
     )
     return emit(run(req), fmt, json_)
 

@@ -24,13 +24,14 @@ class KVRequest:
     utilization: float = 0.9
     overhead: float | None = None
     solve: str | None = None
+    engine: str = "vllm"
 
 
 def run(req: KVRequest) -> Result:
     import numpy as np
 
     from aicalc.core import capacity
-    from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
+    from aicalc.core.kv_cache import ENGINES, kv_cache_bytes, kv_shape
     from aicalc.core.layout import check_tp
     from aicalc.core.weights import weight_bytes_per_device
     from aicalc.sweep import grid
@@ -50,7 +51,9 @@ def run(req: KVRequest) -> Result:
     if req.solve == "max-context" and chip is None:
         raise AicalcError("--solve max-context needs --chip")
 
-    shape = kv_shape(arch, req.kv_dtype, req.tp)
+    if req.engine not in ENGINES:
+        raise AicalcError(f"--engine must be one of {', '.join(ENGINES)}, got '{req.engine}'")
+    shape = kv_shape(arch, req.kv_dtype, req.tp, engine=req.engine)
     g = grid(batch=req.batch, context=req.context)
     B, S = g["batch"], g["context"]
     for name, arr in (("--batch", B), ("--context", S)):
@@ -118,7 +121,7 @@ def run(req: KVRequest) -> Result:
                             + (" …" if over.size > 5 else ""))
     inputs = {"model": spec.id, "batch": req.batch, "context": req.context, "kv_dtype": req.kv_dtype,
               "dtype": req.dtype, "tp": req.tp, "chip": req.chip, "budget": req.budget, "block_size": req.block_size,
-              "utilization": req.utilization, "overhead_bytes": overhead, "solve": req.solve}
+              "utilization": req.utilization, "overhead_bytes": overhead, "solve": req.solve, "engine": req.engine}
     result = Result("kv-cache", inputs, rows_from_columns(cols), warnings=warnings, exit_code=exit_code,
                     title=f"{spec.name}: KV cache ({req.kv_dtype}, {arch.attention_kind}, TP {req.tp})"
                           + (f" on {chip.name}" if chip else ""),

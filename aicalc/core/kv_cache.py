@@ -31,7 +31,21 @@ class KVShape:
         return self.bytes_per_token_layer * (self.full_layers + self.sliding_layers)
 
 
-def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1) -> KVShape:
+ENGINES = ("vllm", "hf")
+
+
+def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vllm") -> KVShape:
+    """Cache geometry as an engine holds it.
+
+    ``vllm`` (also transformers' StaticCache): a sliding layer keeps W tokens (a rolling buffer, IM-09).
+    ``hf``, transformers' default DynamicCache: a sliding layer keeps W − 1 tokens after a forward
+    (the new token attends to W − 1 cached ones), and Falcon's new decoder architecture caches K/V
+    broadcast to all A query heads (``torch.broadcast_to`` in ``FalconAttention``), not its K kv heads.
+    """
+    if engine == "hf" and arch.family == "falcon" and arch.kv_heads not in (1, arch.heads):
+        from dataclasses import replace
+
+        arch = replace(arch, kv_heads=arch.heads)
     if arch.mla is not None:
         m = arch.mla
         elems = m.kv_lora_rank + m.qk_rope_head_dim
@@ -39,7 +53,8 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1) -> KVShape:
     else:
         per_layer = 2 * kv_heads_per_device(arch, tp) * arch.head_dim * kv_bytes_per_element(kv_dtype, arch.head_dim)
     sliding = arch.sliding_layers
-    return KVShape(per_layer, arch.layers - sliding, sliding, (arch.sliding_window or 0) if sliding else 0)
+    keep = arch.sliding_window - (1 if engine == "hf" else 0) if sliding else 0
+    return KVShape(per_layer, arch.layers - sliding, sliding, keep)
 
 
 def kv_bytes_per_token(arch: Arch, kv_dtype: str = "bf16") -> float:
