@@ -44,8 +44,10 @@ def header(key: str) -> str:
     if qualifier:
         return header(key) + " " + qualifier.lstrip("_").replace("_", " ")
     for suffix, _ in _SUFFIXES:
-        if key.endswith(suffix) and key != suffix.lstrip("_"):
-            key = key[: -len(suffix)]
+        if key == suffix[1:]:
+            break
+        if key.endswith(suffix):
+            key = key[: -len(suffix)] + (" tok/s" if suffix == "_tokens_per_s" else "")
             break
     return key.replace("_", " ")
 
@@ -63,7 +65,7 @@ def human(key: str, value: Any) -> str:
         return "—"
     key = _split(key)[0]
     for suffix, fmt in _SUFFIXES:
-        if key.endswith(suffix):
+        if key.endswith(suffix) or key == suffix[1:]:
             return fmt(value)
     if key in _COUNTS or key.endswith("_params"):
         return fmt_count(value)

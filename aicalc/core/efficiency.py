@@ -37,14 +37,14 @@ from aicalc.errors import AicalcError
 class Efficiency:
     flop_max: float = 0.85  # large-GEMM fraction of dense peak (OP-01: 0.93 on a bare A100 GEMM)
     gemm_half_dim: float = 48.0  # a GEMM dimension of this size halves the efficiency (OP-01/OP-02)
-    low_precision_flop_factor: float = 0.55  # 8-bit compute efficiency relative to 16-bit (PF-03/04, SV-05…12)
-    bandwidth: float = 0.80  # fraction of datasheet memory bandwidth (gpt-fast "practical peak ~1700 GB/s", DE-01)
-    quant_bandwidth: float = 0.62  # weight-only quantized kernels (DE-02/03/05)
+    low_precision_flop_factor: float = 0.60  # 8-bit compute efficiency relative to 16-bit (PF-03/04, SV-05…12)
+    bandwidth: float = 0.90  # fraction of datasheet memory bandwidth (gpt-fast "practical peak ~1700 GB/s", DE-01)
+    quant_bandwidth: float = 0.75  # weight-only quantized kernels (DE-02/03/05)
     overlap_p: float = 2.0  # compute/memory overlap exponent inside a kernel
     kernel_overhead_s: float = 4e-6  # launch + tail per kernel
-    step_overhead_s: float = 1.0e-3  # per forward pass (host, sampling, sync)
-    collective_latency_s: float = 12e-6  # latency floor per all-reduce (NCCL small-message latency)
-    link: float = 0.75  # fraction of per-direction interconnect bandwidth a ring collective reaches
+    step_overhead_s: float = 0.0  # per forward pass (host, sampling, sync)
+    collective_latency_s: float = 20e-6  # latency floor per all-reduce (NCCL small-message latency)
+    link: float = 0.50  # fraction of per-direction interconnect bandwidth a ring collective reaches
     # training only
     train_elementwise_bytes: float = 120.0  # bytes of non-matmul traffic per token per layer, in units of H
     dp_overlap: float = 0.0  # fraction of the data-parallel gradient collective hidden behind backward
@@ -102,4 +102,8 @@ def combine(t_compute, t_memory, p: float):
 
     if not np.isfinite(p):
         return np.maximum(t_compute, t_memory)
+    if p == 2.0:
+        return np.hypot(t_compute, t_memory)
+    if p == 1.0:
+        return t_compute + t_memory
     return (np.asarray(t_compute) ** p + np.asarray(t_memory) ** p) ** (1.0 / p)

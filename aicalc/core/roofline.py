@@ -120,6 +120,8 @@ class Formats:
     kv_bytes: float  # bytes per cached K or V element (scales included)
     quantized: bool  # weight-only quantized (dequantized inside the kernel)
     flash: bool = True
+    kv_shared: bool = True  # a GQA/MQA kernel reads each kv head once for its whole query group; False: once
+    #                         per query head (TensorRT-LLM ≤ v0.6 masked MHA, gpt-fast's repeat_interleave)
 
 
 @dataclass
@@ -203,8 +205,12 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     if sl:
         keys = keys + _keys_sum(P, T, s.window) * sl
         cached = cached + np.minimum(P + T, s.window) * sl
-    # KV traffic: write T new tokens, read every cached token once per sequence (flash / decode)
-    kv_io = B * (cached + T * L) * kvtok
+    # KV traffic: write T new tokens, read every cached token once per sequence (flash / decode); kernels that
+    # do not share a kv head across its query group read it once per query head
+    reread = 1.0
+    if not fm.kv_shared and s.kv_heads_or_latent:
+        reread = heads / np.maximum(1.0, np.floor(s.kv_heads_or_latent / tp))
+    kv_io = B * (cached * reread + T * L) * kvtok
     score_flop = 2.0 * B * heads * s.qk_dim * keys
     value_flop = 2.0 * B * heads * s.v_dim * keys
     q_io = M * heads * (s.qk_dim + s.v_dim) * ab * L  # read q, write the attention output

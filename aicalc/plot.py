@@ -1,0 +1,83 @@
+"""Roofline pictures: a log-log chart of attainable FLOP/s vs arithmetic intensity.
+
+``terminal_chart`` draws it with text characters under the table (tty only); ``write_plot`` writes PNG/SVG
+through the optional matplotlib extra (``pip install 'aicalc[plot]'``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from aicalc.errors import AicalcError
+
+
+def _points(rows):
+    for r in rows:
+        ai = r.get("arithmetic_intensity")
+        t = r.get("time_s")
+        if ai and t and r.get("flop"):
+            yield f"{r['phase'][0]}{r['batch']}", ai, r["flop"] / t
+
+
+def terminal_chart(rows, ridge: float, peak: float, bw: float, width: int = 60, height: int = 14):
+    """A callable(console) drawing the roofs ('/' memory, '-' compute) and each phase as p/d + batch."""
+    pts = list(_points(rows))
+
+    def draw(con) -> None:
+        if not pts:
+            return
+        x0, x1 = math.log10(0.1), math.log10(max(ridge * 100, max(p[1] for p in pts) * 2))
+        y1 = math.log10(peak * 1.5)
+        y0 = y1 - 5
+        grid = [[" "] * width for _ in range(height)]
+        for c in range(width):
+            ai = 10 ** (x0 + (x1 - x0) * c / (width - 1))
+            roof = min(peak, ai * bw)
+            r = int((y1 - math.log10(roof)) / (y1 - y0) * (height - 1))
+            if 0 <= r < height:
+                grid[r][c] = "-" if ai >= ridge else "/"
+        for label, ai, fl in pts:
+            c = int((math.log10(ai) - x0) / (x1 - x0) * (width - 1))
+            r = int((y1 - math.log10(max(fl, 10 ** y0))) / (y1 - y0) * (height - 1))
+            if 0 <= r < height and 0 <= c < width:
+                grid[r][c] = label[0]
+        con.print(f"attainable FLOP/s vs FLOP/byte (log-log); ridge {ridge:,.0f}; p = prefill, d = decode")
+        for line in grid:
+            con.print("|" + "".join(line), markup=False, highlight=False)
+        con.print("+" + "-" * width, markup=False, highlight=False)
+
+    return draw
+
+
+def write_plot(path: str, rows, ridge: float, peak: float, bw: float, title: str = "") -> None:
+    """Write the roofline chart to PNG/SVG (by extension) with matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise AicalcError("--plot needs matplotlib: pip install 'aicalc[plot]'") from None
+    import numpy as np
+
+    pts = list(_points(rows))
+    hi = max([ridge * 100] + [p[1] * 2 for p in pts])
+    x = np.logspace(-1, math.log10(hi), 200)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.loglog(x, np.minimum(peak, x * bw), color="black", label="roof (dense peak, datasheet bandwidth)")
+    ax.axvline(ridge, color="grey", linestyle=":", label=f"ridge {ridge:,.0f} FLOP/B")
+    for r in rows:
+        if r.get("arithmetic_intensity") and r.get("time_s") and r.get("flop"):
+            name = r["phase"] if r.get("op", "total") == "total" else f"{r['phase']}:{r['op']}"
+            ax.scatter(r["arithmetic_intensity"], r["flop"] / r["time_s"], s=14)
+            ax.annotate(f"{name} B={r['batch']}", (r["arithmetic_intensity"], r["flop"] / r["time_s"]), fontsize=6)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("attainable FLOP/s")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    try:
+        fig.savefig(path, bbox_inches="tight")
+    except (OSError, ValueError) as e:
+        raise AicalcError(f"--plot {path}: cannot write ({e})") from None
+    finally:
+        plt.close(fig)
