@@ -283,6 +283,44 @@ def train_mem(
     return emit(run(opts), fmt, json_)
 
 
+@app.command("serve")
+def serve(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, config.json or a folder holding one")],
+    chip: Annotated[str, typer.Option("--chip", help="chip preset id")] = "h100-sxm",
+    chips: Annotated[int | None, typer.Option("--chips", help="chips in the deployment (default: --tp); replicas = chips / tp")] = None,
+    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree of one replica")] = 1,
+    prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens per request (sweepable)")] = "1024",
+    gen: Annotated[str, typer.Option("--gen", help="output tokens per request (sweepable)")] = "256",
+    concurrency: Annotated[str | None, typer.Option("--concurrency", help="concurrent requests in the deployment "
+                                                   "(sweepable; default 1, 2, 4, … up to what fits)")] = None,
+    max_ttft: Annotated[str | None, typer.Option("--max-ttft", help="latency target for time to first token, e.g. 500ms")] = None,
+    max_tpot: Annotated[str | None, typer.Option("--max-tpot", help="latency target per output token, e.g. 50ms")] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="weights: bf16, fp8, int8, int4, …")] = "bf16",
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16, fp16, fp8, int8, int4")] = "bf16",
+    price: Annotated[float | None, typer.Option("--price", help="USD per chip-hour (default: the chip preset's)")] = None,
+    fmt: Format = "table",
+    json_: Json = False,
+):
+    """A serving deployment under continuous batching: TTFT, TPOT, tokens/s, fit, latency targets, cost."""
+    from aicalc.commands.serve import ServeRequest, run
+    from aicalc.sweep import parse_sweep
+    from aicalc.units import parse_duration, parse_int
+
+    def ints(text, what):
+        return parse_sweep(text, lambda t: parse_int(t, what), what)
+
+    if price is not None and not price > 0:
+        raise AicalcError(f"--price must be positive, got {price}")
+    req = ServeRequest(
+        model=model, chip=chip, chips=chips, tp=tp, prompt=ints(prompt, "--prompt"), gen=ints(gen, "--gen"),
+        concurrency=ints(concurrency, "--concurrency") if concurrency else None,
+        max_ttft=parse_duration(max_ttft, "--max-ttft") if max_ttft else None,
+        max_tpot=parse_duration(max_tpot, "--max-tpot") if max_tpot else None,
+        dtype=dtype, kv_dtype=kv_dtype, price=price,
+    )
+    return emit(run(req), fmt, json_)
+
+
 def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 

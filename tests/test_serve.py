@@ -1,0 +1,71 @@
+"""serve: continuous-batching arithmetic on top of the roofline core, fit, latency targets, cost."""
+
+import pytest
+
+from aicalc.commands.serve import steady_state
+
+
+def test_steady_state_formula_hand_derived():
+    # 64 running sequences, 256 output tokens each: 64/256 = 0.25 prefills per step of 100 ms each
+    ttft, tpot = steady_state(0.100, 0.020, 64, 256)
+    assert tpot == pytest.approx(0.020 + 0.025)
+    assert ttft == pytest.approx(0.120)
+
+
+def test_decode_step_is_the_roofline_decode(cli):
+    # one replica, concurrency 1, gen 2 → no prefill interleave beyond 1/2 prefill per step:
+    # TPOT = decode(batch 1, context prompt + gen/2) + prefill(prompt) / gen
+    s = cli("serve", "llama-2-7b", "--chip", "a100-80gb", "--concurrency", "1", "--prompt", "512", "--gen", "256",
+            "--json").json["rows"][0]
+    r = cli("roofline", "llama-2-7b", "--chip", "a100-80gb", "--batch", "1", "--prompt", "512", "--gen", "256",
+            "--json").json["rows"]
+    pre = next(x for x in r if x["phase"] == "prefill")["time_s"]
+    dec = next(x for x in r if x["phase"] == "decode")["time_s"]
+    assert s["tpot_s"] == pytest.approx(dec + pre / 256, rel=1e-9)
+    assert s["ttft_s"] == pytest.approx(pre + dec, rel=1e-9)
+    assert s["output_tokens_per_s"] == pytest.approx(1 / s["tpot_s"], rel=1e-9)
+
+
+def test_contract_keys_and_auto_concurrency_stops_at_fit(cli):
+    r = cli("serve", "llama-3.1-8b", "--chip", "l4", "--json")
+    rows = r.json["rows"]
+    for k in ("concurrency", "ttft_s", "tpot_s", "output_tokens_per_s"):
+        assert k in rows[0]
+    assert all(row["fits"] for row in rows)
+    kv = cli("kv-cache", "llama-3.1-8b", "--chip", "l4", "--context", "1280", "--json").json["rows"][0]
+    assert rows[-1]["concurrency"] == kv["max_batch"]  # 1024 + 256 tokens per request
+
+
+def test_replicas_scale_throughput(cli):
+    one = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", "--concurrency", "32", "--json").json["rows"][0]
+    four = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", "--chips", "4", "--concurrency", "128",
+               "--json").json["rows"][0]
+    assert four["output_tokens_per_s"] == pytest.approx(4 * one["output_tokens_per_s"])
+
+
+def test_latency_targets_and_exit_codes(cli):
+    ok = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", "--concurrency", "8", "--max-tpot", "1s")
+    assert ok.code == 0
+    bad = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", "--concurrency", "8", "--max-tpot", "1ms", "--json")
+    assert bad.code == 1 and not bad.json["rows"][0]["meets_slo"]
+    assert cli("serve", "llama-3.1-8b", "--chips", "3", "--tp", "2").code == 2
+
+
+def test_cost_per_million_tokens_from_price(cli):
+    row = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", "--concurrency", "16", "--price", "2",
+              "--json").json["rows"][0]
+    assert row["usd_per_million_output_tokens"] == pytest.approx(2 / 3600 / row["output_tokens_per_s"] * 1e6)
+
+
+@pytest.mark.parametrize("case, chip, tp, measured", [("SV-01", "h100-sxm", 2, 21_805.8), ("SV-03", "h200", 1, 27_738.3)])
+def test_mlperf_offline_envelope(cli, case, chip, tp, measured):
+    """MLPerf v4.0 llama2-70b Offline, 8 GPUs, FP8 (validation-cases §6: envelope checks; the scheduler matters).
+
+    ~292 output tokens per sample (derived in the reference); prompt 1024 as a round OpenOrca-like length.
+    aicalc's efficiency model was calibrated on 2023 TensorRT-LLM kernels and lands at 0.35–0.5× of these
+    2024 submissions; the test holds it inside a documented envelope of 0.3–1.2×.
+    """
+    rows = cli("serve", "llama-2-70b", "--chip", chip, "--chips", "8", "--tp", tp, "--dtype", "fp8", "--kv-dtype",
+               "fp8", "--prompt", "1024", "--gen", "292", "--json").json["rows"]
+    best = max(r["output_tokens_per_s"] for r in rows)
+    assert 0.3 * measured < best < 1.2 * measured
