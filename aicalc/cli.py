@@ -321,6 +321,38 @@ def serve(
     return emit(run(req), fmt, json_)
 
 
+@app.command("compare")
+def compare(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, config.json or a folder holding one")],
+    chip: Annotated[list[str] | None, typer.Option("--chip", help="chip preset id (repeatable)")] = None,
+    tokens: Annotated[str | None, typer.Option("--tokens", help="training tokens (default: 20 per parameter)")] = None,
+    seq: Annotated[str, typer.Option("--seq", help="training sequence length")] = "4096",
+    prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens per inference request")] = "1024",
+    gen: Annotated[str, typer.Option("--gen", help="output tokens per inference request")] = "256",
+    dtype: Annotated[str, typer.Option("--dtype", help="inference weights: bf16, fp8, int8, int4, …")] = "bf16",
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="inference KV cache dtype")] = "bf16",
+    requests_per_day: Annotated[str, typer.Option("--requests-per-day", help="for the annual inference cost")] = "1M",
+    years: Annotated[float, typer.Option("--years", help="inference lifetime for the cost split")] = 1.0,
+    max_ttft: Annotated[str, typer.Option("--max-ttft", help="inference latency target (MLPerf llama2-70b: 2s)")] = "2s",
+    max_tpot: Annotated[str, typer.Option("--max-tpot", help="inference latency target (MLPerf llama2-70b: 200ms)")] = "200ms",
+    fmt: Format = "table",
+    json_: Json = False,
+):
+    """Training vs inference side by side, chip by chip: memory, chips needed, speed, cost, energy."""
+    from aicalc.commands.compare import CompareRequest, run
+    from aicalc.units import parse_count, parse_duration, parse_int
+
+    if not years > 0:
+        raise AicalcError(f"--years must be positive, got {years}")
+    req = CompareRequest(
+        model=model, chips=chip or ["h100-sxm"], tokens=parse_count(tokens, "--tokens") if tokens else None,
+        seq=parse_int(seq, "--seq"), prompt=parse_int(prompt, "--prompt"), gen=parse_int(gen, "--gen"), dtype=dtype,
+        kv_dtype=kv_dtype, requests_per_day=parse_count(requests_per_day, "--requests-per-day"), years=years,
+        max_ttft=parse_duration(max_ttft, "--max-ttft"), max_tpot=parse_duration(max_tpot, "--max-tpot"),
+    )
+    return emit(run(req), fmt, json_)
+
+
 def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
@@ -330,6 +362,8 @@ def main(argv: list[str] | None = None, env: Env | None = None) -> int:
     global _env
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    if debug:  # accepted anywhere on the line, not only before the command
+        args = [a for a in args if a != "--debug"]
     outer, _env = _env, env or Env.from_system()
     try:
         code = _main(args, debug)

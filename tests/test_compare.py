@@ -1,0 +1,79 @@
+"""compare: every number traceable to the itemized commands (derived here from their own JSON)."""
+
+import math
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def rows():
+    import io
+
+    from aicalc.cli import main
+    from aicalc.env import Env
+
+    out = io.StringIO()
+    code = main(["compare", "llama-2-70b", "--chip", "h100-sxm", "--chip", "groq-lpu", "--requests-per-day", "10M",
+                 "--json"], env=Env(out, io.StringIO(), False))
+    assert code == 0
+    import json
+
+    return {(r["chip"], r["phase"]): r for r in json.loads(out.getvalue())["rows"]}
+
+
+def test_contract_keys(rows):
+    for row in rows.values():
+        for key in ("chip", "phase", "memory_bytes", "chips_needed"):
+            assert key in row
+    assert {p for _, p in rows} == {"training", "inference"}
+
+
+def test_training_chips_needed_is_the_fewest_train_mem_fits_on(cli, rows):
+    n = rows[("h100-sxm", "training")]["chips_needed"]
+    assert cli("train-mem", "llama-2-70b", "--chip", "h100-sxm", "--search", "--chips", n, "--seq", "4096",
+               "--json").json["rows"]
+    assert not cli("train-mem", "llama-2-70b", "--chip", "h100-sxm", "--search", "--chips", n // 2, "--seq", "4096",
+                   "--json").json["rows"]
+
+
+def test_inference_chips_needed_is_the_smallest_tp_that_fits(cli, rows):
+    r = rows[("h100-sxm", "inference")]
+    tp = r["chips_needed"]
+    assert tp == 2  # 68.98e9 params × 2 B = 128.5 GiB > 0.9 × 80 GiB
+    one = cli("kv-cache", "llama-2-70b", "--chip", "h100-sxm", "--context", "1280", "--json").json["rows"][0]
+    assert not one["fits"]
+    two = cli("kv-cache", "llama-2-70b", "--chip", "h100-sxm", "--tp", "2", "--context", "1280",
+              "--batch", r["batch"], "--json").json["rows"][0]
+    assert two["fits"]
+
+
+def test_sram_chip_count(rows):
+    # 68,976,648,192 params × 2 B over 230 MB of SRAM per chip: at least 600 chips
+    r = rows[("groq-lpu", "inference")]
+    assert r["chips_needed"] >= math.ceil(68_976_648_192 * 2 / 230e6)
+    assert not rows[("groq-lpu", "training")]["fits"]
+
+
+def test_cost_arithmetic(rows):
+    t, i = rows[("h100-sxm", "training")], rows[("h100-sxm", "inference")]
+    assert t["training_usd"] == pytest.approx(t["chip_hours"] * 3.99)
+    assert i["annual_inference_usd"] == pytest.approx(i["usd_per_request"] * 10e6 * 365)
+    share = i["annual_inference_usd"] / (i["annual_inference_usd"] + t["training_usd"])
+    assert i["inference_share_of_lifetime_cost"] == pytest.approx(share)
+    # per 1M output tokens: chips × $/h ÷ tokens per hour
+    assert i["usd_per_million_output_tokens"] == pytest.approx(2 * 3.99 / 3600 / i["output_tokens_per_s"] * 1e6)
+
+
+def test_training_time_matches_train_time(cli, rows):
+    t = rows[("h100-sxm", "training")]
+    assert t["total_time_s"] == pytest.approx(t["tokens"] / t["tokens_per_s"], rel=1e-6)
+
+
+def test_edge_npu_falls_back_to_smaller_weights(cli):
+    r = cli("compare", "llama-3.1-8b", "--chip", "qualcomm-hexagon", "--json")
+    inf = next(x for x in r.json["rows"] if x["phase"] == "inference")
+    assert inf["fits"] and inf["precision"] in ("bf16", "int8", "int4")
+
+
+def test_nodes_rejected(cli):
+    assert cli("compare", "gpt2", "--chip", "dgx-h100").code == 2
