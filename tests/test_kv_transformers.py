@@ -7,6 +7,7 @@ import pytest
 
 from aicalc.catalog.hf_config import arch_from_config
 from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
+
 from conftest import DATA
 
 DOC = json.loads((DATA / "validation" / "kv_cache.json").read_text())
