@@ -22,7 +22,7 @@ LIMITS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "max_usd_per_million_tokens": (("usd_per_million_output_tokens", "usd_per_million_tokens"), "max", "number"),
     "max_chips_needed": (("chips_needed",), "max", "count"),
     "max_total_time": (("total_time_s",), "max", "duration"),
-    "max_training_usd": (("training_usd", "cost_usd"), "max", "number"),
+    "max_training_cost_usd": (("training_cost_usd", "cost_usd"), "max", "number"),
 }
 
 

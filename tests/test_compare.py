@@ -56,9 +56,9 @@ def test_sram_chip_count(rows):
 
 def test_cost_arithmetic(rows):
     t, i = rows[("h100-sxm", "training")], rows[("h100-sxm", "inference")]
-    assert t["training_usd"] == pytest.approx(t["chip_hours"] * 3.99)
-    assert i["annual_inference_usd"] == pytest.approx(i["usd_per_request"] * 10e6 * 365)
-    share = i["annual_inference_usd"] / (i["annual_inference_usd"] + t["training_usd"])
+    assert t["training_cost_usd"] == pytest.approx(t["chip_hours"] * 3.99)
+    assert i["annual_inference_cost_usd"] == pytest.approx(i["usd_per_request"] * 10e6 * 365)
+    share = i["annual_inference_cost_usd"] / (i["annual_inference_cost_usd"] + t["training_cost_usd"])
     assert i["inference_share_of_lifetime_cost"] == pytest.approx(share)
     # per 1M output tokens: chips × $/h ÷ tokens per hour
     assert i["usd_per_million_output_tokens"] == pytest.approx(2 * 3.99 / 3600 / i["output_tokens_per_s"] * 1e6)

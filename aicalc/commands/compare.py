@@ -90,7 +90,7 @@ def _inference(req: CompareRequest, chip, warnings: list[str]) -> dict:
         need = dec["chips_needed"]
         return row | {"fits": True, "chips_needed": need, "precision": req.dtype, "batch": 1,
                       "layout": f"weights spread over {need} chips' SRAM (pipeline)",
-                      "memory_bytes": dec["weights_bytes_per_device"] + dec["kv_cache_bytes_per_device"],
+                      "memory_bytes": (dec["weights_bytes_per_device"] + dec["kv_cache_bytes_per_device"]) / need,
                       "kv_cache_bytes": dec["kv_cache_bytes_per_device"], "ttft_s": dec["ttft_s"], "tpot_s": dec["tpot_s"],
                       "output_tokens_per_s": dec["output_tokens_per_s"], "bound": dec["bound"],
                       "metric": "TTFT, time per output token, tokens/s"}
@@ -147,7 +147,7 @@ def _money(row: dict, chip, req: CompareRequest) -> None:
         return
     if row["phase"] == "training":
         if price:
-            row["training_usd"] = row["chip_hours"] * price
+            row["training_cost_usd"] = row["chip_hours"] * price
         if tdp:
             row["training_kwh"] = cost.kwh(1, row["chip_hours"] * 3600, tdp)
         return
@@ -156,7 +156,7 @@ def _money(row: dict, chip, req: CompareRequest) -> None:
         row["usd_per_million_output_tokens"] = cost.usd_per_million_tokens(n, tps, price)
         per_req = cost.usd(n, cost.request_seconds(row["ttft_s"], row["tpot_s"], req.gen, row["batch"] or 1), price)
         row["usd_per_request"] = per_req
-        row["annual_inference_usd"] = per_req * req.requests_per_day * 365
+        row["annual_inference_cost_usd"] = per_req * req.requests_per_day * 365
     if tdp:
         row["joules_per_output_token"] = cost.joules_per_token(n, tps, tdp)
 
@@ -180,10 +180,10 @@ def run(req: CompareRequest) -> Result:
         for row in pair:
             _money(row, chip, req)
         train, infer = pair
-        if train.get("training_usd") and infer.get("annual_inference_usd"):
+        if train.get("training_cost_usd") and infer.get("annual_inference_cost_usd"):
             from aicalc.core.cost import lifetime_split
 
-            share = lifetime_split(train["training_usd"], infer["annual_inference_usd"], req.years)
+            share = lifetime_split(train["training_cost_usd"], infer["annual_inference_cost_usd"], req.years)
             for row in pair:
                 row["inference_share_of_lifetime_cost"] = share
         rows += pair
@@ -192,8 +192,8 @@ def run(req: CompareRequest) -> Result:
               "dtype": req.dtype, "kv_dtype": req.kv_dtype, "requests_per_day": req.requests_per_day,
               "years": req.years, "max_ttft_s": req.max_ttft, "max_tpot_s": req.max_tpot}
     columns = ["chip", "phase", "precision", "layout", "chips_needed", "batch", "memory_bytes", "bound", "mfu",
-               "total_time_s", "ttft_s", "tpot_s", "output_tokens_per_s", "training_usd",
-               "usd_per_million_output_tokens", "annual_inference_usd"]
+               "total_time_s", "ttft_s", "tpot_s", "output_tokens_per_s", "training_cost_usd",
+               "usd_per_million_output_tokens", "annual_inference_cost_usd"]
     notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (TP ≤ 8 preferred), "
              f"{tokens:.3g} tokens; inference: smallest TP that serves {req.prompt}+{req.gen}-token requests within "
              f"TTFT ≤ {req.max_ttft:g} s, TPOT ≤ {req.max_tpot * 1e3:g} ms at the best concurrency",
