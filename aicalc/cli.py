@@ -22,9 +22,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: --help stays fast (no rich import)
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-presets_app = typer.Typer(help="Browse the chip and model catalog.", no_args_is_help=True)
+presets_app = typer.Typer(help="Browse the chip and model catalog.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(presets_app, name="presets")
 
 _env: Env | None = None

@@ -216,7 +216,9 @@ def test_internal_error_exit_3(cli, monkeypatch):
 
 
 def test_help_does_not_import_heavy_modules():
-    code = "import sys; from aicalc.cli import main; main(['--help']) if False else None; " \
-           "import aicalc.cli; print(sorted(m for m in ('numpy','rich','pydantic','yaml') if m in sys.modules))"
+    code = ("import io, sys; from aicalc.cli import main; from aicalc.env import Env; "
+            "main(['--help'], env=Env(io.StringIO(), io.StringIO(), False)); "
+            "main(['kv-cache', '--help'], env=Env(io.StringIO(), io.StringIO(), False)); "
+            "print(sorted(m for m in ('numpy', 'rich', 'yaml', 'matplotlib') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
