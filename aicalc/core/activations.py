@@ -1,0 +1,287 @@
+"""Activation memory: the bytes autograd keeps from the forward pass until the backward pass, loss included.
+
+Two models, chosen by ``--framework``:
+
+* ``megatron``: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+  (arXiv 2205.05198), Table 2 per layer, §4.2.3 pipeline rule, §4.3 terms outside the layers
+  (validation cases TM-15…TM-19), plus Megatron-LM's own ``compute_activation_memory`` (TM-20).
+* ``hf``: what Hugging Face transformers' eager PyTorch code saves, tensor by tensor, derived from the
+  modeling code and verified with ``torch.autograd.graph.saved_tensors_hooks``
+  (``validation/record_activations.py`` → ``tests/data/validation/activations.json``).
+
+Notation: B micro-batch, S sequence, H hidden, A heads, K kv heads, d head_dim, F ffn size, V vocab,
+L layers, t tensor-parallel size, p pipeline size, a bytes per activation element (2 for bf16/fp16, 4 for
+fp32). Every function broadcasts over numpy arrays of B, S, t, p, … so one call evaluates one configuration
+or a million. Results are bytes (float64).
+"""
+
+from __future__ import annotations
+
+from aicalc.catalog.arch import Arch
+
+# --------------------------------------------------------------------------------------------------
+# Megatron / Korthikanti
+# --------------------------------------------------------------------------------------------------
+
+
+def korthikanti_layer(s, b, h, a, t=1, sp=False, recompute="none", flash=False):
+    """Activation bytes of one transformer layer, Korthikanti et al. 2022 Table 2 (TM-15).
+
+    16-bit activations, 1-byte dropout masks, layernorm statistics ignored, F = 4h:
+
+    * no parallelism: ``sbh(34 + 5as/h)``; tensor parallel: ``sbh(10 + 24/t + 5as/(ht))``;
+      tensor + sequence parallel: ``sbh(34/t + 5as/(ht))`` (t = 1 gives the first form).
+    * selective recompute (§5, recompute the attention core) or flash attention drop the ``5as/(ht)``
+      term (attention ``11sbh + 5as²b``, MLP ``19sbh``, two LayerNorm inputs ``4sbh``).
+    * full recompute keeps only the layer input, ``2sbh`` (Table 2 last row; divided by t with SP).
+
+    ``sp`` and ``flash`` may be boolean arrays. ``recompute`` is "none", "selective" or "full".
+    """
+    import numpy as np
+
+    s, b, h, a, t = (np.asarray(x, dtype=np.float64) for x in (s, b, h, a, t))
+    sp = np.asarray(sp, dtype=bool)
+    flash = np.asarray(flash, dtype=bool)
+    sbh = s * b * h
+    attn_core = np.where(flash | (recompute == "selective"), 0.0, 5 * a * s / (h * t))
+    linear = np.where(sp, 34 / t, 10 + 24 / t)
+    per_layer = sbh * (linear + attn_core)
+    full = 2 * sbh / np.where(sp, t, 1.0)
+    return np.where(np.asarray(recompute) == "full", full, per_layer)
+
+
+def interleave_factor(p, m=1):
+    """Interleaved 1F1B schedule: the first stage holds ``1 + (p − 1)/(p·m)`` times more (TM-16; §4.2.3)."""
+    import numpy as np
+
+    p, m = np.asarray(p, dtype=np.float64), np.asarray(m, dtype=np.float64)
+    return np.where(m > 1, 1 + (p - 1) / (p * m), 1.0)
+
+
+def korthikanti_first_stage(s, b, h, a, L, t=1, p=1, sp=False, recompute="none", flash=False,
+                            virtual_stages=1, microbatches=None):
+    """Layers' activations on the first pipeline stage (TM-16, TM-19).
+
+    With 1F1B the first stage keeps ``min(p, microbatches)`` micro-batches in flight over its L/p
+    layers, ``L·per-layer`` when there are at least p micro-batches (§4.2.3); the interleaved schedule
+    multiplies that by ``1 + (p − 1)/(p·m)``.
+    """
+    import numpy as np
+
+    p = np.asarray(p, dtype=np.float64)
+    inflight = p if microbatches is None else np.minimum(p, np.asarray(microbatches, dtype=np.float64))
+    layer = korthikanti_layer(s, b, h, a, t, sp, recompute, flash)
+    return layer * (np.asarray(L, dtype=np.float64) / p) * inflight * interleave_factor(p, virtual_stages)
+
+
+def korthikanti_outside(s, b, h, v, t=1, p=1, sp=False):
+    """Terms outside the transformer layers, Korthikanti §4.3 (TM-17), on the stage that holds them.
+
+    First stage: embedding dropout mask ``sbhp/t`` (p micro-batches in flight, 1-byte mask). Last
+    stage (counted with the first when p = 1): final LayerNorm input ``2sbh/t``, output-layer input
+    ``2sbh/t`` and fp32 logits ``4sbv/t``, i.e. ``4sbh/t·(1 + v/h)``. For p > 1 the most-loaded (first)
+    stage holds only the embedding term.
+    """
+    import numpy as np
+
+    s, b, h, v, t, p = (np.asarray(x, dtype=np.float64) for x in (s, b, h, v, t, p))
+    emb = s * b * h * p / t
+    head = 4 * s * b * h / t * (1 + v / h)
+    return emb + np.where(p == 1, head, 0.0)
+
+
+def pipeline_outputs(s, b, h, p, t=1, a=2):
+    """Pipeline-stage output tensors kept for the p in-flight micro-batches when they are not
+    deallocated after the send: ``a·sbhp/t`` bytes (Korthikanti Appendix B; TM-35: 2.73 GiB for the
+    530B run on pipeline rank 0). Megatron deallocates them (``deallocate_pipeline_outputs``), so the
+    estimates above leave them out; this is the saving that option buys."""
+    import numpy as np
+
+    s, b, h, p, t = (np.asarray(x, dtype=np.float64) for x in (s, b, h, p, t))
+    return a * s * b * h * p / t
+
+
+def megatron_lm_activation(s, b, h, L, v, F=None, t=1, p=1, sp=True, selective=True,
+                           virtual_stages=None, microbatches=None):
+    """Megatron-LM ``compute_activation_memory`` (``megatron/training/theoretical_memory_usage.py``), TM-20.
+
+    * SP + selective recompute: per layer ``sbh(18 + 4F/h)`` (34 at F = 4h), × L/p layers × p in flight;
+      plus ``8sbp`` (embedding input) and ``sbhp`` (embedding dropout); × the interleave penalty
+      ``1 + (p − 1)/(p·m)``, or × ``min(1, microbatches/p)`` without interleaving; plus
+      ``4sbh(1 + V/h)`` if p = 1; the total divided by t.
+    * otherwise: per layer ``sbh(10 + 24/t)`` (flash attention assumed), the same embedding terms, plus
+      ``(sbV/t + sbh)·2`` if p = 1, then × 1.05 (no final division by t).
+    """
+    import numpy as np
+
+    s, b, h, L, v, t, p = (np.asarray(x, dtype=np.float64) for x in (s, b, h, L, v, t, p))
+    F = 4 * h if F is None else np.asarray(F, dtype=np.float64)
+    if sp and selective:
+        per_layer = s * b * h * (18 + 4 * F / h)
+        total = per_layer * L  # (L/p) layers × p micro-batches in flight
+        total = total + 8 * s * b * p + s * b * h * p
+        if virtual_stages is not None and virtual_stages > 1:
+            total = total * (1 + (p - 1) / (p * virtual_stages))
+        elif microbatches is not None:
+            total = total * np.minimum(1.0, microbatches / p)
+        total = total + np.where(p == 1, 4 * s * b * h * (1 + v / h), 0.0)
+        return total / t
+    per_layer = s * b * h * (10 + 24 / t)
+    total = per_layer * L + 8 * s * b * p + s * b * h * p
+    if virtual_stages is not None and virtual_stages > 1:
+        total = total * (1 + (p - 1) / (p * virtual_stages))
+    elif microbatches is not None:
+        total = total * np.minimum(1.0, microbatches / p)
+    total = total + np.where(p == 1, (s * b * v / t + s * b * h) * 2, 0.0)
+    return total * 1.05
+
+
+# --------------------------------------------------------------------------------------------------
+# Hugging Face transformers
+# --------------------------------------------------------------------------------------------------
+
+# Activations whose backward is the tanh approximation written out in Python (transformers'
+# ``NewGELUActivation``/``FastGELUActivation``): x, tanh(...), 1 + tanh(...), 0.5·x are all saved.
+_PYTHON_GELU = ("gelu_new", "gelu_fast", "gelu_python", "quick_gelu")
+
+
+def hf_norm(B, S, H, a, norm="rms", stat_bytes=4):
+    """Saved bytes of one norm and the linear layer reading its output.
+
+    RMSNorm (``LlamaRMSNorm`` and its copies): ``x.to(float32)`` is saved by ``pow``/``mul`` (4BSH),
+    ``rsqrt`` (4BS), the normalized ``.to(input_dtype)`` by the weight multiply (aBSH) and the weighted
+    output by the next linear layer (aBSH): ``4BSH + 2aBSH + 4BS``. In fp32 the casts are no-ops and the
+    same formula holds (x, x·rsqrt, output = 12BSH).
+    LayerNorm (GPT-2): ``native_layer_norm`` saves its input (aBSH), mean and rstd (B·S each, fp32 on
+    CUDA), and the next linear saves the output (aBSH).
+    """
+    if norm == "rms":
+        return 4 * B * S * H + 2 * a * B * S * H + 4 * B * S
+    return 2 * a * B * S * H + 2 * stat_bytes * B * S
+
+
+def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropout=0.0,
+             mask_bytes=1, stat_bytes=4):
+    """Bytes one decoder layer of transformers saves for backward (no recompute).
+
+    Derived from ``modeling_llama.py``/``modeling_gpt2.py`` (transformers 5.x) and checked with
+    saved-tensor hooks (``tests/data/validation/activations.json``):
+
+    * two norms, see :func:`hf_norm` (the q/k/v projections and the MLP's first linears read the
+      norm output, which is saved once).
+    * attention, eager: q after RoPE (a·BS·Ad), k and v after ``repeat_kv`` (GQA/MQA expand K heads to A
+      before the matmuls, so 2·a·BS·Ad), the fp32 softmax output (4·B·A·S², Llama's
+      ``softmax(dtype=float32)``; GPT-2 keeps the input dtype, a·B·A·S²), its cast to a for ``probs @ v``
+      (a·B·A·S², none when a = 4), attention dropout (mask + dropped probs) when its p > 0, and the
+      ``o_proj`` input (a·BS·Ad). RoPE's ``q·cos + rotate_half(q)·sin`` saves only cos/sin (shared by all
+      layers, [S, d], negligible).
+    * attention, sdpa/flash: q (a·BS·Ad), k and v un-repeated (2·a·BS·Kd; ``enable_gqa``), the output
+      (a·BS·Ad, which is also the ``o_proj`` input) and the fp32 log-sum-exp (4·B·A·S).
+    * MLP, gated (SwiGLU/GeGLU): gate output, up output, act(gate), and act·up as the ``down_proj`` input:
+      4·a·BSF. Plain: the activation input and the second linear's input, 2·a·BSF; the Python tanh-GELU
+      (``gelu_new``) saves x, tanh(·), 1 + tanh(·), 0.5·x and the product: 5·a·BSF.
+    * residual dropout (GPT-2 ``resid_pdrop``) saves one mask of BSH per sub-block: 2·m·BSH.
+    * GPT-2's fused ``c_attn``: the saved q/k/v include one view of the whole 3·H-wide projection output
+      plus two copies, 2·a·BSH more than the separate-projection count above (sdpa always; eager only at
+      B = 1, where reshaping q for ``bmm`` is a view rather than a copy).
+
+    Tensor parallelism splits the heads and F over t (the norms and masks stay whole, as in Megatron
+    without SP). ``mask_bytes`` is 1 for CUDA's fused dropout (bool mask) and ``a`` on the CPU (the
+    harness); ``stat_bytes`` is LayerNorm's mean/rstd element size (fp32 on CUDA, a on the CPU).
+    """
+    import numpy as np
+
+    B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
+    H, A, K, d, F = arch.hidden, arch.heads, arch.kv_heads, arch.head_dim, arch.ffn
+    if arch.moe is not None and arch.layers:
+        # MoE (not harness-checked): each token runs k routed (+ shared) experts of size F_e, so a MoE
+        # layer saves the MLP terms over F_e·(k + shared); averaged with the dense layers.
+        frac = arch.n_moe_layers / arch.layers
+        F = frac * arch.moe.expert_ffn * (arch.moe.experts_per_token + arch.moe.shared_experts) + (1 - frac) * F
+    Ad = A * d / t
+    Kd = np.maximum(K / t, 1) * d  # kv heads replicated when t > K
+    BS = B * S
+    norms = 2 * hf_norm(B, S, H, a, arch.norm, stat_bytes)
+    if attention == "eager":
+        probs_fp32 = arch.norm == "rms"  # Llama-family eager upcasts the softmax to fp32; GPT-2 does not
+        heads_ss = B * (A / t) * S * S
+        soft = np.where(probs_fp32, 4.0, a) * heads_ss
+        cast = np.where(probs_fp32 & (a < 4), a * heads_ss, 0.0)
+        drop = (mask_bytes + a) * heads_ss if attn_dropout > 0 else 0.0
+        attn = a * BS * Ad * 4 + soft + cast + drop
+    else:
+        attn = a * BS * (2 * Ad + 2 * Kd) + 4 * B * (A / t) * S
+    if arch.family == "gpt2":
+        # GPT-2's fused c_attn: one of q/k/v stays a view of the whole [B, S, 3H] projection output, which is
+        # then saved in full, while the other two are copied: 2·a·BSH more than separate projections. Eager
+        # reshapes q to [B·A, S, d] for ``bmm``, a copy unless B = 1, so there it only happens at B = 1.
+        fused_view = (B == 1) if attention == "eager" else True
+        attn = attn + np.where(fused_view, 2 * a * BS * Ad, 0.0)
+    if arch.gated_ffn:
+        mlp = 4 * a * BS * F / t
+    elif arch.activation in _PYTHON_GELU:
+        mlp = 5 * a * BS * F / t
+    else:
+        mlp = 2 * a * BS * F / t
+    resid = 2 * mask_bytes * BS * H if dropout > 0 else 0.0
+    return norms + attn + mlp + resid
+
+
+def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4, recompute="none",
+               attention="sdpa"):
+    """Bytes saved outside the decoder layers, loss included (``labels=input_ids``).
+
+    * embedding: the int64 token ids (8BS); learned positions (GPT-2) also the position ids (8S);
+      rotary models the RoPE cos and sin tables (2·a·S·d, saved by every layer's ``q·cos``, one storage);
+      with ``embd_pdrop``, a dropout mask (m·BSH).
+    * final norm and the lm_head input: :func:`hf_norm`.
+    * loss (``ForCausalLMLoss``): the logits are upcast to fp32 and ``cross_entropy`` saves the fp32
+      ``log_softmax`` output over the whole padded sequence (4·BS·V; transformers 5 pads the labels
+      instead of slicing the logits), the int64 targets (8·B·(S + 1), a view of the padded labels) and a
+      scalar.
+    * with full recompute the RoPE tables live inside the checkpoints (not saved), and GPT-2's eager path
+      saves its [B, 1, S, S] causal mask once as a checkpoint input. The 16-bit logits themselves
+      are not saved (transient; see ``train_memory.transient_bytes``).
+    With t > 1 the vocabulary is split (Megatron's vocab-parallel loss): 4·BS·V/t.
+    """
+    import numpy as np
+
+    B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
+    H, V = arch.hidden, arch.vocab
+    emb = 8 * B * S
+    if arch.learned_positions:
+        emb = emb + 8 * S
+    if dropout > 0:
+        emb = emb + mask_bytes * B * S * H
+    else:
+        # RoPE cos and sin, [1, S, d] each, shared by all layers; inside the checkpoints with full recompute
+        emb = emb + np.where(np.asarray(recompute) == "full", 0.0, 2 * a * S * arch.head_dim)
+    if arch.family == "gpt2" and attention == "eager":
+        # GPT-2 eager builds a [B, 1, S, S] causal mask; checkpointed layers keep it as an input (one storage)
+        emb = emb + np.where(np.asarray(recompute) == "full", a * B * S * S, 0.0)
+    final = hf_norm(B, S, H, a, arch.norm, stat_bytes)
+    loss = 4 * B * S * V / t + 8 * B * (S + 1) + 4  # labels are padded by one and shifted (a view)
+    return emb + final + loss
+
+
+def hf_activations(B, S, arch: Arch, a, attention="sdpa", recompute="none", t=1, layers=None,
+                   dropout=0.0, attn_dropout=0.0, mask_bytes=1, stat_bytes=4):
+    """All saved bytes of one forward + loss in transformers, on a device holding ``layers`` layers.
+
+    ``recompute="full"`` is ``gradient_checkpointing_enable()``: each checkpointed layer keeps only its
+    input hidden state (a·BSH; checked with ``use_reentrant=True``, where it goes through
+    ``ctx.save_for_backward``); the embedding and the loss are outside the checkpoints and keep theirs.
+    """
+    import numpy as np
+
+    L = arch.layers if layers is None else layers
+    if recompute == "full":
+        per_layer = a * np.asarray(B, dtype=np.float64) * S * arch.hidden
+    elif recompute == "none":
+        per_layer = hf_layer(B, S, arch, a, attention, t, dropout, attn_dropout, mask_bytes, stat_bytes)
+    else:
+        from aicalc.errors import AicalcError
+
+        raise AicalcError("--recompute selective is Megatron's; with --framework hf use none or full "
+                          "(gradient checkpointing)")
+    return L * per_layer + hf_outside(B, S, arch, a, t, dropout, mask_bytes, stat_bytes, recompute, attention)

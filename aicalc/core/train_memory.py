@@ -1,0 +1,287 @@
+"""Training memory per device: model states (weights, gradients, master weights, optimizer states) under
+ZeRO/FSDP, tensor and pipeline parallelism, LoRA/QLoRA, plus the peak with its transient terms.
+
+Pure numpy, no I/O. Every function broadcasts over arrays (dp, tp, pp, zero stage, …). Bytes are float64.
+Notation: N params, Ψ (ZeRO paper) = N, N_d data-parallel degree, K optimizer bytes per param.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aicalc.catalog.arch import Arch
+from aicalc.errors import AicalcError
+
+PRECISIONS = ("fp32", "bf16", "bf16-mixed", "fp16-mixed")
+OPTIMIZERS = ("adamw", "adam", "adam8bit", "sgd", "sgd-momentum", "adafactor", "lion")
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
+# Per-device framework overhead added to the allocator's peak: CUDA context + cuBLAS/cuDNN workspaces
+# and the caching allocator's slack. TM-32 measures a 1343 MiB context on a V100 (nvidia-smi "used");
+# recent CUDA with lazy module loading is ≈ 0.5 GiB. We state 1 GiB.
+CUDA_OVERHEAD_BYTES = 2**30
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of each model-state component (before sharding)."""
+
+    weights: float  # the working copy the forward reads
+    grads: float  # per trainable parameter
+    master: float  # fp32 master copy (mixed precision), per trainable parameter
+    optimizer: float  # optimizer states, per trainable parameter (master excluded)
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.master + self.optimizer
+
+
+def state_bytes(precision: str, optimizer: str = "adamw", grad_dtype: str | None = None,
+                optimizer_dtype: str | None = None) -> StateBytes:
+    """Bytes per parameter for a precision regime and optimizer (TM-01…TM-07).
+
+    * ``fp32``: 4 w + 4 g, states fp32 → Adam 16 B (TM-01).
+    * ``bf16`` (pure): 2 w + 2 g, states in the param dtype as torch's AdamW does (8 B, TM-05), or fp32
+      with ``optimizer_dtype='fp32'``.
+    * ``bf16-mixed``/``fp16-mixed``: 2 w + 2 g + 4 fp32 master + fp32 states → Adam 16 B, the ZeRO form
+      ``2 + 2 + K`` with K = 12 (TM-02); ``grad_dtype='fp32'`` gives Megatron/DeepSpeed's 18 B (TM-03).
+    * optimizer states: Adam/AdamW two (m, v); 8-bit Adam two of 1 B (bitsandbytes; block absmax
+      scales, 4 B per 2048-value block, not counted; TM-06); SGD none, with momentum one (TM-07); Lion one
+      (Chen et al. 2023, momentum only); Adafactor: factored second moment, counted per matrix by
+      :func:`adafactor_elements` (here: 0 per param, added by the caller).
+    """
+    if precision not in PRECISIONS:
+        raise AicalcError(f"--precision must be one of {', '.join(PRECISIONS)}, got '{precision}'")
+    if optimizer not in OPTIMIZERS:
+        raise AicalcError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got '{optimizer}'")
+    for name, v in (("--grad-dtype", grad_dtype), ("--optimizer-dtype", optimizer_dtype)):
+        if v is not None and v not in DTYPE_BYTES:
+            raise AicalcError(f"{name} must be fp32, bf16 or fp16, got '{v}'")
+    mixed = precision.endswith("-mixed")
+    w = 4.0 if precision == "fp32" else 2.0
+    g = DTYPE_BYTES[grad_dtype] if grad_dtype else w
+    master = 4.0 if mixed else 0.0
+    state = DTYPE_BYTES[optimizer_dtype] if optimizer_dtype else (2.0 if precision == "bf16" else 4.0)
+    n_states = {"adamw": 2, "adam": 2, "adam8bit": 0, "sgd": 0, "sgd-momentum": 1, "adafactor": 0, "lion": 1}
+    opt = n_states[optimizer] * state + (2.0 if optimizer == "adam8bit" else 0.0)
+    return StateBytes(weights=w, grads=g, master=master, optimizer=opt)
+
+
+def adafactor_elements(arch: Arch) -> int:
+    """Adafactor state elements (Shazeer & Stern 2018, §3): a factored second moment keeps a row and a
+    column vector (r + c values) per weight matrix, the full vector for 1-D params; no first moment
+    (β₁ = 0, transformers' default)."""
+    H, A, K, d, F, V, L = arch.hidden, arch.heads, arch.kv_heads, arch.head_dim, arch.ffn, arch.vocab, arch.layers
+    attn = (H + A * d) + 2 * (H + K * d) + (A * d + H)
+    mlp = (3 if arch.gated_ffn else 2) * (H + F)
+    norms = arch.norms_per_layer * H
+    emb = (V + H) * (1 if arch.tied_embeddings else 2) + H
+    return L * (attn + mlp + norms) + emb
+
+
+def shard_states(n_params, n_trainable, sb: StateBytes, zero, dp, extra_optimizer_bytes=0.0):
+    """Per-device bytes of weights, grads, optimizer (master included) under ZeRO stage ``zero`` over ``dp``.
+
+    Rajbhandari et al. 2019 (arXiv 1910.02054) §5: stage 1 (P_os) shards the optimizer states (and
+    the fp32 master copy, part of K), stage 2 (P_os+g) also the gradients, stage 3 (P_os+g+p) also the
+    parameters: per device ``(2 + 2 + K)Ψ``, ``4Ψ + KΨ/N_d``, ``2Ψ + (2 + K)Ψ/N_d``, ``(4 + K)Ψ/N_d``
+    (TM-09). FSDP FULL_SHARD = stage 3, SHARD_GRAD_OP = 2; Megatron's distributed optimizer = stage 1
+    with fp32 grads, ``6 + 12/d`` (TM-04).
+    """
+    import numpy as np
+
+    zero, dp = np.asarray(zero, dtype=np.float64), np.asarray(dp, dtype=np.float64)
+    n_params, n_trainable = np.asarray(n_params, dtype=np.float64), np.asarray(n_trainable, dtype=np.float64)
+    weights = n_params * sb.weights / np.where(zero >= 3, dp, 1.0)
+    grads = n_trainable * sb.grads / np.where(zero >= 2, dp, 1.0)
+    optimizer = (n_trainable * (sb.master + sb.optimizer) + extra_optimizer_bytes) / np.where(zero >= 1, dp, 1.0)
+    return weights, grads, optimizer
+
+
+def zero_paper(psi, nd, stage, K=12.0):
+    """ZeRO paper per-GPU model states in bytes, mixed precision Adam (TM-09): ``(2 + 2 + K)Ψ`` sharded."""
+    sb = StateBytes(weights=2.0, grads=2.0, master=4.0, optimizer=K - 4.0)
+    w, g, o = shard_states(psi, psi, sb, stage, nd)
+    return w + g + o
+
+
+def deepspeed_zero2_estimate(params, gpus_per_node=1, nodes=1, offload_optimizer=False,
+                             additional_buffer_factor=1.5):
+    """DeepSpeed ``estimate_zero2_model_states_mem_needs`` (stage_1_and_2.py), TM-10/TM-11: (cpu, gpu) bytes.
+
+    offload: gpu ``2P``, cpu ``P·max(4·total_gpus, 16)·abf``; else gpu ``4P + 16P/total_gpus``,
+    cpu ``P·4·gpn·abf``.
+    """
+    total = gpus_per_node * nodes
+    if offload_optimizer:
+        return params * max(4 * total, 16) * additional_buffer_factor, 2 * params
+    return params * 4 * gpus_per_node * additional_buffer_factor, 4 * params + 16 * params / total
+
+
+def deepspeed_zero3_estimate(params, largest_layer_params, gpus_per_node=1, nodes=1, offload_param=False,
+                             offload_optimizer=False, zero_init=True, additional_buffer_factor=1.5):
+    """DeepSpeed ``estimate_zero3_model_states_mem_needs`` (stage3.py), TM-10/TM-12…TM-14: (cpu, gpu) bytes.
+
+    LL = 4 × largest layer params (its 16-bit params and grads, gathered); gf = 1/nodes.
+    """
+    total = gpus_per_node * nodes
+    gf = 1 / nodes
+    abf = additional_buffer_factor
+    ll = 4 * largest_layer_params
+    if offload_param and offload_optimizer:
+        gpu = ll
+        cpu = 18 * params * gf * abf if zero_init else params * max(4 * gpus_per_node, 18 * gf) * abf
+    elif offload_optimizer:
+        gpu = ll + 2 * params / total
+        cpu = 16 * params * gf * abf if zero_init else params * max(4 * gpus_per_node, 16 * gf) * abf
+    else:
+        gpu = ll + 18 * params / total
+        cpu = largest_layer_params * 4 * gpus_per_node * abf if zero_init else params * 4 * gpus_per_node * abf
+    return cpu, gpu
+
+
+# --------------------------------------------------------------------------------------------------
+# Parameters per device
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamSplit:
+    """The model's parameters by where they live under pipeline parallelism."""
+
+    layers: float  # all decoder layers, dense part
+    experts: float  # routed experts of all layers (split by expert parallelism)
+    first: float  # first stage only: token embedding (+ learned positions)
+    last: float  # last stage only: final norm + lm_head (a copy of the embedding when tied and p > 1)
+    total: float
+    largest_layer: float  # DeepSpeed's "largest layer" (a module's own params): max(embedding, one layer)
+    linear: float  # weights of the decoder layers' linear layers (what QLoRA quantizes)
+
+
+def split_params(arch: Arch) -> ParamSplit:
+    from aicalc.core.params import count_params, mlp_params
+
+    n = count_params(arch)
+    H = arch.hidden
+    norm_w = (2 if arch.norm == "layer" else 1) * H
+    experts = 0.0
+    if arch.moe is not None:
+        experts = arch.n_moe_layers * arch.moe.experts * mlp_params(arch, arch.moe.expert_ffn)
+    layers = n.attention + n.ffn + (n.norms - norm_w) - experts
+    last = norm_w + (n.lm_head if n.lm_head else arch.vocab * H)
+    per_layer = (n.attention + n.ffn) / arch.layers
+    linear = n.attention + n.ffn - _bias_params(arch)
+    return ParamSplit(layers=layers, experts=experts, first=n.embedding, last=last, total=n.total,
+                      largest_layer=max(n.embedding, per_layer), linear=linear)
+
+
+def _bias_params(arch: Arch) -> int:
+    A, K, d, H, F = arch.heads, arch.kv_heads, arch.head_dim, arch.hidden, arch.ffn
+    b = 0
+    if arch.qkv_bias:
+        b += A * d + 2 * K * d
+    if arch.o_bias:
+        b += H
+    if arch.mlp_bias and arch.moe is None:
+        b += (2 * F if arch.gated_ffn else F) + H
+    return b * arch.layers
+
+
+def params_per_device(split: ParamSplit, tp=1, pp=1, ep=1):
+    """Parameters on the most-loaded device (Megatron's ``(P_block/p + embedding)/t``, TM-20).
+
+    Decoder layers split evenly over p stages; the first stage adds the embedding, the last the final
+    norm and lm_head (with p = 1 one device holds both; tied embeddings are counted once then). Routed
+    experts split over ep × t. Norms are divided by t too (as Megatron's estimate does; they are tiny).
+    With tied embeddings and p > 1 the last stage holds its own copy of the table (``split.last``).
+    """
+    import numpy as np
+
+    tp, pp, ep = (np.asarray(x, dtype=np.float64) for x in (tp, pp, ep))
+    one = split.total - split.experts
+    staged = split.layers / pp + np.maximum(split.first, split.last)
+    dense = np.where(pp == 1, one, staged)
+    return dense / tp + split.experts / (pp * ep * tp)
+
+
+# --------------------------------------------------------------------------------------------------
+# LoRA / QLoRA
+# --------------------------------------------------------------------------------------------------
+
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+def lora_targets(text: str) -> tuple[str, ...]:
+    """``q,v`` (PEFT's default for Llama), ``all`` (every linear of the layers), or a list of
+    q, k, v, o, gate, up, down (``_proj`` suffixes accepted)."""
+    if text.strip() in ("all", "all-linear"):
+        return LORA_TARGETS
+    out = []
+    for item in text.split(","):
+        name = item.strip().removesuffix("_proj")
+        if name not in LORA_TARGETS:
+            raise AicalcError(f"--lora-targets: unknown module '{item}' (known: {', '.join(LORA_TARGETS)}, all)")
+        out.append(name)
+    return tuple(dict.fromkeys(out))
+
+
+def lora_params(arch: Arch, rank: int, targets: tuple[str, ...]) -> int:
+    """Trainable LoRA parameters: ``r·(in + out)`` per targeted matrix per layer (Hu et al. 2021, §4;
+    PEFT ``LoraLayer``: A is r×in, B is out×r). TM-27: Llama-3.2-3B, r 32, q+v → 9,175,040."""
+    H, A, K, d, F = arch.hidden, arch.heads, arch.kv_heads, arch.head_dim, arch.ffn
+    shapes = {"q": (H, A * d), "k": (H, K * d), "v": (H, K * d), "o": (A * d, H),
+              "gate": (H, F), "up": (H, F), "down": (F, H)}
+    if not arch.gated_ffn:
+        shapes.pop("gate")
+    per_layer = sum(rank * (i + o) for t, (i, o) in shapes.items() if t in targets)
+    return per_layer * arch.layers
+
+
+QUANT_BYTES = {"none": None, "int8": 1.0, "nf4": 4.5 / 8, "nf4-dq": (4 + 8 / 64 + 32 / (64 * 256)) / 8}
+
+
+def base_weight_bytes(split: ParamSplit, quant: str, base_bytes: float) -> float:
+    """Frozen base weights under ``--quant`` (TM-08): the decoder layers' linear weights at NF4
+    (4 + 32/64 = 4.5 bits; with double quantization 4.127 bits, Dettmers et al. 2023 §3) or int8
+    (LLM.int8(): 1 B + a per-row fp32 scale, not counted); embeddings, lm_head, norms and biases stay
+    at ``base_bytes`` (16-bit)."""
+    if quant not in QUANT_BYTES:
+        raise AicalcError(f"--quant must be one of {', '.join(QUANT_BYTES)}, got '{quant}'")
+    q = QUANT_BYTES[quant]
+    if q is None:
+        return base_bytes
+    rest = split.total - split.linear
+    return (split.linear * q + rest * base_bytes) / split.total
+
+
+# --------------------------------------------------------------------------------------------------
+# Peak
+# --------------------------------------------------------------------------------------------------
+
+
+def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", recompute="none",
+                    layer_bytes=0.0, zero=0, largest_layer_params=0.0, weight_bytes=2.0):
+    """Memory that is live at the peak but is not saved for backward (documented in docs/train-mem.md).
+
+    * loss: besides the saved fp32 log-softmax (counted in activations), transformers holds the a-byte
+      logits and their fp32 upcast in the forward, and two fp32 gradients in the backward of
+      ``log_softmax``: ``max(a + 4, 8)·BS·V/t``. Megatron's fused vocab-parallel cross entropy works in
+      place on its fp32 logits: ``4·BS·V/t``.
+    * the largest layer's workspace in backward: with full recompute, one layer's activations are
+      rebuilt (``layer_bytes``) plus their gradients (the same again); without, the gradients of the
+      largest intermediates of one layer: the MLP's up/gate gradients ``3·a·BSF/t`` or, with eager
+      attention, the fp32 score gradient and its input ``8·B·A·S²/t``.
+    * ZeRO-3 gathers the largest layer's 16-bit params and grads, ``4 × largest layer``
+      (DeepSpeed's ``LL``, TM-10).
+    """
+    import numpy as np
+
+    B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
+    BS = B * S
+    V, F, A = arch.vocab, (arch.moe.expert_ffn if arch.moe else arch.ffn), arch.heads
+    loss = (np.maximum(a + 4, 8.0) if framework == "hf" else 4.0) * BS * V / t
+    mlp = 3 * a * BS * F / t
+    eager = 8 * B * (A / t) * S * S if attention == "eager" else 0.0
+    workspace = np.maximum(mlp, eager)
+    workspace = np.where(recompute == "full", 2 * np.asarray(layer_bytes, dtype=np.float64), workspace)
+    gather = np.where(np.asarray(zero) >= 3, 4.0 * largest_layer_params, 0.0)
+    return loss, workspace, gather

@@ -1,0 +1,209 @@
+"""Record the bytes that PyTorch autograd saves for backward in one training forward pass (loss included).
+
+For a few small-but-real transformers configurations (Llama-2-style MHA, Llama-3-style GQA with a large
+vocabulary, GPT-2 with its dropouts, Qwen2 with q/k/v biases, Mistral) and several batch × sequence points,
+this builds ``AutoModelForCausalLM.from_config(cfg)`` on the CPU with real tensors, puts it in ``train()``
+mode, and runs ``model(input_ids, labels=input_ids)`` (so the fp32 logits upcast and the cross-entropy are
+part of the graph) inside ``torch.autograd.graph.saved_tensors_hooks``. The pack hook sees every tensor
+autograd keeps for backward; the harness counts each distinct storage once
+(``untyped_storage().data_ptr()`` → ``nbytes()``, so views and tensors saved by several nodes count once)
+and excludes storages that belong to model parameters (weights saved by matmuls are not activations).
+Backward is not run: what is saved is fully known when the forward returns.
+
+Variants per point: ``attn_implementation`` ``eager`` and ``sdpa``; parameters in bf16 and in fp32;
+without and with gradient checkpointing (``use_reentrant=True``, so the checkpoint's saved layer inputs go
+through ``ctx.save_for_backward`` and are seen by the hooks; with the non-reentrant variant they would be
+held by a closure instead, the same bytes).
+
+Every number in the output comes from torch; nothing here is computed by formula, and aicalc is not
+imported. ``tests/test_train_mem_hf.py`` compares aicalc's ``--framework hf`` estimate with the records.
+
+    python validation/record_activations.py            # regenerate tests/data/validation/activations.json
+    python validation/record_activations.py --check    # recompute and compare with the committed file
+    python validation/record_activations.py --explain NAME  # print the saved tensors of one case
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import record_params as rp  # noqa: E402  (shared helpers: versions, dumps, envelopes, quiet)
+
+FILENAME = "activations.json"
+GENERATED_BY = "validation/record_activations.py"
+
+# Small but real shapes: hidden 256-512, 2-3 layers. The Llama-3-style and the SDPA GPT-2 configs keep their
+# families' full vocabularies (128,256 and 50,257: the fp32 loss term); the others use small ones for speed.
+MODELS: dict[str, dict[str, Any]] = {
+    "llama2-style": {
+        "model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 2,
+        "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 16000, "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu", "rope_theta": 10000.0,
+    },
+    "llama3-style": {
+        "model_type": "llama", "hidden_size": 512, "intermediate_size": 1792, "num_hidden_layers": 2,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 128256, "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu", "rope_theta": 500000.0,
+    },
+    "gpt2-style": {
+        "model_type": "gpt2", "n_embd": 384, "n_layer": 2, "n_head": 6, "vocab_size": 8192, "n_positions": 1024,
+        "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "activation_function": "gelu_new",
+    },
+    # attention dropout off: on the CPU, SDPA with dropout falls back to the fp32 math kernel, which is not
+    # what a GPU runs (flash/efficient kernels support dropout); eager keeps its dropout in "gpt2-style".
+    "gpt2-sdpa-style": {
+        "model_type": "gpt2", "n_embd": 256, "n_layer": 3, "n_head": 4, "vocab_size": 50257, "n_positions": 1024,
+        "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.0, "activation_function": "gelu_pytorch_tanh",
+    },
+    "qwen2-style": {
+        "model_type": "qwen2", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 8192, "max_position_embeddings": 4096,
+        "tie_word_embeddings": True, "hidden_act": "silu", "rope_theta": 1000000.0,
+    },
+    "mistral-style": {
+        "model_type": "mistral", "hidden_size": 384, "intermediate_size": 1024, "num_hidden_layers": 2,
+        "num_attention_heads": 6, "num_key_value_heads": 2, "vocab_size": 8000, "max_position_embeddings": 4096,
+        "tie_word_embeddings": False, "hidden_act": "silu", "head_dim": 64,
+    },
+}
+# Points per dtype: bf16 matmuls are slow on CPUs without native bf16, so bf16 gets the shorter points
+# and fp32 the longer ones (the eager S² terms dominate from S = 512 at these widths).
+POINTS = {"bf16": [(1, 128), (2, 256), (1, 512)], "fp32": [(1, 128), (2, 256), (2, 512), (1, 1024)]}
+GC_POINTS = [(2, 256), (1, 512)]
+ATTENTION = ("eager", "sdpa")
+ONLY_ATTENTION = {"gpt2-style": ("eager",)}
+DTYPES = ("bf16", "fp32")
+CHECKPOINTING = (False, True)
+
+
+def cases() -> list[dict[str, Any]]:
+    """Ordered so that each model variant is built once."""
+    out = []
+    for model in MODELS:
+        for attn in ONLY_ATTENTION.get(model, ATTENTION):
+            for dtype in DTYPES:
+                for ckpt in CHECKPOINTING:
+                    points = GC_POINTS if ckpt else POINTS[dtype]
+                    if dtype == "bf16" and MODELS[model]["vocab_size"] > 32768:
+                        points = [pt for pt in points if pt[1] <= 256]  # large-vocab bf16: short ones only (CPU bf16 is slow)
+                    for batch, seq in points:
+                        out.append({"model": model, "batch": batch, "seq": seq, "attention": attn,
+                                    "dtype": dtype, "gradient_checkpointing": ckpt})
+    return out
+
+
+def case_name(c: dict[str, Any]) -> str:
+    gc = "+gc" if c["gradient_checkpointing"] else ""
+    return f"{c['model']}/{c['attention']}/{c['dtype']}{gc}/b{c['batch']}s{c['seq']}"
+
+
+_models: dict[tuple, Any] = {}
+
+
+def build(model: str, attn: str, dtype: str, gc: bool):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    key = (model, attn, dtype, gc)
+    if key not in _models:
+        torch.manual_seed(0)
+        cfg = rp.build_config(MODELS[model])
+        m = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn,
+                                             dtype=torch.bfloat16 if dtype == "bf16" else torch.float32)
+        if gc:
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        m.train()
+        _models.clear()  # keep one model alive at a time
+        _models[key] = m
+    return _models[key]
+
+
+def measure(c: dict[str, Any], explain: bool = False) -> dict[str, Any]:
+    import torch
+
+    m = build(c["model"], c["attention"], c["dtype"], c["gradient_checkpointing"])
+    param_ptrs = {p.untyped_storage().data_ptr() for p in m.parameters()}
+    seen: dict[int, int] = {}
+    listing: list[tuple] = []
+
+    def pack(t):
+        # Return a detached alias: same storage, no grad_fn. Returning ``t`` itself would make a reference
+        # cycle (output tensor → its node → saved ``t``) that Python's gc cannot see, and leak every graph.
+        st = t.untyped_storage()
+        ptr = st.data_ptr()
+        if ptr in param_ptrs or ptr in seen:
+            return t.detach()
+        seen[ptr] = st.nbytes()
+        if explain:
+            listing.append((tuple(t.shape), str(t.dtype).replace("torch.", ""), st.nbytes(),
+                            t.grad_fn.name() if t.grad_fn is not None else "-"))
+        return t.detach()
+
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, m.config.vocab_size, (c["batch"], c["seq"]), generator=g)
+    torch.manual_seed(2)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = m(input_ids=ids, labels=ids)
+    assert out.loss.requires_grad
+    del out
+    gc.collect()
+    if explain:
+        for row in listing:
+            print(*row, sep="\t")
+    return {"saved_bytes": sum(seen.values()), "saved_tensors": len(seen)}
+
+
+def record_all(only: str | None = None, verbose: bool = False) -> list[dict[str, Any]]:
+    import torch
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    records = []
+    t0 = time.time()
+    for c in cases():
+        if only and only not in case_name(c):
+            continue
+        t1 = time.time()
+        r = measure(c)
+        if verbose:
+            print(f"{case_name(c)}: {r['saved_bytes']:,} B in {time.time() - t1:.2f} s", file=sys.stderr)
+        records.append({"name": case_name(c), **c, "config": MODELS[c["model"]], **r})
+    print(f"{len(records)} cases in {time.time() - t0:.1f} s", file=sys.stderr)
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="recompute and compare with the committed file")
+    ap.add_argument("--explain", metavar="NAME", help="list the saved tensors of the case named NAME")
+    ap.add_argument("--only", help="only the cases whose name contains this text (not with --check)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print each case and its time")
+    ap.add_argument("--root", help="repository root (default: this file's parent folder)")
+    args = ap.parse_args(argv)
+    rp.set_root(args.root)
+    rp.quiet()
+    if args.explain:
+        for c in cases():
+            if case_name(c) == args.explain:
+                print(measure(c, explain=True))
+                return 0
+        print(f"no case named {args.explain}; known: {', '.join(case_name(c) for c in cases())}")
+        return 2
+    records = record_all(args.only, args.verbose)
+    path = rp.out_path(FILENAME)
+    if args.check:
+        return rp.check_envelope(path, records, ("name",))
+    rp.write_envelope(path, GENERATED_BY, records,
+                      method="autograd saved_tensors_hooks, distinct storages, parameters excluded, forward+loss")
+    print(f"wrote {path.relative_to(rp.ROOT)} ({len(records)} records)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
