@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from aicalc.catalog.hf_config import arch_from_config
 from aicalc.catalog.schema import ModelPreset
+
 from conftest import ROOT
 
 FILES = sorted((ROOT / "presets" / "models").glob("*.yaml"))
