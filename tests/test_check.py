@@ -143,3 +143,50 @@ def test_docs_ci_examples_run(cli, monkeypatch):
         args = [str(ROOT / "aicalc-budgets.xml.test") if a == "aicalc-budgets.xml" else a for a in args]
         assert cli(*args).code == 0, command
     (ROOT / "aicalc-budgets.xml.test").unlink(missing_ok=True)
+
+
+SERVE = ["serve", "llama-3.1-8b", "--chip", "h100-sxm", "--concurrency", "16", "--json"]
+
+
+def serve_check(limits):
+    return {"name": "s", "command": "serve", "model": "llama-3.1-8b",
+            "args": {"chip": "h100-sxm", "concurrency": 16}, "limits": limits}
+
+
+@pytest.mark.parametrize("limit, key, unit", [("max_ttft", "ttft_s", "s"), ("max_tpot", "tpot_s", "s")])
+def test_latency_limits_against_serve(cli, tmp_path, limit, key, unit):
+    value = cli(*SERVE).json["rows"][0][key]
+    above = f"{value * 1.001 * 1e3}ms"
+    below = f"{value * 0.999 * 1e3}ms"
+    assert cli("check", write(tmp_path, [serve_check({limit: above})])).code == 0
+    assert cli("check", write(tmp_path, [serve_check({limit: below})])).code == 1
+
+
+def test_min_throughput_and_cost_limits_against_serve(cli, tmp_path):
+    row = cli(*SERVE).json["rows"][0]
+    tps, usd = row["output_tokens_per_s"], row["usd_per_million_output_tokens"]
+    assert cli("check", write(tmp_path, [serve_check({"min_output_tokens_per_s": tps * 0.999})])).code == 0
+    assert cli("check", write(tmp_path, [serve_check({"min_output_tokens_per_s": tps * 1.001})])).code == 1
+    assert cli("check", write(tmp_path, [serve_check({"max_usd_per_million_tokens": usd * 1.001})])).code == 0
+    assert cli("check", write(tmp_path, [serve_check({"max_usd_per_million_tokens": usd * 0.999})])).code == 1
+
+
+def test_train_mem_peak_limits(cli, tmp_path):
+    args = ["train-mem", "llama-3.1-8b", "--batch", "2", "--seq", "2048", "--lora-rank", "16", "--json"]
+    peak = int(cli(*args).json["rows"][0]["peak_bytes"])
+    check = {"name": "t", "command": "train-mem", "model": "llama-3.1-8b",
+             "args": {"batch": 2, "seq": 2048, "lora-rank": 16}, "limits": {"max_peak_bytes": str(peak)}}
+    assert cli("check", write(tmp_path, [check])).code == 0
+    check["limits"] = {"max_memory_per_device": str(peak - 1)}
+    r = cli("check", write(tmp_path, [check]), "--json")
+    assert r.code == 1 and r.json["rows"][0]["key"] == "peak_bytes"
+
+
+def test_compare_chips_needed_limit(cli, tmp_path):
+    rows = cli("compare", "llama-2-70b", "--chip", "h100-sxm", "--json").json["rows"]
+    worst = max(r["chips_needed"] for r in rows)
+    check = {"name": "c", "command": "compare", "model": "llama-2-70b", "args": {"chip": "h100-sxm"},
+             "limits": {"max_chips_needed": worst}}
+    assert cli("check", write(tmp_path, [check])).code == 0
+    check["limits"] = {"max_chips_needed": worst - 1}
+    assert cli("check", write(tmp_path, [check])).code == 1
