@@ -21,8 +21,8 @@ from aicalc.core.params import attention_params, count_params
 GGUF = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0")
 
 
-def _attention_split(arch: Arch, tp: int) -> tuple[float, float]:
-    """(params split over tp, params each device holds whole) of one layer's attention."""
+def _attention_per_device(arch: Arch, tp: int) -> float:
+    """One layer's attention parameters held by one device."""
     total = attention_params(arch)
     H = arch.hidden
     if arch.mla is not None:
@@ -30,10 +30,9 @@ def _attention_split(arch: Arch, tp: int) -> tuple[float, float]:
         replicated = H * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
         if m.q_lora_rank:
             replicated += H * m.q_lora_rank + m.q_lora_rank
-        return total - replicated, replicated
+        return (total - replicated) / tp + replicated
     kv = 2 * (H * arch.kv_dim + (arch.kv_dim if arch.qkv_bias else 0))
-    kv_per_device = kv * kv_heads_per_device(arch, tp) / arch.kv_heads
-    return (total - kv) / tp + kv_per_device, 0.0  # already per device
+    return (total - kv) / tp + kv * kv_heads_per_device(arch, tp) / arch.kv_heads
 
 
 def weight_bytes_per_device(arch: Arch, dtype: str = "bf16", tp: int = 1) -> float:
@@ -42,9 +41,5 @@ def weight_bytes_per_device(arch: Arch, dtype: str = "bf16", tp: int = 1) -> flo
     edge = q if dtype in GGUF or dtype in ("fp32", "bf16", "fp16") else 2.0
     norms = n.norms * (4.0 if dtype == "fp32" else 2.0)
     emb_head = (n.embedding + n.lm_head) / tp * edge
-    split, whole = _attention_split(arch, tp)
-    if arch.mla is not None:
-        attention = arch.layers * (split / tp + whole)
-    else:
-        attention = arch.layers * split
+    attention = arch.layers * _attention_per_device(arch, tp)
     return emb_head + (attention + n.ffn / tp) * q + norms
