@@ -161,3 +161,10 @@ def test_cli_impossible_tp_exit_2(cli):
 
 def test_cli_bad_kv_dtype(cli):
     assert cli("kv-cache", "gpt2", "--kv-dtype", "fp4").code == 2
+
+
+def test_cli_chart_on_a_terminal_for_one_dimensional_sweeps(cli):
+    args = ("kv-cache", "llama-3.1-8b", "--context", "4k:32k:x2", "--chip", "h100-sxm")
+    assert "memory per device vs context" in cli(*args, tty=True, width=140).out
+    assert "memory per device vs context" not in cli(*args).out  # not into a pipe
+    assert "memory per device vs context" not in cli(*args[:-2], "--batch", "1,2", tty=True, width=140).out
