@@ -25,8 +25,9 @@ def core_rate(model: str, framework: str, n: int = 1_000_000) -> float:
     return n / (time.perf_counter() - t)
 
 
-def search(model: str, chips: int, seqs: list[float]) -> tuple[int, float, float]:
-    opts = train_mem.Options(model=model, chip="h100-sxm", search=True, chips=chips, seq=seqs, batch=[256.0])
+def search(model: str, chips: int, seqs: list[float], cps=(1.0,)) -> tuple[int, float, float]:
+    opts = train_mem.Options(model=model, chip="h100-sxm", search=True, chips=chips, seq=seqs, batch=[256.0],
+                             cp=list(cps))
     tracemalloc.start()
     t = time.perf_counter()
     res = train_mem.run(opts)
@@ -43,4 +44,7 @@ if __name__ == "__main__":
     seqs = [float(s) for s in range(256, 256 * 401, 256)]
     n, dt, peak = search("llama-3.1-70b", 4096, seqs)
     print(f"search, llama-3.1-70b on 4096 × h100-sxm: {n:,} layouts in {dt:.2f} s "
+          f"({n / dt:,.0f} layouts/s), peak traced memory {peak / 2**30:.2f} GiB")
+    n, dt, peak = search("llama-3.1-70b", 4096, seqs[:100], cps=(1.0, 2.0, 4.0, 8.0))
+    print(f"search with --cp 1,2,4,8, 100 sequence lengths: {n:,} layouts in {dt:.2f} s "
           f"({n / dt:,.0f} layouts/s), peak traced memory {peak / 2**30:.2f} GiB")

@@ -387,3 +387,110 @@ def test_tm20_most_loaded_shard_params():
     split = tm.split_params(store.resolve_model("llama-3.1-70b").arch)
     assert float(tm.params_per_device(split, 8, 4)) == want
     assert float(tm.params_per_device(split, 1, 1)) == 70_553_706_496
+
+
+# ---------------------------------------------------------------- context parallelism (--cp)
+
+
+def test_cp_megatron_layers_scale_with_local_sequence(capsys):
+    # Korthikanti TP + SP + selective: sbh·34/t per layer with s → s/cp; gpt3-175b (h 12288, 96 layers), t 8,
+    # p 8 (so outside the layers only the embedding-dropout mask s·b·h·p/t), s 8192, cp 4 → s/cp = 2048.
+    code, out = _json(capsys, "gpt3-175b", "--framework", "megatron", "--tp", "8", "--pp", "8", "--sp",
+                      "--recompute", "selective", "--seq", "8192", "--cp", "4")
+    r = out["rows"][0]
+    layers = 96 * 2048 * 12288 * 34 / 8  # 10,267,656,192
+    embedding_mask = 2048 * 12288 * 8 / 8  # 25,165,824
+    assert code == 0 and r["cp"] == 4
+    assert r["activations_bytes"] == pytest.approx(layers + embedding_mask, rel=1e-12)
+
+
+def test_cp_states_shard_over_dp_times_cp(capsys):
+    # Megatron distributed optimizer over the dp×cp group: TM-04's 6 + 12/d with d = dp·cp = 4·2 = 8 → 7.5 B/param
+    code, out = _json(capsys, "llama-3.1-8b", "--framework", "megatron", "--zero", "1", "--dp", "4", "--cp", "2")
+    r = out["rows"][0]
+    assert (r["weights_bytes"] + r["gradients_bytes"] + r["optimizer_bytes"]) / r["params"] == pytest.approx(7.5)
+    # FSDP full shard over dp·cp = 8: 16 B/param / 8 = 2; with ZeRO 0 the CP ranks replicate everything (16)
+    code, out = _json(capsys, "llama-3.1-8b", "--zero", "0,3", "--dp", "4", "--cp", "2")
+    got = [(x["weights_bytes"] + x["gradients_bytes"] + x["optimizer_bytes"]) / x["params"] for x in out["rows"]]
+    assert got == pytest.approx([16, 2])
+
+
+def test_cp_hf_activations_equal_the_local_sequence(capsys):
+    # each CP rank keeps the activations of S/cp tokens: cp 4 at 8192 tokens = cp 1 at 2048 tokens
+    _, a = _json(capsys, "llama-3.1-8b", "--seq", "8192", "--cp", "4")
+    _, b = _json(capsys, "llama-3.1-8b", "--seq", "2048")
+    assert a["rows"][0]["activations_bytes"] == pytest.approx(b["rows"][0]["activations_bytes"], rel=1e-12)
+
+
+def test_cp_kv_buffers_by_hand():
+    # Llama-3.1-8B: 8 kv heads × 128; one K+V chunk = 2·a·B·(S/cp)·K·d. Forward keeps all cp chunks, backward 4.
+    arch = store.resolve_model("llama-3.1-8b").arch
+    assert float(tm.cp_kv_buffers(1, 32768, arch, 2, 1, 8)) == 8 * (2 * 2 * 1 * 4096 * 1024)  # 128 MiB
+    assert float(tm.cp_kv_buffers(1, 32768, arch, 2, 1, 2)) == 4 * (2 * 2 * 1 * 16384 * 1024)  # 256 MiB
+    assert float(tm.cp_kv_buffers(1, 32768, arch, 2, 1, 1)) == 0.0
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--cp", "3", "--seq", "2048"], "does not divide the sequence"),
+        (["--cp", "2", "--attention", "eager"], "--attention"),
+        (["--framework", "megatron", "--tp", "8", "--sp", "--cp", "2", "--seq", "4100"], "--sp"),
+        (["--cp", "0"], "--cp"),
+    ],
+)
+def test_cp_bad_layouts_exit_2(capsys, argv, needle):
+    code = main(["train-mem", "llama-3.1-8b", *argv])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert needle in err and "Traceback" not in err
+
+
+def test_cp_in_search(capsys):
+    code, out = _json(capsys, "llama-3.1-70b", "--search", "--chip", "h100-sxm", "--chips", "64", "--batch", "1",
+                      "--seq", "131072", "--cp", "1,2,4,8")
+    assert code == 0 and out["rows"]
+    assert all(r["tp"] * r["pp"] * r["cp"] * r["dp"] == 64 for r in out["rows"])
+    assert any(r["cp"] > 1 for r in out["rows"])
+
+
+# ---------------------------------------------------------------- loss, optimizer-in-backward, adapter dtype
+
+
+def test_chunked_loss_saves_logits_in_activation_dtype():
+    # full: fp32 log-softmax 4·BS·V; chunked (compiled): the a-byte logits, a·BS·V → (4 − 2)·4096·128256 less
+    arch = store.resolve_model("llama-3.1-8b").arch
+    full = act.hf_outside(2, 2048, arch, 2)
+    chunked = act.hf_outside(2, 2048, arch, 2, loss="chunked")
+    assert float(full - chunked) == 2 * 4096 * 128256
+    # transient: one of 8 chunks upcast, (8 + a)·BS·V/8, instead of max(a + 4, 8)·BS·V
+    loss_c = tm.transient_bytes(2, 2048, arch, 2, loss_kind="chunked")[0]
+    loss_f = tm.transient_bytes(2, 2048, arch, 2)[0]
+    assert float(loss_c) == 10 * 4096 * 128256 / 8
+    assert float(loss_f) == 8 * 4096 * 128256
+
+
+def test_optimizer_in_backward_keeps_one_gradient(capsys):
+    # Llama-3.1-8B's largest tensor is the 128256 × 4096 embedding (= lm_head); bf16 grad → 2 B each
+    code, out = _json(capsys, "llama-3.1-8b", "--precision", "bf16", "--optimizer-in-backward")
+    assert out["rows"][0]["gradients_bytes"] == 128256 * 4096 * 2
+    # LoRA r 8: the largest adapter matrix is r × F = 8 × 14336
+    assert tm.largest_param_tensor(store.resolve_model("llama-3.1-8b").arch, 8) == 8 * 14336
+    code = main(["train-mem", "llama-3.1-8b", "--optimizer-in-backward", "--microbatches", "4"])
+    assert code == 2 and "--microbatches" in capsys.readouterr().err
+
+
+def test_lora_adapters_in_model_dtype(capsys):
+    # torchtune keeps adapters in bf16: 2 B weights, 2 B grads, torch AdamW states in bf16 (2 + 2)
+    code, out = _json(capsys, "llama-3.2-3b", "--precision", "bf16", "--lora-rank", "32", "--lora-dtype", "bf16")
+    r = out["rows"][0]
+    assert r["weights_bytes"] == pytest.approx(3_212_749_824 * 2 + 9_175_040 * 2)
+    assert r["gradients_bytes"] == pytest.approx(9_175_040 * 2)
+    assert r["optimizer_bytes"] == pytest.approx(9_175_040 * 4)
+
+
+def test_loss_option_errors(capsys):
+    assert main(["train-mem", "llama-3.1-8b", "--loss", "fused"]) == 2
+    assert main(["train-mem", "llama-3.1-8b", "--framework", "megatron", "--loss", "chunked"]) == 2
+    assert main(["train-mem", "llama-3.1-8b", "--lora-rank", "8", "--lora-dtype", "int8"]) == 2
+    capsys.readouterr()

@@ -228,7 +228,7 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
 
 
 def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4, recompute="none",
-               attention="sdpa"):
+               attention="sdpa", loss="full"):
     """Bytes saved outside the decoder layers, loss included (``labels=input_ids``).
 
     * embedding: the int64 token ids (8BS); learned positions (GPT-2) also the position ids (8S);
@@ -243,6 +243,14 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
       saves its [B, 1, S, S] causal mask once as a checkpoint input. The 16-bit logits themselves
       are not saved (transient; see ``train_memory.transient_bytes``).
     With t > 1 the vocabulary is split (Megatron's vocab-parallel loss): 4·BS·V/t.
+
+    ``loss="chunked"``: torchtune's ``CEWithChunkedOutputLoss`` (``torchtune/modules/loss/ce_chunked_output_loss.py``;
+    the recipes compile it with ``compile: True``): the output projection returns the logits in
+    ``num_output_chunks`` = 8 sequence chunks in the activation dtype, and each chunk is upcast and reduced
+    by a compiled cross-entropy that keeps its a-byte input instead of an fp32 log-softmax, so the loss saves
+    ``a·BS·V/t`` (half of the fp32 form at a = 2); the fp32 work is one chunk at a time (a transient,
+    ``train_memory.transient_bytes``). Without ``compile`` each chunk's eager ``cross_entropy`` saves its fp32
+    log-softmax, which is the ``full`` figure again (only the transient shrinks).
     """
     import numpy as np
 
@@ -260,7 +268,8 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
         # GPT-2 eager builds a [B, 1, S, S] causal mask; checkpointed layers keep it as an input (one storage)
         emb = emb + np.where(np.asarray(recompute) == "full", a * B * S * S, 0.0)
     final = hf_norm(B, S, H, a, arch.norm, stat_bytes)
-    loss = 4 * B * S * V / t + 8 * B * (S + 1) + 4  # labels are padded by one and shifted (a view)
+    per_logit = a if loss == "chunked" else 4.0
+    loss = per_logit * B * S * V / t + 8 * B * (S + 1) + 4  # labels are padded by one and shifted (a view)
     return emb + final + loss
 
 

@@ -19,6 +19,8 @@ DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
 # and the caching allocator's slack. TM-32 measures a 1343 MiB context on a V100 (nvidia-smi "used");
 # recent CUDA with lazy module loading is ≈ 0.5 GiB. We state 1 GiB.
 CUDA_OVERHEAD_BYTES = 2**30
+# torchtune's CEWithChunkedOutputLoss default (``num_output_chunks=8``), the model's output split to match.
+CHUNKED_LOSS_CHUNKS = 8
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,11 @@ def shard_states(n_params, n_trainable, sb: StateBytes, zero, dp, extra_optimize
     parameters: per device ``(2 + 2 + K)Ψ``, ``4Ψ + KΨ/N_d``, ``2Ψ + (2 + K)Ψ/N_d``, ``(4 + K)Ψ/N_d``
     (TM-09). FSDP FULL_SHARD = stage 3, SHARD_GRAD_OP = 2; Megatron's distributed optimizer = stage 1
     with fp32 grads, ``6 + 12/d`` (TM-04).
+
+    With context parallelism the ranks of a CP group hold the same parameters (they see different tokens),
+    so the sharding group is data × context parallel: the caller passes ``dp = dp·cp``. Megatron-LM
+    shards its distributed optimizer and reduces gradients over ``_DATA_PARALLEL_GROUP_WITH_CP``
+    (``megatron/core/parallel_state.py``), FSDP2 with CP shards over the ``dp_shard_cp`` mesh (torchtitan).
     """
     import numpy as np
 
@@ -203,6 +210,24 @@ def params_per_device(split: ParamSplit, tp=1, pp=1, ep=1):
     return dense / tp + split.experts / (pp * ep * tp)
 
 
+def largest_param_tensor(arch: Arch, lora_rank: int | None = None) -> float:
+    """Elements of the largest single trainable tensor: what one gradient costs when the optimizer steps
+    inside the backward pass.
+
+    Optimizer-in-backward (torchtune ``optimizer_in_bwd: True``; PyTorch's "How to save memory by fusing
+    the optimizer step into the backward pass" tutorial, ``register_post_accumulate_grad_hook``) applies
+    each parameter's update as soon as its gradient is accumulated and frees that gradient, so at most one
+    parameter's gradient is live (plus the ones being produced by the current layer; the largest tensor
+    bounds it). Full training: the embedding or lm_head ``V·H``, or the largest linear ``H·max(F, A·d)``.
+    LoRA: the largest adapter matrix, ``r·max(H, F, A·d)``. Needs one micro-batch per step (no gradient
+    accumulation), which the command enforces.
+    """
+    H, V, F, Ad = arch.hidden, arch.vocab, (arch.moe.expert_ffn if arch.moe else arch.ffn), arch.heads * arch.head_dim
+    if lora_rank:
+        return float(lora_rank * max(H, F, Ad))
+    return float(max(V * H, H * F, H * Ad))
+
+
 # --------------------------------------------------------------------------------------------------
 # LoRA / QLoRA
 # --------------------------------------------------------------------------------------------------
@@ -258,30 +283,63 @@ def base_weight_bytes(split: ParamSplit, quant: str, base_bytes: float) -> float
 # --------------------------------------------------------------------------------------------------
 
 
+def cp_kv_buffers(B, S, arch: Arch, a, t=1, cp=1):
+    """Context parallelism's K/V exchange buffers for one attention layer (transient, not saved).
+
+    Ring attention over ``cp`` ranks (Liu et al. 2023, arXiv 2310.01889; Megatron-LM ``--context-parallel-size``
+    with its default ``--cp-comm-type p2p``, implemented by TransformerEngine's ``AttnFuncWithCPAndKVP2P`` in
+    ``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``): each rank holds
+    S/cp tokens; one K+V chunk is ``2·a·B·(S/cp)·K·d/t`` bytes (K kv heads of size d, split over t).
+    The forward keeps a list of all cp received chunks (``p2p_comm_buffers``) until the layer's attention
+    ends, i.e. the whole sequence's K and V; the backward double-buffers K/V together with dK/dV, 4 chunks.
+    So ``max(cp, 4)`` chunks are live at once, 0 without CP. The all-gather variant (``--cp-comm-type
+    allgather``, torch's ``context_parallel`` with its default all-gather rotation) also materializes the
+    full K and V (cp chunks). Only the local chunk is *saved* for backward (counted in the activations).
+    """
+    import numpy as np
+
+    B, S, a, t, cp = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t, cp))
+    kd = np.maximum(arch.kv_heads / t, 1) * arch.head_dim  # kv heads replicated when t > K
+    chunk = 2 * a * B * (S / cp) * kd
+    return np.where(cp > 1, np.maximum(cp, 4.0) * chunk, 0.0)
+
+
 def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", recompute="none",
-                    layer_bytes=0.0, zero=0, largest_layer_params=0.0, weight_bytes=2.0):
+                    layer_bytes=0.0, zero=0, largest_layer_params=0.0, weight_bytes=2.0, cp=1, loss_kind="full"):
     """Memory that is live at the peak but is not saved for backward (documented in docs/train-mem.md).
 
     * loss: besides the saved fp32 log-softmax (counted in activations), transformers holds the a-byte
       logits and their fp32 upcast in the forward, and two fp32 gradients in the backward of
       ``log_softmax``: ``max(a + 4, 8)·BS·V/t``. Megatron's fused vocab-parallel cross entropy works in
-      place on its fp32 logits: ``4·BS·V/t``.
+      place on its fp32 logits: ``4·BS·V/t``. The chunked loss (``loss_kind="chunked"``, torchtune's
+      ``CEWithChunkedOutputLoss`` with 8 chunks, see ``activations.hf_outside``) upcasts one chunk at a
+      time: its fp32 copy and fp32 gradient, ``8·BS·V/(8t)``, plus the a-byte gradient of that chunk for the
+      output projection's backward, ``a·BS·V/(8t)``.
     * the largest layer's workspace in backward: with full recompute, one layer's activations are
       rebuilt (``layer_bytes``) plus their gradients (the same again); without, the gradients of the
       largest intermediates of one layer: the MLP's up/gate gradients ``3·a·BSF/t`` or, with eager
       attention, the fp32 score gradient and its input ``8·B·A·S²/t``.
     * ZeRO-3 gathers the largest layer's 16-bit params and grads, ``4 × largest layer``
       (DeepSpeed's ``LL``, TM-10).
+    * context parallelism (``cp`` > 1): each rank sees S/cp tokens, so the loss and MLP terms use S/cp;
+      the ring's K/V buffers (:func:`cp_kv_buffers`) join the workspace (both belong to one layer at a
+      time, so the larger of the two counts).
     """
     import numpy as np
 
-    B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
+    B, S, a, t, cp = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t, cp))
+    kv = cp_kv_buffers(B, S, arch, a, t, cp)
+    S = S / cp
     BS = B * S
     V, F, A = arch.vocab, (arch.moe.expert_ffn if arch.moe else arch.ffn), arch.heads
-    loss = (np.maximum(a + 4, 8.0) if framework == "hf" else 4.0) * BS * V / t
+    if loss_kind == "chunked":
+        loss = (8 + a) * BS * V / (CHUNKED_LOSS_CHUNKS * t)
+    else:
+        loss = (np.maximum(a + 4, 8.0) if framework == "hf" else 4.0) * BS * V / t
     mlp = 3 * a * BS * F / t
     eager = 8 * B * (A / t) * S * S if attention == "eager" else 0.0
     workspace = np.maximum(mlp, eager)
     workspace = np.where(recompute == "full", 2 * np.asarray(layer_bytes, dtype=np.float64), workspace)
+    workspace = np.maximum(workspace, kv)
     gather = np.where(np.asarray(zero) >= 3, 4.0 * largest_layer_params, 0.0)
     return loss, workspace, gather
