@@ -87,13 +87,37 @@ def gemm_efficiency(eff: Efficiency, m, n, k, low_precision=False):
     import numpy as np
 
     h = eff.gemm_half_dim
-    e = eff.flop_max * np.ones_like(np.asarray(m, dtype=np.float64))
+    scale = eff.flop_max * (eff.low_precision_flop_factor if low_precision else 1.0)
+    if not h > 0:
+        return scale * np.ones_like(np.asarray(m, dtype=np.float64))
+    e = None
     for x in (m, n, k):
         x = np.asarray(x, dtype=np.float64)
-        e = e * (x / (x + h) if h > 0 else 1.0)
-    if low_precision:
-        e = e * eff.low_precision_flop_factor
-    return e
+        f = x / (x + h)
+        e = f if e is None else e * f
+    return e * scale
+
+
+_NORMAL_MIN = 2.2250738585072014e-308  # smallest normal float64
+_FINITE_MAX = 1.7976931348623157e308
+
+
+def _hypot(a, b):
+    """np.hypot(a, b) as sqrt(a² + b²) — libm's hypot is several times slower — and hypot itself wherever a² + b²
+    leaves the normal range (underflow, overflow, zeros, NaN), so the result is hypot's to an ulp or two."""
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    s = a * a + b * b
+    r = np.sqrt(s)
+    if np.ndim(r) == 0:
+        return r[()] if _NORMAL_MIN <= s <= _FINITE_MAX else np.hypot(a, b)
+    if r.size and not (_NORMAL_MIN <= s.min() and s.max() <= _FINITE_MAX):
+        bad = ~((s >= _NORMAL_MIN) & (s <= _FINITE_MAX))
+        ab, bb = np.broadcast_arrays(a, b)
+        r[bad] = np.hypot(ab[bad], bb[bad])
+    return r
 
 
 def combine(t_compute, t_memory, p: float):
@@ -103,7 +127,7 @@ def combine(t_compute, t_memory, p: float):
     if not np.isfinite(p):
         return np.maximum(t_compute, t_memory)
     if p == 2.0:
-        return np.hypot(t_compute, t_memory)
+        return _hypot(t_compute, t_memory)
     if p == 1.0:
         return t_compute + t_memory
     return (np.asarray(t_compute) ** p + np.asarray(t_memory) ** p) ** (1.0 / p)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aicalc.catalog.arch import Arch
+from aicalc.core.blockwise import Arith, Workspace, blockwise
 from aicalc.core.efficiency import Efficiency, combine, gemm_efficiency
 
 ACT_BYTES = 2.0  # activations in 16-bit
@@ -140,17 +141,35 @@ class Op:
     t_est: object = None
 
 
-def _keys_sum(P, T, window):
+_TINY_TIME = 1e-130  # below this a total could hide an underflowed t_c² + t_m² (such blocks: _reference)
+
+
+def _keys_sum(P, T, window, ar: Arith | None = None):
     """Σ over the T new queries of the keys each attends to (causal): query i sees P+i+1 keys, capped at window."""
     import numpy as np
 
-    a, b = P + 1.0, P + T
-    full = T * P + T * (T + 1.0) / 2.0
+    ar = ar or Arith()
+    if np.ndim(T) == 0 and T == 1.0:  # one query (decode): T·P = P, T(T+1)/2 = 1; the window caps P+1
+        full = ar.add(P, 1.0)
+        return full if not window else ar.min(full, float(window), into=full)
+    full = ar.add(T, 1.0)
+    full = ar.mul(T, full, into=full)
+    full = ar.div(full, 2.0, into=full)
+    if not (np.ndim(P) == 0 and P == 0.0):  # T·P + T(T+1)/2 (T·P = 0 at P = 0)
+        full = ar.add(ar.mul(T, P), full, into=full if np.ndim(full) else None)
     if not window:
         return full
     W = float(window)
-    part = (a + W) * (W - a + 1.0) / 2.0 + (b - W) * W
-    return np.where(b <= W, full, np.where(a >= W, W * T, part))
+    a, b = ar.add(P, 1.0), ar.add(P, T)
+    part = ar.add(a, W)  # (a + W)(W − a + 1)/2 + (b − W)·W
+    part = ar.mul(part, ar.add(ar.sub(W, a), 1.0), into=part)
+    part = ar.div(part, 2.0, into=part)
+    part = ar.add(part, ar.mul(ar.sub(b, W), W), into=part)
+    if np.ndim(part) == 0:
+        return np.where(b <= W, full, np.where(a >= W, W * T, part))
+    np.copyto(part, ar.mul(W, T), where=a >= W)  # = where(b <= W, full, where(a >= W, W·T, part))
+    np.copyto(part, full, where=b <= W)
+    return part
 
 
 def kv_token_layer_bytes(s: Shape, kv_bytes: float, tp):
@@ -163,145 +182,507 @@ def kv_token_layer_bytes(s: Shape, kv_bytes: float, tp):
     return 2.0 * heads * s.d * kv_bytes
 
 
+class _Ctx:
+    """Constants of one evaluation (one block), and the arrays of tp alone, shared by the ops and the phases."""
+
+    def __init__(self, s: Shape | None, roofs: Roofs | None, fm: Formats, eff: Efficiency | None, tp,
+                 ws: Workspace | None = None):
+        import numpy as np
+
+        self.s, self.fm, self.eff = s, fm, eff
+        self.ar = ar = Arith(ws)
+        self.tp = np.asarray(tp, dtype=np.float64)
+        self._memo: dict = {}
+        self._phase: dict = {}  # arrays of the current phase (their scratch is reused by the next one)
+        self.itp = self.memo("itp", lambda: ar.div(1.0, self.tp))
+        self.timing = roofs is not None
+        if not self.timing:
+            return
+        self.peak, self.bw = roofs.peak_flop_per_s, roofs.bandwidth_bytes_per_s
+        self.link = max(roofs.link_bytes_per_s, 1.0)
+        self.wq = eff.quant_bandwidth if fm.quantized else eff.bandwidth
+        self.low_precision = roofs.low_precision
+        self.g0 = eff.flop_max * (eff.low_precision_flop_factor if roofs.low_precision else 1.0)
+        one = np.float64(1.0)  # numpy semantics for zero factors (inf, not an exception)
+        with np.errstate(divide="ignore"):
+            self.cb = one / (self.bw * eff.bandwidth)  # estimated seconds per byte (activations, KV)
+            self.cq = one / (self.bw * self.wq)  # … per weight byte
+            self.inv_g0 = one / self.g0
+        self.h = eff.gemm_half_dim
+        self.p = eff.overlap_p
+        # combine(0, t_m) is t_m: an op without FLOPs costs its memory time (p ≥ 1, t_m ≥ 0; a zero ceiling
+        # gives NaN)
+        self.memory_only = self.p >= 1.0 and self.g0 > 0.0 and self.peak > 0.0 and self.cb > 0.0 and self.cq > 0.0
+
+    def _kept(self, make):
+        """make(), its scratch arrays kept for the whole block."""
+        ws = self.ar.ws
+        if ws is None:
+            return make()
+        ws.into = ws.keep
+        try:
+            return make()
+        finally:
+            ws.into = ws.stack
+
+    def memo(self, key, make):
+        """An array of tp alone (or a constant), computed once per evaluation."""
+        v = self._memo.get(key)
+        if v is None:
+            v = self._memo[key] = self._kept(make)
+        return v
+
+    def split(self, c: float):
+        """c/tp (a dimension or a byte count split over the TP group)."""
+        return self.memo(("split", c), lambda: self.ar.mul(c, self.itp))
+
+    def ring(self):
+        ar = self.ar
+        return self.memo("ring", lambda: ar.div(ar.mul(2.0, ar.sub(self.tp, 1.0)), ar.max(self.tp, 1.0)))
+
+    def new_phase(self, *ms) -> None:
+        """Start a phase; ``ms``: its GEMM row counts, whose efficiency factors are computed now (at phase level)."""
+        self._phase = {}
+        if self.timing and self.h > 0:
+            for m in ms:
+                self.inv_f(m, self._phase)
+
+    def inv_f(self, x, table=None):
+        """1 / (x/(x+h)): the reciprocal of one GEMM dimension's efficiency factor (module efficiency, item 1)."""
+        import numpy as np
+
+        h = self.h
+        if not h > 0:
+            return 1.0
+        key = id(x)
+        hit = self._phase.get(key) or self._memo.get(key)
+        if hit is None:
+            ar = self.ar
+
+            def make():
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    return ar.div(ar.add(x, h), np.float64(x) if np.ndim(x) == 0 else x)
+
+            # a phase's row counts live in its scratch (computed at phase level); other dims are of tp alone
+            hit = (x, make() if table is not None else self._kept(make))  # x is held: its id stays unique
+            (self._memo if table is None else table)[key] = hit
+        return hit[1]
+
+    def gemm_factors(self, dims):
+        """1/g of a GEMM as a scalar and a list of arrays: t_c = flop/peak · scalar · Π arrays."""
+        import numpy as np
+
+        sc, arrays = self.inv_g0, []
+        for x in dims:
+            if np.ndim(x) == 0:
+                sc = sc * self.inv_f(x)
+            else:
+                arrays.append(self.inv_f(x))
+        return sc, arrays
+
+    def memory_time(self, nbytes, w):
+        """w/(bw·wq) + (bytes − w)/(bw·bandwidth): weight bytes at the (quantized) weight bandwidth."""
+        ar = self.ar
+        if w is None or self.cq == self.cb:
+            return ar.mul(nbytes, self.cb)
+        if self.cq > self.cb:  # both terms positive: no cancellation
+            t = ar.mul(w, self.cq - self.cb)
+            return ar.add(t, ar.mul(nbytes, self.cb), into=t)
+        t = ar.sub(nbytes, w)
+        t = ar.mul(t, self.cb, into=t)
+        return ar.add(ar.mul(w, self.cq), t, into=t)
+
+    def op_times(self, flop, nbytes, w, dims, exact: bool = True):
+        """(max(t_c, t_m) of the bare roofline, combine(t_c, t_m) of the efficiency model) of one op, without the
+        per-kernel, per-collective and communication terms. ``exact``: the formulas as written (time_ops);
+        else, in a workspace, the same regrouped, with sqrt(t_c² + t_m²) for hypot, whose range the caller
+        checks."""
+        import numpy as np
+
+        zero = np.float64(0.0)  # numpy semantics (0/0 is NaN, not an exception)
+        flop = zero if flop is None else flop
+        nbytes = zero if nbytes is None else nbytes
+        gemm = isinstance(dims, tuple)
+        ar = self.ar
+        if exact or ar.ws is None:
+            w = zero if w is None else w
+            g = gemm_efficiency(self.eff, *dims, low_precision=self.low_precision) if gemm else self.g0
+            t_ideal = np.maximum(flop / self.peak, nbytes / self.bw)
+            t_c = flop / (self.peak * g)
+            t_m = w / (self.bw * self.wq) + (nbytes - w) / (self.bw * self.eff.bandwidth)
+            return t_ideal, combine(t_c, t_m, self.p)
+        tci = ar.div(flop, self.peak)
+        tmi = ar.div(nbytes, self.bw)
+        ti = ar.max(tci, tmi, into=tmi)
+        sc, arrays = self.gemm_factors(dims) if gemm else (self.inv_g0, ())
+        tc = ar.mul(tci, sc, into=tci)
+        for a in arrays:
+            tc = ar.mul(tc, a, into=tc)
+        tm = self.memory_time(nbytes, w)
+        p = self.p
+        if p == 2.0:  # hypot as sqrt(t_c² + t_m²): libm's hypot is several times slower
+            tc = ar.mul(tc, tc, into=tc)
+            tm = ar.mul(tm, tm, into=tm)
+            return ti, ar.unary(np.sqrt, ar.add(tc, tm, into=tc), into=tc)
+        if not np.isfinite(p):
+            return ti, ar.max(tc, tm, into=tc)
+        if p == 1.0:
+            return ti, ar.add(tc, tm, into=tc)
+        tc = ar._f(np.power, tc, p, tc)
+        tc = ar.add(tc, ar._f(np.power, tm, p, tm), into=tc)
+        return ti, ar._f(np.power, tc, 1.0 / p, tc)
+
+
+def _build(c: _Ctx, B, T, P, logits_tokens, sink, pad: bool = False) -> None:
+    """The operations of one forward pass over B sequences × T new tokens with P cached tokens, per device, each
+    passed to ``sink(op, copies)`` as soon as it is built (``copies``: identical ops folded into one).
+
+    Lean (``pad=False``): a field is ``None`` where the op has none (no FLOPs, weights or collective) and kernels
+    are scalars; with a workspace the op's arrays are scratch, valid only during the sink call. ``pad=True``: the
+    public per-op arrays (zeros instead of ``None``, the shapes ``forward_ops`` has always returned)."""
+    import numpy as np
+
+    ar = c.ar
+    ws = ar.ws
+    s, fm = c.s, c.fm
+    wb, ab = fm.weight_bytes, ACT_BYTES
+    H, L = float(s.H), float(s.L)
+    start = ws.mark() if ws is not None else 0
+    itp = c.itp
+
+    # ---- per-phase arrays (live until the phase ends)
+    M = B if (np.ndim(T) == 0 and T == 1.0) else ar.mul(B, T)  # tokens in this pass
+    if logits_tokens is None:
+        Mlog = M
+    else:
+        lt = np.asarray(logits_tokens, dtype=np.float64)
+        Mlog = B if (lt.ndim == 0 and lt == 1.0) else ar.mul(B, lt)
+    Mtp = ar.mul(M, itp)
+    Mlog_tp = Mtp if Mlog is M else ar.mul(Mlog, itp)
+    # attention: keys summed over the new queries (window-capped on sliding layers), cached tokens read
+    full_layers, sl = float(s.L - s.sliding_layers), float(s.sliding_layers)
+    PT = T if (np.ndim(P) == 0 and P == 0.0) else ar.add(P, T)
+    keys = _keys_sum(P, T, 0, ar)
+    keys = ar.mul(keys, full_layers, into=keys)
+    cached = ar.mul(PT, full_layers)
+    if sl:
+        kw = _keys_sum(P, T, s.window, ar)
+        keys = ar.add(keys, ar.mul(kw, sl, into=kw), into=keys)
+        mw = ar.min(PT, s.window)
+        cached = ar.add(cached, ar.mul(mw, sl, into=mw), into=cached)
+    # KV traffic: write T new tokens, read every cached token once per sequence (flash / decode); kernels that
+    # do not share a kv head across its query group read it once per query head
+    if not fm.kv_shared and s.kv_heads_or_latent:
+        reread = c.memo("reread", lambda: ar.div(ar.mul(s.A, itp),
+                                                 ar.max(1.0, ar.unary(np.floor, ar.div(s.kv_heads_or_latent, c.tp)))))
+        cached = ar.mul(cached, reread, into=cached)
+    if pad or s.kv_heads_or_latent:
+        kvtok = c.memo("kvtok", lambda: kv_token_layer_bytes(s, fm.kv_bytes, c.tp) if pad else ar.mul(
+            ar.max(1.0, ar.unary(np.floor, ar.div(s.kv_heads_or_latent, c.tp))), 2.0 * s.d * fm.kv_bytes))
+    else:
+        kvtok = s.kv_latent_elems * fm.kv_bytes  # MLA: one latent per token and layer, on every device
+    kv_io = ar.add(cached, ar.mul(T, L), into=cached)
+    kv_io = ar.mul(B, kv_io, into=kv_io)
+    kv_io = ar.mul(kv_io, kvtok, into=kv_io)
+    Bk = ar.mul(B, keys)
+    Bk = ar.mul(Bk, itp, into=Bk)  # B·heads·keys / A
+    score_flop = ar.mul(Bk, 2.0 * s.A * s.qk_dim)
+    same_width = s.v_dim == s.qk_dim and not pad
+    value_flop = score_flop if same_width else ar.mul(Bk, 2.0 * s.A * s.v_dim)
+    half = ar.mul(Mtp, s.A * (s.qk_dim + s.v_dim) * ab * L)  # q_io: read q, write the attention output
+    half = ar.add(kv_io, half, into=half)
+    half = ar.mul(half, 0.5, into=half)  # kv_io/2 + q_io/2 per product
+    if not fm.flash:
+        smat = ar.mul(Bk, s.A * ab)  # the materialized score/probability matrix, all layers
+        sbytes = ar.add(half, smat)
+    if s.moe_layers:
+        Lm, E, k = float(s.moe_layers), float(s.experts), float(s.experts_per_token)
+        # a batch of n tokens with top-k routing touches E·(1 − (1 − k/E)^n) experts (uniform routing)
+        untouched = (1.0 - k / E) ** M if pad else _pow(ar, 1.0 - k / E, M)
+        touched = ar.mul(ar.sub(1.0, untouched, into=untouched), E, into=untouched)
+        m_e = ar.mul(M, k)
+        m_e = ar.div(m_e, touched, into=m_e)  # tokens per touched expert
+    c.new_phase(M, Mlog, *((m_e,) if s.moe_layers else ()))
+    level = ws.mark() if ws is not None else 0
+
+    # ---- the ops, in order; with a workspace each op's arrays are released once the sink has them
+    def z(x, like=M):
+        """Public view: x + 0·like (the per-op arrays have always had at least the shape of ``like``)."""
+        return x if not pad else (0.0 if x is None else x) + 0.0 * like
+
+    def op(name, flop, nbytes, weight_bytes, kernels, like=M, copies=1, **kw):
+        if pad:
+            kw.setdefault("comm_bytes", 0.0)
+            kw.setdefault("collectives", 0.0)
+        else:
+            kw.setdefault("comm_bytes", None)
+            kw.setdefault("collectives", None)
+        sink(Op(name, flop=flop, bytes=nbytes, weight_bytes=weight_bytes, kernels=z(kernels, like), **kw), copies)
+        if ws is not None:
+            ws.release(level)
+
+    def stream(name, nbytes, kernels, flop=None):
+        op(name, z(flop), z(nbytes), z(None), kernels)
+
+    def gemm(name, m, m_tp, split, fixed, layers, params, split_n=True):
+        """y[m×n] = x[m×k]·W[k×n] with W's split side (split/tp) on this device: 2mnk FLOPs; reads W and x,
+        writes y."""
+        n = c.split(split)
+        w = c.split(params * wb * layers)
+
+        def act_per_row():
+            x = ar.add(n, fixed)
+            return ar.mul(x, ab * layers, into=x)
+
+        nbytes = ar.mul(m, c.memo(("act", split, fixed, layers), act_per_row))
+        nbytes = ar.add(nbytes, w, into=nbytes)
+        op(name, ar.mul(m_tp, 2.0 * split * fixed * layers), nbytes, w, layers, like=m,
+           gemm_eff=(m, n, fixed) if split_n else (m, fixed, n))
+
+    # embedding gather: one row per token (16-bit activations written)
+    stream("embedding", ar.mul(M, H * (wb + ab)), 1.0)
+    stream("norms", ar.mul(M, 4.0 * H * ab * L), 2.0 * L, flop=ar.mul(M, 8.0 * H * L))
+    gemm("qkv_proj", M, Mtp, s.attn_in_params / H, H, L, s.attn_in_params)
+
+    # rope + 2 residual adds: elementwise kernels on q/k and on the residual stream
+    def elementwise_per_row():
+        x = ar.mul(c.split(s.attn_in_params / H), 2.0)
+        x = ar.add(x, 6.0 * H, into=x)
+        return ar.mul(x, ab * L, into=x)
+
+    stream("elementwise", ar.mul(M, c.memo("elementwise", elementwise_per_row)), 3.0 * L)
+    if fm.flash:
+        if same_width:  # attn_value repeats attn_score (same FLOPs and bytes, no kernel of its own)
+            op("attn_score", score_flop, half, None, L, copies=2)
+        else:
+            op("attn_score", score_flop, half, z(None), L)
+            op("attn_value", value_flop, half if not pad else half + 0.0, z(None), 0.0)
+    else:
+        op("attn_score", score_flop, sbytes, z(None), L)
+        op("attn_softmax", ar.mul(Bk, 5.0 * s.A), ar.mul(smat, 2.0), z(None), L)
+        op("attn_value", value_flop, sbytes if not pad else half + smat, z(None), L)
+    gemm("o_proj", M, Mtp, s.attn_out_params / H, H, L, s.attn_out_params, split_n=False)
+
+    if s.dense_layers:
+        Ld = float(s.dense_layers)
+        gemm("mlp_up", M, Mtp, float(s.ffn_in), H, Ld, H * s.ffn_in)
+        stream("mlp_act", ar.mul(Mtp, (s.ffn_in + s.ffn) * ab * Ld), Ld, flop=ar.mul(Mtp, 4.0 * s.ffn * Ld))
+        gemm("mlp_down", M, Mtp, float(s.ffn), H, Ld, s.ffn * H, split_n=False)
+    if s.moe_layers:
+        w = H * E * wb * Lm
+        nbytes = ar.mul(M, (H + E) * ab * Lm)
+        op("moe_router", ar.mul(M, 2.0 * E * H * Lm), ar.add(nbytes, w, into=nbytes), w, Lm, gemm_eff=(M, E, H))
+        for name, n_, k_ in (("moe_up", s.expert_in, H), ("moe_down", H, s.expert_ffn)):
+            w = ar.mul(touched, c.split(n_ * k_ * wb * Lm))
+            nbytes = ar.mul(Mtp, k * (n_ + k_) * ab * Lm)
+            nbytes = ar.add(nbytes, w, into=nbytes)
+            op(name, ar.mul(Mtp, 2.0 * k * n_ * k_ * Lm), nbytes, w, Lm, gemm_eff=(m_e, c.split(float(n_)), k_))
+        stream("moe_act", ar.mul(Mtp, k * (s.expert_in + s.expert_ffn) * ab * Lm), Lm)
+        if s.shared_ffn:
+            gemm("shared_up", M, Mtp, float(s.shared_in), H, Lm, H * s.shared_in)
+            gemm("shared_down", M, Mtp, float(s.shared_ffn), H, Lm, s.shared_ffn * H, split_n=False)
+
+    # TP all-reduce after attention and after the MLP: payload B·T·H activations
+    allreduce = c.memo("allreduce", lambda: np.where(c.tp > 1, 1.0, 0.0))
+    op("tp_allreduce", z(None), z(None), z(None), 0.0,
+       comm_bytes=ar.mul(M, c.memo("allreduce_bytes", lambda: ar.mul(allreduce, 2.0 * L * H * ab))),
+       collectives=z(c.memo("allreduce_n", lambda: ar.mul(allreduce, 2.0 * L))))
+    stream("final_norm", ar.mul(Mlog, 2.0 * H * ab), 1.0)
+    gemm("lm_head", Mlog, Mlog_tp, float(s.V), H, 1.0, s.lm_head_params)
+    if ws is not None:
+        ws.release(start)
+
+
+def _pow(ar: Arith, base: float, M):
+    """base**M for an array exponent, as exp(M·ln base): several times faster than pow(), same to ~1e-15."""
+    import math
+
+    import numpy as np
+
+    if not 0.0 < base < 1.0:
+        return ar._f(np.power, base, M, None)
+    x = ar.mul(M, math.log(base))
+    return ar.unary(np.exp, x, into=x)
+
+
 def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_tokens=None) -> list[Op]:
     """Operations of one forward pass over B sequences × T new tokens with P cached tokens, per device."""
     import numpy as np
 
     f64 = np.float64
-    B = np.asarray(batch, dtype=f64)
-    T = np.asarray(new_tokens, dtype=f64)
-    P = np.asarray(past, dtype=f64)
-    tp = np.asarray(tp, dtype=f64)
-    wb, ab = fm.weight_bytes, ACT_BYTES
-    H = float(s.H)
-    M = B * T  # tokens in this pass
-    Mlog = B * (T if logits_tokens is None else np.asarray(logits_tokens, dtype=f64))
+    B, T, P = (np.asarray(x, dtype=f64) for x in (batch, new_tokens, past))
     ops: list[Op] = []
-
-    def gemm(name, m, n, k, layers, params, kernels=1.0):
-        """y[m×n] = x[m×k]·W[k×n]: 2mnk FLOPs; reads W and x, writes y."""
-        w = params * wb * layers
-        ops.append(Op(name, flop=2.0 * m * n * k * layers, bytes=w + (m * k + m * n) * ab * layers, weight_bytes=w,
-                      kernels=kernels * layers + 0 * m, gemm_eff=(m, n, k)))
-
-    def stream(name, nbytes, layers, kernels, flop=0.0):
-        ops.append(Op(name, flop=flop * layers + 0 * M, bytes=nbytes * layers + 0 * M, weight_bytes=0 * M,
-                      kernels=kernels * layers + 0 * M))
-
-    L = float(s.L)
-    # embedding gather: one row per token (16-bit activations written)
-    stream("embedding", M * H * (wb + ab), 1.0, 1.0)
-    stream("norms", 2.0 * M * H * 2 * ab, L, 2.0, flop=2.0 * M * H * 4)
-    qkv_cols = s.attn_in_params / H / tp
-    gemm("qkv_proj", M, qkv_cols, H, L, s.attn_in_params / tp)
-    # rope + 2 residual adds: elementwise kernels on q/k and on the residual stream
-    stream("elementwise", M * (qkv_cols * 2 + 2 * 3 * H) * ab, L, 3.0)
-
-    heads = s.A / tp
-    kvtok = kv_token_layer_bytes(s, fm.kv_bytes, tp)
-    full_layers, sl = float(s.L - s.sliding_layers), float(s.sliding_layers)
-    keys = _keys_sum(P, T, 0) * full_layers
-    cached = (P + T) * full_layers
-    if sl:
-        keys = keys + _keys_sum(P, T, s.window) * sl
-        cached = cached + np.minimum(P + T, s.window) * sl
-    # KV traffic: write T new tokens, read every cached token once per sequence (flash / decode); kernels that
-    # do not share a kv head across its query group read it once per query head
-    reread = 1.0
-    if not fm.kv_shared and s.kv_heads_or_latent:
-        reread = heads / np.maximum(1.0, np.floor(s.kv_heads_or_latent / tp))
-    kv_io = B * (cached * reread + T * L) * kvtok
-    score_flop = 2.0 * B * heads * s.qk_dim * keys
-    value_flop = 2.0 * B * heads * s.v_dim * keys
-    q_io = M * heads * (s.qk_dim + s.v_dim) * ab * L  # read q, write the attention output
-    if fm.flash:
-        ops.append(Op("attn_score", flop=score_flop, bytes=kv_io / 2 + q_io / 2, weight_bytes=0 * M, kernels=L + 0 * M))
-        ops.append(Op("attn_value", flop=value_flop, bytes=kv_io / 2 + q_io / 2, weight_bytes=0 * M, kernels=0 * M))
-    else:
-        smat = B * heads * keys * ab  # the materialized score/probability matrix, all layers
-        ops.append(Op("attn_score", flop=score_flop, bytes=kv_io / 2 + q_io / 2 + smat, weight_bytes=0 * M,
-                      kernels=L + 0 * M))
-        ops.append(Op("attn_softmax", flop=5.0 * B * heads * keys, bytes=2.0 * smat, weight_bytes=0 * M,
-                      kernels=L + 0 * M))
-        ops.append(Op("attn_value", flop=value_flop, bytes=kv_io / 2 + q_io / 2 + smat, weight_bytes=0 * M,
-                      kernels=L + 0 * M))
-    gemm("o_proj", M, H, s.attn_out_params / H / tp, L, s.attn_out_params / tp)
-
-    if s.dense_layers:
-        Ld = float(s.dense_layers)
-        gemm("mlp_up", M, s.ffn_in / tp, H, Ld, H * s.ffn_in / tp)
-        stream("mlp_act", M * (s.ffn_in + s.ffn) / tp * ab, Ld, 1.0, flop=M * s.ffn / tp * 4)
-        gemm("mlp_down", M, H, s.ffn / tp, Ld, s.ffn * H / tp)
-    if s.moe_layers:
-        Lm, E, k = float(s.moe_layers), float(s.experts), float(s.experts_per_token)
-        gemm("moe_router", M, E, H, Lm, H * E)
-        touched = E * (1.0 - (1.0 - k / E) ** M)
-        m_e = M * k / touched  # tokens per touched expert
-        for name, n_, k_ in (("moe_up", s.expert_in, H), ("moe_down", H, s.expert_ffn)):
-            w = touched * n_ * k_ / tp * wb * Lm
-            ops.append(Op(name, flop=2.0 * M * k * n_ * k_ / tp * Lm,
-                          bytes=w + M * k * (n_ + k_) / tp * ab * Lm, weight_bytes=w, kernels=Lm + 0 * M,
-                          gemm_eff=(m_e, n_ / tp, k_)))
-        stream("moe_act", M * k * (s.expert_in + s.expert_ffn) / tp * ab, Lm, 1.0)
-        if s.shared_ffn:
-            gemm("shared_up", M, s.shared_in / tp, H, Lm, H * s.shared_in / tp)
-            gemm("shared_down", M, H, s.shared_ffn / tp, Lm, s.shared_ffn * H / tp)
-
-    # TP all-reduce after attention and after the MLP: payload B·T·H activations
-    ar = np.where(tp > 1, 1.0, 0.0)
-    ops.append(Op("tp_allreduce", flop=0 * M, bytes=0 * M, weight_bytes=0 * M, kernels=0 * M,
-                  comm_bytes=ar * 2.0 * L * M * H * ab, collectives=ar * 2.0 * L + 0 * M))
-    stream("final_norm", Mlog * H * 2 * ab, 1.0, 1.0)
-    gemm("lm_head", Mlog, s.V / tp, H, 1.0, s.lm_head_params / tp)
+    _build(_Ctx(s, None, fm, None, tp), B, T, P, logits_tokens, lambda op, copies: ops.append(op), pad=True)
     return ops
 
 
 def time_ops(ops: list[Op], roofs: Roofs, fm: Formats, eff: Efficiency, tp) -> None:
     """Fill ``t_ideal`` (pure roofline) and ``t_est`` (efficiency model) of every op, in place."""
+    c = _Ctx(None, roofs, fm, eff, tp)
+    ring = c.ring()
+    for op in ops:
+        t_ideal, t_est = c.op_times(op.flop, op.bytes, op.weight_bytes, op.gemm_eff)
+        comm = ring * op.comm_bytes
+        op.t_ideal = t_ideal + comm / c.link
+        op.t_est = (t_est + op.kernels * eff.kernel_overhead_s + comm / (c.link * eff.link)
+                    + op.collectives * eff.collective_latency_s)
+
+
+class _Sums:
+    """The sink that sums lean ops as they are built: FLOPs, bytes and (with ``timed``) both times.
+
+    ``outs``: arrays (of the block's length) the four sums are written into; else workspace arrays."""
+
+    def __init__(self, c: _Ctx, outs=None, timed: bool = True):
+        ws = c.ar.ws
+        self.c, self.timed = c, timed
+        n = 4 if timed else 2
+        if outs is None:
+            outs = [ws.get() for _ in range(n)] if ws is not None else [None] * n
+        self.outs = list(outs[:n])
+        self.sums = [0.0] * n  # flop, bytes, t_ideal, t_est
+        self.mem = 0.0  # bytes of memory-only ops without weights (their times are linear in bytes)
+        self.mem_buf = ws.get() if (ws is not None and timed) else None
+        self.const = c.eff.step_overhead_s if timed else 0.0
+
+    def _acc(self, i, x, copies=1):
+        """sums[i] += copies·x (in place once sums[i] is an array)."""
+        ar, acc = self.c.ar, self.sums[i]
+        for _ in range(copies):
+            if getattr(acc, "ndim", 0):
+                acc = ar.add(acc, x, into=acc)
+            elif getattr(x, "ndim", 0) and getattr(self.outs[i], "ndim", 0):
+                acc = ar.add(x, acc, into=self.outs[i])
+            else:
+                acc = acc + x
+        self.sums[i] = acc
+
+    def __call__(self, op: Op, copies: int = 1) -> None:
+        c, eff = self.c, self.c.eff
+        f, b, w = op.flop, op.bytes, op.weight_bytes
+        if f is not None:
+            self._acc(0, f, copies)
+        if b is not None:
+            self._acc(1, b, copies)
+        if not self.timed:
+            return
+        self.const += op.kernels * eff.kernel_overhead_s
+        if f is None and c.memory_only:  # combine(0, t_m) = t_m
+            if b is None:
+                pass
+            elif w is None:
+                for _ in range(copies):
+                    self.mem = (c.ar.add(self.mem, b, into=self.mem_buf) if not getattr(self.mem, "ndim", 0)
+                                else c.ar.add(self.mem, b, into=self.mem))
+            else:
+                self._acc(2, c.ar.div(b, c.bw), copies)
+                self._acc(3, c.memory_time(b, w), copies)
+        else:
+            t_ideal, t_est = c.op_times(f, b, w, op.gemm_eff, exact=False)
+            self._acc(2, t_ideal, copies)
+            self._acc(3, t_est, copies)
+        if op.comm_bytes is not None:
+            comm = c.ar.mul(c.ring(), op.comm_bytes)
+            self._acc(2, c.ar.div(comm, c.link))
+            self._acc(3, c.ar.div(comm, c.link * eff.link, into=comm))
+        if op.collectives is not None:
+            self._acc(3, c.ar.mul(op.collectives, eff.collective_latency_s))
+
+    def result(self):
+        """(flop, bytes[, t_ideal, t_est]), or None where a sum is not finite (overflow, NaN: the regrouped
+        formulas need not give the NaN the formulas as written give) or t_est is so small that sqrt(t_c² + t_m²)
+        may have underflowed: the caller then uses _reference."""
+        import numpy as np
+
+        c = self.c
+        if self.timed:
+            if getattr(self.mem, "ndim", 0) or self.mem:
+                self._acc(2, c.ar.div(self.mem, c.bw))
+                self._acc(3, c.ar.mul(self.mem, c.cb))
+            self._acc(3, self.const)
+            if np.size(self.sums[3]) and not np.min(self.sums[3]) >= _TINY_TIME:
+                return None
+        for x in self.sums:
+            if np.size(x) and not np.max(x) < np.inf:
+                return None
+        return self.sums
+
+
+def _phase_sums(c: _Ctx, B, T, P, logits_tokens=None, outs=None):
+    """(flop, bytes, t_ideal, t_est) of one phase (t_est with the step overhead), or None: see _Sums.result."""
+    sums = _Sums(c, outs)
+    _build(c, B, T, P, logits_tokens, sums)
+    return sums.result()
+
+
+def _lean_ok(*xs, tp) -> bool:
+    """Whether a block's inputs are finite and non-negative (and tp > 0): where the lean sums' shortcuts are
+    exact (an op without FLOPs costs its memory time, padding zeros are zeros). Otherwise _reference."""
     import numpy as np
 
-    tp = np.asarray(tp, dtype=np.float64)
-    peak, bw = roofs.peak_flop_per_s, roofs.bandwidth_bytes_per_s
-    link = max(roofs.link_bytes_per_s, 1.0)
-    wq = eff.quant_bandwidth if fm.quantized else eff.bandwidth
-    ring = 2.0 * (tp - 1.0) / np.maximum(tp, 1.0)
-    for op in ops:
-        if isinstance(op.gemm_eff, tuple):
-            g = gemm_efficiency(eff, *op.gemm_eff, low_precision=roofs.low_precision)
-        else:
-            g = eff.flop_max * (eff.low_precision_flop_factor if roofs.low_precision else 1.0)
-        t_c_ideal = op.flop / peak
-        t_m_ideal = op.bytes / bw
-        comm = ring * op.comm_bytes
-        op.t_ideal = np.maximum(t_c_ideal, t_m_ideal) + comm / link
-        t_c = op.flop / (peak * g)
-        t_m = op.weight_bytes / (bw * wq) + (op.bytes - op.weight_bytes) / (bw * eff.bandwidth)
-        op.t_est = (combine(t_c, t_m, eff.overlap_p) + op.kernels * eff.kernel_overhead_s
-                    + comm / (link * eff.link) + op.collectives * eff.collective_latency_s)
+    for x in (*xs, tp):
+        if np.size(x) and not (np.min(x) >= 0.0 and np.max(x) < np.inf):
+            return False
+    return not np.size(tp) or bool(np.min(tp) > 0.0)
 
 
-@dataclass
+def _reference(s, roofs, fm, eff, batch, new_tokens, past, tp, logits_tokens=None):
+    """(flop, bytes, t_ideal, t_est) summed over the public per-op arrays, as ``phase`` has always summed them."""
+    ops = _timed_ops(s, roofs, fm, eff, batch, new_tokens, past, tp, logits_tokens)
+    return (sum(o.flop for o in ops), sum(o.bytes for o in ops), sum(o.t_ideal for o in ops),
+            sum(o.t_est for o in ops) + eff.step_overhead_s)
+
+
 class Phase:
-    flop: object
-    bytes: object
-    t_ideal: object
-    t_est: object
-    ops: list[Op]
+    """One forward pass: totals (arrays), and ``ops``, the per-op breakdown, computed on first access."""
+
+    def __init__(self, flop, bytes, t_ideal, t_est, ops: list[Op] | None = None):
+        self.flop, self.bytes, self.t_ideal, self.t_est = flop, bytes, t_ideal, t_est
+        self._ops, self._make_ops = ops, None
+
+    @property
+    def ops(self) -> list[Op]:
+        if self._ops is None and self._make_ops is not None:
+            self._ops, self._make_ops = self._make_ops(), None
+        return self._ops
+
+    @ops.setter
+    def ops(self, value: list[Op]) -> None:
+        self._ops, self._make_ops = value, None
 
     @property
     def intensity(self):
         return self.flop / self.bytes
 
+    def __repr__(self) -> str:
+        return f"Phase(flop={self.flop!r}, bytes={self.bytes!r}, t_ideal={self.t_ideal!r}, t_est={self.t_est!r})"
+
+
+def _timed_ops(s, roofs, fm, eff, batch, new_tokens, past, tp, logits_tokens=None) -> list[Op]:
+    ops = forward_ops(s, fm, batch, new_tokens, past, tp, logits_tokens)
+    time_ops(ops, roofs, fm, eff, tp)
+    return ops
+
 
 def phase(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, new_tokens, past, tp, logits_tokens=None) -> Phase:
     """One forward pass: ops timed, plus totals (step overhead added to the estimate only)."""
-    ops = forward_ops(s, fm, batch, new_tokens, past, tp, logits_tokens)
-    time_ops(ops, roofs, fm, eff, tp)
-    flop = sum(o.flop for o in ops)
-    nbytes = sum(o.bytes for o in ops)
-    t_ideal = sum(o.t_ideal for o in ops)
-    t_est = sum(o.t_est for o in ops) + eff.step_overhead_s
-    return Phase(flop, nbytes, t_ideal, t_est, ops)
+    import numpy as np
+
+    f64 = np.float64
+    args = [np.asarray(x, dtype=f64) for x in (batch, new_tokens, past, tp)]
+    if logits_tokens is not None:
+        args.append(np.asarray(logits_tokens, dtype=f64))
+
+    def block(ws, outs, B, T, P, tp_, *lt):
+        lt = lt[0] if lt else None
+        r = None
+        if _lean_ok(B, T, P, *(() if lt is None else (lt,)), tp=tp_):
+            r = _phase_sums(_Ctx(s, roofs, fm, eff, tp_, ws), B, T, P, lt, outs)
+        return r if r is not None else _reference(s, roofs, fm, eff, B, T, P, tp_, lt)
+
+    ph = Phase(*blockwise(block, args, 4))
+    ph._make_ops = lambda: _timed_ops(s, roofs, fm, eff, batch, new_tokens, past, tp, logits_tokens)
+    return ph
 
 
 def weights_bytes_per_device(s: Shape, fm: Formats, tp):
@@ -333,12 +714,34 @@ def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, promp
     import numpy as np
 
     B, S, G = (np.asarray(x, dtype=np.float64) for x in (batch, prompt, gen))
-    pre = phase(s, roofs, fm, eff, B, S, 0.0 * S, tp, logits_tokens=1.0)
-    dec = phase(s, roofs, fm, eff, B, 1.0 + 0 * S, S + G / 2.0, tp)
+
+    def block(ws, outs, B, S, G, tp_):
+        c = _Ctx(s, roofs, fm, eff, tp_, ws)
+        outs = outs or [None] * 12
+        pre = dec = None
+        if _lean_ok(B, S, G, tp=tp_):
+            pre = _phase_sums(c, B, S, 0.0, 1.0, outs[0:4])
+            dec = _phase_sums(c, B, 1.0, c.ar.add(S, c.ar.div(G, 2.0)), None, outs[4:8])
+        if pre is None:
+            pre = _reference(s, roofs, fm, eff, B, S, 0.0 * S, tp_, logits_tokens=1.0)
+        if dec is None:
+            dec = _reference(s, roofs, fm, eff, B, 1.0 + 0 * S, S + G / 2.0, tp_)
+        res = [*pre, *dec]
+        for (ttft, tpot), o in (((pre[3], dec[3]), outs[8:10]), ((pre[2], dec[2]), outs[10:12])):
+            total = c.ar.mul(c.ar.sub(G, 1.0, into=o[0]), tpot, into=o[0])
+            total = c.ar.add(ttft, total, into=total)
+            rate = c.ar.mul(B, G, into=o[1])
+            res += [total, c.ar.div(rate, total, into=rate)]
+        return res
+
+    r = blockwise(block, [B, S, G, np.asarray(tp, dtype=np.float64)], 12)
+    pre, dec = Phase(*r[0:4]), Phase(*r[4:8])
+    pre._make_ops = lambda: _timed_ops(s, roofs, fm, eff, B, S, 0.0 * S, tp, logits_tokens=1.0)
+    dec._make_ops = lambda: _timed_ops(s, roofs, fm, eff, B, 1.0 + 0 * S, S + G / 2.0, tp)
     out = {}
-    for key, ttft, tpot in (("est", pre.t_est, dec.t_est), ("ideal", pre.t_ideal, dec.t_ideal)):
-        total = ttft + (G - 1.0) * tpot
-        out[key] = {"ttft_s": ttft, "tpot_s": tpot, "total_s": total, "output_tokens_per_s": B * G / total}
+    for key, ttft, tpot, total, rate in (("est", pre.t_est, dec.t_est, r[8], r[9]),
+                                          ("ideal", pre.t_ideal, dec.t_ideal, r[10], r[11])):
+        out[key] = {"ttft_s": ttft, "tpot_s": tpot, "total_s": total, "output_tokens_per_s": rate}
     return pre, dec, out
 
 
@@ -351,13 +754,27 @@ def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp):
     """
     import numpy as np
 
-    ops1 = forward_ops(s, fm, 1.0, 1.0, context, tp)
-    ops2 = forward_ops(s, fm, 2.0, 1.0, context, tp)
-    f1, f2 = sum(o.flop for o in ops1), sum(o.flop for o in ops2)
-    b1, b2 = sum(o.bytes for o in ops1), sum(o.bytes for o in ops2)
-    a, c = f2 - f1, b2 - b1
-    W = b1 - c
     R = roofs.ridge_point
-    denom = a - R * c
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(denom > 0, np.ceil(R * W / np.where(denom > 0, denom, 1.0)), np.inf)
+
+    def sums(c, B, C):
+        r = None
+        if _lean_ok(C, tp=c.tp):
+            acc = _Sums(c, timed=False)
+            _build(c, np.float64(B), 1.0, C, None, acc)
+            r = acc.result()
+        if r is None:  # the op arrays summed as written
+            ops = forward_ops(s, fm, B, 1.0, C, c.tp)
+            r = sum(o.flop for o in ops), sum(o.bytes for o in ops)
+        return r
+
+    def block(ws, outs, C, tp_):
+        c = _Ctx(s, None, fm, None, tp_, ws)
+        (f1, b1), (f2, b2) = sums(c, 1.0, C), sums(c, 2.0, C)
+        a, cb = f2 - f1, b2 - b1
+        W = b1 - cb
+        denom = a - R * cb
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (np.where(denom > 0, np.ceil(R * W / np.where(denom > 0, denom, 1.0)), np.inf),)
+
+    f64 = np.float64
+    return blockwise(block, [np.asarray(context, dtype=f64), np.asarray(tp, dtype=f64)], 1)[0]
