@@ -94,7 +94,9 @@ def run(model: str, chip: str, batch: str = "1", prompt: str = "512", gen: str =
     from aicalc.catalog.store import resolve_chip
     from aicalc.core import roofline as rl
     from aicalc.core.efficiency import Efficiency, parse_overrides
+    from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
     from aicalc.core.layout import check_tp
+    from aicalc.core.weights import weight_bytes_per_device
     from aicalc.sweep import grid
     from aicalc.units import parse_int
 
@@ -117,8 +119,8 @@ def run(model: str, chip: str, batch: str = "1", prompt: str = "512", gen: str =
     B, S, G, TP = g["batch"], g["prompt"], g["gen"], g["tp"]
     pre, dec, out = rl.inference(shape, roofs, fm, effm, B, S, G, TP)
     ridge = roofs.ridge_point
-    weights = rl.weights_bytes_per_device(shape, fm, TP)
-    kv = rl.kv_bytes_per_device(shape, fm, B, S + G, TP)
+    weights = weight_bytes_per_device(spec.arch, dtype, TP, bytes_per_param=fm.weight_bytes)
+    kv = kv_cache_bytes(kv_shape(spec.arch, kv_dtype, TP), B, S + G)
     need = weights + kv
     mem = float(chip_obj.memory_bytes)
     chips_needed = np.ceil(need * TP / mem)

@@ -20,8 +20,14 @@ def check_tp(arch: Arch, tp: int) -> None:
         raise AicalcError(f"--tp {tp} neither divides the {arch.kv_heads} kv heads nor is a multiple of them")
 
 
-def kv_heads_per_device(arch: Arch, tp: int) -> int:
-    """K/tp, or 1 when heads are replicated (tp > K); MLA keeps one latent, replicated per device."""
+def kv_heads_per_device(arch: Arch, tp):
+    """K/tp, or 1 when heads are replicated (tp > K); MLA keeps one latent, replicated per device.
+
+    ``tp`` may be an int or a numpy array of TP degrees (the result then is an array too)."""
     if arch.mla is not None:
         return 1
-    return max(1, arch.kv_heads // tp)
+    if isinstance(tp, int):
+        return max(1, arch.kv_heads // tp)
+    import numpy as np
+
+    return np.maximum(1, arch.kv_heads // np.asarray(tp))

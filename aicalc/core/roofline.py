@@ -685,25 +685,6 @@ def phase(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, new_token
     return ph
 
 
-def weights_bytes_per_device(s: Shape, fm: Formats, tp):
-    """Resident weights on one device: all parameters split over tp (norms replicated, ignored), + an untied
-    embedding table counted once (the head is ``lm_head_params``)."""
-    import numpy as np
-
-    return s.total_params * fm.weight_bytes / np.asarray(tp, dtype=np.float64)
-
-
-def kv_bytes_per_device(s: Shape, fm: Formats, batch, context, tp):
-    """KV-cache bytes on one device for B sequences of ``context`` tokens (window-capped layers)."""
-    import numpy as np
-
-    C = np.asarray(context, dtype=np.float64)
-    held = (s.L - s.sliding_layers) * C
-    if s.sliding_layers:
-        held = held + s.sliding_layers * np.minimum(C, s.window)
-    return np.asarray(batch, dtype=np.float64) * held * kv_token_layer_bytes(s, fm.kv_bytes, tp)
-
-
 def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, prompt, gen, tp):
     """TTFT, TPOT and throughput for B sequences of ``prompt`` + ``gen`` tokens; ideal and estimated.
 

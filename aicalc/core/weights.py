@@ -35,9 +35,11 @@ def _attention_per_device(arch: Arch, tp: int) -> float:
     return (total - kv) / tp + kv * kv_heads_per_device(arch, tp) / arch.kv_heads
 
 
-def weight_bytes_per_device(arch: Arch, dtype: str = "bf16", tp: int = 1) -> float:
+def weight_bytes_per_device(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float | None = None):
+    """Resident weight bytes on one device; ``tp`` may be an array. ``bytes_per_param`` overrides the
+    format's default (e.g. int4 with another group size)."""
     n = count_params(arch)
-    q = weight_bytes_per_param(dtype)
+    q = weight_bytes_per_param(dtype) if bytes_per_param is None else bytes_per_param
     edge = q if dtype in GGUF or dtype in ("fp32", "bf16", "fp16") else 2.0
     norms = n.norms * (4.0 if dtype == "fp32" else 2.0)
     emb_head = (n.embedding + n.lm_head) / tp * edge
