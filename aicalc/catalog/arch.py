@@ -65,6 +65,13 @@ class Arch:
     mla: MLA | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
+    def __post_init__(self):
+        # Unset per-layer patterns mean the plain case: every layer full attention, every FFN dense.
+        if not self.layer_types:
+            object.__setattr__(self, "layer_types", ("full_attention",) * self.layers)
+        if not self.moe_layers:
+            object.__setattr__(self, "moe_layers", (self.moe is not None,) * self.layers)
+
     @property
     def q_dim(self) -> int:
         """Width of the concatenated query heads, A·d."""

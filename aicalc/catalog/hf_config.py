@@ -97,7 +97,6 @@ def _llama_like(r: _Reader, *, window_default=None, tied_default=False, head_dim
         mlp_bias=r.get("mlp_bias", default=False, kind=bool),
         activation=r.get("hidden_act", "hidden_activation", default="silu", kind=str),
         sliding_window=window, layer_types=_layer_types(r, L, window, pattern),
-        moe_layers=(False,) * L,
     )
 
 
@@ -113,10 +112,9 @@ def _mistral(r):
 
 def _mixtral(r):
     fields = _llama_like(r, window=_positive_or_none(r, "sliding_window", r.cfg.get("sliding_window")))
-    L = fields["layers"]
     moe = MoE(experts=r.get("num_local_experts", "num_experts"), experts_per_token=r.get("num_experts_per_tok"),
               expert_ffn=fields["ffn"])
-    return Arch(**{**fields, "moe": moe, "moe_layers": (True,) * L})
+    return Arch(**{**fields, "moe": moe})
 
 
 def _qwen2(r):
@@ -172,7 +170,6 @@ def _gpt2(r):
         tied_embeddings=r.get("tie_word_embeddings", default=True, kind=bool), max_context=P,
         norm="layer", norms_per_layer=2, qkv_bias=True, o_bias=True, mlp_bias=True, learned_positions=P,
         activation=r.get("activation_function", default="gelu_new", kind=str),
-        layer_types=("full_attention",) * L, moe_layers=(False,) * L,
     )
 
 
@@ -195,7 +192,6 @@ def _falcon(r):
         max_context=r.get("max_position_embeddings", default=2048),
         norm="layer", norms_per_layer=(2 if not parallel else n_ln), qkv_bias=bias, o_bias=bias, mlp_bias=bias,
         activation=r.get("activation", default="gelu", kind=str),
-        layer_types=("full_attention",) * L, moe_layers=(False,) * L,
     )
 
 
@@ -208,7 +204,7 @@ def _bloom(r):
         vocab=r.get("vocab_size"), tied_embeddings=r.get("tie_word_embeddings", default=True, kind=bool),
         max_context=r.get("seq_length", "max_position_embeddings", default=2048),
         norm="layer", norms_per_layer=2, qkv_bias=True, o_bias=True, mlp_bias=True, embedding_norm=True,
-        activation="gelu", layer_types=("full_attention",) * L, moe_layers=(False,) * L,
+        activation="gelu",
     )
 
 
@@ -229,8 +225,8 @@ def _deepseek_v3(r):
         family="deepseek_v3", hidden=H, layers=L, heads=A, kv_heads=A,
         head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim, ffn=r.get("intermediate_size"), gated_ffn=True,
         vocab=r.get("vocab_size"), tied_embeddings=r.get("tie_word_embeddings", default=False, kind=bool),
-        max_context=r.get("max_position_embeddings", default=4096), qkv_bias=bias, o_bias=bias,
-        layer_types=("full_attention",) * L, moe=moe, moe_layers=tuple(i >= dense for i in range(L)), mla=mla,
+        max_context=r.get("max_position_embeddings", default=4096), qkv_bias=bias, o_bias=bias, moe=moe,
+        moe_layers=tuple(i >= dense for i in range(L)), mla=mla,
     )
 
 
