@@ -32,6 +32,7 @@ _env: Env | None = None
 
 Format = Annotated[str, typer.Option("--format", help="table | json | csv | markdown")]
 Json = Annotated[bool, typer.Option("--json", help="Alias for --format json.")]
+Model = Annotated[str, typer.Argument(metavar="MODEL", help="preset id, a config.json, or a folder holding one")]
 
 
 def emit(result, fmt: str, json_flag: bool) -> int:
@@ -91,7 +92,7 @@ def presets_show(
 
 @app.command("kv-cache")
 def kv_cache(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, config.json, or a folder holding one")],
+    model: Model,
     batch: Annotated[str, typer.Option("--batch", help="concurrent sequences; list 1,8,64 or range 1:64:x2")] = "1",
     context: Annotated[str, typer.Option("--context", help="tokens per sequence (4k, 32k, 1k:128k:x2)")] = "4k",
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4")] = "bf16",
@@ -159,7 +160,7 @@ def check(
 
 @app.command("roofline")
 def roofline(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, config.json or a folder holding one")],
+    model: Model,
     chip: Annotated[str, typer.Option("--chip", help="chip preset id")] = "h100-sxm",
     batch: Annotated[str, typer.Option("--batch", help="sequences; sweeps: 1,8,64 or 1:256:x2")] = "1",
     prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens (sweepable)")] = "512",
@@ -193,7 +194,7 @@ def roofline(
 
 @app.command("train-time")
 def train_time(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, config.json or a folder holding one")],
+    model: Model,
     chip: Annotated[str, typer.Option("--chip", help="chip preset id")] = "h100-sxm",
     chips: Annotated[str | None, typer.Option("--chips", help="total chips (dp = chips / (tp·pp) unless --dp)")] = None,
     tokens: Annotated[str, typer.Option("--tokens", help="training tokens, e.g. 300B, 1.4T")] = "1T",
@@ -227,7 +228,7 @@ def train_time(
 
 @app.command("train-mem")
 def train_mem(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, config.json, or a folder holding one")],
+    model: Model,
     batch: Annotated[str, typer.Option("--batch", help="micro-batch per device; list 1,2,4 or range 1:8:x2")] = "1",
     seq: Annotated[str, typer.Option("--seq", help="sequence length in tokens (2048, 4Ki, 1Ki:8Ki:x2)")] = "2048",
     precision: Annotated[str, typer.Option("--precision", help="fp32 | bf16 | bf16-mixed | fp16-mixed")] = "bf16-mixed",
@@ -291,7 +292,7 @@ def train_mem(
 
 @app.command("serve")
 def serve(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, config.json or a folder holding one")],
+    model: Model,
     chip: Annotated[str, typer.Option("--chip", help="chip preset id")] = "h100-sxm",
     chips: Annotated[int | None, typer.Option("--chips", help="chips in the deployment (default: --tp); replicas = chips / tp")] = None,
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree of one replica")] = 1,
@@ -329,7 +330,7 @@ def serve(
 
 @app.command("compare")
 def compare(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, config.json or a folder holding one")],
+    model: Model,
     chip: Annotated[list[str] | None, typer.Option("--chip", help="chip preset id (repeatable)")] = None,
     tokens: Annotated[str | None, typer.Option("--tokens", help="training tokens (default: 20 per parameter)")] = None,
     seq: Annotated[str, typer.Option("--seq", help="training sequence length")] = "4096",
