@@ -27,7 +27,6 @@ This harness deliberately does not import aicalc: it reads the YAML/JSON files a
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 import time
@@ -507,13 +506,7 @@ def compute_crosscheck(model_types: set[str]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="recompute and compare with the committed JSON")
-    ap.add_argument("--only", nargs="*", help="restrict to these names (debugging; never with --check)")
-    ap.add_argument(
-        "--root", help="repository root to read presets from and write records to (default: this checkout)"
-    )
-    args = ap.parse_args(argv)
+    args = rp.arg_parser(__doc__).parse_args(argv)
     rp.set_root(args.root)
     rp.quiet()
     t0 = time.perf_counter()

@@ -368,14 +368,19 @@ def compute_records(only: list[str] | None = None) -> list[dict[str, Any]]:
     return records
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arg_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of the record_params and record_kv scripts: --check, --only, --root."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="recompute and compare with the committed JSON")
     ap.add_argument("--only", nargs="*", help="restrict to these names (debugging; never with --check)")
     ap.add_argument(
         "--root", help="repository root to read presets from and write records to (default: this checkout)"
     )
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arg_parser(__doc__).parse_args(argv)
     set_root(args.root)
     quiet()
     t0 = time.perf_counter()
