@@ -15,7 +15,7 @@ from aicalc.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 FORMATS = ("table", "json", "csv", "markdown")
 _COUNTS = ("params", "active_params", "trainable_params", "tokens")
-_QUALIFIERS = ("_per_device", "_per_chip", "_per_sequence", "_per_gpu")
+_QUALIFIERS = ("_per_device", "_per_chip", "_per_sequence", "_per_gpu", "_per_token")
 _SUFFIXES = (
     ("_bytes_per_s", lambda x: fmt_rate(x, "B/s")),
     ("_flop_per_s_per_chip", lambda x: fmt_rate(x, "FLOP/s")),
