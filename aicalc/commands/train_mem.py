@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aicalc.core.train_peak import evaluate  # noqa: F401  (the vectorized core of this command)
 from aicalc.errors import AicalcError, ExitCode
 from aicalc.result import Result
 
@@ -107,125 +108,6 @@ def _check_layout(arch, tp, pp, ep, zero, cp=None, seq=None, sp=False, attention
         raise AicalcError(f"--ep {ep}: {what}")
     if np.any((zero < 0) | (zero > 3)):
         raise AicalcError("--zero takes stages 0 to 3")
-
-
-def evaluate(arch, o: Options, g: dict):
-    """The core call: every column of the result for the grid ``g`` (numpy arrays of equal length)."""
-    import numpy as np
-
-    from aicalc.core import activations as act
-    from aicalc.core import train_memory as tm
-
-    B, S, dp, tp, pp, zero = g["batch"], g["seq"], g["dp"], g["tp"], g["pp"], g["zero"]
-    cp = g.get("cp", 1.0)
-    # Context parallelism: every rank holds S/cp tokens of each sequence (activations), the same parameters
-    # as its CP peers, and ZeRO / the distributed optimizer shard over dp·cp (see tm.shard_states).
-    S_loc = np.asarray(S, dtype=np.float64) / cp
-    shard = dp * cp
-    recompute = g.get("recompute", o.recompute)
-    split = tm.split_params(arch)
-    grad_dtype = o.grad_dtype
-    if grad_dtype is None and o.framework == "megatron" and o.precision.endswith("-mixed"):
-        grad_dtype = "fp32"  # Megatron accumulates and all-reduces gradients in fp32 by default (TM-03/TM-04)
-    sb = tm.state_bytes(o.precision, o.optimizer, grad_dtype, o.optimizer_dtype)
-    a = 4.0 if o.precision == "fp32" else 2.0
-    n_dev = tm.params_per_device(split, tp, pp, o.ep)
-    frac = n_dev / split.total  # this device's share of the model
-
-    if o.lora_rank:
-        targets = tm.lora_targets(o.lora_targets)
-        lora_total = tm.lora_params(arch, o.lora_rank, targets)
-        lora_dev = lora_total / (pp * tp)
-        base_b = tm.base_weight_bytes(split, o.quant, sb.weights)
-        # adapters are fp32 by default (PEFT autocast_adapter_dtype=True): 4 w + 4 g + fp32 optimizer states;
-        # --lora-dtype bf16 keeps them in the model dtype (torchtune): 2 w + 2 g + states in that dtype
-        asb = tm.state_bytes("fp32" if o.lora_dtype == "fp32" else "bf16", o.optimizer)
-        w0 = n_dev * base_b + lora_dev * asb.weights
-        weights = w0 / np.where(zero >= 3, shard, 1.0)
-        _, grads, optimizer = tm.shard_states(lora_dev, lora_dev, asb, zero, shard)
-        trainable_total = float(lora_total)
-    else:
-        if o.quant != "none":
-            raise AicalcError("--quant needs --lora-rank (quantized base weights are frozen; QLoRA)")
-        extra = 0.0
-        if o.optimizer == "adafactor":
-            extra = tm.adafactor_elements(arch) * 4.0 * frac
-        weights, grads, optimizer = tm.shard_states(n_dev, n_dev, sb, zero, shard, extra)
-        trainable_total = float(split.total)
-        targets = ()
-
-    layers_dev = arch.layers / pp
-    if o.framework == "megatron":
-        # one layer without recompute: what a recomputed layer rebuilds in backward (workspace)
-        layer = act.korthikanti_layer(S_loc, B, arch.hidden, arch.heads, tp, o.sp, "none", o.attention != "eager")
-        activ = act.korthikanti_first_stage(S_loc, B, arch.hidden, arch.heads, arch.layers, tp, pp, o.sp,
-                                            recompute, o.attention != "eager", o.virtual_stages, o.microbatches)
-        activ = activ + act.korthikanti_outside(S_loc, B, arch.hidden, arch.vocab, tp, pp, o.sp)
-    else:
-        dropout = o.dropout if o.dropout is not None else (0.1 if arch.family == "gpt2" else 0.0)
-        kw = dict(dropout=dropout, attn_dropout=dropout if arch.family == "gpt2" else 0.0)
-        layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
-        inflight = np.minimum(pp, o.microbatches) if o.microbatches else pp
-        per_layer = np.where(np.asarray(recompute) == "full", a * B * S_loc * arch.hidden, layer)
-        if o.lora_rank:
-            per_layer = per_layer + np.where(np.asarray(recompute) == "full", 0.0,
-                                             _lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp,
-                                                         o.lora_dtype == "fp32"))
-        activ = per_layer * layers_dev * inflight
-        activ = activ + act.hf_outside(B, S_loc, arch, a, tp, kw["dropout"], recompute=recompute,
-                                       attention=o.attention, loss=o.loss)
-    layer_max = layer
-    loss_t, workspace, gather = tm.transient_bytes(B, S, arch, a, tp, o.framework, o.attention, recompute,
-                                                   layer_max, zero, split.largest_layer, sb.weights, cp, o.loss)
-    if o.optimizer_in_backward:
-        # one parameter's gradient at a time (tm.largest_param_tensor), sharded like the gradients
-        gbytes = asb.grads if o.lora_rank else sb.grads
-        grads = tm.largest_param_tensor(arch, o.lora_rank) * gbytes / tp / np.where(zero >= 2, shard, 1.0)
-    host = np.zeros_like(np.asarray(weights, dtype=np.float64))
-    if o.offload in ("optimizer", "params"):
-        host = host + optimizer
-        optimizer = optimizer * 0.0
-    if o.offload == "params":
-        host = host + weights
-        weights = weights * 0.0
-    overhead = tm.CUDA_OVERHEAD_BYTES if o.overhead is None else o.overhead
-    transient = loss_t + workspace + gather
-    # Gradients live through the forward when something keeps them between steps: DDP/ZeRO buckets
-    # (dp > 1), gradient accumulation (microbatches > 1), Megatron's contiguous grad buffer. Otherwise
-    # (one device, zero_grad(set_to_none=True)) they are allocated in the backward while the activations
-    # are freed, and the peak is the larger of the two phases.
-    persistent = (o.framework == "megatron") | (np.asarray(shard) > 1) | ((o.microbatches or 1) > 1)
-    allocated = weights + optimizer + np.where(persistent, grads + activ + transient,
-                                               np.maximum(activ + transient, grads + workspace + gather))
-    return {
-        "batch": B, "seq": S, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "zero": zero,
-        "recompute": recompute,
-        "params": float(split.total), "params_per_device": n_dev, "trainable_params": trainable_total,
-        "weights_bytes": weights, "gradients_bytes": grads, "optimizer_bytes": optimizer,
-        "activations_bytes": activ, "transient_bytes": transient, "overhead_bytes": overhead,
-        "peak_allocated_bytes": allocated, "peak_bytes": allocated + overhead,
-        "host_bytes": host,
-        "states_bytes_per_param": (weights + grads + optimizer + host) / n_dev,
-    }
-
-
-def _lora_saved(arch, targets, rank, B, S, a, tp, fp32_adapters=True):
-    """Saved by PEFT's LoRA path per layer (``peft/tuners/lora/layer.py``, derived, not harness-checked):
-    the input cast to the fp32 adapter dtype (4·BS·in per target when a = 2; shared with the base layer's
-    input when a = 4) and the fp32 A output (4·BS·r) per target. Adapters in the model dtype
-    (``--lora-dtype bf16``, torchtune's ``LoRALinear``) read the base layer's saved input as is and save
-    only the A output, a·BS·r per target (lora_dropout 0 is an identity)."""
-    if not fp32_adapters:
-        n = sum(1 for t in targets if t != "gate" or arch.gated_ffn)
-        return n * a * B * S * rank
-    H, A, d, F = arch.hidden, arch.heads, arch.head_dim, arch.ffn
-    ins = {"q": H, "k": H, "v": H, "o": A * d / tp, "gate": H, "up": H, "down": F / tp}
-    total = 0.0
-    for t in targets:
-        if t == "gate" and not arch.gated_ffn:
-            continue
-        total = total + (4.0 * B * S * ins[t] if a < 4 else 0.0) + 4.0 * B * S * rank
-    return total
 
 
 def _inputs(o: Options) -> dict:
