@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aicalc.core.train_peak import evaluate  # noqa: F401  (the vectorized core of this command)
+from aicalc.core.train_peak import evaluate
 from aicalc.errors import AicalcError, ExitCode
 from aicalc.result import Result
 
