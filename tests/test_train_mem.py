@@ -494,3 +494,16 @@ def test_loss_option_errors(capsys):
     assert main(["train-mem", "llama-3.1-8b", "--framework", "megatron", "--loss", "chunked"]) == 2
     assert main(["train-mem", "llama-3.1-8b", "--lora-rank", "8", "--lora-dtype", "int8"]) == 2
     capsys.readouterr()
+
+
+def test_hf_pipeline_peak_is_the_busier_of_first_and_last_stage(cli):
+    """1F1B with 2 stages, Llama-3.1-8B (V = 128,256), full recompute: the last stage keeps 16 layer inputs
+    (a·B·S·H each) plus the fp32 loss (4·B·S·V ≈ 2.1 GB) and outranks the first stage (2 in-flight micro-batches
+    × 16 layer inputs ≈ 1.07 GB). So stage 2 holds everything of the one-stage run except 16 layer inputs and the
+    embedding's int64 token ids (8·B·S)."""
+    def act(pp):
+        return cli("train-mem", "llama-3.1-8b", "--batch", "1", "--seq", "4096", "--recompute", "full", "--pp", pp,
+                   "--json").json["rows"][0]["activations_bytes"]
+
+    B, S, H = 1, 4096, 4096
+    assert act(1) - act(2) == 16 * 2 * B * S * H + 8 * B * S

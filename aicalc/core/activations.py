@@ -228,7 +228,7 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
 
 
 def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4, recompute="none",
-               attention="sdpa", loss="full"):
+               attention="sdpa", loss="full", stage="all"):
     """Bytes saved outside the decoder layers, loss included (``labels=input_ids``).
 
     * embedding: the int64 token ids (8BS); learned positions (GPT-2) also the position ids (8S);
@@ -243,6 +243,9 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
       saves its [B, 1, S, S] causal mask once as a checkpoint input. The 16-bit logits themselves
       are not saved (transient; see ``train_memory.transient_bytes``).
     With t > 1 the vocabulary is split (Megatron's vocab-parallel loss): 4·BS·V/t.
+
+    ``stage``: under pipeline parallelism the embedding terms live on the first stage ("first") and the
+    final norm and loss on the last ("last"); "all" is both (one stage).
 
     ``loss="chunked"``: torchtune's ``CEWithChunkedOutputLoss`` (``torchtune/modules/loss/ce_chunked_output_loss.py``;
     the recipes compile it with ``compile: True``): the output projection returns the logits in
@@ -267,10 +270,12 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
     if arch.family == "gpt2" and attention == "eager":
         # GPT-2 eager builds a [B, 1, S, S] causal mask; checkpointed layers keep it as an input (one storage)
         emb = emb + np.where(np.asarray(recompute) == "full", a * B * S * S, 0.0)
+    if stage == "first":
+        return emb
     final = hf_norm(B, S, H, a, arch.norm, stat_bytes)
     per_logit = a if loss == "chunked" else 4.0
     loss = per_logit * B * S * V / t + 8 * B * (S + 1) + 4  # labels are padded by one and shifted (a view)
-    return emb + final + loss
+    return final + loss if stage == "last" else emb + final + loss
 
 
 def hf_activations(B, S, arch: Arch, a, attention="sdpa", recompute="none", t=1, layers=None,

@@ -74,8 +74,13 @@ def evaluate(arch, o, g: dict):
                                              lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp,
                                                          o.lora_dtype == "fp32"))
         activ = per_layer * layers_dev * inflight
-        activ = activ + act.hf_outside(B, S_loc, arch, a, tp, kw["dropout"], recompute=recompute,
-                                       attention=o.attention, loss=o.loss)
+        outside = {st: act.hf_outside(B, S_loc, arch, a, tp, kw["dropout"], recompute=recompute,
+                                      attention=o.attention, loss=o.loss, stage=st) for st in ("first", "last")}
+        # 1F1B: the first stage holds `inflight` micro-batches and the embedding terms; the last stage one
+        # micro-batch and the loss (PipeDream-Flush, Narayanan et al. 2021 §2.2). The busier one is the peak.
+        last = per_layer * layers_dev + outside["last"]
+        activ = np.where(np.asarray(pp) > 1, np.maximum(activ + outside["first"], last),
+                         activ + outside["first"] + outside["last"])
     layer_max = layer
     loss_t, workspace, gather = tm.transient_bytes(B, S, arch, a, tp, o.framework, o.attention, recompute,
                                                    layer_max, zero, split.largest_layer, sb.weights, cp, o.loss)
