@@ -33,6 +33,10 @@ _env: Env | None = None
 Format = Annotated[str, typer.Option("--format", help="table | json | csv | markdown")]
 Json = Annotated[bool, typer.Option("--json", help="Alias for --format json.")]
 Model = Annotated[str, typer.Argument(metavar="MODEL", help="preset id, a config.json, or a folder holding one")]
+Chip = Annotated[str, typer.Option("--chip", help="chip preset id")]
+WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: bf16, fp16, fp8, int8, int4, nf4, q8_0, q4_0, "
+                                                          "q4_k_m, …")]
+KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16, fp16, fp8, int8, int4")]
 
 
 def emit(result, fmt: str, json_flag: bool) -> int:
@@ -95,8 +99,8 @@ def kv_cache(
     model: Model,
     batch: Annotated[str, typer.Option("--batch", help="concurrent sequences; list 1,8,64 or range 1:64:x2")] = "1",
     context: Annotated[str, typer.Option("--context", help="tokens per sequence (4k, 32k, 1k:128k:x2)")] = "4k",
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16 | fp16 | fp8 | int8 | int4")] = "bf16",
-    dtype: Annotated[str, typer.Option("--dtype", help="weight format: bf16, fp8, int8, int4, nf4, q4_k_m …")] = "bf16",
+    kv_dtype: KvDtype = "bf16",
+    dtype: WeightDtype = "bf16",
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel devices")] = 1,
     chip: Annotated[str | None, typer.Option("--chip", help="chip or node id: adds capacity and max_batch")] = None,
     budget: Annotated[str | None, typer.Option("--budget", help="fail (exit 1) when a row needs more per device")] = None,
@@ -161,12 +165,12 @@ def check(
 @app.command("roofline")
 def roofline(
     model: Model,
-    chip: Annotated[str, typer.Option("--chip", help="chip preset id")] = "h100-sxm",
+    chip: Chip = "h100-sxm",
     batch: Annotated[str, typer.Option("--batch", help="sequences; sweeps: 1,8,64 or 1:256:x2")] = "1",
     prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens (sweepable)")] = "512",
     gen: Annotated[str, typer.Option("--gen", help="generated tokens (sweepable)")] = "256",
-    dtype: Annotated[str, typer.Option("--dtype", help="weights: bf16, fp16, fp8, int8, int4, q8_0, q4_0, q4_k_m, ...")] = "bf16",
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16, fp16, fp8, int8, int4")] = "bf16",
+    dtype: WeightDtype = "bf16",
+    kv_dtype: KvDtype = "bf16",
     tp: Annotated[str, typer.Option("--tp", help="tensor-parallel degree (sweepable)")] = "1",
     compute_dtype: Annotated[str | None, typer.Option("--compute-dtype", help="override the math dtype (default: follows weights and chip)")] = None,
     group_size: Annotated[int | None, typer.Option("--group-size", help="int4 group size (default 128: 4.25 bits)")] = None,
@@ -195,7 +199,7 @@ def roofline(
 @app.command("train-time")
 def train_time(
     model: Model,
-    chip: Annotated[str, typer.Option("--chip", help="chip preset id")] = "h100-sxm",
+    chip: Chip = "h100-sxm",
     chips: Annotated[str | None, typer.Option("--chips", help="total chips (dp = chips / (tp·pp) unless --dp)")] = None,
     tokens: Annotated[str, typer.Option("--tokens", help="training tokens, e.g. 300B, 1.4T")] = "1T",
     seq: Annotated[str, typer.Option("--seq", help="sequence length (sweepable)")] = "4096",
@@ -293,7 +297,7 @@ def train_mem(
 @app.command("serve")
 def serve(
     model: Model,
-    chip: Annotated[str, typer.Option("--chip", help="chip preset id")] = "h100-sxm",
+    chip: Chip = "h100-sxm",
     chips: Annotated[int | None, typer.Option("--chips", help="chips in the deployment (default: --tp); replicas = chips / tp")] = None,
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree of one replica")] = 1,
     prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens per request (sweepable)")] = "1024",
@@ -302,8 +306,8 @@ def serve(
                                                    "(sweepable; default 1, 2, 4, … up to what fits)")] = None,
     max_ttft: Annotated[str | None, typer.Option("--max-ttft", help="latency target for time to first token, e.g. 500ms")] = None,
     max_tpot: Annotated[str | None, typer.Option("--max-tpot", help="latency target per output token, e.g. 50ms")] = None,
-    dtype: Annotated[str, typer.Option("--dtype", help="weights: bf16, fp8, int8, int4, …")] = "bf16",
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16, fp16, fp8, int8, int4")] = "bf16",
+    dtype: WeightDtype = "bf16",
+    kv_dtype: KvDtype = "bf16",
     price: Annotated[float | None, typer.Option("--price", help="USD per chip-hour (default: the chip preset's)")] = None,
     fmt: Format = "table",
     json_: Json = False,
@@ -336,8 +340,8 @@ def compare(
     seq: Annotated[str, typer.Option("--seq", help="training sequence length")] = "4096",
     prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens per inference request")] = "1024",
     gen: Annotated[str, typer.Option("--gen", help="output tokens per inference request")] = "256",
-    dtype: Annotated[str, typer.Option("--dtype", help="inference weights: bf16, fp8, int8, int4, …")] = "bf16",
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="inference KV cache dtype")] = "bf16",
+    dtype: WeightDtype = "bf16",
+    kv_dtype: KvDtype = "bf16",
     requests_per_day: Annotated[str, typer.Option("--requests-per-day", help="for the annual inference cost")] = "1M",
     years: Annotated[float, typer.Option("--years", help="inference lifetime for the cost split")] = 1.0,
     max_ttft: Annotated[str, typer.Option("--max-ttft", help="inference latency target (MLPerf llama2-70b: 2s)")] = "2s",
