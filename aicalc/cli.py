@@ -417,6 +417,9 @@ def _click_error(e: Exception) -> int | None:
         return int(getattr(e, "exit_code", 0))
     if name == "Abort":
         return 130
+    if name == "NoArgsIsHelpError":  # `aicalc` or `aicalc presets` alone: show the help, as --help would
+        _env.stdout.write(e.format_message() + "\n")
+        return int(ExitCode.OK)
     if hasattr(e, "format_message") and hasattr(e, "exit_code"):
         _env.stderr.write(f"aicalc: error: {_one_line(e.format_message())} (see --help)\n")
         return int(ExitCode.BAD_INPUT)

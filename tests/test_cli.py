@@ -223,3 +223,9 @@ def test_help_does_not_import_heavy_modules():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "Usage: aicalc" in r.stdout  # click writes help to the process's stdout
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout + r.stderr
+
+
+def test_no_arguments_shows_help(cli):
+    for args in ([], ["presets"]):
+        r = cli(*args)
+        assert r.code == 0 and r.out.startswith("Usage: aicalc") and r.err == ""
