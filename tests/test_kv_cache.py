@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aicalc.catalog import store
 from aicalc.catalog.hf_config import arch_from_config
@@ -168,3 +170,26 @@ def test_cli_chart_on_a_terminal_for_one_dimensional_sweeps(cli):
     assert "memory per device vs context" in cli(*args, tty=True, width=140).out
     assert "memory per device vs context" not in cli(*args).out  # not into a pipe
     assert "memory per device vs context" not in cli(*args[:-2], "--batch", "1,2", tty=True, width=140).out
+
+
+@settings(max_examples=200, deadline=None)
+@given(model=st.sampled_from(["llama-3.1-8b", "gemma-2-9b", "mistral-7b", "deepseek-v3", "falcon-40b"]),
+       context=st.integers(1, 200_000), budget_gib=st.floats(0.01, 500), block=st.sampled_from([None, 1, 16, 64]))
+def test_max_batch_is_the_largest_batch_that_fits(model, context, budget_gib, block):
+    shape = kv_shape(arch(model))
+    budget = budget_gib * GiB
+    fit, _ = capacity.max_batch(shape, budget, context, block)
+    fit = int(fit)
+    assert kv_cache_bytes(shape, fit, context, block) <= budget * (1 + 1e-12)
+    if block in (None, 1):  # unpaged: one more sequence never fits
+        assert kv_cache_bytes(shape, fit + 1, context, block) > budget
+
+
+@settings(max_examples=200, deadline=None)
+@given(model=st.sampled_from(["llama-3.1-8b", "gemma-2-9b", "mistral-7b"]), b=st.integers(1, 64),
+       s1=st.integers(1, 100_000), s2=st.integers(1, 100_000))
+def test_cache_grows_with_context_and_never_exceeds_the_uncapped_size(model, b, s1, s2):
+    shape = kv_shape(arch(model))
+    lo, hi = sorted((s1, s2))
+    assert kv_cache_bytes(shape, b, lo) <= kv_cache_bytes(shape, b, hi)
+    assert kv_cache_bytes(shape, b, hi) <= b * hi * shape.bytes_per_token
