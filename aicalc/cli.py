@@ -6,6 +6,7 @@ Nothing here computes; every command lives in ``aicalc.commands.<name>`` and ret
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -47,6 +48,32 @@ def emit(result, fmt: str, json_flag: bool) -> int:
         raise AicalcError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
     render(result, fmt, _env or Env.from_system())
     return int(result.exit_code)
+
+
+@contextmanager
+def progress_bar(label: str, min_total: int = 1_000_000):
+    """A ``progress(done, total)`` callback drawing a bar on stderr, only on a terminal and only for work
+    big enough to take more than a moment (``total`` ≥ ``min_total`` items)."""
+    env = _env or Env.from_system()
+    state: dict = {}
+
+    def progress(done: int, total: int) -> None:
+        if not env.stderr_isatty or total < min_total:
+            return
+        if "bar" not in state:
+            from rich.console import Console
+            from rich.progress import Progress
+
+            state["bar"] = Progress(console=Console(file=env.stderr), transient=True)
+            state["bar"].start()
+            state["task"] = state["bar"].add_task(label, total=total)
+        state["bar"].update(state["task"], completed=done)
+
+    try:
+        yield progress
+    finally:
+        if "bar" in state:
+            state["bar"].stop()
 
 
 def _version(value: bool):
@@ -291,7 +318,9 @@ def train_mem(
         budget=parse_bytes(budget, "--budget") if budget else None,
         overhead=parse_bytes(overhead, "--overhead") if overhead else None, search=search, chips=chips, top=top,
     )
-    return emit(run(opts), fmt, json_)
+    with progress_bar("searching layouts") as opts.progress:
+        result = run(opts)
+    return emit(result, fmt, json_)
 
 
 @app.command("serve")

@@ -15,6 +15,7 @@ class Env:
     stdout_isatty: bool
     no_color: bool = False
     width: int | None = None  # None: the terminal's width when a terminal, unlimited when piped
+    stderr_isatty: bool = False  # progress bars go to stderr, only when it is a terminal
 
     @classmethod
     def from_system(cls) -> Env:
@@ -23,4 +24,5 @@ class Env:
             stderr=sys.stderr,
             stdout_isatty=sys.stdout.isatty(),
             no_color="NO_COLOR" in os.environ and os.environ["NO_COLOR"] != "",
+            stderr_isatty=sys.stderr.isatty(),
         )

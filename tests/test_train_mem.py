@@ -507,3 +507,38 @@ def test_hf_pipeline_peak_is_the_busier_of_first_and_last_stage(cli):
 
     B, S, H = 1, 4096, 4096
     assert act(1) - act(2) == 16 * 2 * B * S * H + 8 * B * S
+
+
+def test_search_reports_progress_in_slices():
+    from aicalc.commands.train_mem import SEARCH_STEP, Options, run
+
+    calls = []
+    seqs = [float(s) for s in range(1024, 1024 * 41, 1024)]  # enough layouts for several slices
+    res = run(Options(model="llama-3.1-70b", chip="h100-sxm", search=True, chips=4096, seq=seqs,
+                      batch=[256.0], progress=lambda done, total: calls.append((done, total))))
+    assert res.rows and len(calls) > 1
+    assert all(b[0] > a[0] for a, b in zip(calls, calls[1:], strict=False))
+    assert calls[-1][0] == calls[-1][1] and calls[0][0] <= SEARCH_STEP
+    assert "progress" not in res.inputs
+
+
+def test_progress_bar_only_on_a_terminal_for_long_work():
+    import io
+
+    from aicalc import cli
+    from aicalc.env import Env
+
+    err = io.StringIO()
+    cli._env = Env(io.StringIO(), err, False, stderr_isatty=True)
+    try:
+        with cli.progress_bar("x", min_total=10) as p:
+            p(5, 10)
+            p(10, 10)
+        assert err.getvalue()  # drawn on a terminal
+        err2 = io.StringIO()
+        cli._env = Env(io.StringIO(), err2, False, stderr_isatty=False)
+        with cli.progress_bar("x", min_total=10) as p:
+            p(10, 10)
+        assert err2.getvalue() == ""  # never into a pipe or a log
+    finally:
+        cli._env = None

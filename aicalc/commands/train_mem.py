@@ -6,6 +6,7 @@ vectorized over the sweep grid) → Result. See docs/train-mem.md for what each 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aicalc.core.train_peak import evaluate
@@ -13,6 +14,7 @@ from aicalc.errors import AicalcError, ExitCode
 from aicalc.result import Result
 
 RECOMPUTE = ("none", "selective", "full")
+SEARCH_STEP = 1 << 18  # layouts evaluated per slice of a --search
 FRAMEWORKS = ("hf", "megatron")
 ATTENTION = ("eager", "sdpa", "flash")
 OFFLOAD = ("none", "optimizer", "params")
@@ -55,6 +57,7 @@ class Options:
     search: bool = False
     chips: int | None = None
     top: int = 20
+    progress: Callable[[int, int], None] | None = None  # (layouts done, layouts in all) during --search
 
 
 def _check_choice(value: str, choices: tuple[str, ...], option: str) -> None:
@@ -111,7 +114,7 @@ def _check_layout(arch, tp, pp, ep, zero, cp=None, seq=None, sp=False, attention
 
 
 def _inputs(o: Options) -> dict:
-    return {k: v for k, v in o.__dict__.items() if v is not None}
+    return {k: v for k, v in o.__dict__.items() if v is not None and k != "progress"}
 
 
 def run(o: Options) -> Result:
@@ -221,23 +224,28 @@ def _search(spec, o: Options, chip, chip_count: int = 1) -> Result:
     mbs = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= max_b] or [1]
     recomputes = ["none", "full"] + (["selective"] if o.framework == "megatron" else [])
     parts = []
+    lay = np.asarray(layouts, dtype=np.float64)
+    ix, Z, MB, SQ = (m.ravel() for m in np.meshgrid(np.arange(len(layouts)), np.arange(4.0),
+                                                    np.asarray(mbs, float), np.asarray(o.seq, float), indexing="ij"))
+    total, done = MB.size * len(recomputes), 0
     for rc in recomputes:
-        lay = np.asarray(layouts, dtype=np.float64)
-        idx = np.arange(len(layouts))
-        z = np.arange(4.0)
-        ix, Z, MB, SQ = (m.ravel() for m in np.meshgrid(idx, z, np.asarray(mbs, float),
-                                                        np.asarray(o.seq, float), indexing="ij"))
-        g = {"batch": MB, "seq": SQ, "tp": lay[ix, 0], "pp": lay[ix, 1], "cp": lay[ix, 2], "dp": lay[ix, 3],
-             "zero": Z, "recompute": np.full(MB.shape, rc)}
         oo = Options(**{**o.__dict__, "recompute": rc})
-        cols = evaluate(arch, oo, g)
-        cols["recompute"] = g["recompute"]
-        # a CP degree must split each sequence into 2·cp chunks; with SP, tp must divide the local tokens
-        valid = (SQ % (2 * g["cp"]) == 0) | (g["cp"] == 1)
-        if o.sp:
-            valid &= (SQ / g["cp"]) % g["tp"] == 0
-        cols["valid"] = valid
-        parts.append({k: np.broadcast_to(np.asarray(v), MB.shape) for k, v in cols.items()})
+        for i in range(0, MB.size, SEARCH_STEP):  # in slices, so a long search can report progress
+            sl = slice(i, i + SEARCH_STEP)
+            mb, sq = MB[sl], SQ[sl]
+            g = {"batch": mb, "seq": sq, "tp": lay[ix[sl], 0], "pp": lay[ix[sl], 1], "cp": lay[ix[sl], 2],
+                 "dp": lay[ix[sl], 3], "zero": Z[sl], "recompute": np.full(mb.shape, rc)}
+            cols = evaluate(arch, oo, g)
+            cols["recompute"] = g["recompute"]
+            # a CP degree must split each sequence into 2·cp chunks; with SP, tp must divide the local tokens
+            valid = (sq % (2 * g["cp"]) == 0) | (g["cp"] == 1)
+            if o.sp:
+                valid &= (sq / g["cp"]) % g["tp"] == 0
+            cols["valid"] = valid
+            parts.append({k: np.broadcast_to(np.asarray(v), mb.shape) for k, v in cols.items()})
+            done += mb.size
+            if o.progress:
+                o.progress(done, total)
     cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     headroom = limit - cols["peak_bytes"]
     valid = cols.pop("valid")
