@@ -117,19 +117,19 @@ def _mixtral(r):
     return Arch(**{**fields, "moe": moe})
 
 
-def _qwen2(r):
+def _qwen_window(r) -> dict[str, Any]:
+    """Qwen's sliding window: only with ``use_sliding_window``, on layers ≥ ``max_window_layers`` (Qwen2/3 configs)."""
     use = r.get("use_sliding_window", default=False, kind=bool)
-    window = r.get("sliding_window", default=4096) if use else None
     first = r.get("max_window_layers", default=28)
-    return Arch(**_llama_like(r, qkv_bias=True, window=window, pattern=lambda i: i >= first) | {"o_bias": False})
+    return {"window": r.get("sliding_window", default=4096) if use else None, "pattern": lambda i: i >= first}
+
+
+def _qwen2(r):
+    return Arch(**_llama_like(r, qkv_bias=True, **_qwen_window(r)) | {"o_bias": False})
 
 
 def _qwen2_moe(r):
-    use = r.get("use_sliding_window", default=False, kind=bool)
-    window = r.get("sliding_window", default=4096) if use else None
-    first = r.get("max_window_layers", default=28)
-    fields = _llama_like(r, qkv_bias=r.get("qkv_bias", default=True, kind=bool), window=window,
-                         pattern=lambda i: i >= first) | {"o_bias": False}
+    fields = _llama_like(r, qkv_bias=r.get("qkv_bias", default=True, kind=bool), **_qwen_window(r)) | {"o_bias": False}
     experts = r.get("num_experts", default=60)
     step = r.get("decoder_sparse_step", default=1)
     dense = set(r.cfg.get("mlp_only_layers") or [])
@@ -142,10 +142,7 @@ def _qwen2_moe(r):
 
 
 def _qwen3(r):
-    use = r.get("use_sliding_window", default=False, kind=bool)
-    window = r.get("sliding_window", default=4096) if use else None
-    first = r.get("max_window_layers", default=28)
-    return Arch(**_llama_like(r, window=window, pattern=lambda i: i >= first) | {"qk_norm": True})
+    return Arch(**_llama_like(r, **_qwen_window(r)) | {"qk_norm": True})
 
 
 def _gemma2(r):
