@@ -177,7 +177,7 @@ def _references(data: Any, base: Path):
             continue
         model = c.get("model")
         if isinstance(model, str):
-            if "/" in model or model.endswith(".json"):
+            if store.looks_like_path(model):
                 if not (base / model).exists() and not Path(model).exists():
                     yield ("checks", i, "model"), f"no such file '{model}'"
             elif model not in store.ids("model"):

@@ -122,7 +122,8 @@ class ModelSpec:
     hf_repo: str | None = None
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
+    """A MODEL argument meant as a file or folder rather than a preset id."""
     return "/" in name or os.sep in name or name.endswith(".json") or name in (".", "..")
 
 
@@ -131,7 +132,7 @@ def resolve_model(name: str) -> ModelSpec:
     from aicalc.catalog.hf_config import arch_from_config
 
     path = Path(name)
-    if path.exists() or _looks_like_path(name):
+    if path.exists() or looks_like_path(name):
         file = path / "config.json" if path.is_dir() else path
         if not file.is_file():
             raise AicalcError(f"no config.json at '{name}'")

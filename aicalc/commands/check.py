@@ -8,16 +8,15 @@ import os
 from pathlib import Path
 
 from aicalc.budget import LIMITS, load, parse_limit
+from aicalc.catalog.store import looks_like_path
 from aicalc.errors import AicalcError, ExitCode
 from aicalc.result import Result
 
 
 def _argv(check, base: Path) -> list[str]:
     model = check.model
-    if not _is_preset(model):
-        candidate = (base / model)
-        if candidate.exists():
-            model = str(candidate)
+    if looks_like_path(model) and (base / model).exists():
+        model = str(base / model)
     argv = [check.command, model]
     for key, value in check.args.items():
         flag = "--" + key.replace("_", "-")
@@ -30,9 +29,6 @@ def _argv(check, base: Path) -> list[str]:
         argv += [flag, str(value)]
     return [*argv, "--format", "json"]
 
-
-def _is_preset(model: str) -> bool:
-    return "/" not in model and not model.endswith(".json")
 
 
 def _run_command(argv: list[str]) -> tuple[int, dict | None, str]:
