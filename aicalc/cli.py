@@ -343,17 +343,14 @@ def serve(
 ):
     """A serving deployment under continuous batching: TTFT, TPOT, tokens/s, fit, latency targets, cost."""
     from aicalc.commands.serve import ServeRequest, run
-    from aicalc.sweep import parse_sweep
-    from aicalc.units import parse_duration, parse_int
-
-    def ints(text, what):
-        return parse_sweep(text, lambda t: parse_int(t, what), what)
+    from aicalc.sweep import int_sweep
+    from aicalc.units import parse_duration
 
     if price is not None and not price > 0:
         raise AicalcError(f"--price must be positive, got {price}")
     req = ServeRequest(
-        model=model, chip=chip, chips=chips, tp=tp, prompt=ints(prompt, "--prompt"), gen=ints(gen, "--gen"),
-        concurrency=ints(concurrency, "--concurrency") if concurrency else None,
+        model=model, chip=chip, chips=chips, tp=tp, prompt=int_sweep(prompt, "--prompt"), gen=int_sweep(gen, "--gen"),
+        concurrency=int_sweep(concurrency, "--concurrency") if concurrency else None,
         max_ttft=parse_duration(max_ttft, "--max-ttft") if max_ttft else None,
         max_tpot=parse_duration(max_tpot, "--max-tpot") if max_tpot else None,
         dtype=dtype, kv_dtype=kv_dtype, price=price,

@@ -51,6 +51,14 @@ def parse_sweep(text: str, parse: Callable[[str], float], what: str) -> list[flo
     return [parse(item) for item in text.split(",") if item.strip()] or _empty(what)
 
 
+def int_sweep(text: str, what: str) -> list[int]:
+    """A sweep of whole numbers (counts, batch sizes, TP degrees): every expanded value must be whole, so a
+    geometric range such as ``1:10:x1.5`` is rejected rather than yielding 2.25."""
+    from aicalc.units import parse_int
+
+    return [parse_int(v, what) for v in parse_sweep(str(text), lambda t: parse_int(t, what), what)]
+
+
 def _empty(what: str) -> list[float]:
     raise AicalcError(f"{what}: no value given")
 

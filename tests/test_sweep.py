@@ -36,3 +36,11 @@ def test_grid_is_cartesian_first_axis_slowest():
     assert g["batch"].tolist() == [1, 1, 1, 2, 2, 2]
     assert g["context"].tolist() == [10, 20, 30, 10, 20, 30]
     assert isinstance(g["batch"], np.ndarray)
+
+
+def test_int_sweep_rejects_fractional_range_points():
+    from aicalc.sweep import int_sweep
+
+    assert int_sweep("1:64:x2", "--batch") == [1, 2, 4, 8, 16, 32, 64]
+    with pytest.raises(AicalcError, match="whole number"):
+        int_sweep("1:10:x1.5", "--batch")

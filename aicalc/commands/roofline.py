@@ -80,30 +80,22 @@ def setup(model: str, chip_id: str, dtype: str, kv_dtype: str, compute_dtype: st
     return spec, chip, shape_of(spec.arch), roofs, fm, cdt, warnings
 
 
-def _parse_list(text, parse, what):
-    from aicalc.sweep import parse_sweep
-
-    return parse_sweep(str(text), parse, what)
-
-
 def run(model: str, chip: str, batch: str = "1", prompt: str = "512", gen: str = "256", dtype: str = "bf16",
         kv_dtype: str = "bf16", tp: str = "1", compute_dtype: str | None = None, group_size: int | None = None,
         attention: str = "flash", ops: bool = False, eff: list[str] | None = None, kv_shared: bool = True) -> Result:
     import numpy as np
 
-    from aicalc.catalog.store import resolve_chip
     from aicalc.core import roofline as rl
     from aicalc.core.efficiency import Efficiency, parse_overrides
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
     from aicalc.core.layout import check_tp
     from aicalc.core.weights import weight_bytes_per_device
-    from aicalc.sweep import grid
-    from aicalc.units import parse_int
+    from aicalc.sweep import grid, int_sweep
 
     spec, chip_obj, shape, roofs, fm, cdt, warnings = setup(model, chip, dtype, kv_dtype, compute_dtype, group_size,
                                                             attention, kv_shared)
     effm = Efficiency().with_overrides(parse_overrides(eff))
-    tps = [parse_int(v, "--tp") for v in _parse_list(tp, lambda t: parse_int(t, "--tp"), "--tp")]
+    tps = int_sweep(tp, "--tp")
     for t in tps:
         check_tp(spec.arch, t)
     if max(tps) > 1 and not roofs.link_bytes_per_s:
@@ -113,9 +105,7 @@ def run(model: str, chip: str, batch: str = "1", prompt: str = "512", gen: str =
 
         roofs = replace(roofs, link_bytes_per_s=PCIE_FALLBACK_BYTES_PER_S)
     g = grid(tp=tps,
-             batch=_parse_list(batch, lambda t: parse_int(t, "--batch"), "--batch"),
-             prompt=_parse_list(prompt, lambda t: parse_int(t, "--prompt"), "--prompt"),
-             gen=_parse_list(gen, lambda t: parse_int(t, "--gen"), "--gen"))
+             batch=int_sweep(batch, "--batch"), prompt=int_sweep(prompt, "--prompt"), gen=int_sweep(gen, "--gen"))
     B, S, G, TP = g["batch"], g["prompt"], g["gen"], g["tp"]
     pre, dec, out = rl.inference(shape, roofs, fm, effm, B, S, G, TP)
     ridge = roofs.ridge_point
@@ -180,7 +170,6 @@ def run(model: str, chip: str, batch: str = "1", prompt: str = "512", gen: str =
              f"{roofs.bandwidth_bytes_per_s / 1e9:,.0f} GB/s; below it a pass is memory-bound",
              "estimate = efficiency model (docs/roofline.md); ideal = bare roofline, no overheads; "
              "override factors with --eff KEY=VALUE"]
-    _ = resolve_chip  # resolved in setup
     chart = None
     if not ops and B.size <= 64:
         from aicalc.plot import terminal_chart

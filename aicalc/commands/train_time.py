@@ -20,7 +20,7 @@ def run(model: str, chip: str, tokens: str = "1T", seq: str = "4096", global_bat
     from aicalc.core.efficiency import Efficiency, parse_overrides
     from aicalc.core.layout import check_tp
     from aicalc.core.roofline import shape_of
-    from aicalc.sweep import grid, parse_sweep
+    from aicalc.sweep import grid, int_sweep
     from aicalc.units import parse_count, parse_fraction, parse_int, parse_rate
 
     if recompute not in tt.RECOMPUTE:
@@ -46,10 +46,7 @@ def run(model: str, chip: str, tokens: str = "1T", seq: str = "4096", global_bat
     dpbw = parse_rate(dp_bandwidth, "bytes", "--dp-bandwidth") if dp_bandwidth else DEFAULT_DP_BYTES_PER_S
     tchip = tt.TrainChip(peak, chip_obj.memory_bandwidth_bytes_per_s, link, dpbw, low_precision=precision == "fp8")
 
-    def ints(text, what):
-        return [parse_int(v, what) for v in parse_sweep(str(text), lambda t: parse_int(t, what), what)]
-
-    tps, pps = ints(tp, "--tp"), ints(pp, "--pp")
+    tps, pps = int_sweep(tp, "--tp"), int_sweep(pp, "--pp")
     for t in tps:
         check_tp(spec.arch, t)
     for p in pps:
@@ -58,11 +55,11 @@ def run(model: str, chip: str, tokens: str = "1T", seq: str = "4096", global_bat
     if dp is None and chips is None:
         dps = [1]
     elif dp is not None:
-        dps = ints(dp, "--dp")
+        dps = int_sweep(dp, "--dp")
     else:
         dps = []
-    axes = dict(tp=tps, pp=pps, dp=dps or [0], seq=ints(seq, "--seq"), global_batch=ints(global_batch, "--global-batch"),
-                micro_batch=ints(micro_batch, "--micro-batch"))
+    axes = dict(tp=tps, pp=pps, dp=dps or [0], seq=int_sweep(seq, "--seq"), global_batch=int_sweep(global_batch, "--global-batch"),
+                micro_batch=int_sweep(micro_batch, "--micro-batch"))
     g = grid(**axes)
     if not dps:  # --chips given: dp = chips / (tp·pp)
         n = parse_int(chips, "--chips")
