@@ -97,22 +97,21 @@ def _json(result: Result, env: Env) -> None:
     env.stdout.write(json.dumps(_plain(result.envelope()), indent=2, ensure_ascii=False) + "\n")
 
 
-def _columns(result: Result) -> list[str]:
-    if result.columns:
-        return result.columns
+def _all_keys(rows) -> list[str]:
     keys: dict[str, None] = {}
-    for row in result.rows:
+    for row in rows:
         keys.update(dict.fromkeys(row))
     return list(keys)
+
+
+def _columns(result: Result) -> list[str]:
+    return result.columns or _all_keys(result.rows)
 
 
 def _csv(result: Result, env: Env) -> None:
     import csv
 
-    keys: dict[str, None] = {}
-    for row in result.rows:
-        keys.update(dict.fromkeys(row))
-    writer = csv.DictWriter(env.stdout, fieldnames=list(keys), lineterminator="\n")
+    writer = csv.DictWriter(env.stdout, fieldnames=_all_keys(result.rows), lineterminator="\n")
     writer.writeheader()
     for row in result.rows:
         writer.writerow({k: _csv_cell(v) for k, v in _plain(row).items()})
