@@ -13,7 +13,7 @@ import typer
 
 from aicalc import __version__
 from aicalc.env import Env
-from aicalc.errors import AicalcError, ExitCode
+from aicalc.errors import AicalcError, ExitCode, ParameterError
 
 ISSUES_URL = "https://github.com/aicalc/aicalc/issues"
 
@@ -140,23 +140,12 @@ def kv_cache(
     fmt: Format = "table",
     json_: Json = False,
 ):
-    """KV-cache and serving memory per device; with --chip, how many sequences fit."""
-    from aicalc.commands.kv_cache import KVRequest, run
-    from aicalc.sweep import parse_sweep
-    from aicalc.units import parse_bytes, parse_count, parse_fraction
+    """KV-cache and inference memory per device; with --chip, how many sequences fit."""
+    from aicalc.commands.kv_cache import run
 
-    if block_size is not None and block_size < 1:
-        raise AicalcError(f"--block-size must be at least 1, got {block_size}")
-    if block_size is None:
-        block_size = 1 if engine == "hf" else 16
-    req = KVRequest(
-        model=model, batch=parse_sweep(batch, lambda t: parse_count(t, "--batch"), "--batch"),
-        context=parse_sweep(context, lambda t: parse_count(t, "--context"), "--context"),
-        kv_dtype=kv_dtype, dtype=dtype, tp=tp, chip=chip, budget=parse_bytes(budget, "--budget") if budget else None,
-        block_size=block_size, utilization=parse_fraction(utilization, "--gpu-memory-utilization"),
-        overhead=parse_bytes(overhead, "--overhead") if overhead else None, solve=solve, engine=engine,
-    )
-    return emit(run(req), fmt, json_)
+    return emit(run(model, batch=batch, context=context, kv_dtype=kv_dtype, dtype=dtype, tp=tp, chip=chip,
+                    budget=budget, block_size=block_size, engine=engine, gpu_memory_utilization=utilization,
+                    overhead=overhead, solve=solve), fmt, json_)
 
 
 @app.command("check")
@@ -214,7 +203,7 @@ def roofline(
 
     result = cmd.run(model, chip, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, tp=tp,
                      compute_dtype=compute_dtype, group_size=group_size, attention=attention, ops=ops, eff=eff,
-                     kv_shared=not kv_per_query_head)
+                     kv_per_query_head=kv_per_query_head)
     if plot:
         from aicalc.plot import write_plot
 
@@ -296,30 +285,16 @@ def train_mem(
     json_: Json = False,
 ):
     """Training and fine-tuning memory per device: states, activations, peak; --search for layouts."""
-    from aicalc.commands.train_mem import Options, run
-    from aicalc.sweep import parse_sweep
-    from aicalc.units import parse_bytes, parse_count
+    from aicalc.commands.train_mem import run
 
-    def sweep(text: str, name: str, parse=parse_count):
-        return parse_sweep(text, lambda t: parse(t, name), name)
-
-    def stage(t: str, name: str) -> float:
-        if t.strip() == "0":
-            return 0.0
-        return parse_count(t, name)
-
-    opts = Options(
-        model=model, batch=sweep(batch, "--batch"), seq=sweep(seq, "--seq"), precision=precision,
-        optimizer=optimizer, grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype, zero=sweep(zero, "--zero", stage),
-        dp=sweep(dp, "--dp"), tp=sweep(tp, "--tp"), pp=sweep(pp, "--pp"), cp=sweep(cp, "--cp"), ep=ep, sp=sp, virtual_stages=virtual_stages,
-        microbatches=microbatches, recompute=recompute, framework=framework, attention=attention, lora_rank=lora_rank,
-        lora_targets=lora_targets, lora_dtype=lora_dtype, loss=loss, optimizer_in_backward=optimizer_in_backward,
-        quant=quant, offload=offload, dropout=dropout, chip=chip,
-        budget=parse_bytes(budget, "--budget") if budget else None,
-        overhead=parse_bytes(overhead, "--overhead") if overhead else None, search=search, chips=chips, top=top,
-    )
-    with progress_bar("searching layouts") as opts.progress:
-        result = run(opts)
+    with progress_bar("searching layouts") as progress:
+        result = run(model, batch=batch, seq=seq, zero=zero, dp=dp, tp=tp, pp=pp, cp=cp, chip=chip, budget=budget,
+                     overhead=overhead, search=search, chips=chips, top=top, progress=progress, precision=precision,
+                     optimizer=optimizer, grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype, ep=ep, sp=sp,
+                     virtual_stages=virtual_stages, microbatches=microbatches, recompute=recompute,
+                     framework=framework, attention=attention, lora_rank=lora_rank, lora_targets=lora_targets,
+                     lora_dtype=lora_dtype, loss=loss, optimizer_in_backward=optimizer_in_backward, quant=quant,
+                     offload=offload, dropout=dropout)
     return emit(result, fmt, json_)
 
 
@@ -342,20 +317,10 @@ def serve(
     json_: Json = False,
 ):
     """A serving deployment under continuous batching: TTFT, TPOT, tokens/s, fit, latency targets, cost."""
-    from aicalc.commands.serve import ServeRequest, run
-    from aicalc.sweep import int_sweep
-    from aicalc.units import parse_duration
+    from aicalc.commands.serve import run
 
-    if price is not None and not price > 0:
-        raise AicalcError(f"--price must be positive, got {price}")
-    req = ServeRequest(
-        model=model, chip=chip, chips=chips, tp=tp, prompt=int_sweep(prompt, "--prompt"), gen=int_sweep(gen, "--gen"),
-        concurrency=int_sweep(concurrency, "--concurrency") if concurrency else None,
-        max_ttft=parse_duration(max_ttft, "--max-ttft") if max_ttft else None,
-        max_tpot=parse_duration(max_tpot, "--max-tpot") if max_tpot else None,
-        dtype=dtype, kv_dtype=kv_dtype, price=price,
-    )
-    return emit(run(req), fmt, json_)
+    return emit(run(model, chip, chips=chips, tp=tp, prompt=prompt, gen=gen, concurrency=concurrency,
+                    max_ttft=max_ttft, max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price), fmt, json_)
 
 
 @app.command("compare")
@@ -376,18 +341,10 @@ def compare(
     json_: Json = False,
 ):
     """Training vs inference side by side, chip by chip: memory, chips needed, speed, cost, energy."""
-    from aicalc.commands.compare import CompareRequest, run
-    from aicalc.units import parse_count, parse_duration, parse_int
+    from aicalc.commands.compare import run
 
-    if not years > 0:
-        raise AicalcError(f"--years must be positive, got {years}")
-    req = CompareRequest(
-        model=model, chips=chip or ["h100-sxm"], tokens=parse_count(tokens, "--tokens") if tokens else None,
-        seq=parse_int(seq, "--seq"), prompt=parse_int(prompt, "--prompt"), gen=parse_int(gen, "--gen"), dtype=dtype,
-        kv_dtype=kv_dtype, requests_per_day=parse_count(requests_per_day, "--requests-per-day"), years=years,
-        max_ttft=parse_duration(max_ttft, "--max-ttft"), max_tpot=parse_duration(max_tpot, "--max-tpot"),
-    )
-    return emit(run(req), fmt, json_)
+    return emit(run(model, chip, tokens=tokens, seq=seq, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype,
+                    requests_per_day=requests_per_day, years=years, max_ttft=max_ttft, max_tpot=max_tpot), fmt, json_)
 
 
 def _one_line(message: str) -> str:
@@ -416,6 +373,11 @@ def _main(args: list[str], debug: bool) -> int:
     try:
         code = command.main(args=args, prog_name="aicalc", standalone_mode=False)
         code = int(code or 0) if isinstance(code, int) else 0
+    except ParameterError as e:  # the library names its parameter; the command line names the flag
+        from aicalc.flags import cli_message
+
+        _env.stderr.write(f"aicalc: error: {_one_line(cli_message(e))}\n")
+        code = int(e.exit_code)
     except AicalcError as e:
         for line in getattr(e, "problems", None) or [str(e)]:
             _env.stderr.write(f"aicalc: error: {_one_line(line)}\n")

@@ -25,3 +25,40 @@ class UnknownPreset(AicalcError):
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; see `aicalc presets list --kind {kind}`"
         super().__init__(f"unknown {kind} '{name}'{hint}")
+
+
+class ParameterError(AicalcError):
+    """A bad value of one named parameter of the library: ``tp=3 does not divide the 32 attention heads``.
+
+    The library names its own parameters; the command line shows the same message with the option's flag
+    (``--tp 3 does not divide …``), through the one table in :mod:`aicalc.flags`.
+
+    A problem that names another parameter writes it in braces, ``needs {zero=3}`` or ``needs {lora_rank}``:
+    the library shows ``zero=3``, the command line ``--zero 3``."""
+
+    def __init__(self, param: str, value, problem: str):
+        self.param, self.value, self.problem = param, value, problem
+        super().__init__(f"{param}={_show(value)} {refer(problem, _library)}")
+
+
+def _library(name: str, value: str | None) -> str:
+    return name if value is None else f"{name}={value}"
+
+
+def refer(problem: str, style) -> str:
+    """``problem`` with each ``{name}`` / ``{name=value}`` written by ``style(name, value)``."""
+    import re
+
+    return re.sub(r"\{(\w+)(?:=([^}]*))?\}", lambda m: style(m[1], m[2]), problem)
+
+
+def _show(value) -> str:
+    if isinstance(value, float) and value == int(value):
+        return str(int(value))
+    return str(value)
+
+
+def check_choice(param: str, value, choices) -> None:
+    """``value`` must be one of ``choices``: else a ParameterError naming ``param``."""
+    if value not in choices:
+        raise ParameterError(param, value, f"is not one of {', '.join(str(c) for c in choices)}")

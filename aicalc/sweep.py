@@ -79,3 +79,14 @@ def grid(**axes):
         raise AicalcError(f"the sweep has {size:,} points; the limit is {MAX_POINTS:,}")
     mesh = np.meshgrid(*arrays, indexing="ij") if arrays else []
     return {n: m.ravel() for n, m in zip(names, mesh, strict=True)}
+
+
+def sweep(text, what: str) -> list[float]:
+    """A sweep of counts in any unit parse_count reads (``4k``, ``1:64:x2``, ``1,8``); numbers pass through."""
+    from aicalc.units import parse_count
+
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        text = repr(text)
+    if isinstance(text, (list, tuple)):
+        text = ",".join(str(t) for t in text)
+    return parse_sweep(str(text), lambda t: parse_count(t, what), what)

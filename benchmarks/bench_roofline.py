@@ -2,7 +2,7 @@
 
 Run: python benchmarks/bench_roofline.py [N]   (N configurations, default 200,000)
 
-Measures ``aicalc.core.roofline.inference`` — the call ``aicalc roofline`` makes for its whole grid: TTFT, TPOT
+Measures ``aicalc.core.latency.inference`` — the call ``aicalc roofline`` makes for its whole grid: TTFT, TPOT
 and tokens/s, ideal and estimated — on N random configurations (batch, prompt, gen, tp). "first call" is the
 first evaluation in a fresh process (it pays the page faults of fresh memory, as a CLI run does); "best of 5"
 repeats it. numpy's elementwise kernels run on one core.
@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from aicalc.commands.roofline import setup
-from aicalc.core import roofline as rl
+from aicalc.api.roofline import cost_setup
+from aicalc.core import latency
 from aicalc.core.efficiency import Efficiency
 
 GOAL = 1_000_000
@@ -32,13 +32,13 @@ def configs(n: int, seed: int = 0):
 
 
 def timed(model: str, chip: str, n: int, repeat: int) -> list[float]:
-    _spec, _chip, s, roofs, fm, _cdt, _w = setup(model, chip, "bf16", "bf16")
+    cs = cost_setup(model, chip, "bf16", "bf16", tp_needs_link=True)
     B, S, G, TP = configs(n)
     eff = Efficiency()
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        rl.inference(s, roofs, fm, eff, B, S, G, TP)
+        latency.inference(cs.shape, cs.roofs, cs.formats, eff, B, S, G, TP)
         times.append(time.perf_counter() - t0)
     return times
 

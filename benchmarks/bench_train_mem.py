@@ -9,8 +9,9 @@ import tracemalloc
 
 import numpy as np
 
+import aicalc
 from aicalc.catalog import store
-from aicalc.commands import train_mem
+from aicalc.core.train_peak import TrainSetup, evaluate
 
 
 def core_rate(model: str, framework: str, n: int = 1_000_000) -> float:
@@ -19,23 +20,19 @@ def core_rate(model: str, framework: str, n: int = 1_000_000) -> float:
     g = {"batch": rng.integers(1, 16, n).astype(float), "seq": rng.choice([2048.0, 4096.0, 8192.0], n),
          "dp": np.full(n, 8.0), "tp": np.full(n, 8.0), "pp": np.full(n, 4.0),
          "zero": rng.integers(0, 4, n).astype(float)}
-    opts = train_mem.Options(model=model, framework=framework)
     t = time.perf_counter()
-    train_mem.evaluate(arch, opts, g)
+    evaluate(arch, TrainSetup(framework=framework), g)
     return n / (time.perf_counter() - t)
 
 
 def search(model: str, chips: int, seqs: list[float], cps=(1.0,)) -> tuple[int, float, float]:
-    opts = train_mem.Options(model=model, chip="h100-sxm", search=True, chips=chips, seq=seqs, batch=[256.0],
-                             cp=list(cps))
     tracemalloc.start()
     t = time.perf_counter()
-    res = train_mem.run(opts)
+    res = aicalc.search_layouts(model, "h100-sxm", chips, seq=seqs, max_batch=256, cp=list(cps))
     dt = time.perf_counter() - t
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    layouts = int(res.notes[0].split(" of ")[1].split(" layouts")[0].replace(",", ""))
-    return layouts, dt, peak
+    return res.meta["layouts"], dt, peak
 
 
 if __name__ == "__main__":

@@ -7,13 +7,19 @@ import json
 import numpy as np
 import pytest
 
+from aicalc.api.roofline import cost_setup
 from aicalc.catalog.store import resolve_chip, resolve_model
 from aicalc.cli import main
-from aicalc.commands.roofline import setup
-from aicalc.core import roofline as rl
+from aicalc.core import forward as fw
+from aicalc.core import latency as lt
 from aicalc.core.efficiency import IDEAL, Efficiency, gemm_efficiency
 from aicalc.core.params import count_params
 from aicalc.errors import AicalcError
+
+
+def setup(model, chip, dtype, kv_dtype, **kw):
+    c = cost_setup(model, chip, dtype, kv_dtype, **kw)
+    return c.model, c.chip, c.shape, c.roofs, c.formats, c.compute_dtype, list(c.warnings)
 
 
 def _7b():
@@ -28,13 +34,14 @@ def test_ridge_points_dense():
 
 
 def test_decode_batch1_llama2_7b_bytes_and_time():
-    """Decode at batch 1 reads every weight once: bytes ≈ 2·(N − V·H) + a row of the table + KV; time = bytes / 2.039e12."""
+    """Decode at batch 1 reads every weight but the embedding table once (norms included): bytes ≈ 2·(N − V·H)
+    + a row of the table + KV; time = bytes / 2.039e12."""
     spec, chip, s, roofs, fm, cdt, _ = _7b()
     n = count_params(spec.arch)
     a = spec.arch
     ctx = 1000.0
-    ph = rl.phase(s, roofs, fm, IDEAL, 1.0, 1.0, ctx, 1.0)
-    weights = 2.0 * (n.total - a.vocab * a.hidden - a.layers * 2 * a.hidden - a.hidden)  # norms not GEMM weights
+    ph = lt.phase(s, roofs, fm, IDEAL, 1.0, 1.0, ctx, 1.0)
+    weights = 2.0 * (n.total - a.vocab * a.hidden)
     kv = 2 * a.layers * a.kv_heads * a.head_dim * 2 * (ctx + 1)
     assert float(ph.bytes) == pytest.approx(weights + kv, rel=2e-3)
     assert float(ph.t_ideal) == pytest.approx(float(ph.bytes) / 2.039e12, rel=1e-9)  # every op memory-bound
@@ -45,7 +52,7 @@ def test_prefill_flops_2N_plus_attention():
     spec, chip, s, roofs, fm, cdt, _ = _7b()
     a = spec.arch
     T = 2048.0
-    ph = rl.phase(s, roofs, fm, IDEAL, 1.0, T, 0.0, 1.0, logits_tokens=1.0)
+    ph = lt.phase(s, roofs, fm, IDEAL, 1.0, T, 0.0, 1.0, logits_tokens=1.0)
     linear = 2 * T * (12 * a.hidden**2 * 0 + 4 * a.hidden * a.hidden + 3 * a.hidden * a.ffn) * a.layers
     attn = 2 * 2 * a.heads * a.head_dim * (T * (T + 1) / 2) * a.layers
     head = 2 * a.vocab * a.hidden
@@ -58,40 +65,46 @@ def test_prefill_flops_2N_plus_attention():
 def test_ideal_below_estimate_and_batching_raises_intensity():
     spec, chip, s, roofs, fm, cdt, _ = _7b()
     B = np.array([1, 8, 64, 512], dtype=float)
-    pre, dec, out = rl.inference(s, roofs, fm, Efficiency(), B, 512.0, 256.0, 1.0)
+    pre, dec, out = lt.inference(s, roofs, fm, Efficiency(), B, 512.0, 256.0, 1.0)
     assert np.all(out["ideal"]["tpot_s"] < out["est"]["tpot_s"])
     assert np.all(np.diff(dec.intensity) > 0)
     assert np.all(np.diff(out["est"]["output_tokens_per_s"]) > 0)
-    cb = float(rl.compute_bound_batch(s, roofs, fm, 16.0, 1.0))
-    assert np.isinf(rl.compute_bound_batch(s, roofs, fm, 4096.0, 1.0))  # MHA KV reads keep decode memory-bound
-    d = rl.phase(s, roofs, fm, IDEAL, cb, 1.0, 16.0, 1.0)
-    d_less = rl.phase(s, roofs, fm, IDEAL, cb - 1, 1.0, 16.0, 1.0)
+    cb = float(lt.compute_bound_batch(s, roofs, fm, 16.0, 1.0))
+    assert np.isinf(lt.compute_bound_batch(s, roofs, fm, 4096.0, 1.0))  # MHA KV reads keep decode memory-bound
+    d = lt.phase(s, roofs, fm, IDEAL, cb, 1.0, 16.0, 1.0)
+    d_less = lt.phase(s, roofs, fm, IDEAL, cb - 1, 1.0, 16.0, 1.0)
     assert float(d.intensity) >= roofs.ridge_point > float(d_less.intensity)
 
 
 def test_quantization_halves_decode_bytes():
     s8 = setup("llama-2-7b", "a100-80gb", "int8", "bf16")
     s16 = _7b()
-    b8 = float(rl.phase(s8[2], s8[3], s8[4], IDEAL, 1.0, 1.0, 0.0, 1.0).bytes)
-    b16 = float(rl.phase(s16[2], s16[3], s16[4], IDEAL, 1.0, 1.0, 0.0, 1.0).bytes)
-    assert b8 / b16 == pytest.approx(0.5, abs=0.01)
+    b8 = float(lt.phase(s8[2], s8[3], s8[4], IDEAL, 1.0, 1.0, 0.0, 1.0).bytes)
+    b16 = float(lt.phase(s16[2], s16[3], s16[4], IDEAL, 1.0, 1.0, 0.0, 1.0).bytes)
+    n = count_params(s16[0].arch)
+    a = s16[0].arch
+    head = a.vocab * a.hidden  # the LM head and the norms stay 16-bit under int8 (the coverage rule)
+    linear = n.total - n.embedding - head - n.norms
+    kv_and_acts = b16 - 2.0 * (n.total - n.embedding)
+    assert b8 - kv_and_acts == pytest.approx(linear + 2.0 * (head + n.norms), rel=1e-3)
+    assert b8 / b16 == pytest.approx(0.51, abs=0.01)
     assert s8[4].quantized and not s16[4].quantized
 
 
 def test_tp_splits_weights_and_adds_allreduce():
     spec, chip, s, roofs, fm, cdt, _ = _7b()
-    one = rl.phase(s, roofs, fm, IDEAL, 1.0, 1.0, 0.0, 1.0)
-    two = rl.phase(s, roofs, fm, IDEAL, 1.0, 1.0, 0.0, 2.0)
+    one = lt.phase(s, roofs, fm, IDEAL, 1.0, 1.0, 0.0, 1.0)
+    two = lt.phase(s, roofs, fm, IDEAL, 1.0, 1.0, 0.0, 2.0)
     ar = next(o for o in two.ops if o.name == "tp_allreduce")
     assert float(ar.comm_bytes) == 2 * 32 * 4096 * 2
     assert float(two.bytes) == pytest.approx(float(one.bytes) / 2, rel=0.01)
 
 
 def test_moe_touches_experts():
-    s = rl.shape_of(resolve_model("mixtral-8x7b").arch)
-    fm = rl.Formats(2.0, 2.0, False)
-    up1 = next(o for o in rl.forward_ops(s, fm, 1.0, 1.0, 0.0, 1.0) if o.name == "moe_up")
-    up_big = next(o for o in rl.forward_ops(s, fm, 256.0, 1.0, 0.0, 1.0) if o.name == "moe_up")
+    s = fw.shape_of(resolve_model("mixtral-8x7b").arch)
+    fm = fw.formats()
+    up1 = next(o for o in fw.forward_ops(s, fm, 1.0, 1.0, 0.0, 1.0) if o.name == "moe_up")
+    up_big = next(o for o in fw.forward_ops(s, fm, 256.0, 1.0, 0.0, 1.0) if o.name == "moe_up")
     assert float(up_big.weight_bytes) / float(up1.weight_bytes) == pytest.approx(4.0, rel=1e-3)  # 2 of 8 → all 8
 
 

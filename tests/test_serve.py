@@ -2,7 +2,7 @@
 
 import pytest
 
-from aicalc.commands.serve import steady_state
+from aicalc.core.serving import steady_state
 
 
 def test_steady_state_formula_hand_derived():

@@ -66,9 +66,11 @@ def test_tm04_megatron_distributed_optimizer():
 
 def test_tm08_qlora_storage():
     # TM-08: NF4 4.5 bits (0.5625 B); with double quantization 4.127 bits (0.516 B)
-    assert tm.QUANT_BYTES["nf4"] == 0.5625
-    assert tm.QUANT_BYTES["nf4-dq"] * 8 == pytest.approx(4.127, abs=5e-4)
-    assert tm.QUANT_BYTES["nf4-dq"] == pytest.approx(0.516, abs=5e-4)
+    from aicalc.core.dtypes import qlora_bytes_per_param
+
+    assert qlora_bytes_per_param("nf4") == 0.5625
+    assert qlora_bytes_per_param("nf4-dq") * 8 == pytest.approx(4.127, abs=5e-4)
+    assert qlora_bytes_per_param("nf4-dq") == pytest.approx(0.516, abs=5e-4)
 
 
 # ---------------------------------------------------------------- TM-09: ZeRO paper
@@ -359,14 +361,14 @@ def test_search(capsys):
 
 def test_vectorized_core_shapes():
     # one call evaluates a million configurations (speed is measured by benchmarks/bench_train_mem.py)
-    from aicalc.commands.train_mem import Options, evaluate
+    from aicalc.core.train_peak import TrainSetup, evaluate
 
     arch = store.resolve_model("llama-3.1-70b").arch
     n = 1_000_000
     rng = np.random.default_rng(0)
     g = {"batch": rng.integers(1, 16, n).astype(float), "seq": np.full(n, 4096.0),
          "dp": np.full(n, 8.0), "tp": np.full(n, 8.0), "pp": np.full(n, 4.0), "zero": rng.integers(0, 4, n).astype(float)}
-    cols = evaluate(arch, Options(model="llama-3.1-70b"), g)
+    cols = evaluate(arch, TrainSetup(), g)
     assert cols["peak_bytes"].shape == (n,)
     assert np.all(np.isfinite(cols["peak_bytes"]))
 
@@ -510,12 +512,13 @@ def test_hf_pipeline_peak_is_the_busier_of_first_and_last_stage(cli):
 
 
 def test_search_reports_progress_in_slices():
-    from aicalc.commands.train_mem import SEARCH_STEP, Options, run
+    from aicalc.commands.train_mem import run
+    from aicalc.core.layout_search import SLICE as SEARCH_STEP
 
     calls = []
-    seqs = [float(s) for s in range(1024, 1024 * 41, 1024)]  # enough layouts for several slices
-    res = run(Options(model="llama-3.1-70b", chip="h100-sxm", search=True, chips=4096, seq=seqs,
-                      batch=[256.0], progress=lambda done, total: calls.append((done, total))))
+    seqs = ",".join(str(s) for s in range(1024, 1024 * 41, 1024))  # enough layouts for several slices
+    res = run("llama-3.1-70b", chip="h100-sxm", search=True, chips=4096, seq=seqs, batch="256",
+              progress=lambda done, total: calls.append((done, total)))
     assert res.rows and len(calls) > 1
     assert all(b[0] > a[0] for a, b in zip(calls, calls[1:], strict=False))
     assert calls[-1][0] == calls[-1][1] and calls[0][0] <= SEARCH_STEP

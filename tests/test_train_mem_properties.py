@@ -5,8 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aicalc.catalog import store
-from aicalc.commands.train_mem import Options
-from aicalc.core.train_peak import evaluate
+from aicalc.core.train_peak import TrainSetup, evaluate
 
 ARCH = {m: store.resolve_model(m).arch for m in ("llama-3.1-8b", "llama-2-13b", "mixtral-8x7b")}
 
@@ -14,7 +13,7 @@ ARCH = {m: store.resolve_model(m).arch for m in ("llama-3.1-8b", "llama-2-13b", 
 def peak(model, **g):
     grid = {k: np.asarray([float(v)]) for k, v in {"batch": 1, "seq": 2048, "dp": 1, "tp": 1, "pp": 1, "zero": 0,
                                                     **g}.items()}
-    return float(evaluate(ARCH[model], Options(model=model), grid)["peak_bytes"][0])
+    return float(evaluate(ARCH[model], TrainSetup(), grid)["peak_bytes"][0])
 
 
 @settings(max_examples=60, deadline=None)

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from aicalc.catalog.arch import megatron_gpt as gpt
 from aicalc.cli import main
-from aicalc.core.roofline import shape_of
+from aicalc.core.forward import shape_of
 from aicalc.core.train_time import flops_per_token, time_from_rate
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from validation.train_cases import gpt  # noqa: E402
 
 S, V = 2048, 51200
 DAY = 86400.0

@@ -3,8 +3,8 @@
 import pytest
 
 from aicalc.catalog import store
+from aicalc.core.geometry import weight_bytes_per_device
 from aicalc.core.params import count_params
-from aicalc.core.weights import weight_bytes_per_device
 
 
 def arch(m):

@@ -97,3 +97,12 @@ class Arch:
         if self.kv_heads == self.heads:
             return "MHA"
         return "MQA" if self.kv_heads == 1 else "GQA"
+
+
+def megatron_gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, seq: int = 2048) -> Arch:
+    """A Megatron-LM GPT of the given size (LayerNorm, GeLU 4H FFN, biases, learned positions, tied embeddings):
+    the models of the Megatron-LM and Korthikanti et al. scaling tables (Narayanan et al. 2021 Table 1)."""
+    return Arch(family="gpt", hidden=hidden, layers=layers, heads=heads, kv_heads=heads, head_dim=hidden // heads,
+                ffn=4 * hidden, gated_ffn=False, vocab=vocab, tied_embeddings=True, max_context=seq, norm="layer",
+                qkv_bias=True, o_bias=True, mlp_bias=True, learned_positions=seq, activation="gelu",
+                moe_layers=(False,) * layers)

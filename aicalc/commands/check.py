@@ -2,46 +2,38 @@
 
 from __future__ import annotations
 
-import io
-import json
 import os
 from pathlib import Path
 
 from aicalc.budget import LIMITS, load, parse_limit
 from aicalc.catalog.store import looks_like_path
-from aicalc.errors import AicalcError, ExitCode
+from aicalc.errors import AicalcError, ExitCode, ParameterError
 from aicalc.result import Result
 
 
-def _argv(check, base: Path) -> list[str]:
+def _call(check, base: Path) -> Result:
+    """Run one check's command through the registry with its ``args`` as keyword options."""
+    import inspect
+
+    from aicalc.commands import command
+    from aicalc.flags import cli_message
+
     model = check.model
     if looks_like_path(model) and (base / model).exists():
         model = str(base / model)
-    argv = [check.command, model]
-    for key, value in check.args.items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            if value:
-                argv.append(flag)
-            continue
-        if isinstance(value, list):
-            value = ",".join(str(v) for v in value)
-        argv += [flag, str(value)]
-    return [*argv, "--format", "json"]
-
-
-
-def _run_command(argv: list[str]) -> tuple[int, dict | None, str]:
-    from aicalc.cli import main
-    from aicalc.env import Env
-
-    out, err = io.StringIO(), io.StringIO()
-    code = main(argv, env=Env(stdout=out, stderr=err, stdout_isatty=False))
+    run = command(check.command)
+    kwargs = {k.replace("-", "_"): v for k, v in check.args.items()}
+    params = inspect.signature(run).parameters
+    has_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for k in kwargs:
+        if k not in params and not has_var_kw or k in ("model", "progress"):
+            raise AicalcError(f"check '{check.name}': {check.command} has no option --{k.replace('_', '-')}")
     try:
-        envelope = json.loads(out.getvalue()) if out.getvalue() else None
-    except json.JSONDecodeError:
-        envelope = None
-    return code, envelope, err.getvalue().strip()
+        return run(model, **kwargs)
+    except ParameterError as e:
+        raise AicalcError(f"check '{check.name}': {cli_message(e)}") from None
+    except AicalcError as e:
+        raise AicalcError(f"check '{check.name}': {e}") from None
 
 
 def run(path: str, fail_on_warn: bool = False) -> Result:
@@ -53,17 +45,16 @@ def run(path: str, fail_on_warn: bool = False) -> Result:
     rows, warnings = [], []
     exit_code = ExitCode.OK
     for c in budget.checks:
-        code, env, err = _run_command(_argv(c, base))
-        if code in (2, 3) or env is None:
-            raise AicalcError(f"check '{c.name}': {err or 'the command produced no output'}")
+        res = _call(c, base)
+        out_rows = [_plain(r) for r in res.rows]
         for limit, raw in c.limits.items():
             keys, direction, _ = LIMITS[limit]
-            key = next((k for k in keys if env["rows"] and k in env["rows"][0]), None)
+            key = next((k for k in keys if out_rows and k in out_rows[0]), None)
             if key is None:
                 raise AicalcError(f"check '{c.name}': limit {limit} does not apply to {c.command} "
                                   f"(its rows have none of {', '.join(keys)})")
             bound = parse_limit(limit, raw)
-            values = [r.get(key) for r in env["rows"]]
+            values = [r.get(key) for r in out_rows]
             if any(v is None for v in values):
                 broken = True
                 worst = None
@@ -86,6 +77,13 @@ def run(path: str, fail_on_warn: bool = False) -> Result:
     return Result("check", {"file": str(file), "fail_on_warn": fail_on_warn}, rows, warnings=warnings,
                   exit_code=exit_code, title=f"aicalc check {file.name}",
                   columns=["name", "status", "limit_name", "actual", "allowed", "margin_pct"])
+
+
+def _plain(row: dict) -> dict:
+    """Numbers as the JSON envelope carries them: non-finite floats are null."""
+    import math
+
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
 
 def _show(key: str, value) -> str:

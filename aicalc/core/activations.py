@@ -294,8 +294,8 @@ def hf_activations(B, S, arch: Arch, a, attention="sdpa", recompute="none", t=1,
     elif recompute == "none":
         per_layer = hf_layer(B, S, arch, a, attention, t, dropout, attn_dropout, mask_bytes, stat_bytes)
     else:
-        from aicalc.errors import AicalcError
+        from aicalc.errors import ParameterError
 
-        raise AicalcError("--recompute selective is Megatron's; with --framework hf use none or full "
-                          "(gradient checkpointing)")
+        raise ParameterError("recompute", recompute, "is Megatron's; with {framework=hf} use none or full "
+                             "(gradient checkpointing)")
     return L * per_layer + hf_outside(B, S, arch, a, t, dropout, mask_bytes, stat_bytes, recompute, attention)

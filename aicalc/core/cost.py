@@ -51,3 +51,16 @@ def lifetime_split(training_usd, annual_inference_usd, years=1.0):
     """Share of lifetime cost spent on inference: I·y / (T + I·y)."""
     total = training_usd + annual_inference_usd * years
     return annual_inference_usd * years / total
+
+
+TOKENS_PER_PARAM = 20.0  # compute-optimal training tokens per parameter (Hoffmann et al. 2022, "Chinchilla")
+
+
+def chinchilla_tokens(params):
+    """Compute-optimal training tokens for a model of ``params`` parameters: 20·N (Hoffmann et al. 2022)."""
+    return TOKENS_PER_PARAM * params
+
+
+def annual_usd(usd_per_request, requests_per_day):
+    """A year of serving at a steady ``requests_per_day``."""
+    return usd_per_request * requests_per_day * 365.0

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from aicalc.errors import AicalcError
+from aicalc.errors import ParameterError
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Efficiency:
         known = {f.name for f in fields(self)}
         for k in overrides:
             if k not in known:
-                raise AicalcError(f"unknown efficiency factor '{k}' (known: {', '.join(sorted(known))})")
+                raise ParameterError("efficiency", k, f"is not a known factor (known: {', '.join(sorted(known))})")
         return replace(self, **{k: float(v) for k, v in overrides.items()})
 
     def as_dict(self) -> dict[str, float]:
@@ -63,23 +63,6 @@ class Efficiency:
 IDEAL = Efficiency(flop_max=1.0, gemm_half_dim=0.0, low_precision_flop_factor=1.0, bandwidth=1.0,
                    quant_bandwidth=1.0, overlap_p=float("inf"), kernel_overhead_s=0.0, step_overhead_s=0.0,
                    collective_latency_s=0.0, link=1.0, train_elementwise_bytes=0.0, dp_overlap=1.0)
-
-
-def parse_overrides(items: list[str] | None) -> dict[str, float]:
-    """``["bandwidth=0.7", "kernel_overhead_s=5e-6"]`` → dict; one clear error per bad item."""
-    out: dict[str, float] = {}
-    for item in items or []:
-        for part in str(item).split(","):
-            if not part.strip():
-                continue
-            key, sep, value = part.partition("=")
-            if not sep:
-                raise AicalcError(f"--eff takes KEY=VALUE, got '{part}'")
-            try:
-                out[key.strip()] = float(value)
-            except ValueError:
-                raise AicalcError(f"--eff {key.strip()}: '{value}' is not a number") from None
-    return out
 
 
 def gemm_efficiency(eff: Efficiency, m, n, k, low_precision=False):

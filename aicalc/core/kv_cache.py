@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aicalc.catalog.arch import Arch
-from aicalc.core.dtypes import kv_bytes_per_element
-from aicalc.core.layout import kv_heads_per_device
+from aicalc.core.geometry import kv_bytes_per_token_layer, tokens_held
 
 
 @dataclass(frozen=True)
@@ -42,16 +41,14 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vll
     (the new token attends to W − 1 cached ones), and Falcon's new decoder architecture caches K/V
     broadcast to all A query heads (``torch.broadcast_to`` in ``FalconAttention``), not its K kv heads.
     """
+    from aicalc.errors import check_choice
+
+    check_choice("engine", engine, ENGINES)
     if engine == "hf" and arch.family == "falcon" and arch.kv_heads not in (1, arch.heads):
         from dataclasses import replace
 
         arch = replace(arch, kv_heads=arch.heads)
-    if arch.mla is not None:
-        m = arch.mla
-        elems = m.kv_lora_rank + m.qk_rope_head_dim
-        per_layer = elems * kv_bytes_per_element(kv_dtype, m.kv_lora_rank + m.qk_rope_head_dim)
-    else:
-        per_layer = 2 * kv_heads_per_device(arch, tp) * arch.head_dim * kv_bytes_per_element(kv_dtype, arch.head_dim)
+    per_layer = kv_bytes_per_token_layer(arch, kv_dtype, tp)
     sliding = arch.sliding_layers
     keep = arch.sliding_window - (1 if engine == "hf" else 0) if sliding else 0
     return KVShape(per_layer, arch.layers - sliding, sliding, keep)
@@ -64,13 +61,7 @@ def kv_bytes_per_token(arch: Arch, kv_dtype: str = "bf16") -> float:
 
 def cached_tokens(shape: KVShape, context):
     """Tokens held per sequence, summed over layers: full layers S, sliding layers min(S, W)."""
-    import numpy as np
-
-    S = np.asarray(context, dtype=np.float64)
-    held = shape.full_layers * S
-    if shape.sliding_layers:
-        held = held + shape.sliding_layers * np.minimum(S, shape.window)
-    return held
+    return tokens_held(shape.full_layers, shape.sliding_layers, shape.window, context)
 
 
 def kv_cache_bytes(shape: KVShape, batch, context, block_size: int | None = None):

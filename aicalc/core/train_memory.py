@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aicalc.catalog.arch import Arch
-from aicalc.errors import AicalcError
+from aicalc.core.dtypes import qlora_bytes_per_param
+from aicalc.errors import ParameterError, check_choice
 
 PRECISIONS = ("fp32", "bf16", "bf16-mixed", "fp16-mixed")
 OPTIMIZERS = ("adamw", "adam", "adam8bit", "sgd", "sgd-momentum", "adafactor", "lion")
@@ -51,13 +52,11 @@ def state_bytes(precision: str, optimizer: str = "adamw", grad_dtype: str | None
       (Chen et al. 2023, momentum only); Adafactor: factored second moment, counted per matrix by
       :func:`adafactor_elements` (here: 0 per param, added by the caller).
     """
-    if precision not in PRECISIONS:
-        raise AicalcError(f"--precision must be one of {', '.join(PRECISIONS)}, got '{precision}'")
-    if optimizer not in OPTIMIZERS:
-        raise AicalcError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got '{optimizer}'")
-    for name, v in (("--grad-dtype", grad_dtype), ("--optimizer-dtype", optimizer_dtype)):
-        if v is not None and v not in DTYPE_BYTES:
-            raise AicalcError(f"{name} must be fp32, bf16 or fp16, got '{v}'")
+    check_choice("precision", precision, PRECISIONS)
+    check_choice("optimizer", optimizer, OPTIMIZERS)
+    for name, v in (("grad_dtype", grad_dtype), ("optimizer_dtype", optimizer_dtype)):
+        if v is not None:
+            check_choice(name, v, tuple(DTYPE_BYTES))
     mixed = precision.endswith("-mixed")
     w = 4.0 if precision == "fp32" else 2.0
     g = DTYPE_BYTES[grad_dtype] if grad_dtype else w
@@ -244,7 +243,8 @@ def lora_targets(text: str) -> tuple[str, ...]:
     for item in text.split(","):
         name = item.strip().removesuffix("_proj")
         if name not in LORA_TARGETS:
-            raise AicalcError(f"--lora-targets: unknown module '{item}' (known: {', '.join(LORA_TARGETS)}, all)")
+            raise ParameterError("lora_targets", text, f"names an unknown module '{item}' (known: "
+                                 f"{', '.join(LORA_TARGETS)}, all)")
         out.append(name)
     return tuple(dict.fromkeys(out))
 
@@ -261,7 +261,6 @@ def lora_params(arch: Arch, rank: int, targets: tuple[str, ...]) -> int:
     return per_layer * arch.layers
 
 
-QUANT_BYTES = {"none": None, "int8": 1.0, "nf4": 4.5 / 8, "nf4-dq": (4 + 8 / 64 + 32 / (64 * 256)) / 8}
 
 
 def base_weight_bytes(split: ParamSplit, quant: str, base_bytes: float) -> float:
@@ -269,9 +268,7 @@ def base_weight_bytes(split: ParamSplit, quant: str, base_bytes: float) -> float
     (4 + 32/64 = 4.5 bits; with double quantization 4.127 bits, Dettmers et al. 2023 §3) or int8
     (LLM.int8(): 1 B + a per-row fp32 scale, not counted); embeddings, lm_head, norms and biases stay
     at ``base_bytes`` (16-bit)."""
-    if quant not in QUANT_BYTES:
-        raise AicalcError(f"--quant must be one of {', '.join(QUANT_BYTES)}, got '{quant}'")
-    q = QUANT_BYTES[quant]
+    q = qlora_bytes_per_param(quant)
     if q is None:
         return base_bytes
     rest = split.total - split.linear

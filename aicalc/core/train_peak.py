@@ -1,14 +1,48 @@
 """Training memory per device for a grid of layouts: the composition of the terms in
 ``core.train_memory`` (model states, sharding, transients) and ``core.activations`` (what backward keeps).
 
-``o`` is the train-mem options object (``aicalc.commands.train_mem.Options``): precision, optimizer,
-framework, attention, recompute, LoRA/QLoRA, offload and the like; ``g`` holds numpy arrays of equal
-length for batch, seq, dp, tp, pp, zero (and optionally cp, recompute). Pure numpy, no I/O.
+``o`` is a :class:`TrainSetup` (precision, optimizer, framework, attention, recompute, LoRA/QLoRA, offload and
+the like); ``g`` holds numpy arrays of equal length for batch, seq, dp, tp, pp, zero (and optionally cp,
+recompute). Pure numpy, no I/O.
 """
 
 from __future__ import annotations
 
-from aicalc.errors import AicalcError
+from dataclasses import dataclass
+
+from aicalc.errors import ParameterError
+
+FRAMEWORKS = ("hf", "megatron")
+ATTENTION = ("eager", "sdpa", "flash")
+OFFLOAD = ("none", "optimizer", "params")
+LOSSES = ("full", "chunked")
+LORA_DTYPES = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class TrainSetup:
+    """What a training step keeps, besides the layout grid: see docs/train-mem.md for each choice."""
+
+    precision: str = "bf16-mixed"
+    optimizer: str = "adamw"
+    grad_dtype: str | None = None
+    optimizer_dtype: str | None = None
+    ep: int = 1
+    sp: bool = False
+    virtual_stages: int = 1
+    microbatches: int | None = None
+    recompute: str = "none"
+    framework: str = "hf"
+    attention: str = "sdpa"
+    lora_rank: int | None = None
+    lora_targets: str = "q,v"
+    lora_dtype: str = "fp32"
+    loss: str = "full"
+    optimizer_in_backward: bool = False
+    quant: str = "none"
+    offload: str = "none"
+    dropout: float | None = None
+    overhead: float | None = None
 
 
 def evaluate(arch, o, g: dict):
@@ -48,7 +82,7 @@ def evaluate(arch, o, g: dict):
         trainable_total = float(lora_total)
     else:
         if o.quant != "none":
-            raise AicalcError("--quant needs --lora-rank (quantized base weights are frozen; QLoRA)")
+            raise ParameterError("quant", o.quant, "needs {lora_rank} (quantized base weights are frozen; QLoRA)")
         extra = 0.0
         if o.optimizer == "adafactor":
             extra = tm.adafactor_elements(arch) * 4.0 * frac

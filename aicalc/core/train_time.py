@@ -15,24 +15,29 @@ FLOP counts (validation-cases TT-01):
   ``4·L·s·A·d`` (Korthikanti et al. §5, HFU vs MFU of Table 5).
 - ``time = D · FLOPs per token / (chips · achieved FLOP/s)`` (TT-01), which reproduces TT-17…TT-31.
 
-Step-time model (``mfu = auto``): per micro-batch and pipeline stage, every GEMM at the size-dependent
-efficiency of :mod:`aicalc.core.efficiency` (forward, backward ×2, recompute), non-matmul traffic
-(layer norms, dropout, residuals: ``train_elementwise_bytes·H`` bytes per token and layer; a materialized
-softmax adds ~13 bytes per score element per pass), TP all-reduces (2 forward, 2 backward, 2 more with full
-recompute; Shoeybi et al. 2019), then the pipeline bubble ``(pp − 1)/v`` extra micro-batch slots
-(Narayanan et al. 2021 §2.2), the data-parallel gradient all-reduce (ring, ``2(dp−1)/dp``; ZeRO-3 adds a
-parameter all-gather: 1.5× the volume, Rajbhandari et al. 2020 §7) and the optimizer update (memory-bound).
+Step-time model (``mfu = auto``): the forward pass of one micro-batch is the operation list of
+:mod:`aicalc.core.forward` (b sequences × s tokens, logits for every token), priced by
+:mod:`aicalc.core.pricing` exactly as inference prices it. Training multiplies each op by its passes: every
+GEMM forward + backward (2×) + recompute forward (full recompute), the attention core likewise (+1 with
+selective recompute too, Korthikanti et al. §5), the LM head forward + backward, the TP all-reduces 2 per
+forward and backward pass (Shoeybi et al. 2019). The forward's elementwise kernels are replaced by the
+training traffic of norms, dropout, residuals and activation functions over all passes
+(``train_elementwise_bytes·H`` bytes per token and layer). Then the pipeline bubble ``(pp − 1)/v`` extra
+micro-batch slots (Narayanan et al. 2021 §2.2), the data-parallel gradient all-reduce (ring factor; ZeRO-3
+adds a parameter all-gather: 1.5× the volume, Rajbhandari et al. 2020 §7) and the optimizer update
+(memory-bound).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aicalc.core.efficiency import Efficiency, gemm_efficiency
-from aicalc.core.roofline import Shape
+from aicalc.core.efficiency import Efficiency
+from aicalc.core.forward import Shape
 
 RECOMPUTE = ("none", "selective", "full")
-SOFTMAX_BYTES_PER_SCORE = 13.0  # one forward pass over a materialized 16-bit score matrix (Korthikanti Table 2)
+ATTN_DROPOUT_BYTES_PER_SCORE = 5.0  # training only: dropout mask (1 B) and output (2 B) written, output read (2 B)
+#                                     per materialized score element and pass (Korthikanti et al. 2022 Table 2)
 OPTIMIZER_BYTES_PER_PARAM = 34.0  # Adam, mixed precision: read master/m/v/grad (16 B), write master/m/v + bf16 copy
 
 
@@ -46,13 +51,9 @@ def matmul_params_per_layer(s: Shape) -> float:
 
 def _attn_keys(s: Shape, seq):
     """Σ over layers of the keys one token's attention spans (full s; sliding layers min(s, W))."""
-    import numpy as np
+    from aicalc.core.geometry import tokens_held
 
-    seq = np.asarray(seq, dtype=np.float64)
-    keys = (s.L - s.sliding_layers) * seq
-    if s.sliding_layers:
-        keys = keys + s.sliding_layers * np.minimum(seq, s.window)
-    return keys
+    return tokens_held(s.full_layers, s.sliding_layers, s.window, seq)
 
 
 def flops_per_token(s: Shape, seq, recompute: str = "none"):
@@ -81,67 +82,61 @@ class TrainChip:
     low_precision: bool = False
 
 
+ELEMENTWISE_KERNELS_PER_LAYER = 6.0  # norms 2, rope + residuals 3, activation 1 (the forward's stream kernels)
+
+
 def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, micro_batch, tp, pp, dp,
               recompute="full", flash=True, sequence_parallel=True, interleave=1, zero=0, grad_bytes=2.0):
     """Seconds per optimizer step and its parts (dict of arrays)."""
     import numpy as np
 
+    from aicalc.core.forward import formats, forward_ops
+    from aicalc.core.geometry import ring_factor
+    from aicalc.core.pricing import Roofs, price
+
     f = np.float64
     s_, Bg, b = np.asarray(seq, f), np.asarray(global_batch, f), np.asarray(micro_batch, f)
     tp, pp, dp, v = np.asarray(tp, f), np.asarray(pp, f), np.asarray(dp, f), np.asarray(interleave, f)
-    peak, bw = chip.peak_flop_per_s, chip.bandwidth_bytes_per_s
-    H = float(s.H)
+    bw = chip.bandwidth_bytes_per_s
     M = b * s_  # tokens per micro-batch
     passes = 3.0 + (1.0 if recompute == "full" else 0.0)  # forward, backward (2×), recompute forward
-    layers = s.L / pp  # per stage
-
-    def g(m, n, k):
-        return gemm_efficiency(eff, m, n, k, chip.low_precision)
-
-    # layer GEMMs (average layer): forward dims; backward and recompute assumed at the same efficiency
-    t = 0.0
-    for n, k in ((s.attn_in_params / H / tp, H), (H, s.attn_out_params / H / tp)):
-        t = t + 2.0 * M * n * k * passes / (peak * g(M, n, k))
-    for n, k in ((s.ffn_in / tp, H), (H, s.ffn / tp)):
-        if s.dense_layers:
-            t = t + (s.dense_layers / s.L) * 2.0 * M * n * k * passes / (peak * g(M, n, k))
-    if s.moe_layers:
-        m_e = M * s.experts_per_token / s.experts  # tokens per expert
-        for n, k in ((s.expert_in / tp, H), (H, s.expert_ffn / tp)):
-            t = t + (s.moe_layers / s.L) * 2.0 * M * s.experts_per_token * n * k * passes / (peak * g(m_e, n, k))
-    # attention core: batched GEMMs s×s×d per head
-    keys = _attn_keys(s, s_) / s.L
     attn_passes = 3.0 + (1.0 if recompute in ("full", "selective") else 0.0)
-    t = t + 2.0 * b * s_ * keys * (s.A / tp) * (s.qk_dim + s.v_dim) * attn_passes / (peak * g(s_, keys, s.qk_dim))
-    # non-matmul memory traffic
+    roofs = Roofs(chip.peak_flop_per_s, bw, chip.link_bytes_per_s, chip.low_precision)
+    fm = formats("bf16", flash=flash)
+    ops = forward_ops(s, fm, b, s_, 0.0, tp)
+    price(ops, roofs, eff, tp, quantized=False)
+    t_layers, t_tp, t_head = 0.0, 0.0, 0.0
+    for op in ops:
+        if op.name == "lm_head":
+            t_head = 3.0 * op.t_est  # forward + backward, never recomputed
+        elif op.name.startswith("attn_"):
+            t_layers = t_layers + attn_passes * op.t_est
+        elif op.kind == "gemm":
+            t_layers = t_layers + passes * op.t_est
+        elif op.kind == "collective":
+            t_tp = t_tp + (passes - 1.0) * op.t_est  # 2 per forward pass and per backward (2 more with full)
+    # training elementwise traffic (norms, dropout, residuals, activations over every pass), per layer
     split = tp if sequence_parallel else 1.0
-    elem = eff.train_elementwise_bytes * H * M / split * passes / 3.0
-    if not flash:
-        elem = elem + SOFTMAX_BYTES_PER_SCORE * M * keys * (s.A / tp) * attn_passes
-    t = t + elem / (bw * eff.bandwidth)
-    t_layer = t
-    # TP collectives: 2 per forward, 2 per backward (+2 with full recompute)
-    n_coll = 4.0 + (2.0 if recompute == "full" else 0.0)
-    ring = 2.0 * (tp - 1.0) / tp
-    t_tp = np.where(tp > 1, n_coll * (eff.collective_latency_s + ring * M * H * 2.0 / (chip.link_bytes_per_s * eff.link)),
-                    0.0)
-    t_stage = layers * (t_layer + t_tp)
-    # LM head on the last stage: forward + backward (never recomputed)
-    t_head = 3.0 * 2.0 * M * (s.V / tp) * H / (peak * g(M, s.V / tp, H))
-    t_mb = t_stage + t_head / v + eff.kernel_overhead_s * 12.0 * layers * passes
+    elem = eff.train_elementwise_bytes * s.H * M / split * passes / 3.0
+    if not flash:  # attention dropout over the materialized score matrix (inference has none)
+        scores = M * _attn_keys(s, s_) / s.L * s.A / tp
+        elem = elem + ATTN_DROPOUT_BYTES_PER_SCORE * scores * attn_passes
+    t_layers = t_layers + s.L * (elem / (bw * eff.bandwidth) + ELEMENTWISE_KERNELS_PER_LAYER * passes
+                                 * eff.kernel_overhead_s)
+    t_mb = (t_layers + t_tp) / pp + t_head / v
     m = Bg / (dp * b)  # micro-batches per pipeline per step
     bubble = (pp - 1.0) / v
     t_pipe = (m + bubble) * t_mb
     # data parallel: gradients (ZeRO-3: + parameter all-gather) over the inter-node network
     params_dev = s.total_params / (tp * pp)
-    vol = np.where(dp > 1, 2.0 * (dp - 1.0) / dp * params_dev * grad_bytes * (1.5 if zero >= 3 else 1.0), 0.0)
+    vol = ring_factor(dp) * params_dev * grad_bytes * (1.5 if zero >= 3 else 1.0)
     t_dp = (1.0 - eff.dp_overlap) * (vol / (chip.dp_bytes_per_s * eff.link)
                                       + np.where(dp > 1, eff.collective_latency_s, 0.0))
     shard = dp if zero >= 1 else 1.0
     t_opt = params_dev / shard * OPTIMIZER_BYTES_PER_PARAM / (bw * eff.bandwidth)
     total = t_pipe + t_dp + t_opt
     return {"step_s": total, "pipeline_s": t_pipe, "bubble_s": bubble * t_mb, "dp_comm_s": t_dp, "optimizer_s": t_opt,
-            "tp_comm_s": m * layers * t_tp, "microbatches": m}
+            "tp_comm_s": m * t_tp / pp, "microbatches": m}
 
 
 def training(s: Shape, chip: TrainChip, eff: Efficiency, *, tokens, seq, global_batch, micro_batch, tp, pp, dp,

@@ -1,0 +1,1 @@
+"""The library: one typed entry point per estimator (re-exported from ``aicalc``)."""

@@ -1,0 +1,201 @@
+"""Training vs inference for one model, chip by chip: memory, chips needed, speed, cost and energy.
+
+Training: the fewest chips any :func:`aicalc.api.train_memory.search_layouts` layout fits on (TP ≤ 8
+preferred), then :func:`aicalc.api.train_time.train_time` at that layout. Inference: the smallest TP group
+that :func:`aicalc.api.serving.serve` fits, at the concurrency with the most tokens/s inside the latency
+targets (default MLPerf's llama2-70b server limits, TTFT ≤ 2 s and TPOT ≤ 200 ms); SRAM-only chips through
+:func:`aicalc.api.roofline.roofline`. Money and energy from :mod:`aicalc.core.cost`.
+"""
+
+from __future__ import annotations
+
+from aicalc.api.results import Table
+
+MAX_CHIPS = 16384
+EDGE_KINDS = ("npu", "soc")
+
+
+class Comparison(Table):
+    """Two rows per chip (``phase`` training and inference): ``chip``, ``phase``, ``fits``, ``chips_needed``,
+    ``memory_bytes`` (per device), ``layout``, ``precision``, ``batch``; training: ``mfu``, ``tokens_per_s``,
+    ``total_time_s``, ``chip_hours``, ``training_cost_usd``, ``training_kwh``; inference: ``ttft_s``,
+    ``tpot_s``, ``output_tokens_per_s``, ``usd_per_million_output_tokens``, ``usd_per_request``,
+    ``annual_inference_cost_usd``, ``joules_per_output_token``; both ``inference_share_of_lifetime_cost``."""
+
+
+def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict:
+    from aicalc.api.train_memory import search_layouts
+    from aicalc.api.train_time import train_time
+    from aicalc.errors import AicalcError
+
+    row = {"chip": chip.id, "phase": "training", "precision": "bf16-mixed, AdamW",
+           "stored": "weights + gradients + optimizer states + activations"}
+    n, best = 1, None
+    while n <= MAX_CHIPS:
+        try:
+            res = search_layouts(model, chip, n, seq=seq)
+        except AicalcError as e:
+            warnings.append(f"no training estimate on {chip.id}: {e}")
+            return row | {"fits": False, "chips_needed": None, "memory_bytes": None}
+        rows = [r for r in res.rows() if r["tp"] <= 8] or res.rows()
+        if rows:
+            best = rows[0]
+            break
+        n *= 2
+    if best is None:
+        warnings.append(f"training does not fit on {MAX_CHIPS:,} × {chip.id}")
+        return row | {"fits": False, "chips_needed": None, "memory_bytes": None}
+    row |= {"fits": True, "chips_needed": n, "batch": best["batch"],
+            "layout": f"TP {best['tp']} × PP {best['pp']} × DP {best['dp']}, ZeRO-{best['zero']}, "
+                      f"recompute {best['recompute']}",
+            "memory_bytes": best["peak_bytes"], "weights_bytes": best["weights_bytes"],
+            "gradients_bytes": best["gradients_bytes"], "optimizer_bytes": best["optimizer_bytes"],
+            "activations_bytes": best["activations_bytes"]}
+    try:
+        t = train_time(model, chip, tokens, seq=seq, global_batch=max(n, 8) * 8, tp=best["tp"], pp=best["pp"],
+                       dp=best["dp"], recompute="full" if best["recompute"] == "full" else "selective",
+                       zero=int(best["zero"])).rows()[0]
+    except AicalcError as e:
+        warnings.append(f"no training time on {chip.id}: {e}")
+        return row
+    return row | {"tokens": tokens, "mfu": t["mfu"], "model_flop_per_s_per_chip": t["model_flop_per_s_per_chip"],
+                  "tokens_per_s": t["tokens_per_s"], "total_time_s": t["total_time_s"], "chip_hours": t["chip_hours"],
+                  "bound": "compute", "metric": "MFU, time to train"}
+
+
+def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings: list[str]) -> dict:
+    from aicalc.api.roofline import SRAM_KINDS, roofline
+    from aicalc.api.serving import serve
+    from aicalc.core.geometry import check_tp
+    from aicalc.errors import AicalcError
+
+    row = {"chip": chip.id, "phase": "inference", "stored": "weights + KV cache", "batch": None}
+    metric = "TTFT, time per output token, tokens/s"
+    if chip.kind in SRAM_KINDS:
+        r = roofline(model, chip, 1, prompt, gen, dtype=dtype, kv_dtype=kv_dtype).rows()[0]
+        need = r["chips_needed"]
+        return row | {"fits": True, "chips_needed": need, "precision": dtype, "batch": 1,
+                      "layout": f"weights spread over {need} chips' SRAM (pipeline)",
+                      "memory_bytes": (r["weights_bytes_per_device"] + r["kv_cache_bytes_per_device"]) / need,
+                      "kv_cache_bytes": r["kv_cache_bytes_per_device"], "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"],
+                      "output_tokens_per_s": r["output_tokens_per_s"],
+                      "bound": "compute" if r["decode_flop"] / r["decode_bytes"] >= r["ridge_point"] else "memory",
+                      "metric": metric}
+    from aicalc.api.catalog import load_model
+    from aicalc.api.serving import max_concurrency
+    from aicalc.core.serving import concurrency_ladder
+
+    arch = load_model(model).arch
+    dtypes = [dtype] + ([d for d in ("int8", "int4") if d != dtype] if chip.kind in EDGE_KINDS else [])
+    reasons: list[str] = []
+    for dt in dtypes:
+        for tp in (1, 2, 4, 8, 16, 32, 64):
+            try:
+                check_tp(arch, tp)
+            except AicalcError:
+                continue
+            try:
+                ladder = concurrency_ladder(max_concurrency(model, chip, tp=tp, prompt=prompt, gen=gen, dtype=dt,
+                                                            kv_dtype=kv_dtype))
+                res = serve(model, chip, ladder, prompt, gen, tp=tp, dtype=dt, kv_dtype=kv_dtype, max_ttft=max_ttft,
+                            max_tpot=max_tpot).rows()
+            except AicalcError as e:  # e.g. no throughput figure for this dtype on this chip
+                reasons.append(f"{dt}: {e}")
+                break
+            ok = [r for r in res if r["meets_slo"]] or [r for r in res if r["fits"]]
+            if not ok:
+                continue
+            best = max(ok, key=lambda r: r["output_tokens_per_s"])
+            if dt != dtype:
+                warnings.append(f"{arch.family} model fits {chip.id} only at {dt} weights")
+            ridge = roofline(model, chip, 1, prompt, gen, dtype=dt, kv_dtype=kv_dtype, tp=tp).compute_bound_batch[0]
+            return row | {
+                "fits": True, "chips_needed": tp, "precision": dt, "layout": f"TP {tp}", "batch": best["concurrency"],
+                "memory_bytes": best["total_bytes_per_device"], "weights_bytes": best["weights_bytes_per_device"],
+                "kv_cache_bytes": best["kv_cache_bytes_per_device"], "ttft_s": best["ttft_s"], "tpot_s": best["tpot_s"],
+                "output_tokens_per_s": best["output_tokens_per_s"], "meets_slo": best["meets_slo"],
+                "bound": "memory" if best["concurrency"] < ridge else "compute", "metric": metric}
+    warnings.append(f"inference does not fit on up to 64 × {chip.id} at {', '.join(dtypes)}"
+                    + (f" ({'; '.join(reasons)})" if reasons else ""))
+    return row | {"fits": False, "chips_needed": None, "memory_bytes": None, "precision": dtypes[-1]}
+
+
+def _money(row: dict, chip, gen, requests_per_day) -> None:
+    from aicalc.core import cost
+
+    price, tdp = chip.price_per_hour_usd, chip.tdp_w
+    n = row.get("chips_needed")
+    if not row.get("fits") or not n:
+        return
+    if row["phase"] == "training":
+        if "chip_hours" not in row:
+            return
+        if price:
+            row["training_cost_usd"] = row["chip_hours"] * price
+        if tdp:
+            row["training_kwh"] = cost.kwh(1, row["chip_hours"] * 3600, tdp)
+        return
+    tps = row["output_tokens_per_s"]
+    if price:
+        row["usd_per_million_output_tokens"] = cost.usd_per_million_tokens(n, tps, price)
+        per_req = cost.usd(n, cost.request_seconds(row["ttft_s"], row["tpot_s"], gen, row["batch"] or 1), price)
+        row["usd_per_request"] = per_req
+        row["annual_inference_cost_usd"] = cost.annual_usd(per_req, requests_per_day)
+    if tdp:
+        row["joules_per_output_token"] = cost.joules_per_token(n, tps, tdp)
+
+
+def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt: int = 1024, gen: int = 256,
+            dtype: str = "bf16", kv_dtype: str = "bf16", requests_per_day=1e6, years: float = 1.0, max_ttft=2.0,
+            max_tpot=0.2) -> Comparison:
+    """Training (``tokens``, default 20 per parameter) and inference (``prompt`` + ``gen`` tokens per request,
+    ``requests_per_day`` for a year's cost) of ``model`` on each chip."""
+    from aicalc.api import inputs
+    from aicalc.api.catalog import load_model, load_node_or_chip
+    from aicalc.core import cost
+    from aicalc.core.params import count_params
+    from aicalc.errors import ParameterError
+
+    if isinstance(chips, str):
+        chips = [chips]
+    if not chips:
+        raise ParameterError("chips", "[]", "is empty: give at least one chip")
+    spec = load_model(model)
+    n = count_params(spec.arch)
+    tokens = float(inputs.positive("tokens", tokens).reshape(-1)[0]) if tokens is not None else \
+        cost.chinchilla_tokens(n.total)
+    seq, prompt, gen = (int(inputs.positive(k, v, whole=True).reshape(-1)[0])
+                        for k, v in (("seq", seq), ("prompt", prompt), ("gen", gen)))
+    requests_per_day = float(inputs.positive("requests_per_day", requests_per_day).reshape(-1)[0])
+    years = float(inputs.positive("years", years).reshape(-1)[0])
+    max_ttft, max_tpot = inputs.seconds("max_ttft", max_ttft), inputs.seconds("max_tpot", max_tpot)
+    warnings: list[str] = []
+    rows = []
+    for chip_id in chips:
+        chip, count = load_node_or_chip(chip_id)
+        if count > 1:
+            raise ParameterError("chips", chip_id, f"is a node; compare takes chip ids (use {chip.id})")
+        pair = [_training(spec, chip, seq, tokens, warnings),
+                _inference(spec, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings)]
+        for row in pair:
+            _money(row, chip, gen, requests_per_day)
+        train, infer = pair
+        if train.get("training_cost_usd") and infer.get("annual_inference_cost_usd"):
+            share = cost.lifetime_split(train["training_cost_usd"], infer["annual_inference_cost_usd"], years)
+            for row in pair:
+                row["inference_share_of_lifetime_cost"] = share
+        rows += pair
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    cols = {k: _objects([r.get(k) for r in rows]) for k in keys}
+    return Comparison(cols, warnings, model=spec, params=n, tokens=tokens, seq=seq, prompt=prompt, gen=gen,
+                      requests_per_day=requests_per_day, years=years, max_ttft=max_ttft, max_tpot=max_tpot,
+                      row_dicts=rows)
+
+
+def _objects(values):
+    """A column that may hold None (a quantity a row does not have): an object array of Python values."""
+    import numpy as np
+
+    a = np.empty(len(values), dtype=object)
+    a[:] = values
+    return a

@@ -1,0 +1,90 @@
+"""KV-cache and inference memory per device, and how many sequences fit (vLLM's accounting, IM-10…IM-12)."""
+
+from __future__ import annotations
+
+from aicalc.api.results import Table
+
+
+class KVCache(Table):
+    """Columns: ``batch``, ``context``, ``kv_bytes_per_token`` (all devices), ``kv_cache_bytes`` (all
+    devices), ``kv_cache_bytes_per_device``, ``kv_per_sequence_bytes``, ``paging_waste_bytes_per_device``,
+    ``weights_bytes_per_device``, ``runtime_overhead_bytes``, ``total_bytes_per_device``; with a chip also
+    ``memory_bytes``, ``kv_budget_bytes_per_device``, ``max_batch``, ``max_concurrency``, ``fits``,
+    ``headroom_bytes`` and, when asked, ``max_context``."""
+
+
+def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str = "bf16", tp: int = 1,
+             chip=None, block_size: int | None = 16, engine: str = "vllm", utilization=0.9, overhead=None,
+             max_context: bool = False) -> KVCache:
+    """KV cache of ``batch`` sequences of ``context`` tokens each (arrays broadcast), per device under TP.
+
+    ``block_size``: paged-cache block in tokens (vLLM 16; None or 1 is exact); ``engine``: ``vllm`` (rolling
+    sliding windows) or ``hf`` (transformers' DynamicCache). With ``chip`` (a chip or node id): the KV budget
+    beside weights and runtime overhead at ``utilization`` of memory, ``max_batch`` and ``fits``;
+    ``max_context=True`` adds the longest context that fits at each batch."""
+    import numpy as np
+
+    from aicalc.api import inputs
+    from aicalc.api.catalog import load_model, load_node_or_chip
+    from aicalc.core import capacity
+    from aicalc.core.geometry import check_tp, weight_bytes_per_device
+    from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
+    from aicalc.errors import ParameterError
+
+    spec = load_model(model)
+    arch = spec.arch
+    tp = int(inputs.positive("tp", tp, whole=True).reshape(-1)[0]) if not isinstance(tp, int) else tp
+    check_tp(arch, tp)
+    g = inputs.broadcast(batch=inputs.positive("batch", batch, whole=True),
+                         context=inputs.positive("context", context, whole=True))
+    B, S = g["batch"], g["context"]
+    if block_size is not None and not block_size >= 1:
+        raise ParameterError("block_size", block_size, "must be at least 1")
+    utilization = inputs.fraction("utilization", utilization)
+    chip_obj, count = load_node_or_chip(chip) if chip is not None else (None, 1)
+    if count > 1 and tp == 1:
+        raise ParameterError("chip", chip, f"is a node of {count} chips: give {{tp={count}}} (or a chip id) to say "
+                             "how the model is split")
+    if count > 1 and tp > count:
+        raise ParameterError("tp", tp, f"exceeds the {count} chips of '{chip}'")
+    if max_context and chip_obj is None:
+        raise ParameterError("max_context", True, "needs a chip")
+    shape = kv_shape(arch, kv_dtype, tp, engine=engine)
+    weights = weight_bytes_per_device(arch, dtype, tp)
+    over = capacity.runtime_overhead_bytes(arch, tp) if overhead is None else inputs.nbytes("overhead", overhead)
+    exact = kv_cache_bytes(shape, B, S, None)
+    paged = kv_cache_bytes(shape, B, S, block_size)
+    cols = {
+        "batch": B.astype(np.int64), "context": S.astype(np.int64),
+        "kv_bytes_per_token": shape.bytes_per_token * tp, "kv_cache_bytes": paged * tp,
+        "kv_cache_bytes_per_device": paged, "kv_per_sequence_bytes": paged / B,
+        "paging_waste_bytes_per_device": paged - exact, "weights_bytes_per_device": weights,
+        "runtime_overhead_bytes": over, "total_bytes_per_device": weights + over + paged,
+    }
+    warnings = []
+    if S.max() > arch.max_context:
+        warnings.append(f"context {int(S.max()):,} exceeds the model's max_position_embeddings {arch.max_context:,}")
+    if chip_obj is not None:
+        budget = np.broadcast_to(capacity.kv_budget_bytes(chip_obj.memory_bytes, utilization, weights, over), B.shape)
+        fit, concurrency = capacity.max_batch(shape, budget, S, block_size)
+        cols |= {"memory_bytes": chip_obj.memory_bytes, "kv_budget_bytes_per_device": budget,
+                 "max_batch": fit.astype(np.int64), "max_concurrency": concurrency,
+                 "fits": (fit >= B) & (budget > 0), "headroom_bytes": budget - paged}
+        if max_context:
+            mc = capacity.max_context(shape, budget, B, block_size)
+            capped = mc > arch.max_context
+            cols["max_context"] = np.where(capped, arch.max_context, mc)
+            if capped.any():
+                warnings.append(f"max_context capped at the model's limit of {arch.max_context:,} tokens")
+        if np.any(budget <= 0):
+            warnings.append(f"weights ({_gib(weights)}) and runtime overhead ({_gib(over)}) leave no room on "
+                            f"{chip_obj.id} at {utilization:.0%} utilization: short by {_gib(-budget.min())} "
+                            "per device")
+    return KVCache(cols, warnings, model=spec, chip=chip_obj, shape=shape, tp=tp, kv_dtype=kv_dtype, dtype=dtype,
+                   block_size=block_size, engine=engine, utilization=utilization, overhead_bytes=over)
+
+
+def _gib(x: float) -> str:
+    from aicalc.units import fmt_bytes
+
+    return fmt_bytes(float(x))

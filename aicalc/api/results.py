@@ -1,0 +1,48 @@
+"""Typed results: numpy columns (one entry per configuration), with rows as dicts when wanted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Table:
+    """An estimate over a sweep: every column a numpy array of one length (scalars broadcast).
+
+    Subclasses declare the columns they always carry as annotations; ``columns`` holds them all, in order,
+    ``warnings`` what the estimate wants a reader to know. ``rows()`` gives plain-Python dicts."""
+
+    def __init__(self, columns: dict[str, Any], warnings: list[str] | None = None, **meta):
+        import numpy as np
+
+        n = max((np.size(v) for v in columns.values() if np.ndim(v)), default=1)
+        self.columns = {k: _column(v, n) for k, v in columns.items()}
+        self.warnings = list(warnings or [])
+        self.meta = meta
+        for k, v in self.columns.items():
+            setattr(self, k, v)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def __getitem__(self, key: str):
+        return self.columns[key]
+
+    def keys(self):
+        return self.columns.keys()
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per configuration, plain Python numbers (JSON-ready)."""
+        cols = [(k, v.tolist()) for k, v in self.columns.items()]
+        return [{k: v[i] for k, v in cols} for i in range(len(self))]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} rows: {', '.join(self.columns)})"
+
+
+def _column(v, n: int):
+    import numpy as np
+
+    a = np.asarray(v)
+    if a.ndim == 0:
+        return np.full(n, a[()], dtype=a.dtype if a.dtype != object else object)
+    return a.reshape(-1) if a.size == n else np.broadcast_to(a.reshape(-1), (n,)).copy()

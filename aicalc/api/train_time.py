@@ -1,0 +1,113 @@
+"""Training time: FLOPs per token, step time of a TP × PP × DP layout, MFU, total time, chip-hours and cost."""
+
+from __future__ import annotations
+
+from aicalc.api.results import Table
+
+DEFAULT_DP_BYTES_PER_S = 25e9  # per chip per direction across nodes: 200 Gb/s InfiniBand per GPU (DGX A100)
+PCIE_FALLBACK_BYTES_PER_S = 32e9
+
+
+class TrainTime(Table):
+    """Columns: ``tp``, ``pp``, ``dp``, ``chips``, ``seq``, ``global_batch``, ``micro_batch``, ``tokens``,
+    ``model_flop_per_token``, ``hardware_flop_per_token``, ``mfu``, ``hfu``, ``model_flop_per_s_per_chip``,
+    ``tokens_per_s``, ``tokens_per_s_per_chip``, ``step_s``, ``total_time_s``, ``chip_hours``, ``ideal_mfu``,
+    ``ideal_total_time_s``; with the step model also ``pipeline_s``, ``bubble_s``, ``tp_comm_s``,
+    ``dp_comm_s``, ``optimizer_s``; with a price ``cost_usd``."""
+
+
+def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: list[str] | None = None):
+    """The chip as the training step model sees it: peak in the math dtype (fp16's where a chip lists no
+    bf16), memory bandwidth, the per-direction scale-up link (PCIe Gen4 x16 where none is listed) and the
+    per-chip network across nodes (``dp_bandwidth``, bytes/s or ``"25GB/s"``)."""
+    from aicalc.api.catalog import load_chip
+    from aicalc.core.train_time import TrainChip
+    from aicalc.errors import ParameterError, check_choice
+    from aicalc.units import parse_rate
+
+    check_choice("precision", precision, ("bf16", "fp16", "fp8"))
+    c = load_chip(chip)
+    peak = c.peak_flop_per_s(precision)
+    if peak is None:
+        if precision == "bf16" and c.peak_flop_per_s("fp16"):
+            peak = c.peak_flop_per_s("fp16")
+            if warnings is not None:
+                warnings.append(f"{c.id} lists no bf16 figure; fp16 peak used")
+        else:
+            raise ParameterError("precision", precision,
+                                 f"has no throughput figure on {c.id} (it lists: {', '.join(c.dense_tflops)})")
+    link = (c.interconnect.per_direction_bytes_per_s if c.interconnect else None) or PCIE_FALLBACK_BYTES_PER_S
+    if dp_bandwidth is None:
+        dpbw = DEFAULT_DP_BYTES_PER_S
+    elif isinstance(dp_bandwidth, str):
+        dpbw = parse_rate(dp_bandwidth, "bytes", "dp_bandwidth")
+    else:
+        dpbw = float(dp_bandwidth)
+    return c, TrainChip(peak, c.memory_bandwidth_bytes_per_s, link, dpbw, low_precision=precision == "fp8")
+
+
+def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=1024, micro_batch=1, tp=1, pp=1,
+               dp=1, mfu=None, achieved=None, recompute: str = "selective", attention: str = "flash",
+               sequence_parallel: bool = True, interleave: int = 1, zero: int = 0, precision: str = "bf16",
+               dp_bandwidth=None, efficiency=None, price=None) -> TrainTime:
+    """Training on ``tokens`` tokens with a TP × PP × DP layout (arrays broadcast). ``mfu`` (a fraction) or
+    ``achieved`` (FLOP/s per chip, counted with recompute) give the rate; else the step-time model predicts it."""
+    import numpy as np
+
+    from aicalc.api import inputs
+    from aicalc.api.catalog import load_model
+    from aicalc.api.roofline import efficiency_of
+    from aicalc.core import train_time as tt
+    from aicalc.core.efficiency import IDEAL
+    from aicalc.core.forward import shape_of
+    from aicalc.core.geometry import check_tp
+    from aicalc.errors import ParameterError, check_choice
+    from aicalc.units import parse_rate
+
+    check_choice("recompute", recompute, tt.RECOMPUTE)
+    check_choice("attention", attention, ("flash", "materialized"))
+    check_choice("zero", zero, (0, 1, 2, 3))
+    if not interleave >= 1:
+        raise ParameterError("interleave", interleave, "must be at least 1")
+    spec = load_model(model)
+    warnings: list[str] = []
+    chip_obj, tchip = training_chip(chip, precision, dp_bandwidth, warnings)
+    g = inputs.broadcast(tp=inputs.positive("tp", tp, whole=True), pp=inputs.positive("pp", pp, whole=True),
+                         dp=inputs.positive("dp", dp, whole=True), seq=inputs.positive("seq", seq, whole=True),
+                         global_batch=inputs.positive("global_batch", global_batch, whole=True),
+                         micro_batch=inputs.positive("micro_batch", micro_batch, whole=True))
+    for t in np.unique(g["tp"]):
+        check_tp(spec.arch, int(t))
+    for p in np.unique(g["pp"]):
+        if spec.arch.layers % p:
+            warnings.append(f"pp={int(p)} does not divide the {spec.arch.layers} layers; stages are unbalanced")
+    if np.any(g["global_batch"] % (g["dp"] * g["micro_batch"])):
+        warnings.append("global batch is not a multiple of dp × micro-batch at some points; micro-batches rounded")
+    D = float(inputs.positive("tokens", tokens).reshape(-1)[0])
+    achieved_v = parse_rate(achieved, "flop", "achieved") if isinstance(achieved, str) else achieved
+    mfu_v = inputs.fraction("mfu", mfu) if mfu is not None else None
+    eff = efficiency_of(efficiency)
+    s = shape_of(spec.arch)
+    kw = dict(tokens=D, seq=g["seq"], global_batch=g["global_batch"], micro_batch=g["micro_batch"], tp=g["tp"],
+              pp=g["pp"], dp=g["dp"], recompute=recompute, flash=attention == "flash",
+              sequence_parallel=sequence_parallel, interleave=interleave, zero=zero)
+    r = tt.training(s, tchip, eff, mfu=mfu_v, achieved_flop_per_s=achieved_v, **kw)
+    ideal = tt.training(s, tchip, IDEAL, **kw)
+    cols = {"tp": g["tp"].astype(np.int64), "pp": g["pp"].astype(np.int64), "dp": g["dp"].astype(np.int64),
+            "chips": r["chips"].astype(np.int64), "seq": g["seq"].astype(np.int64),
+            "global_batch": g["global_batch"].astype(np.int64), "micro_batch": g["micro_batch"].astype(np.int64),
+            "tokens": D}
+    for k in ("model_flop_per_token", "hardware_flop_per_token", "mfu", "hfu", "model_flop_per_s_per_chip",
+              "tokens_per_s", "tokens_per_s_per_chip", "step_s", "total_time_s", "chip_hours"):
+        cols[k] = r[k]
+    cols["ideal_mfu"], cols["ideal_total_time_s"] = ideal["mfu"], ideal["total_time_s"]
+    for k in ("pipeline_s", "bubble_s", "tp_comm_s", "dp_comm_s", "optimizer_s"):
+        if k in r:
+            cols[k] = r[k] + 0.0 * r["mfu"]
+    price = float(price) if price is not None else chip_obj.price_per_hour_usd
+    if price:
+        cols["cost_usd"] = r["chip_hours"] * price
+    source = "given" if mfu_v is not None else ("from achieved FLOP/s" if achieved_v is not None
+                                                else "auto (efficiency model)")
+    return TrainTime(cols, warnings, model=spec, chip=chip_obj, train_chip=tchip, efficiency=eff, mfu_source=source,
+                     price=price)

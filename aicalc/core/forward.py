@@ -1,0 +1,240 @@
+"""The operations of one decoder forward pass, per device: FLOPs, bytes moved, weight bytes, kernels and
+collective payload of each, as one readable numpy formula per term. Inference (prefill, decode) and the
+training step (:mod:`aicalc.core.train_time`) price this same list through :mod:`aicalc.core.pricing`.
+
+Notation: B sequences, T new tokens per sequence in this pass (the prompt in prefill, 1 in decode), P tokens
+already cached per sequence, M = B·T tokens, L layers, H hidden, A heads, K kv heads, d head_dim, F ffn size,
+V vocab, E experts, k experts per token, tp the tensor-parallel degree. B, T, P and tp may be numpy arrays of
+one broadcastable shape; every returned quantity has that shape.
+
+Sources of the terms:
+
+- GEMM FLOPs ``2·M·N·K`` and the ``2·N`` FLOPs per token of a forward pass (Kaplan et al. 2020, Table 1);
+  weights are read once per pass, so decode at batch 1 reads every weight for every token (seed article 004;
+  validation-cases DE rows). The embedding is a gather of one row per token, not a read of the table.
+- Attention score and value products ``2·B·A·d·Σkeys`` each (Korthikanti et al. 2022, the ``s/(6h)`` term
+  of TT-01); causal prefill sums ``P·T + T(T+1)/2`` keys; sliding-window layers cap the keys at the window
+  (:func:`aicalc.core.geometry.causal_keys`). Materialized attention computes, writes and reads the whole
+  B·A·T·(P + T) score matrix, masked afterwards (Korthikanti Table 2, the 5·a·s² term; Megatron's and
+  transformers' eager ``baddbmm``); flash attention keeps it on chip and skips masked blocks (Dao et al. 2022)
+  and reads each cached K/V once.
+- KV reads and writes: :func:`aicalc.core.geometry.kv_bytes_per_token_layer` bytes per token and layer
+  (IM-01, IM-06 for MLA).
+- MoE: a batch of n tokens with top-k routing over E experts touches ``E·(1 − (1 − k/E)^n)`` experts in
+  expectation (uniform routing); only those experts' weights are read.
+- TP all-reduce: two per layer (Megatron-LM, Shoeybi et al. 2019 §3) of the ``B·T·H`` activation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aicalc.catalog.arch import Arch
+
+ACT_BYTES = 2.0  # activations in 16-bit
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the cost model needs of an architecture, as plain numbers (derived once from an Arch)."""
+
+    arch: Arch
+    H: int
+    L: int
+    A: int
+    V: int
+    qk_dim: int  # per-head width of q·k products (d, or MLA nope+rope)
+    v_dim: int  # per-head width of the value product
+    attn_in_params: int  # per layer: q, k, v projections (+ biases, MLA down/up projections)
+    attn_out_params: int  # per layer: o projection
+    ffn_in: int  # dense FFN: columns of the up (+gate) projection
+    ffn: int  # F
+    dense_layers: int
+    moe_layers: int
+    experts: int
+    experts_per_token: int
+    expert_in: int  # columns of one expert's up (+gate) projection
+    expert_ffn: int
+    shared_in: int
+    shared_ffn: int
+    full_layers: int
+    sliding_layers: int
+    window: int
+    embedding_params: int  # token (+ position) table
+    norm_params: int
+    total_params: int
+    active_params: int
+
+
+def shape_of(arch: Arch) -> Shape:
+    from aicalc.core.params import attention_params, count_params
+
+    H = arch.hidden
+    attn = attention_params(arch)
+    if arch.mla is not None:
+        m = arch.mla
+        out = arch.heads * m.v_head_dim * H + (H if arch.o_bias else 0)
+        qk, vd = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+    else:
+        out = arch.q_dim * H + (H if arch.o_bias else 0)
+        qk, vd = arch.head_dim, arch.head_dim
+    g = 2 if arch.gated_ffn else 1
+    n_moe = arch.n_moe_layers if arch.moe is not None else 0
+    e = arch.moe
+    pc = count_params(arch)
+    return Shape(
+        arch=arch, H=H, L=arch.layers, A=arch.heads, V=arch.vocab, qk_dim=qk, v_dim=vd,
+        attn_in_params=attn - out, attn_out_params=out,
+        ffn_in=g * arch.ffn, ffn=arch.ffn, dense_layers=arch.layers - n_moe, moe_layers=n_moe,
+        experts=e.experts if e else 0, experts_per_token=e.experts_per_token if e else 0,
+        expert_in=g * e.expert_ffn if e else 0, expert_ffn=e.expert_ffn if e else 0,
+        shared_in=g * e.shared_ffn if e else 0, shared_ffn=e.shared_ffn if e else 0,
+        full_layers=arch.layers - arch.sliding_layers, sliding_layers=arch.sliding_layers,
+        window=(arch.sliding_window or 0) if arch.sliding_layers else 0,
+        embedding_params=pc.embedding, norm_params=pc.norms, total_params=pc.total, active_params=pc.active,
+    )
+
+
+@dataclass(frozen=True)
+class Formats:
+    """Storage formats of one evaluation."""
+
+    weight_bytes: float  # bytes per block-linear parameter (scales included)
+    edge_bytes: float  # bytes per embedding / LM-head parameter (the format's coverage rule)
+    norm_bytes: float
+    kv_dtype: str
+    quantized: bool  # weight-only quantized (dequantized inside the kernel)
+    flash: bool = True
+    kv_shared: bool = True  # a GQA/MQA kernel reads each kv head once for its whole query group; False: once
+    #                         per query head (TensorRT-LLM ≤ v0.6 masked MHA, gpt-fast's repeat_interleave)
+
+
+def formats(dtype: str = "bf16", kv_dtype: str = "bf16", *, group_size: int | None = None, quantized=None,
+            flash: bool = True, kv_shared: bool = True) -> Formats:
+    """Formats of a weight dtype (``group_size`` for int4) and a KV dtype."""
+    from aicalc.core.dtypes import (
+        edge_bytes_per_param,
+        is_weight_only,
+        kv_bytes_per_element,
+        norm_bytes_per_param,
+        weight_bytes_per_param,
+    )
+
+    kv_bytes_per_element(kv_dtype, 1)  # validates the name
+    wb = weight_bytes_per_param(dtype, group_size)
+    return Formats(weight_bytes=wb, edge_bytes=edge_bytes_per_param(dtype, wb), norm_bytes=norm_bytes_per_param(dtype),
+                   kv_dtype=kv_dtype, quantized=is_weight_only(dtype) if quantized is None else quantized,
+                   flash=flash, kv_shared=kv_shared)
+
+
+@dataclass
+class Op:
+    """One operation summed over the layers it occurs in; every field an array (per device).
+
+    ``kind``: ``gemm`` (priced at the GEMM efficiency of ``dims`` = (m, n, k)), ``attention`` (the attention
+    core), ``stream`` (elementwise and memory-bound kernels) or ``collective``."""
+
+    name: str
+    kind: str
+    flop: object
+    bytes: object  # all bytes moved to or from memory, weights included
+    weight_bytes: object
+    kernels: object  # kernel launches
+    comm_bytes: object = 0.0  # collective payload (before the ring factor), not memory traffic
+    collectives: object = 0.0
+    dims: tuple | None = None
+    layers: float = 0.0  # transformer layers the op is summed over (0: outside the layers)
+
+
+def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_tokens=None) -> list[Op]:
+    """Operations of one forward pass over B sequences × T new tokens with P cached tokens, per device;
+    ``logits_tokens`` per sequence reach the LM head (default all T; 1 in a prefill that samples one token)."""
+    import numpy as np
+
+    from aicalc.core import geometry as geo
+
+    f64 = np.float64
+    B, T, P, tp = (np.asarray(x, dtype=f64) for x in (batch, new_tokens, past, tp))
+    arch, wb, ab = s.arch, fm.weight_bytes, ACT_BYTES
+    H, L, A = float(s.H), float(s.L), float(s.A)
+    zero = 0.0 * (B + T + P + tp)  # the common shape
+    M = B * T + zero  # tokens in this pass
+    Mlog = M if logits_tokens is None else B * np.asarray(logits_tokens, dtype=f64) + zero
+    ops: list[Op] = []
+
+    def gemm(name, m, n, k, layers, weights):
+        """y[m×n] = x[m×k]·W[k×n] on this device: 2mnk FLOPs; reads W (``weights`` bytes) and x, writes y."""
+        ops.append(Op(name, "gemm", flop=2.0 * m * n * k * layers, bytes=m * (n + k) * ab * layers + weights,
+                      weight_bytes=weights + zero, kernels=layers + zero, dims=(m, n + zero, k + zero), layers=layers))
+
+    def stream(name, nbytes, kernels, flop=0.0, weights=0.0, layers=0.0):
+        ops.append(Op(name, "stream", flop=flop + zero, bytes=nbytes + weights + zero, weight_bytes=weights + zero,
+                      kernels=kernels + zero, layers=layers))
+
+    # attention: keys summed over the new queries (window-capped on sliding layers), cached tokens read
+    if fm.flash:  # a fused kernel skips the masked blocks: the causal sum (window-capped on sliding layers)
+        keys = s.full_layers * geo.causal_keys(P, T) + s.sliding_layers * geo.causal_keys(P, T, s.window)
+    else:  # a materialized score matrix is the full T × keys rectangle over the cache, masked afterwards
+        keys = T * geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)
+    cached = geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)
+    heads = geo.kv_heads_per_device(arch, tp)
+    if not fm.kv_shared and arch.mla is None:  # K/V read once per query head instead of once per kv head
+        cached = cached * (A / tp) / heads
+    kv_io = B * (cached + T * L) * geo.kv_bytes_per_token_layer(arch, fm.kv_dtype, tp)
+    Bk = B * keys / tp  # sequences × heads on this device × keys, per head
+    q_io = M / tp * A * (s.qk_dim + s.v_dim) * ab * L  # read q, write the attention output
+    per_product = (kv_io + q_io) / 2.0  # each of the two products carries half the traffic
+    o_params = s.attn_out_params / tp
+    attn_weights = (L * geo.attention_params_per_device(arch, tp) - L * o_params) * wb
+
+    stream("embedding", M * H * (fm.edge_bytes + ab), 1.0)  # gather one row per token, write it
+    stream("norms", M * 4.0 * H * ab * L, 2.0 * L, flop=M * 8.0 * H * L, weights=s.norm_params * fm.norm_bytes,
+           layers=L)  # the norm weights are read once per pass, replicated on every device
+    gemm("qkv_proj", M, s.attn_in_params / H / tp, H, L, attn_weights)
+    # rope on q/k and the two residual adds
+    stream("elementwise", M * (2.0 * s.attn_in_params / H / tp + 6.0 * H) * ab * L, 3.0 * L, layers=L)
+    score_flop, value_flop = Bk * 2.0 * A * s.qk_dim, Bk * 2.0 * A * s.v_dim
+    if fm.flash:
+        ops.append(Op("attn_score", "attention", score_flop, per_product, zero, L + zero, layers=L))
+        ops.append(Op("attn_value", "attention", value_flop, per_product, zero, zero, layers=L))
+    else:
+        # batched GEMMs per sequence and head: scores Q[T×d]·Kᵀ[d×keys], values P[T×keys]·V[keys×d]; the
+        # score / probability matrix (all layers) is written and read back
+        smat = Bk * A * ab
+        kq = keys / (L * np.maximum(T, 1.0))  # keys per query, averaged over layers
+        ops.append(Op("attn_score", "gemm", score_flop, per_product + smat, zero, L + zero,
+                      dims=(T + zero, kq, s.qk_dim + zero), layers=L))
+        ops.append(Op("attn_softmax", "attention", Bk * 5.0 * A, 2.0 * smat, zero, L + zero, layers=L))
+        ops.append(Op("attn_value", "gemm", value_flop, per_product + smat, zero, L + zero,
+                      dims=(T + zero, s.v_dim + zero, kq), layers=L))
+    gemm("o_proj", M, H, o_params / H, L, L * o_params * wb)
+
+    if s.dense_layers:
+        Ld = float(s.dense_layers)
+        gemm("mlp_up", M, s.ffn_in / tp, H, Ld, Ld * H * s.ffn_in / tp * wb)
+        stream("mlp_act", M / tp * (s.ffn_in + s.ffn) * ab * Ld, Ld, flop=M / tp * 4.0 * s.ffn * Ld, layers=Ld)
+        gemm("mlp_down", M, H, s.ffn / tp, Ld, Ld * s.ffn * H / tp * wb)
+    if s.moe_layers:
+        Lm, E, k = float(s.moe_layers), float(s.experts), float(s.experts_per_token)
+        # experts a batch of M tokens reaches (uniform top-k routing): E·(1 − (1 − k/E)^M), the power as an exp
+        touched = E * -np.expm1(M * np.log1p(-k / E)) if k < E else E + zero
+        m_e = M * k / np.where(touched > 0, touched, 1.0)  # tokens per touched expert
+        gemm("moe_router", M, E, H, Lm, Lm * H * E * wb)
+        for name, n_, k_ in (("moe_up", s.expert_in, H), ("moe_down", H, s.expert_ffn)):
+            w = touched * Lm * n_ * k_ / tp * wb
+            ops.append(Op(name, "gemm", flop=M / tp * 2.0 * k * n_ * k_ * Lm,
+                          bytes=M / tp * k * (n_ + k_) * ab * Lm + w, weight_bytes=w, kernels=Lm + zero,
+                          dims=(m_e, n_ / tp + zero, k_ + zero), layers=Lm))
+        stream("moe_act", M / tp * k * (s.expert_in + s.expert_ffn) * ab * Lm, Lm, layers=Lm)
+        if s.shared_ffn:
+            gemm("shared_up", M, s.shared_in / tp, H, Lm, Lm * H * s.shared_in / tp * wb)
+            gemm("shared_down", M, H, s.shared_ffn / tp, Lm, Lm * s.shared_ffn * H / tp * wb)
+
+    # TP all-reduce after attention and after the MLP: payload B·T·H activations
+    on = np.where(tp > 1, 1.0, 0.0)
+    ops.append(Op("tp_allreduce", "collective", zero, zero, zero, zero, comm_bytes=M * on * 2.0 * L * H * ab,
+                  collectives=on * 2.0 * L + zero, layers=L))
+    stream("final_norm", Mlog * 2.0 * H * ab, 1.0)
+    gemm("lm_head", Mlog, s.V / tp, H, 1.0, s.V * H / tp * fm.edge_bytes)
+    return ops
+

@@ -1,0 +1,151 @@
+"""Per-device geometry of a model: the one home of every quantity that more than one estimator needs.
+
+KV heads per device, KV bytes per token and layer (MHA/GQA/MQA and MLA, any KV format), resident weight bytes
+per tensor class under a storage format (one coverage rule, :func:`aicalc.core.dtypes.edge_bytes_per_param`),
+keys attended over full and sliding layers and the causal sum over a pass's new queries, the ring factor of
+a collective and the FFN width a token passes through in an MoE layer. Every function broadcasts over numpy
+arrays of the TP degree where it takes one. Pure numpy, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aicalc.catalog.arch import Arch
+from aicalc.core.dtypes import (
+    edge_bytes_per_param,
+    kv_bytes_per_element,
+    norm_bytes_per_param,
+    weight_bytes_per_param,
+)
+from aicalc.core.params import attention_params, count_params
+from aicalc.errors import ParameterError
+
+
+def check_tp(arch: Arch, tp: int) -> None:
+    """Megatron-style tensor parallelism splits attention heads and FFN columns over ``tp`` devices.
+
+    Query heads must divide evenly; kv heads either divide (each device holds K/tp) or, when tp > K, each kv
+    head is replicated on tp/K devices (vLLM, IM-08), which needs tp % K == 0."""
+    if not tp >= 1:
+        raise ParameterError("tp", tp, "must be at least 1")
+    if arch.heads % tp:
+        raise ParameterError("tp", tp, f"does not divide the {arch.heads} attention heads")
+    if arch.mla is None and arch.kv_heads % tp and tp % arch.kv_heads:
+        raise ParameterError("tp", tp, f"neither divides the {arch.kv_heads} kv heads nor is a multiple of them")
+
+
+def kv_heads_per_device(arch: Arch, tp=1):
+    """K/tp, or 1 when heads are replicated (tp > K, IM-08); MLA keeps one latent, replicated on every device.
+    ``tp`` may be a numpy array."""
+    import numpy as np
+
+    if arch.mla is not None:
+        return 1 if isinstance(tp, int) else np.ones_like(np.asarray(tp, dtype=np.float64))
+    if isinstance(tp, int):
+        return max(1, arch.kv_heads // tp)
+    return np.maximum(1.0, np.floor(arch.kv_heads / np.asarray(tp, dtype=np.float64)))
+
+
+def kv_vector_bytes(arch: Arch, kv_dtype: str = "bf16") -> float:
+    """Bytes one kv head caches per token and layer, K and V together: ``2·d·bytes`` (IM-01); MLA caches one
+    latent of ``kv_lora_rank + qk_rope_head_dim`` elements instead (IM-06, DeepSeek-V2 §2.1), no ×2."""
+    if arch.mla is not None:
+        elems = arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
+        return elems * kv_bytes_per_element(kv_dtype, elems)
+    return 2 * arch.head_dim * kv_bytes_per_element(kv_dtype, arch.head_dim)
+
+
+def kv_bytes_per_token_layer(arch: Arch, kv_dtype: str = "bf16", tp=1):
+    """Cached bytes of one token in one layer on one device."""
+    return kv_heads_per_device(arch, tp) * kv_vector_bytes(arch, kv_dtype)
+
+
+def tokens_held(full_layers: int, sliding_layers: int, window: int, context):
+    """Σ over layers of the tokens a layer holds (or one query attends to) at ``context`` tokens: full layers
+    all of them, sliding-window layers at most the window (IM-09)."""
+    import numpy as np
+
+    S = np.asarray(context, dtype=np.float64)
+    held = full_layers * S
+    if sliding_layers:
+        held = held + sliding_layers * np.minimum(S, window)
+    return held
+
+
+def causal_keys(past, new, window: int = 0):
+    """Σ over ``new`` queries of the keys each attends to, causally after ``past`` cached tokens: query i sees
+    P + i + 1 keys, capped at the window (Korthikanti et al. 2022; a full prefill sums T(T+1)/2)."""
+    import numpy as np
+
+    P, T = np.asarray(past, dtype=np.float64), np.asarray(new, dtype=np.float64)
+    full = T * P + T * (T + 1.0) / 2.0
+    if not window:
+        return full
+    W = float(window)
+    a, b = P + 1.0, P + T  # keys of the first and of the last new query before the cap
+    part = (a + W) * (W - a + 1.0) / 2.0 + (b - W) * W  # grows until the window, then W per query
+    return np.where(b <= W, full, np.where(a >= W, W * T, part))
+
+
+def ring_factor(n):
+    """Bytes each rank sends per byte of payload in a ring all-reduce, ``2(n − 1)/n`` (Patarasuk & Yuan 2009);
+    an all-gather or reduce-scatter alone is half of it."""
+    import numpy as np
+
+    n = np.asarray(n, dtype=np.float64)
+    return 2.0 * (n - 1.0) / np.maximum(n, 1.0)
+
+
+def moe_active_ffn(arch: Arch) -> int:
+    """Intermediate width a token passes through in an MoE layer: k routed experts plus the shared ones."""
+    e = arch.moe
+    return e.expert_ffn * e.experts_per_token + e.shared_ffn
+
+
+def attention_params_per_device(arch: Arch, tp=1):
+    """One layer's attention parameters on one device: q and o split over ``tp``; k/v split by kv head, or
+    replicated when tp > K (IM-08); MLA's down-projections (q_a, kv_a and their norms) replicated."""
+    total = attention_params(arch)
+    H = arch.hidden
+    if arch.mla is not None:
+        m = arch.mla
+        replicated = H * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+        if m.q_lora_rank:
+            replicated += H * m.q_lora_rank + m.q_lora_rank
+        return (total - replicated) / tp + replicated
+    kv = 2 * (H * arch.kv_dim + (arch.kv_dim if arch.qkv_bias else 0))
+    return (total - kv) / tp + kv * kv_heads_per_device(arch, tp) / arch.kv_heads
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    """Resident weight bytes on one device, per tensor class (arrays where ``tp`` is one)."""
+
+    embedding: object  # token (+ position) table
+    lm_head: object  # 0 when tied to the embedding
+    attention: object  # all layers
+    ffn: object  # all layers: dense FFNs, experts, routers
+    norms: object
+
+    @property
+    def total(self):
+        return self.embedding + self.lm_head + self.attention + self.ffn + self.norms
+
+
+def weight_bytes(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float | None = None) -> WeightBytes:
+    """Weights held by one device under tensor parallelism (Megatron-LM, Shoeybi et al. 2019 §3; vLLM's parallel
+    linear layers): q, o and FFN/expert matrices, the embedding and the LM head split over ``tp``; norms
+    replicated; the format covers the block linears (and every matrix for GGUF). ``bytes_per_param``
+    overrides the format's default (int4 with another group size)."""
+    n = count_params(arch)
+    q = weight_bytes_per_param(dtype) if bytes_per_param is None else bytes_per_param
+    edge = edge_bytes_per_param(dtype, q)
+    return WeightBytes(embedding=n.embedding / tp * edge, lm_head=n.lm_head / tp * edge,
+                       attention=arch.layers * attention_params_per_device(arch, tp) * q, ffn=n.ffn / tp * q,
+                       norms=n.norms * norm_bytes_per_param(dtype))
+
+
+def weight_bytes_per_device(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float | None = None):
+    """Total resident weight bytes on one device (see :func:`weight_bytes`)."""
+    return weight_bytes(arch, dtype, tp, bytes_per_param).total

@@ -1,0 +1,110 @@
+"""Inference latency from the forward-pass cost model: prefill (TTFT), decode (TPOT), tokens/s, the roofline
+bound of each phase and the batch at which decode turns compute-bound.
+
+TTFT = one prefill pass over the prompt (logits for the last token only). TPOT = one decode pass at the mean
+cache length over the generation, P = prompt + gen/2 (exact for the linear KV term). End-to-end output tokens/s
+= B·gen / (TTFT + (gen − 1)·TPOT) (gpt-fast counts wall time including prefill). Ridge point = peak FLOP/s ÷
+memory bandwidth (Williams et al. 2009); H100 SXM at dense bf16: 989.4e12 / 3.35e12 ≈ 295 FLOP/byte (specs.md
+§1; the seed article's 590 uses the sparse figure).
+"""
+
+from __future__ import annotations
+
+from aicalc.core.efficiency import Efficiency
+from aicalc.core.forward import Formats, Shape, forward_ops
+from aicalc.core.pricing import Roofs, chunked, price
+
+
+class Phase:
+    """One forward pass: totals (arrays), and ``ops``, the per-op breakdown, built on first access."""
+
+    def __init__(self, flop, bytes, t_ideal, t_est, make_ops=None):
+        self.flop, self.bytes, self.t_ideal, self.t_est = flop, bytes, t_ideal, t_est
+        self._make_ops, self._ops = make_ops, None
+
+    @property
+    def ops(self):
+        if self._ops is None and self._make_ops is not None:
+            self._ops = self._make_ops()
+        return self._ops
+
+    @property
+    def intensity(self):
+        return self.flop / self.bytes
+
+
+def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None):
+    """(FLOPs, bytes, ideal time, estimated time) of one pass; the estimate includes the step overhead."""
+    ops = forward_ops(s, fm, B, T, P, tp, logits_tokens)
+    price(ops, roofs, eff, tp, fm.quantized)
+    return (sum(o.flop for o in ops), sum(o.bytes for o in ops), sum(o.t_ideal for o in ops),
+            sum(o.t_est for o in ops) + eff.step_overhead_s)
+
+
+def _timed_ops(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None):
+    ops = forward_ops(s, fm, B, T, P, tp, logits_tokens)
+    price(ops, roofs, eff, tp, fm.quantized)
+    return ops
+
+
+def phase(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, new_tokens, past, tp,
+          logits_tokens=None) -> Phase:
+    """One forward pass, timed (ideal and estimate), over the broadcast of the array arguments."""
+    args = [batch, new_tokens, past, tp] + ([] if logits_tokens is None else [logits_tokens])
+
+    def block(B, T, P, tp_, *lt):
+        return _sums(s, roofs, fm, eff, B, T, P, tp_, lt[0] if lt else None)
+
+    return Phase(*chunked(block, args, 4),
+                 make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, new_tokens, past, tp, logits_tokens))
+
+
+def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, prompt, gen, tp):
+    """(prefill Phase, decode Phase, {"est"|"ideal": {ttft_s, tpot_s, total_s, output_tokens_per_s}})."""
+
+    def block(B, S, G, tp_):
+        pre = _sums(s, roofs, fm, eff, B, S, 0.0, tp_, 1.0)
+        dec = _sums(s, roofs, fm, eff, B, 1.0, S + G / 2.0, tp_)
+        res = [*pre, *dec]
+        for ttft, tpot in ((pre[3], dec[3]), (pre[2], dec[2])):
+            total = ttft + (G - 1.0) * tpot
+            res += [total, B * G / total]
+        return res
+
+    r = chunked(block, [batch, prompt, gen, tp], 12)
+    import numpy as np
+
+    S, G = np.asarray(prompt, dtype=np.float64), np.asarray(gen, dtype=np.float64)
+    pre = Phase(*r[0:4], make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, S, 0.0 * S, tp, 1.0))
+    dec = Phase(*r[4:8], make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, 1.0 + 0 * S, S + G / 2.0, tp))
+    out = {}
+    for key, ttft, tpot, total, rate in (("est", pre.t_est, dec.t_est, r[8], r[9]),
+                                          ("ideal", pre.t_ideal, dec.t_ideal, r[10], r[11])):
+        out[key] = {"ttft_s": ttft, "tpot_s": tpot, "total_s": total, "output_tokens_per_s": rate}
+    return pre, dec, out
+
+
+def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp):
+    """Smallest batch at which a decode step's arithmetic intensity reaches the ridge point.
+
+    Intensity(B) = a·B / (W + c·B) with a, c the FLOPs and bytes one more sequence adds and W the bytes
+    independent of B (weights); solve a·B = R·(W + c·B). Infinite when a ≤ R·c (KV reads dominate; MoE touched
+    experts make this approximate).
+    """
+    import numpy as np
+
+    R = roofs.ridge_point
+
+    def totals(B, C, tp_):
+        ops = forward_ops(s, fm, B, 1.0, C, tp_)
+        return sum(o.flop for o in ops), sum(o.bytes for o in ops)
+
+    def block(C, tp_):
+        (f1, b1), (f2, b2) = totals(1.0, C, tp_), totals(2.0, C, tp_)
+        a, cb = f2 - f1, b2 - b1
+        W = b1 - cb
+        denom = a - R * cb
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (np.where(denom > 0, np.ceil(R * W / np.where(denom > 0, denom, 1.0)), np.inf),)
+
+    return chunked(block, [context, tp], 1)[0]

@@ -1,0 +1,65 @@
+"""The training layouts a number of devices admits: TP × PP × CP × DP × ZeRO × micro-batch × recompute, each
+evaluated by :func:`aicalc.core.train_peak.evaluate` in one vectorized pass, and those that fit ranked by
+memory headroom."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+SLICE = 1 << 18  # layouts evaluated per slice (a long search reports progress between slices)
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def layouts(arch, chips: int, cps=(1,)) -> list[tuple[int, int, int, int]]:
+    """(tp, pp, cp, dp) with tp·pp·cp·dp = chips, TP dividing heads, FFN and kv heads (or a multiple of them),
+    TP ≤ 64 and PP dividing the layers."""
+    tps = [t for t in divisors(chips) if arch.heads % t == 0 and arch.ffn % t == 0
+           and (arch.mla is not None or arch.kv_heads % t == 0 or t % arch.kv_heads == 0) and t <= 64]
+    pps = [p for p in divisors(chips) if arch.layers % p == 0]
+    return [(t, p, c, chips // (t * p * c)) for t in tps for p in pps for c in cps if chips % (t * p * c) == 0]
+
+
+def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,), recomputes=("none", "full"),
+           top: int = 20, progress=None):
+    """(columns of the ``top`` fitting layouts by headroom, layouts that fit, layouts evaluated)."""
+    import numpy as np
+
+    from aicalc.core.train_peak import evaluate
+
+    lay = np.asarray(layouts(arch, chips, cps), dtype=np.float64)
+    if not lay.size:
+        return None, 0, 0
+    mbs = [b for b in MICRO_BATCHES if b <= max_batch] or [1]
+    ix, Z, MB, SQ = (m.ravel() for m in np.meshgrid(np.arange(len(lay)), np.arange(4.0), np.asarray(mbs, float),
+                                                    np.asarray(seqs, float), indexing="ij"))
+    parts, total, done = [], MB.size * len(recomputes), 0
+    for rc in recomputes:
+        oo = replace(setup, recompute=rc)
+        for i in range(0, MB.size, SLICE):
+            sl = slice(i, i + SLICE)
+            mb, sq = MB[sl], SQ[sl]
+            g = {"batch": mb, "seq": sq, "tp": lay[ix[sl], 0], "pp": lay[ix[sl], 1], "cp": lay[ix[sl], 2],
+                 "dp": lay[ix[sl], 3], "zero": Z[sl], "recompute": np.full(mb.shape, rc)}
+            cols = evaluate(arch, oo, g)
+            cols["recompute"] = g["recompute"]
+            # a CP degree must split each sequence into 2·cp chunks; with SP, tp must divide the local tokens
+            valid = (sq % (2 * g["cp"]) == 0) | (g["cp"] == 1)
+            if setup.sp:
+                valid &= (sq / g["cp"]) % g["tp"] == 0
+            cols["valid"] = valid
+            parts.append({k: np.broadcast_to(np.asarray(v), mb.shape) for k, v in cols.items()})
+            done += mb.size
+            if progress:
+                progress(done, total)
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    headroom = limit - cols["peak_bytes"]
+    valid = cols.pop("valid")
+    keep = (headroom >= 0) & valid
+    order = np.argsort(-headroom[keep], kind="stable")[:top]
+    sel = {k: v[keep][order] for k, v in cols.items()}
+    sel["headroom_bytes"] = headroom[keep][order]
+    return sel, int(keep.sum()), int(valid.sum())

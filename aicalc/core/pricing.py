@@ -1,0 +1,87 @@
+"""Time of an operation on a chip: the one place where GEMMs, attention kernels, memory streams and collectives
+are priced, for inference and training alike.
+
+Each op (:class:`aicalc.core.forward.Op`) gets two times:
+
+- ideal: the bare roofline ``max(FLOPs / peak, bytes / bandwidth)`` (Williams et al. 2009) plus its collective
+  payload over the link at full speed;
+- estimate: the efficiency model of :mod:`aicalc.core.efficiency`: compute at the GEMM efficiency of the op's
+  shape (``flop_max`` for non-GEMM ops), memory at the achievable bandwidth (weight-only quantized weights at
+  ``quant_bandwidth``), the two overlapped as a p-norm, plus a launch cost per kernel, a latency floor per
+  collective and the ring volume at ``link`` of the per-direction bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aicalc.core.efficiency import Efficiency, combine, gemm_efficiency
+
+CHUNK = 32768  # configurations evaluated at once: the temporaries of one chunk stay in cache
+
+
+@dataclass(frozen=True)
+class Roofs:
+    """The chip as the cost model sees it (one device)."""
+
+    peak_flop_per_s: float  # dense, in the compute dtype
+    bandwidth_bytes_per_s: float
+    link_bytes_per_s: float  # per direction, for collectives
+    low_precision: bool = False  # compute in an 8-bit format (fp8/int8 tensor math)
+
+    @property
+    def ridge_point(self) -> float:
+        """FLOP per byte at which compute time equals memory time (Williams et al. 2009)."""
+        return self.peak_flop_per_s / self.bandwidth_bytes_per_s
+
+
+def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool):
+    """(ideal, estimate) seconds of one op (see the module doc)."""
+    import numpy as np
+
+    from aicalc.core.geometry import ring_factor
+
+    peak, bw, link = roofs.peak_flop_per_s, roofs.bandwidth_bytes_per_s, max(roofs.link_bytes_per_s, 1.0)
+    if op.kind == "gemm":
+        g = gemm_efficiency(eff, *op.dims, low_precision=roofs.low_precision)
+    else:
+        g = eff.flop_max * (eff.low_precision_flop_factor if roofs.low_precision else 1.0)
+    wq = eff.quant_bandwidth if quantized else eff.bandwidth
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_ideal = np.maximum(op.flop / peak, op.bytes / bw)
+        t_c = op.flop / (peak * g)
+        t_m = op.weight_bytes / (bw * wq) + (op.bytes - op.weight_bytes) / (bw * eff.bandwidth)
+    t_est = combine(t_c, t_m, eff.overlap_p) + op.kernels * eff.kernel_overhead_s
+    if op.kind == "collective":
+        comm = ring_factor(tp) * op.comm_bytes
+        t_ideal = t_ideal + comm / link
+        t_est = t_est + comm / (link * eff.link) + op.collectives * eff.collective_latency_s
+    return t_ideal, t_est
+
+
+def price(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool) -> None:
+    """Set ``t_ideal`` and ``t_est`` on every op, in place."""
+    for op in ops:
+        op.t_ideal, op.t_est = op_times(op, roofs, eff, tp, quantized)
+
+
+def chunked(fn, args, n_out: int):
+    """``fn(*chunk_args)`` → n_out arrays, over the broadcast of ``args`` in chunks of CHUNK configurations, so a
+    long sweep's temporaries stay in cache; returns full-shape arrays."""
+    import math
+
+    import numpy as np
+
+    args = [np.asarray(a, dtype=np.float64) for a in args]
+    shape = np.broadcast_shapes(*(a.shape for a in args))
+    if math.prod(shape) <= CHUNK:
+        return [np.broadcast_to(np.asarray(r, dtype=np.float64), shape).copy() if np.shape(r) != shape else r
+                for r in fn(*(np.broadcast_to(a, shape) for a in args))]
+    size = math.prod(shape)
+    flat = [np.broadcast_to(a, shape).reshape(-1) for a in args]
+    outs = [np.empty(size) for _ in range(n_out)]
+    for i in range(0, size, CHUNK):
+        j = min(i + CHUNK, size)
+        for o, r in zip(outs, fn(*(a[i:j] for a in flat)), strict=True):
+            o[i:j] = r
+    return [o.reshape(shape) for o in outs]
