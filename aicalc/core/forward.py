@@ -211,9 +211,10 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
 
     if s.dense_layers:
         Ld = float(s.dense_layers)
-        gemm("mlp_up", M, s.ffn_in / tp, H, Ld, Ld * H * s.ffn_in / tp * wb)
+        bias = 1.0 if arch.mlp_bias else 0.0
+        gemm("mlp_up", M, s.ffn_in / tp, H, Ld, Ld * (H + bias) * s.ffn_in / tp * wb)
         stream("mlp_act", M / tp * (s.ffn_in + s.ffn) * ab * Ld, Ld, flop=M / tp * 4.0 * s.ffn * Ld, layers=Ld)
-        gemm("mlp_down", M, H, s.ffn / tp, Ld, Ld * s.ffn * H / tp * wb)
+        gemm("mlp_down", M, H, s.ffn / tp, Ld, Ld * (s.ffn + bias) * H / tp * wb)
     if s.moe_layers:
         Lm, E, k = float(s.moe_layers), float(s.experts), float(s.experts_per_token)
         # experts a batch of M tokens reaches (uniform top-k routing): E·(1 − (1 − k/E)^M), the power as an exp
