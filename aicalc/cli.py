@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Annotated
 
 import typer
@@ -29,7 +30,11 @@ app = typer.Typer(
 presets_app = typer.Typer(help="Browse the chip and model catalog.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(presets_app, name="presets")
 
-_env: Env | None = None
+_ENV: ContextVar[Env | None] = ContextVar("aicalc_env", default=None)  # the Env of the running main()
+
+
+def _env_now() -> Env:
+    return _ENV.get() or Env.from_system()
 
 Format = Annotated[str, typer.Option("--format", help="table | json | csv | markdown")]
 Json = Annotated[bool, typer.Option("--json", help="Alias for --format json.")]
@@ -46,15 +51,15 @@ def emit(result, fmt: str, json_flag: bool) -> int:
     fmt = "json" if json_flag else fmt
     if fmt not in FORMATS:
         raise AicalcError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
-    render(result, fmt, _env or Env.from_system())
+    render(result, fmt, _env_now())
     return int(result.exit_code)
 
 
 @contextmanager
-def progress_bar(label: str, min_total: int = 1_000_000):
+def progress_bar(label: str, min_total: int = 1_000_000, env: Env | None = None):
     """A ``progress(done, total)`` callback drawing a bar on stderr, only on a terminal and only for work
     big enough to take more than a moment (``total`` ≥ ``min_total`` items)."""
-    env = _env or Env.from_system()
+    env = env or _env_now()
     state: dict = {}
 
     def progress(done: int, total: int) -> None:
@@ -78,7 +83,7 @@ def progress_bar(label: str, min_total: int = 1_000_000):
 
 def _version(value: bool):
     if value:
-        (_env or Env.from_system()).stdout.write(f"aicalc {__version__}\n")
+        _env_now().stdout.write(f"aicalc {__version__}\n")
         raise typer.Exit()
 
 
@@ -162,7 +167,7 @@ def check(
 
     from aicalc.commands import check as chk
 
-    env = _env or Env.from_system()
+    env = _env_now()
     if schema:
         from aicalc.budget import json_schema
 
@@ -353,22 +358,22 @@ def _one_line(message: str) -> str:
 
 def main(argv: list[str] | None = None, env: Env | None = None) -> int:
     """Entry point; returns the exit code (and exits with it when run as the console script)."""
-    global _env
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     if debug:  # accepted anywhere on the line, not only before the command
         args = [a for a in args if a != "--debug"]
-    outer, _env = _env, env or Env.from_system()
+    env = env or Env.from_system()
+    token = _ENV.set(env)
     try:
-        code = _main(args, debug)
+        code = _main(args, debug, env)
     finally:
-        _env = outer if outer is not None else _env
+        _ENV.reset(token)
     if argv is None:
         sys.exit(code)
     return code
 
 
-def _main(args: list[str], debug: bool) -> int:
+def _main(args: list[str], debug: bool, env: Env) -> int:
     command = typer.main.get_command(app)
     try:
         code = command.main(args=args, prog_name="aicalc", standalone_mode=False)
@@ -376,29 +381,29 @@ def _main(args: list[str], debug: bool) -> int:
     except ParameterError as e:  # the library names its parameter; the command line names the flag
         from aicalc.flags import cli_message
 
-        _env.stderr.write(f"aicalc: error: {_one_line(cli_message(e))}\n")
+        env.stderr.write(f"aicalc: error: {_one_line(cli_message(e))}\n")
         code = int(e.exit_code)
     except AicalcError as e:
         for line in getattr(e, "problems", None) or [str(e)]:
-            _env.stderr.write(f"aicalc: error: {_one_line(line)}\n")
+            env.stderr.write(f"aicalc: error: {_one_line(line)}\n")
         code = int(e.exit_code)
     except (KeyboardInterrupt, BrokenPipeError):
         code = 130 if not isinstance(sys.exc_info()[1], BrokenPipeError) else 0
     except Exception as e:  # noqa: BLE001 - click's usage errors, then genuine bugs
-        code = _click_error(e)
+        code = _click_error(e, env)
         if code is None:
             if debug:
                 import traceback
 
-                traceback.print_exc(file=_env.stderr)
-            _env.stderr.write(f"aicalc: internal error: {type(e).__name__}: {_one_line(e)}; this is a bug, "
+                traceback.print_exc(file=env.stderr)
+            env.stderr.write(f"aicalc: internal error: {type(e).__name__}: {_one_line(e)}; this is a bug, "
                               f"please report it with the command line at {ISSUES_URL} (rerun with --debug "
                               "for a traceback)\n")
             code = int(ExitCode.INTERNAL)
     return code
 
 
-def _click_error(e: Exception) -> int | None:
+def _click_error(e: Exception, env: Env) -> int | None:
     """Usage errors from click (vendored by typer): one line, exit 2. None when it is not one."""
     name = type(e).__name__
     if name == "Exit":
@@ -406,9 +411,9 @@ def _click_error(e: Exception) -> int | None:
     if name == "Abort":
         return 130
     if name == "NoArgsIsHelpError":  # `aicalc` or `aicalc presets` alone: show the help, as --help would
-        _env.stdout.write(e.format_message() + "\n")
+        env.stdout.write(e.format_message() + "\n")
         return int(ExitCode.OK)
     if hasattr(e, "format_message") and hasattr(e, "exit_code"):
-        _env.stderr.write(f"aicalc: error: {_one_line(e.format_message())} (see --help)\n")
+        env.stderr.write(f"aicalc: error: {_one_line(e.format_message())} (see --help)\n")
         return int(ExitCode.BAD_INPUT)
     return None

@@ -532,16 +532,11 @@ def test_progress_bar_only_on_a_terminal_for_long_work():
     from aicalc.env import Env
 
     err = io.StringIO()
-    cli._env = Env(io.StringIO(), err, False, stderr_isatty=True)
-    try:
-        with cli.progress_bar("x", min_total=10) as p:
-            p(5, 10)
-            p(10, 10)
-        assert err.getvalue()  # drawn on a terminal
-        err2 = io.StringIO()
-        cli._env = Env(io.StringIO(), err2, False, stderr_isatty=False)
-        with cli.progress_bar("x", min_total=10) as p:
-            p(10, 10)
-        assert err2.getvalue() == ""  # never into a pipe or a log
-    finally:
-        cli._env = None
+    with cli.progress_bar("x", min_total=10, env=Env(io.StringIO(), err, False, stderr_isatty=True)) as p:
+        p(5, 10)
+        p(10, 10)
+    assert err.getvalue()  # drawn on a terminal
+    err2 = io.StringIO()
+    with cli.progress_bar("x", min_total=10, env=Env(io.StringIO(), err2, False, stderr_isatty=False)) as p:
+        p(10, 10)
+    assert err2.getvalue() == ""  # never into a pipe or a log

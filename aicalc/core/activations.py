@@ -1,6 +1,6 @@
 """Activation memory: the bytes autograd keeps from the forward pass until the backward pass, loss included.
 
-Two models, chosen by ``--framework``:
+Two models, chosen by ``framework``:
 
 * ``megatron``: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
   (arXiv 2205.05198), Table 2 per layer, §4.2.3 pipeline rule, §4.3 terms outside the layers

@@ -1,6 +1,6 @@
 """Cost and energy from time on chips: price per chip-hour and power per chip.
 
-Cost = chips × hours × price per chip-hour (on-demand, from the chip preset or ``--price``).
+Cost = chips × hours × price per chip-hour (on-demand, from the chip preset or a given ``price``).
 Energy = chips × TDP × power fraction × PUE × time: a chip under sustained load draws a fraction
 of its TDP (default 0.8, between the 0.7–0.9 that nvidia-smi logs of training and batch-inference
 jobs typically show), and the data centre multiplies IT power by its PUE (default 1.2, a modern

@@ -23,7 +23,7 @@ measured 16.1 ms, PF-09). This module holds one general correction, the same for
 
 The defaults were calibrated once, by a grid search that minimised the geometric-mean error over all scored
 DE/PF/SV/TT rows (``validation/perf_cases.py``, ``docs/validation-perf.md``), and are applied unchanged to
-every case. Every factor can be overridden on the command line (``--eff KEY=VALUE``).
+every case. Every factor can be overridden per call (``efficiency={"bandwidth": 0.8}``).
 """
 
 from __future__ import annotations

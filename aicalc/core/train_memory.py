@@ -264,7 +264,7 @@ def lora_params(arch: Arch, rank: int, targets: tuple[str, ...]) -> int:
 
 
 def base_weight_bytes(split: ParamSplit, quant: str, base_bytes: float) -> float:
-    """Frozen base weights under ``--quant`` (TM-08): the decoder layers' linear weights at NF4
+    """Frozen base weights under ``quant`` (TM-08): the decoder layers' linear weights at NF4
     (4 + 32/64 = 4.5 bits; with double quantization 4.127 bits, Dettmers et al. 2023 §3) or int8
     (LLM.int8(): 1 B + a per-row fp32 scale, not counted); embeddings, lm_head, norms and biases stay
     at ``base_bytes`` (16-bit)."""

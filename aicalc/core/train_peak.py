@@ -74,7 +74,7 @@ def evaluate(arch, o, g: dict):
         lora_dev = lora_total / (pp * tp)
         base_b = tm.base_weight_bytes(split, o.quant, sb.weights)
         # adapters are fp32 by default (PEFT autocast_adapter_dtype=True): 4 w + 4 g + fp32 optimizer states;
-        # --lora-dtype bf16 keeps them in the model dtype (torchtune): 2 w + 2 g + states in that dtype
+        # lora_dtype='bf16' keeps them in the model dtype (torchtune): 2 w + 2 g + states in that dtype
         asb = tm.state_bytes("fp32" if o.lora_dtype == "fp32" else "bf16", o.optimizer)
         w0 = n_dev * base_b + lora_dev * asb.weights
         weights = w0 / np.where(zero >= 3, shard, 1.0)
@@ -154,7 +154,7 @@ def lora_saved(arch, targets, rank, B, S, a, tp, fp32_adapters=True):
     """Saved by PEFT's LoRA path per layer (``peft/tuners/lora/layer.py``, derived, not harness-checked):
     the input cast to the fp32 adapter dtype (4·BS·in per target when a = 2; shared with the base layer's
     input when a = 4) and the fp32 A output (4·BS·r) per target. Adapters in the model dtype
-    (``--lora-dtype bf16``, torchtune's ``LoRALinear``) read the base layer's saved input as is and save
+    (``lora_dtype='bf16'``, torchtune's ``LoRALinear``) read the base layer's saved input as is and save
     only the A output, a·BS·r per target (lora_dropout 0 is an identity)."""
     if not fp32_adapters:
         n = sum(1 for t in targets if t != "gate" or arch.gated_ffn)
