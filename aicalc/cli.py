@@ -43,6 +43,8 @@ Chip = Annotated[str, typer.Option("--chip", help="chip preset id")]
 WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: bf16, fp16, fp8, int8, int4, nf4, q8_0, q4_0, "
                                                           "q4_k_m, …")]
 KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16, fp16, fp8, int8, int4")]
+Engine = Annotated[str | None, typer.Option("--engine", help="engine profile: generic (default), trtllm, vllm, "
+                                                               "sglang, llama.cpp, exllamav2, gpt-fast, mlx")]
 
 
 def emit(result, fmt: str, json_flag: bool) -> int:
@@ -197,6 +199,7 @@ def roofline(
     group_size: Annotated[int | None, typer.Option("--group-size", help="int4 group size (default 128: 4.25 bits)")] = None,
     attention: Annotated[str, typer.Option("--attention", help="flash | materialized")] = "flash",
     kv_per_query_head: Annotated[bool, typer.Option("--kv-per-query-head", help="decode attention reads K/V once per query head (no GQA sharing)")] = False,
+    engine: Engine = None,
     ops: Annotated[bool, typer.Option("--ops", help="one row per operation as well")] = False,
     eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
     plot: Annotated[str | None, typer.Option("--plot", help="write the roofline chart to FILE (.png/.svg; needs matplotlib)")] = None,
@@ -208,7 +211,7 @@ def roofline(
 
     result = cmd.run(model, chip, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, tp=tp,
                      compute_dtype=compute_dtype, group_size=group_size, attention=attention, ops=ops, eff=eff,
-                     kv_per_query_head=kv_per_query_head)
+                     kv_per_query_head=kv_per_query_head, engine=engine)
     if plot:
         from aicalc.plot import write_plot
 
@@ -318,6 +321,7 @@ def serve(
     dtype: WeightDtype = "bf16",
     kv_dtype: KvDtype = "bf16",
     price: Annotated[float | None, typer.Option("--price", help="USD per chip-hour (default: the chip preset's)")] = None,
+    engine: Engine = None,
     fmt: Format = "table",
     json_: Json = False,
 ):
@@ -325,7 +329,8 @@ def serve(
     from aicalc.commands.serve import run
 
     return emit(run(model, chip, chips=chips, tp=tp, prompt=prompt, gen=gen, concurrency=concurrency,
-                    max_ttft=max_ttft, max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price), fmt, json_)
+                    max_ttft=max_ttft, max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine),
+                fmt, json_)
 
 
 @app.command("compare")

@@ -40,9 +40,10 @@ def test_inference_chips_needed_is_the_smallest_tp_that_fits(cli, rows):
     r = rows[("h100-sxm", "inference")]
     tp = r["chips_needed"]
     assert tp == 2  # 68.98e9 params × 2 B = 128.5 GiB > 0.9 × 80 GiB
-    one = cli("kv-cache", "llama-2-70b", "--chip", "h100-sxm", "--context", "1280", "--json").json["rows"][0]
+    # a running request holds its prompt and half its output in steady state: 1024 + 256/2 tokens
+    one = cli("kv-cache", "llama-2-70b", "--chip", "h100-sxm", "--context", "1152", "--json").json["rows"][0]
     assert not one["fits"]
-    two = cli("kv-cache", "llama-2-70b", "--chip", "h100-sxm", "--tp", "2", "--context", "1280",
+    two = cli("kv-cache", "llama-2-70b", "--chip", "h100-sxm", "--tp", "2", "--context", "1152",
               "--batch", r["batch"], "--json").json["rows"][0]
     assert two["fits"]
 

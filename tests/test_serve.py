@@ -32,8 +32,9 @@ def test_contract_keys_and_auto_concurrency_stops_at_fit(cli):
     for k in ("concurrency", "ttft_s", "tpot_s", "output_tokens_per_s"):
         assert k in rows[0]
     assert all(row["fits"] for row in rows)
-    kv = cli("kv-cache", "llama-3.1-8b", "--chip", "l4", "--context", "1280", "--json").json["rows"][0]
-    assert rows[-1]["concurrency"] == kv["max_batch"]  # 1024 + 256 tokens per request
+    # in steady state a running request holds its prompt and half its output: 1024 + 256/2 tokens
+    kv = cli("kv-cache", "llama-3.1-8b", "--chip", "l4", "--context", "1152", "--json").json["rows"][0]
+    assert rows[-1]["concurrency"] == kv["max_batch"]
 
 
 def test_replicas_scale_throughput(cli):

@@ -23,7 +23,7 @@ class Roofline(Table):
 
 @dataclass(frozen=True)
 class CostSetup:
-    """A model on a chip as the cost model sees it."""
+    """A model on a chip, in an engine, as the cost model sees it."""
 
     model: object  # ModelSpec
     chip: object
@@ -32,26 +32,42 @@ class CostSetup:
     formats: object  # aicalc.core.forward.Formats
     compute_dtype: str
     warnings: tuple[str, ...]
+    efficiency: object = None  # the composed Efficiency: defaults ← chip class ← engine ← overrides
+    chip_class: str = "datacenter-gpu"
+    engine: str = "generic"
+    sources: tuple[str, ...] = ()  # "factor = value (profile: source)" for every profile figure used
+    dataflow: bool = False  # weights spread over chips' SRAM, a token crosses them in turn
 
 
-def pick_compute(chip, dtype: str, compute_dtype: str | None, warnings: list[str]) -> tuple[str, bool]:
-    """(compute dtype, weight-only quantized?). fp8 weights run fp8 math where the chip has fp8; other
-    quantized formats are weight-only (dequantized to 16-bit in the kernel). Without a 16-bit figure the
-    chip's best listed dtype is used, with a warning."""
+LOW_PRECISION = ("fp8", "int8", "fp4")
+
+
+def pick_compute(chip, dtype: str, compute_dtype: str | None, warnings: list[str],
+                 engine_options: dict | None = None) -> tuple[str, bool]:
+    """(compute dtype, weight-only quantized?): the math the engine runs a weight format in.
+
+    fp8 / fp4 weights run fp8 / fp4 tensor math where the chip lists it (Hopper, Blackwell); GGUF formats run
+    llama.cpp's int8 MMQ kernels on chips with int8 tensor math where the engine profile says so (activations
+    quantized to int8); other quantized formats are weight-only (dequantized to 16-bit in the kernel). Without a
+    16-bit figure the chip's best listed dtype is used, with a warning."""
+    from aicalc.core.dtypes import GGUF
     from aicalc.errors import ParameterError
 
     have = chip.dense_tflops
+    opts = engine_options or {}
     if compute_dtype:
         if compute_dtype not in have:
             raise ParameterError("compute_dtype", compute_dtype,
                                  f"has no throughput figure on {chip.id} (it lists: {', '.join(have)})")
         return compute_dtype, dtype not in (compute_dtype, "fp32") and not (dtype in SIXTEEN_BIT and
                                                                            compute_dtype in SIXTEEN_BIT)
-    if dtype == "fp8":
-        if "fp8" in have:
-            return "fp8", False
-        warnings.append(f"{chip.id} has no fp8 tensor math: fp8 weights are dequantized and multiplied in 16-bit "
-                        "(weight-only), as on Ampere")
+    if dtype in ("fp8", "fp4"):
+        if dtype in have:
+            return dtype, False
+        warnings.append(f"{chip.id} has no {dtype} tensor math: {dtype} weights are dequantized and multiplied in "
+                        "16-bit (weight-only)")
+    if dtype in GGUF and opts.get("gguf_compute") in have and chip.vendor in opts.get("gguf_compute_vendors", ()):
+        return opts["gguf_compute"], True
     if dtype in have and dtype in SIXTEEN_BIT + ("fp32",):
         return dtype, False
     for c in SIXTEEN_BIT:
@@ -64,11 +80,32 @@ def pick_compute(chip, dtype: str, compute_dtype: str | None, warnings: list[str
     raise ParameterError("chip", chip.id, "lists no usable throughput figure")
 
 
+def compose_efficiency(chip, engine: str | None = None, efficiency=None):
+    """(Efficiency, class id, engine id, engine options, sources, dataflow?): the general defaults, then the chip
+    class's profile, then the engine's, then ``efficiency`` (an Efficiency, or a dict of overrides)."""
+    from aicalc.catalog import profiles
+    from aicalc.core.efficiency import Efficiency
+
+    cls = profiles.chip_class(chip)
+    eng = engine or profiles.DEFAULT_ENGINE
+    cp, ep = profiles.load("class", cls), profiles.load("engine", eng)
+    if isinstance(efficiency, Efficiency):
+        return efficiency, cls, eng, ep.options, ("given Efficiency",), bool(cp.options.get("pipeline_over_chips"))
+    eff = Efficiency().with_overrides(cp.factors).with_overrides(ep.factors)
+    sources = [f"{k} = {v:g} ({p.id}: {p.sources[k]})" for p in (cp, ep) for k, v in p.factors.items()]
+    if efficiency:
+        eff = eff.with_overrides(dict(efficiency))
+        sources += [f"{k} = {v:g} (given)" for k, v in dict(efficiency).items()]
+    return eff, cls, eng, ep.options, tuple(sources), bool(cp.options.get("pipeline_over_chips"))
+
+
 def cost_setup(model, chip="h100-sxm", dtype: str = "bf16", kv_dtype: str = "bf16", *,
                compute_dtype: str | None = None, group_size: int | None = None, attention: str = "flash",
-               kv_shared: bool = True, tp_needs_link: bool = False) -> CostSetup:
-    """Model and chip → the cost model's view: shape, roofs (PCIe Gen4 x16 where a chip lists no
-    interconnect and TP needs one, with a warning) and formats."""
+               kv_shared: bool | None = None, tp_needs_link: bool = False, engine: str | None = None,
+               efficiency=None) -> CostSetup:
+    """Model, chip and engine → the cost model's view: shape, roofs (PCIe Gen4 x16 where a chip lists no
+    interconnect and TP needs one, with a warning), formats and the composed efficiency. ``kv_shared`` None:
+    the engine's (a GQA kernel reads each kv head once for its query group)."""
     from aicalc.api.catalog import load_model, load_node_or_chip
     from aicalc.core.forward import formats, shape_of
     from aicalc.core.pricing import Roofs
@@ -77,8 +114,11 @@ def cost_setup(model, chip="h100-sxm", dtype: str = "bf16", kv_dtype: str = "bf1
     check_choice("attention", attention, ("flash", "materialized"))
     spec = load_model(model)
     chip_obj, _count = load_node_or_chip(chip)
+    eff, cls, eng, opts, sources, dataflow = compose_efficiency(chip_obj, engine, efficiency)
     warnings: list[str] = []
-    cdt, quantized = pick_compute(chip_obj, dtype, compute_dtype, warnings)
+    cdt, quantized = pick_compute(chip_obj, dtype, compute_dtype, warnings, opts)
+    if kv_shared is None:
+        kv_shared = bool(opts.get("kv_shared", True))
     fm = formats(dtype, kv_dtype, group_size=group_size, quantized=quantized, flash=attention == "flash",
                  kv_shared=kv_shared)
     ic = chip_obj.interconnect
@@ -88,8 +128,10 @@ def cost_setup(model, chip="h100-sxm", dtype: str = "bf16", kv_dtype: str = "bf1
                         f"({PCIE_FALLBACK_BYTES_PER_S / 1e9:.0f} GB/s per direction)")
         link = PCIE_FALLBACK_BYTES_PER_S
     roofs = Roofs(peak_flop_per_s=chip_obj.peak_flop_per_s(cdt), bandwidth_bytes_per_s=chip_obj.memory_bandwidth_bytes_per_s,
-                  link_bytes_per_s=link, low_precision=cdt in EIGHT_BIT_COMPUTE)
-    return CostSetup(spec, chip_obj, shape_of(spec.arch), roofs, fm, cdt, tuple(warnings))
+                  link_bytes_per_s=link, low_precision=cdt in LOW_PRECISION,
+                  vector_flop_per_s=chip_obj.peak_flop_per_s("fp32") or 0.0)
+    return CostSetup(spec, chip_obj, shape_of(spec.arch), roofs, fm, cdt, tuple(warnings), eff, cls, eng, sources,
+                     dataflow)
 
 
 def efficiency_of(efficiency):
@@ -105,9 +147,11 @@ def efficiency_of(efficiency):
 
 def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str = "bf16", kv_dtype: str = "bf16",
              tp=1, compute_dtype: str | None = None, group_size: int | None = None, attention: str = "flash",
-             kv_shared: bool = True, efficiency=None) -> Roofline:
+             kv_shared: bool | None = None, engine: str | None = None, efficiency=None) -> Roofline:
     """Prefill and decode of ``batch`` sequences of ``prompt`` + ``gen`` tokens on a TP group of ``chip``
-    (arrays broadcast): FLOPs, bytes, bound, TTFT, TPOT and tokens/s, estimated and ideal."""
+    (arrays broadcast): FLOPs, bytes, bound, TTFT, TPOT and tokens/s, estimated and ideal. ``engine``: an engine
+    profile (``presets/engines/``: trtllm, vllm, llama.cpp, …; default generic); ``efficiency``: overrides of
+    single factors (``{"bandwidth": 0.8}``) on top of the chip class's and the engine's profiles."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -120,17 +164,21 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
                          gen=inputs.positive("gen", gen, whole=True))
     B, S, G, TP = g["batch"], g["prompt"], g["gen"], g["tp"]
     cs = cost_setup(model, chip, dtype, kv_dtype, compute_dtype=compute_dtype, group_size=group_size,
-                    attention=attention, kv_shared=kv_shared, tp_needs_link=bool(TP.max() > 1))
+                    attention=attention, kv_shared=kv_shared, tp_needs_link=bool(TP.max() > 1), engine=engine,
+                    efficiency=efficiency)
     arch = cs.model.arch
     for t in np.unique(TP):
         check_tp(arch, int(t))
-    eff = efficiency_of(efficiency)
-    pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, B, S, G, TP)
+    eff = cs.efficiency
     weights = weight_bytes_per_device(arch, dtype, TP, bytes_per_param=cs.formats.weight_bytes)
     kv = np.zeros_like(B)
     for t in np.unique(TP):  # the cache geometry per TP degree
         sel = TP == t
         kv[sel] = kv_cache_bytes(kv_shape(arch, kv_dtype, int(t)), B[sel], S[sel] + G[sel])
+    chips_needed = np.ceil((weights + kv) * TP / float(cs.chip.memory_bytes))
+    # a dataflow deployment spreads the weights over chips_needed chips that every token crosses in turn
+    hops = np.maximum(chips_needed - 1.0, 0.0) if cs.dataflow else 0.0
+    pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, B, S, G, TP, hops)
     need = weights + kv
     mem = float(cs.chip.memory_bytes)
     e, ideal = out["est"], out["ideal"]
@@ -143,7 +191,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
             "ideal_ttft_s": ideal["ttft_s"], "ideal_tpot_s": ideal["tpot_s"],
             "ideal_output_tokens_per_s": ideal["output_tokens_per_s"],
             "weights_bytes_per_device": weights, "kv_cache_bytes_per_device": kv, "fits": need <= mem,
-            "chips_needed": np.ceil(need * TP / mem).astype(np.int64),
+            "chips_needed": chips_needed.astype(np.int64),
             "compute_bound_batch": latency.compute_bound_batch(cs.shape, cs.roofs, cs.formats, S + G / 2.0, TP)}
     warnings = list(cs.warnings)
     if not bool(np.all(cols["fits"])):
@@ -151,4 +199,22 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
         warnings.append(f"weights + KV cache exceed one device's {'on-chip SRAM' if sram_only else 'memory'} at "
                         f"some points (up to {int(cols['chips_needed'].max())} {cs.chip.id} chips needed; see "
                         "chips_needed)")
-    return Roofline(cols, warnings, setup=cs, efficiency=eff, prefill=pre, decode=dec)
+    return Roofline(cols, warnings, setup=cs, efficiency=eff, prefill=pre, decode=dec, regime=regime(cs, dec, B))
+
+
+def regime(cs: CostSetup, dec, batch) -> str:
+    """One line on what sets the decode time: the profile, GEMV decode at a share of the bandwidth, dataflow
+    latencies, or the compute roof."""
+    import numpy as np
+
+    e = cs.efficiency
+    parts = [f"engine {cs.engine}, chip class {cs.chip_class}"]
+    if cs.dataflow:
+        parts.append(f"dataflow pipeline: {e.layer_latency_s * 1e6:.3g} µs per layer, {e.hop_latency_s * 1e6:.3g} µs "
+                     "per chip-to-chip hop")
+    bw = e.quant_bandwidth if cs.formats.quantized else e.bandwidth
+    if e.gemv_efficiency > 0 and float(np.min(batch)) <= 8:
+        parts.append(f"small-batch decode on GEMV kernels near the memory roof ({bw:.0%} of bandwidth)")
+    else:
+        parts.append(f"decode at {bw:.0%} of bandwidth, GEMMs at up to {e.flop_max:.0%} of peak")
+    return "; ".join(parts)

@@ -31,31 +31,33 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int = 1, chips: int | None = 
     weights = weight_bytes_per_device(arch, dtype, tp)
     budget = float(capacity.kv_budget_bytes(chip_obj.memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp)))
-    longest = float(inputs.positive("prompt", prompt).max() + inputs.positive("gen", gen).max())
+    from aicalc.core.serving import live_context
+
+    longest = float(live_context(inputs.positive("prompt", prompt).max(), inputs.positive("gen", gen).max()))
     fit = int(capacity.max_batch(kv_shape(arch, kv_dtype, tp), budget, longest, BLOCK)[0]) if budget > 0 else 0
     return fit * replicas
 
 
 def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: int = 1, chips: int | None = None,
           dtype: str = "bf16", kv_dtype: str = "bf16", max_ttft=None, max_tpot=None, price=None,
-          utilization=0.9) -> Serving:
+          utilization=0.9, engine: str | None = None, efficiency=None) -> Serving:
     """``concurrency`` requests of ``prompt`` + ``gen`` tokens over ``chips`` chips in replicas of TP ``tp``
     (arrays broadcast). ``max_ttft`` / ``max_tpot`` (seconds or ``"500ms"``) set ``meets_slo``; ``price``:
-    USD per chip-hour (default: the chip preset's)."""
+    USD per chip-hour (default: the chip preset's); ``engine``: an engine profile (default generic)."""
     import numpy as np
 
     from aicalc.api import inputs
     from aicalc.api.roofline import cost_setup
     from aicalc.core import capacity, cost, latency
-    from aicalc.core.efficiency import IDEAL, Efficiency
+    from aicalc.core.efficiency import IDEAL
     from aicalc.core.geometry import check_tp, weight_bytes_per_device
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
-    from aicalc.core.serving import steady_state
+    from aicalc.core.serving import live_context, prefill_batch, steady_state
     from aicalc.errors import ParameterError
 
     tp = int(tp)
     chips = int(chips) if chips is not None else tp
-    cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=tp > 1)
+    cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=tp > 1, engine=engine, efficiency=efficiency)
     arch = cs.model.arch
     check_tp(arch, tp)
     if chips < 1 or chips % tp:
@@ -74,14 +76,16 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     overhead = capacity.runtime_overhead_bytes(arch, tp)
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, utilization, weights, overhead))
     per_rep = np.ceil(C / replicas)
+    k = prefill_batch(per_rep, G, P)  # prompts prefilled together in one pass
     out = {}
-    for name, eff in (("est", Efficiency()), ("ideal", IDEAL)):
-        pre = latency.phase(cs.shape, cs.roofs, cs.formats, eff, 1.0, P, 0.0, tp, logits_tokens=1.0)
+    for name, eff in (("est", cs.efficiency), ("ideal", IDEAL)):
+        pre = latency.phase(cs.shape, cs.roofs, cs.formats, eff, k, P, 0.0, tp, logits_tokens=1.0)
         dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_rep, 1.0, P + G / 2.0, tp)
-        ttft, tpot = steady_state(pre.t_est, dec.t_est, per_rep, G)
+        t_pre, t_dec = (pre.t_est, dec.t_est) if name == "est" else (pre.t_ideal, dec.t_ideal)
+        ttft, tpot = steady_state(t_pre, t_dec, per_rep, G, k)
         out[name] = (ttft, tpot, replicas * per_rep / tpot)
     ttft, tpot, tps = out["est"]
-    kv_dev = kv_cache_bytes(kv_shape(arch, kv_dtype, tp), per_rep, P + G, BLOCK)
+    kv_dev = kv_cache_bytes(kv_shape(arch, kv_dtype, tp), per_rep, live_context(P, G), BLOCK)
     fits = (kv_dev <= budget) & (budget > 0)
     meets = np.ones_like(C, dtype=bool)
     if max_ttft is not None:
@@ -90,6 +94,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         meets &= tpot <= max_tpot
     cols = {"concurrency": C.astype(np.int64), "prompt": P.astype(np.int64), "gen": G.astype(np.int64),
             "replicas": replicas, "tp": tp, "chips": chips, "batch_per_replica": per_rep.astype(np.int64),
+            "prefill_batch": k,
             "ttft_s": ttft, "tpot_s": tpot, "output_tokens_per_s": tps,
             "output_tokens_per_s_per_chip": tps / chips, "tokens_per_s_per_sequence": 1.0 / tpot,
             "ideal_ttft_s": out["ideal"][0], "ideal_tpot_s": out["ideal"][1],

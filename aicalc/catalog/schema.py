@@ -55,6 +55,8 @@ class Chip(_Strict):
     dense_tflops: dict[Literal[DTYPES], PositiveFloat]
     sparse_tflops: dict[Literal[DTYPES], PositiveFloat] = {}
     interconnect: Interconnect | None = None
+    efficiency_class: str | None = Field(None, description="presets/classes/ID.yaml: the efficiency profile of its "
+                                         "class (default: from kind and vendor)")
     tdp_w: PositiveFloat | None = None
     price_per_hour_usd: PositiveFloat | None = None
     price_source: str | None = None

@@ -13,7 +13,7 @@ from aicalc.result import Result
 
 def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: str = "bf16", kv_dtype: str = "bf16",
         tp="1", compute_dtype=None, group_size=None, attention: str = "flash", ops: bool = False, eff=None,
-        kv_per_query_head: bool = False) -> Result:
+        kv_per_query_head: bool = False, engine=None) -> Result:
 
     from aicalc.api.roofline import roofline
     from aicalc.commands.options import efficiency_overrides
@@ -23,7 +23,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
              gen=int_sweep(gen, "--gen"))
     r = roofline(model, chip, g["batch"], g["prompt"], g["gen"], dtype=dtype, kv_dtype=kv_dtype, tp=g["tp"],
                  compute_dtype=compute_dtype, group_size=group_size, attention=attention,
-                 kv_shared=not kv_per_query_head, efficiency=efficiency_overrides(eff))
+                 kv_shared=False if kv_per_query_head else None, engine=engine,
+                 efficiency=efficiency_overrides(eff))
     cs, effm = r.meta["setup"], r.meta["efficiency"]
     ridge = cs.roofs.ridge_point
     c = r.columns
@@ -57,7 +58,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
                 rows += _op_rows(ph.ops, i, name, common, tails, ridge)
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "batch": batch, "prompt": prompt, "gen": gen, "dtype": dtype,
               "kv_dtype": kv_dtype, "tp": tp, "compute_dtype": cs.compute_dtype, "attention": attention,
-              "group_size": group_size, "kv_shared": not kv_per_query_head, "efficiency": effm.as_dict(),
+              "group_size": group_size, "kv_shared": cs.formats.kv_shared, "engine": cs.engine,
+              "chip_class": cs.chip_class, "efficiency": effm.as_dict(), "efficiency_sources": list(cs.sources),
               "peak_flop_per_s": cs.roofs.peak_flop_per_s,
               "memory_bandwidth_bytes_per_s": cs.roofs.bandwidth_bytes_per_s}
     columns = ["phase", "op", "batch", "prompt", "gen", "tp", "arithmetic_intensity", "bound", "time_s", "ideal_time_s",
@@ -66,8 +68,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
         columns.remove("op")
     notes = [f"ridge point {ridge:,.0f} FLOP/byte = {cs.roofs.peak_flop_per_s / 1e12:,.1f} TFLOP/s dense "
              f"{cs.compute_dtype} ÷ {cs.roofs.bandwidth_bytes_per_s / 1e9:,.0f} GB/s; below it a pass is memory-bound",
-             "estimate = efficiency model (docs/roofline.md); ideal = bare roofline, no overheads; "
-             "override factors with --eff KEY=VALUE"]
+             f"estimate: {r.meta['regime']} (presets/classes/{cs.chip_class}.yaml, presets/engines/{cs.engine}.yaml); "
+             "ideal = bare roofline, no overheads; override factors with --eff KEY=VALUE"]
     chart = None
     if not ops and len(r) <= 64:
         from aicalc.plot import terminal_chart

@@ -8,7 +8,7 @@ from aicalc.result import Result
 
 
 def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256", concurrency=None, max_ttft=None,
-        max_tpot=None, dtype: str = "bf16", kv_dtype: str = "bf16", price=None) -> Result:
+        max_tpot=None, dtype: str = "bf16", kv_dtype: str = "bf16", price=None, engine=None) -> Result:
     import numpy as np
 
     from aicalc.api.serving import max_concurrency, serve
@@ -24,7 +24,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256",
         conc = int_sweep(concurrency, "--concurrency")
     g = grid(concurrency=conc, prompt=prompts, gen=gens)
     r = serve(model, chip, g["concurrency"], g["prompt"], g["gen"], tp=tp, chips=chips, dtype=dtype,
-              kv_dtype=kv_dtype, max_ttft=max_ttft, max_tpot=max_tpot, price=price)
+              kv_dtype=kv_dtype, max_ttft=max_ttft, max_tpot=max_tpot, price=price, engine=engine)
     m, c = r.meta, r.columns
     cs = m["setup"]
     warnings, exit_code = list(r.warnings), ExitCode.OK
@@ -46,10 +46,13 @@ def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256",
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "replicas": m["replicas"],
               "prompt": prompts, "gen": gens, "concurrency": None if concurrency is None else conc,
               "max_ttft_s": m["max_ttft"], "max_tpot_s": m["max_tpot"], "dtype": dtype, "kv_dtype": kv_dtype,
-              "compute_dtype": cs.compute_dtype, "price_per_chip_hour_usd": price_v,
+              "compute_dtype": cs.compute_dtype, "engine": cs.engine, "chip_class": cs.chip_class,
+              "efficiency_sources": list(cs.sources), "price_per_chip_hour_usd": price_v,
               "gpu_memory_utilization": m["utilization"]}
-    notes = ["continuous batching in steady state: TPOT = decode step + prefills interleaved per step; "
-             "TTFT = own prefill + one running decode step (docs/serve.md)"]
+    notes = ["continuous batching in steady state: TPOT = decode step + the batched prefills interleaved per step; "
+             "TTFT = own batch's prefill + one running decode step (docs/serve.md)",
+             f"efficiency: engine {cs.engine} (presets/engines/{cs.engine}.yaml), chip class {cs.chip_class} "
+             f"(presets/classes/{cs.chip_class}.yaml)"]
     return Result("serve", inputs, r.rows(), warnings=warnings, exit_code=exit_code, columns=columns, notes=notes,
                   title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} (TP {tp}, {m['replicas']} replica(s), "
                         f"{dtype})")

@@ -45,6 +45,16 @@ class Efficiency:
     step_overhead_s: float = 0.0  # per forward pass (host, sampling, sync)
     collective_latency_s: float = 20e-6  # latency floor per all-reduce (NCCL small-message latency)
     link: float = 0.50  # fraction of per-direction interconnect bandwidth a ring collective reaches
+    # small-M GEMMs on vector units (GEMV kernels: llama.cpp mul_mv/mmvq, exllama, TensorRT-LLM's GEMV plugin):
+    # a GEMM runs at the better of the tile curve and gemv_efficiency × the chip's vector rate (its fp32
+    # figure, or vector_fraction × peak where none is listed); 0 disables the GEMV path
+    gemv_efficiency: float = 0.0
+    vector_fraction: float = 1.0
+    dequant_ops_per_weight: float = 0.0  # ALU ops to dequantize one weight-only quantized weight, at the vector rate
+    # dataflow chips (weights in on-chip SRAM, one token crosses a pipeline of chips): fixed latency per layer and
+    # per chip-to-chip hop of every forward pass
+    layer_latency_s: float = 0.0
+    hop_latency_s: float = 0.0
     # training only
     train_elementwise_bytes: float = 120.0  # bytes of non-matmul traffic per token per layer, in units of H
     dp_overlap: float = 0.0  # fraction of the data-parallel gradient collective hidden behind backward
@@ -62,7 +72,8 @@ class Efficiency:
 
 IDEAL = Efficiency(flop_max=1.0, gemm_half_dim=0.0, low_precision_flop_factor=1.0, bandwidth=1.0,
                    quant_bandwidth=1.0, overlap_p=float("inf"), kernel_overhead_s=0.0, step_overhead_s=0.0,
-                   collective_latency_s=0.0, link=1.0, train_elementwise_bytes=0.0, dp_overlap=1.0)
+                   collective_latency_s=0.0, link=1.0, train_elementwise_bytes=0.0, dp_overlap=1.0,
+                   gemv_efficiency=0.0, dequant_ops_per_weight=0.0, layer_latency_s=0.0, hop_latency_s=0.0)
 
 
 def gemm_efficiency(eff: Efficiency, m, n, k, low_precision=False):

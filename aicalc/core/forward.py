@@ -144,6 +144,8 @@ class Op:
     collectives: object = 0.0
     dims: tuple | None = None
     layers: float = 0.0  # transformer layers the op is summed over (0: outside the layers)
+    quantized: bool = False  # its weights are in the (weight-only) quantized format
+    bytes_per_weight: float = 2.0
 
 
 def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_tokens=None) -> list[Op]:
@@ -162,10 +164,12 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     Mlog = M if logits_tokens is None else B * np.asarray(logits_tokens, dtype=f64) + zero
     ops: list[Op] = []
 
-    def gemm(name, m, n, k, layers, weights):
-        """y[m×n] = x[m×k]·W[k×n] on this device: 2mnk FLOPs; reads W (``weights`` bytes) and x, writes y."""
+    def gemm(name, m, n, k, layers, weights, bpw=wb):
+        """y[m×n] = x[m×k]·W[k×n] on this device: 2mnk FLOPs; reads W (``weights`` bytes at ``bpw`` per weight)
+        and x, writes y."""
         ops.append(Op(name, "gemm", flop=2.0 * m * n * k * layers, bytes=m * (n + k) * ab * layers + weights,
-                      weight_bytes=weights + zero, kernels=layers + zero, dims=(m, n + zero, k + zero), layers=layers))
+                      weight_bytes=weights + zero, kernels=layers + zero, dims=(m, n + zero, k + zero), layers=layers,
+                      quantized=fm.quantized and bpw == wb, bytes_per_weight=bpw))
 
     def stream(name, nbytes, kernels, flop=0.0, weights=0.0, layers=0.0):
         ops.append(Op(name, "stream", flop=flop + zero, bytes=nbytes + weights + zero, weight_bytes=weights + zero,
@@ -225,7 +229,8 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
             w = touched * Lm * n_ * k_ / tp * wb
             ops.append(Op(name, "gemm", flop=M / tp * 2.0 * k * n_ * k_ * Lm,
                           bytes=M / tp * k * (n_ + k_) * ab * Lm + w, weight_bytes=w, kernels=Lm + zero,
-                          dims=(m_e, n_ / tp + zero, k_ + zero), layers=Lm))
+                          dims=(m_e, n_ / tp + zero, k_ + zero), layers=Lm, quantized=fm.quantized,
+                          bytes_per_weight=wb))
         stream("moe_act", M / tp * k * (s.expert_in + s.expert_ffn) * ab * Lm, Lm, layers=Lm)
         if s.shared_ffn:
             gemm("shared_up", M, s.shared_in / tp, H, Lm, Lm * H * s.shared_in / tp * wb)
@@ -236,6 +241,6 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     ops.append(Op("tp_allreduce", "collective", zero, zero, zero, zero, comm_bytes=M * on * 2.0 * L * H * ab,
                   collectives=on * 2.0 * L + zero, layers=L))
     stream("final_norm", Mlog * 2.0 * H * ab, 1.0)
-    gemm("lm_head", Mlog, s.V / tp, H, 1.0, s.V * H / tp * fm.edge_bytes)
+    gemm("lm_head", Mlog, s.V / tp, H, 1.0, s.V * H / tp * fm.edge_bytes, bpw=fm.edge_bytes)
     return ops
 

@@ -33,12 +33,18 @@ class Phase:
         return self.flop / self.bytes
 
 
-def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None):
-    """(FLOPs, bytes, ideal time, estimated time) of one pass; the estimate includes the step overhead."""
+def pass_overhead(s: Shape, eff: Efficiency, hops=0.0):
+    """Fixed seconds of one forward pass: the step overhead (host, sampling, sync), and on dataflow chips the
+    latency of every layer and of every chip-to-chip hop of the pipeline a token crosses."""
+    return eff.step_overhead_s + eff.layer_latency_s * s.L + eff.hop_latency_s * hops
+
+
+def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, hops=0.0):
+    """(FLOPs, bytes, ideal time, estimated time) of one pass; the estimate includes the pass overhead."""
     ops = forward_ops(s, fm, B, T, P, tp, logits_tokens)
     price(ops, roofs, eff, tp, fm.quantized)
     return (sum(o.flop for o in ops), sum(o.bytes for o in ops), sum(o.t_ideal for o in ops),
-            sum(o.t_est for o in ops) + eff.step_overhead_s)
+            sum(o.t_est for o in ops) + pass_overhead(s, eff, hops))
 
 
 def _timed_ops(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None):
@@ -48,30 +54,31 @@ def _timed_ops(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None):
 
 
 def phase(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, new_tokens, past, tp,
-          logits_tokens=None) -> Phase:
+          logits_tokens=None, hops=0.0) -> Phase:
     """One forward pass, timed (ideal and estimate), over the broadcast of the array arguments."""
-    args = [batch, new_tokens, past, tp] + ([] if logits_tokens is None else [logits_tokens])
+    args = [batch, new_tokens, past, tp, hops] + ([] if logits_tokens is None else [logits_tokens])
 
-    def block(B, T, P, tp_, *lt):
-        return _sums(s, roofs, fm, eff, B, T, P, tp_, lt[0] if lt else None)
+    def block(B, T, P, tp_, h, *lt):
+        return _sums(s, roofs, fm, eff, B, T, P, tp_, lt[0] if lt else None, h)
 
     return Phase(*chunked(block, args, 4),
                  make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, new_tokens, past, tp, logits_tokens))
 
 
-def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, prompt, gen, tp):
-    """(prefill Phase, decode Phase, {"est"|"ideal": {ttft_s, tpot_s, total_s, output_tokens_per_s}})."""
+def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, prompt, gen, tp, hops=0.0):
+    """(prefill Phase, decode Phase, {"est"|"ideal": {ttft_s, tpot_s, total_s, output_tokens_per_s}}); ``hops``:
+    chip-to-chip hops of a dataflow pipeline each pass crosses."""
 
-    def block(B, S, G, tp_):
-        pre = _sums(s, roofs, fm, eff, B, S, 0.0, tp_, 1.0)
-        dec = _sums(s, roofs, fm, eff, B, 1.0, S + G / 2.0, tp_)
+    def block(B, S, G, tp_, h):
+        pre = _sums(s, roofs, fm, eff, B, S, 0.0, tp_, 1.0, h)
+        dec = _sums(s, roofs, fm, eff, B, 1.0, S + G / 2.0, tp_, None, h)
         res = [*pre, *dec]
         for ttft, tpot in ((pre[3], dec[3]), (pre[2], dec[2])):
             total = ttft + (G - 1.0) * tpot
             res += [total, B * G / total]
         return res
 
-    r = chunked(block, [batch, prompt, gen, tp], 12)
+    r = chunked(block, [batch, prompt, gen, tp, hops], 12)
     import numpy as np
 
     S, G = np.asarray(prompt, dtype=np.float64), np.asarray(gen, dtype=np.float64)

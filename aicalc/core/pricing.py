@@ -28,6 +28,7 @@ class Roofs:
     bandwidth_bytes_per_s: float
     link_bytes_per_s: float  # per direction, for collectives
     low_precision: bool = False  # compute in an 8-bit format (fp8/int8 tensor math)
+    vector_flop_per_s: float = 0.0  # the vector (non-tensor) units' rate GEMV kernels use; 0: not listed
 
     @property
     def ridge_point(self) -> float:
@@ -35,21 +36,33 @@ class Roofs:
         return self.peak_flop_per_s / self.bandwidth_bytes_per_s
 
 
-def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool):
-    """(ideal, estimate) seconds of one op (see the module doc)."""
+def vector_rate(roofs: Roofs, eff: Efficiency) -> float:
+    """FLOP/s of the vector units GEMV kernels run on: the chip's listed rate, else a share of the peak."""
+    return roofs.vector_flop_per_s or eff.vector_fraction * roofs.peak_flop_per_s
+
+
+def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
+    """(ideal, estimate) seconds of one op (see the module doc). Weight-only quantized weights (``op.quantized``)
+    stream at ``quant_bandwidth`` and pay ``dequant_ops_per_weight`` at the vector rate."""
     import numpy as np
 
     from aicalc.core.geometry import ring_factor
 
     peak, bw, link = roofs.peak_flop_per_s, roofs.bandwidth_bytes_per_s, max(roofs.link_bytes_per_s, 1.0)
+    vec = vector_rate(roofs, eff)
     if op.kind == "gemm":
         g = gemm_efficiency(eff, *op.dims, low_precision=roofs.low_precision)
+        if eff.gemv_efficiency > 0:  # small M: a GEMV kernel on the vector units, when that is faster
+            g = np.maximum(g, eff.gemv_efficiency * vec / peak)
     else:
         g = eff.flop_max * (eff.low_precision_flop_factor if roofs.low_precision else 1.0)
-    wq = eff.quant_bandwidth if quantized else eff.bandwidth
+    q = op.quantized and quantized
+    wq = eff.quant_bandwidth if q else eff.bandwidth
     with np.errstate(divide="ignore", invalid="ignore"):
         t_ideal = np.maximum(op.flop / peak, op.bytes / bw)
         t_c = op.flop / (peak * g)
+        if q and eff.dequant_ops_per_weight:
+            t_c = t_c + eff.dequant_ops_per_weight * op.weight_bytes / (op.bytes_per_weight * vec)
         t_m = op.weight_bytes / (bw * wq) + (op.bytes - op.weight_bytes) / (bw * eff.bandwidth)
     t_est = combine(t_c, t_m, eff.overlap_p) + op.kernels * eff.kernel_overhead_s
     if op.kind == "collective":

@@ -1,0 +1,91 @@
+"""Efficiency profiles: what real kernels reach on a class of chip (``presets/classes/``) and in an inference
+engine (``presets/engines/``), as data with a source for every figure.
+
+An estimate composes the defaults of :class:`aicalc.core.efficiency.Efficiency`, then the chip class's factors,
+then the engine's, then the caller's overrides. Each profile is one YAML file::
+
+    id: apple
+    name: Apple silicon GPU (Metal)
+    factors:
+      bandwidth: {value: 0.8, source: "llama.cpp discussion #4167: …"}
+    pipeline_over_chips: false      # dataflow chips: a token crosses every chip that holds a share of the weights
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from aicalc.errors import AicalcError, ParameterError
+
+KINDS = {"class": "classes", "engine": "engines"}
+DEFAULT_ENGINE = "generic"
+
+
+@dataclass(frozen=True)
+class Profile:
+    id: str
+    name: str
+    factors: dict[str, float]
+    sources: dict[str, str]
+    options: dict = field(default_factory=dict)  # engine kernel mapping and dataflow flags
+
+
+def _folders(kind: str) -> list[Path]:
+    from aicalc.catalog.store import _roots
+
+    return [r / KINDS[kind] for r in _roots() if (r / KINDS[kind]).is_dir()]
+
+
+@cache
+def ids(kind: str) -> tuple[str, ...]:
+    return tuple(sorted({f.stem for d in _folders(kind) for f in d.glob("*.yaml")}))
+
+
+@cache
+def load(kind: str, profile_id: str) -> Profile:
+    """The profile ``profile_id`` of ``kind`` (``class`` or ``engine``); a user folder overrides a built-in."""
+    import math
+
+    from aicalc.catalog.store import load_yaml
+    from aicalc.core.efficiency import Efficiency
+
+    files = [d / f"{profile_id}.yaml" for d in _folders(kind) if (d / f"{profile_id}.yaml").is_file()]
+    if not files:
+        raise ParameterError("engine" if kind == "engine" else "efficiency_class", profile_id,
+                             f"is not a known {kind} profile (known: {', '.join(ids(kind))})")
+    path = files[-1]
+    data = load_yaml(path)
+    if not isinstance(data, dict) or data.get("id") != profile_id:
+        raise AicalcError(f"{path}: expected a mapping whose id is '{profile_id}'")
+    known = set(Efficiency.__dataclass_fields__)
+    factors, sources = {}, {}
+    for name, entry in (data.get("factors") or {}).items():
+        if name not in known:
+            raise AicalcError(f"{path}: factor '{name}' is not an efficiency factor (known: {', '.join(sorted(known))})")
+        if not isinstance(entry, dict) or "value" not in entry or not entry.get("source"):
+            raise AicalcError(f"{path}: factor '{name}' needs a value and a source")
+        v = entry["value"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise AicalcError(f"{path}: factor '{name}' must be a finite, non-negative number")
+        factors[name], sources[name] = float(v), str(entry["source"])
+    options = {k: v for k, v in data.items() if k not in ("id", "name", "factors", "description")}
+    return Profile(profile_id, str(data.get("name", profile_id)), factors, sources, options)
+
+
+def chip_class(chip) -> str:
+    """A chip's efficiency class: its preset's ``efficiency_class``, else from its kind and vendor."""
+    if getattr(chip, "efficiency_class", None):
+        return chip.efficiency_class
+    if chip.kind in ("lpu", "wafer"):
+        return "sram-dataflow"
+    if chip.kind == "tpu":
+        return "tpu"
+    if chip.vendor == "Apple":
+        return "apple"
+    if chip.vendor == "AMD":
+        return "amd-gpu"
+    if chip.kind in ("npu", "soc"):
+        return "edge-npu"
+    return "datacenter-gpu"
