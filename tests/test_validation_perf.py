@@ -20,23 +20,30 @@ import aicalc
 from conftest import DATA, ROOT
 
 CASES = json.loads((DATA / "validation" / "perf_cases.json").read_text())["cases"]
-IDEAL = {"output_tokens_per_s": "ideal_output_tokens_per_s", "ttft_s": "ideal_ttft_s", "mfu": "ideal_mfu"}
+IDEAL = {"output_tokens_per_s": "ideal_output_tokens_per_s", "ttft_s": "ideal_ttft_s", "tpot_s": "ideal_tpot_s",
+         "mfu": "ideal_mfu"}
 
 
 def geomean(errors):
     return math.exp(sum(math.log1p(e) for e in errors) / len(errors)) - 1.0
 
 
+def read(c, x):
+    """The published figure's quantity from the estimate's column (per sequence, per chip, prompt tokens/s)."""
+    a = c["args"]
+    return {"inverse": lambda: 1.0 / x, "per_tp": lambda: x / a["tp"],
+            "prompt_rate": lambda: a["batch"] * a["prompt"] / x}.get(c["transform"], lambda: x)()
+
+
 def evaluate(c):
     r = getattr(aicalc, c["api"])(**c["args"])
-    scale = c["args"]["tp"] if c["per_gpu"] else 1
-    est = float(r[c["metric"]][0]) / scale
+    est = read(c, float(r[c["metric"]][0]))
     ideal = IDEAL.get(c["metric"])
     if ideal is None:  # tokens/s per chip or step time: the ideal bound through the ideal total time
         ratio = float(r["ideal_total_time_s"][0]) / float(r["total_time_s"][0])
         ideal_v = est * ratio if c["metric"] == "step_s" else est / ratio
     else:
-        ideal_v = float(r[ideal][0]) / scale
+        ideal_v = read(c, float(r[ideal][0]))
     return est, ideal_v, abs(est / c["measured"] - 1.0)
 
 
