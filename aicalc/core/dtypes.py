@@ -3,7 +3,8 @@
 Weight formats (``dtype``): bf16/fp16 2 B; fp8 1 B (per-tensor scale, negligible); int8 1 B with a
 per-output-channel fp16 scale (negligible for large matrices, not counted; LLM.int8() likewise); int4 with
 group size G and an fp16 scale + fp16 zero-point per group (GPTQ/AWQ convention: 4 + 32/G bits, 4.25 at the
-default G = 128); fp4 counted as int4 at G = 128 until a block-scaled layout is modelled; GGUF formats by
+default G = 128); fp4 is NVFP4 (Blackwell, TensorRT-LLM): E2M1 values with an FP8 scale per 16-element block,
+4 + 8/16 = 4.5 bits (NVIDIA, "Introducing NVFP4", 2025; MXFP4's E8M0 scale per 32 would be 4.25); GGUF formats by
 their published bits per weight (llama.cpp ``ggml-common.h`` block layouts: q8_0 = 34 B per 32 weights =
 8.5 bits, q4_0 = 18 B per 32 = 4.5 bits, q4_k_m ≈ 4.85 bits as reported by llama.cpp for Llama-class
 models, q5_k_m ≈ 5.69, q6_k = 6.5625); nf4 (QLoRA, Dettmers et al. 2023 §3): 4 bits + an fp32 absmax per
@@ -22,7 +23,7 @@ from aicalc.errors import ParameterError, check_choice
 INT4_GROUP = 128
 WEIGHT_BITS = {
     "fp32": 32.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0, "int8": 8.0, "int4": 4.0 + 32.0 / INT4_GROUP,
-    "fp4": 4.0 + 32.0 / INT4_GROUP,
+    "fp4": 4.0 + 8.0 / 16,
     "nf4": 4.0 + 32.0 / 64, "nf4-dq": 4.0 + 8 / 64 + 32 / (64 * 256),
     "q8_0": 8.5, "q6_k": 6.5625, "q5_k_m": 5.69, "q4_k_m": 4.85, "q4_0": 4.5,
 }
