@@ -23,6 +23,8 @@ class Interconnect(_Strict):
     name: str
     bandwidth_gbs: PositiveFloat | None = None
     direction: Literal["bidirectional", "per-direction"] = "bidirectional"
+    domain: PositiveInt | None = Field(None, description="chips this scale-up link joins (NVLink 8 in a DGX/HGX, 72 "
+                                       "in GB200 NVL72, a TPU pod); beyond it traffic crosses the scale-out network")
 
     @property
     def per_direction_bytes_per_s(self) -> float | None:
@@ -55,6 +57,8 @@ class Chip(_Strict):
     dense_tflops: dict[Literal[DTYPES], PositiveFloat]
     sparse_tflops: dict[Literal[DTYPES], PositiveFloat] = {}
     interconnect: Interconnect | None = None
+    scale_out_gbs: PositiveFloat | None = Field(None, description="network bandwidth per chip and direction across "
+                                                "scale-up domains (InfiniBand/RoCE NICs, TPU DCN), decimal GB/s")
     efficiency_class: str | None = Field(None, description="presets/classes/ID.yaml: the efficiency profile of its "
                                          "class (default: from kind and vendor)")
     tdp_w: PositiveFloat | None = None
