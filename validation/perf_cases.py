@@ -62,14 +62,98 @@ def published_cases() -> list[dict]:
     for e in yaml.safe_load(path.read_text(encoding="utf-8")) or []:
         metric, transform = TRANSFORMS[e["metric"]]
         args = {k: e[k] for k in ("model", "chip", "dtype", "kv_dtype", "tp", "batch", "prompt", "gen", "engine")
-                if e.get(k) is not None}
+                if e.get(k) is not None and e.get(k) != "other"}
         args.setdefault("tp", 1)
+        assumed = [f"{k} {v}" for k, v in (("batch", 1), ("prompt", 128), ("gen", 128)) if k not in args]
+        for k, v in (("batch", 1), ("prompt", 128), ("gen", 128)):
+            args.setdefault(k, v)
+        if e["metric"] in ("ttft_s", "prefill_tokens_per_s"):
+            args["gen"] = max(int(args["gen"]), 1)  # a prefill measurement: one token out
+        if e.get("chips") and e["chip"] not in ("groq-lpu", "cerebras-wse3") and e.get("tp", 1) < e["chips"]:
+            assumed.append(f"{e['chips'] // args['tp']} replicas")
         unit = {"ttft_s": "s", "prefill_tokens_per_s": "prompt tok/s"}.get(e["metric"], "tok/s")
         out.append({"id": e["id"], "kind": "prefill" if e["metric"] in ("ttft_s", "prefill_tokens_per_s") else "decode",
                     "regime": e["regime"], "what": e["what"], "measured": float(e["measured"]), "unit": unit,
                     "api": "roofline", "args": args, "metric": metric, "transform": transform, "per_gpu": False,
                     "scored": not e.get("unscored"), "why_not": e.get("unscored", ""), "source": e["source"],
-                    "calibration": e["id"] in calib})
+                    "calibration": e["id"] in calib, "assumed": ", ".join(assumed),
+                    "scale": float(e["chips"] // args["tp"]) if e["metric"] == "output_tokens_per_s" and e.get("chips")
+                    and e["chip"] not in ("groq-lpu", "cerebras-wse3") else 1.0})
+    return out
+
+
+FRAMEWORK = {"fsdp": "fsdp", "torchtitan": "fsdp", "maxtext": "fsdp", "megatron": "megatron", "nemo": "megatron",
+             "deepspeed": "deepspeed", "other": "megatron"}
+RECOMPUTE = {"fsdp": "none", "torchtitan": "none", "maxtext": "full", "megatron": "selective", "nemo": "selective",
+             "deepspeed": "full", "other": "selective"}
+TRAIN_METRICS = {"mfu": ("mfu", 1.0, "MFU"), "tokens_per_s_per_chip": ("tokens_per_s_per_chip", 1.0, "tok/s/chip"),
+                 "model_tflops_per_chip": ("model_flop_per_s_per_chip", 1e-12, "TFLOP/s/chip"),
+                 "step_s": ("step_s", 1.0, "s/iteration"), "gpu_hours_total": ("chip_hours", 1.0, "chip-hours")}
+
+
+def model_config(e: dict):
+    """A published run's model: its preset, or its architecture as a Hugging Face config."""
+    if e.get("model"):
+        return e["model"]
+    a = e["arch"]
+    if a.get("gated", True):
+        cfg = {"model_type": "llama", "hidden_size": a["hidden"], "num_hidden_layers": a["layers"],
+               "num_attention_heads": a["heads"], "num_key_value_heads": a.get("kv_heads", a["heads"]),
+               "intermediate_size": a["ffn"], "vocab_size": a["vocab"], "max_position_embeddings": e.get("seq", 2048)}
+        if a.get("head_dim"):
+            cfg["head_dim"] = a["head_dim"]
+        return cfg
+    return {"model_type": "gpt2", "n_embd": a["hidden"], "n_layer": a["layers"], "n_head": a["heads"],
+            "n_inner": a["ffn"], "vocab_size": a["vocab"], "n_positions": e.get("seq", 2048)}
+
+
+def published_training_cases() -> list[dict]:
+    """validation/cases/training.yaml as cases of ``aicalc.train_time``; what a source does not state takes the
+    framework's default (written in the case's ``assumed``)."""
+    import yaml
+
+    path = CASES_DIR / "training.yaml"
+    if not path.is_file():
+        return []
+    calib = set()
+    cpath = CASES_DIR / "calibration.yaml"
+    if cpath.is_file():
+        calib = set((yaml.safe_load(cpath.read_text(encoding="utf-8")) or {}).get("training", []))
+    out = []
+    for e in yaml.safe_load(path.read_text(encoding="utf-8")) or []:
+        fw = e.get("framework", "other")
+        assumed = []
+        tp, pp, cp = e.get("tp", 1), e.get("pp", 1), e.get("cp", 1)
+        chips = e.get("chips")
+        dp = e.get("dp") or (chips // (tp * pp * cp) if chips else None)
+        why = ""
+        if dp is None:
+            why = "no chip count or layout published"
+            dp = 1
+        mb = e.get("micro_batch") or 1
+        gb = e.get("global_batch") or dp * mb * (4 * pp if pp > 1 else 1)
+        if not e.get("global_batch"):
+            assumed.append(f"global batch {gb}")
+        rc = e.get("recompute") or RECOMPUTE[fw]
+        if not e.get("recompute"):
+            assumed.append(f"recompute {rc}")
+        zero = e.get("zero")
+        if zero is None:
+            zero = 3 if FRAMEWORK[fw] in ("fsdp", "deepspeed") else 1
+            assumed.append(f"ZeRO {zero}")
+        what = e["what"]
+        attention = "materialized" if any(w in what for w in ("BLOOM", "OPT-175B")) else "flash"
+        args = dict(model=model_config(e), chip=e["chip"], tokens=float(e.get("tokens") or 1e12),
+                    seq=e.get("seq", 2048), global_batch=gb, micro_batch=mb, tp=tp, pp=pp, dp=dp, cp=cp,
+                    ep=e.get("ep", 1), recompute=rc, attention=attention, zero=zero,
+                    precision="fp8" if e.get("precision") == "fp8" else "bf16", framework=FRAMEWORK[fw],
+                    interleave=e.get("vp", 1))
+        metric, scale, unit = TRAIN_METRICS[e["metric"]]
+        out.append({"id": e["id"], "kind": "training", "regime": "training-" + e["group"], "what": what,
+                    "measured": float(e["measured"]) / scale if scale != 1.0 else float(e["measured"]),
+                    "unit": unit, "api": "train_time", "args": args, "metric": metric, "transform": None,
+                    "per_gpu": False, "scored": not why, "why_not": why, "source": e["source"],
+                    "calibration": e["id"] in calib, "assumed": ", ".join(assumed)})
     return out
 
 
@@ -168,7 +252,7 @@ def cases() -> list[dict]:
                        "step_s", a, h, L, tp, pp, dp, gb, mb, "selective", True, v))
     out.append(_tt("TT-16", "Korthikanti 530B TP8 PP35 DP8 (2240 GPUs), selective + SP; MFU", 0.542, "MFU", "mfu",
                    128, 20480, 105, 8, 35, 8, 2240, 1, "selective", True, 3))
-    return out + published_cases()
+    return out + published_cases() + published_training_cases()
 
 
 def estimate(c: dict) -> tuple[float, float]:
@@ -190,12 +274,12 @@ def read(c: dict, x: float) -> float:
     """The published figure's quantity from the estimate's column."""
     t, a = c["transform"], c["args"]
     if t == "inverse":
-        return 1.0 / x
-    if t == "per_tp":
-        return x / a["tp"]
-    if t == "prompt_rate":
-        return a["batch"] * a["prompt"] / x
-    return x
+        x = 1.0 / x
+    elif t == "per_tp":
+        x = x / a["tp"]
+    elif t == "prompt_rate":
+        x = a["batch"] * a["prompt"] / x
+    return x * c.get("scale", 1.0)
 
 
 def error(est: float, measured: float) -> float:
@@ -220,8 +304,9 @@ def _fmt(v: float, unit: str) -> str:
     return f"{v:,.3f}" if unit == "MFU" else f"{v:,.1f}"
 
 
-REGIMES = ("datacenter-batch1", "prefill", "serving-load", "training", "sram-dataflow", "apple", "consumer-gpu",
-           "amd", "tpu")
+REGIMES = ("datacenter-batch1", "prefill", "serving-load", "sram-dataflow", "apple", "consumer-gpu", "amd", "tpu",
+           "training", "training-single-node", "training-fsdp-multinode", "training-megatron-tp-pp", "training-tpu",
+           "training-moe", "training-run-level")
 
 
 def _stats(errs: list[float]) -> str:

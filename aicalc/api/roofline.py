@@ -91,8 +91,10 @@ def compose_efficiency(chip, engine: str | None = None, efficiency=None):
     cp, ep = profiles.load("class", cls), profiles.load("engine", eng)
     if isinstance(efficiency, Efficiency):
         return efficiency, cls, eng, ep.options, ("given Efficiency",), bool(cp.options.get("pipeline_over_chips"))
-    eff = Efficiency().with_overrides(cp.factors).with_overrides(ep.factors)
+    chip_factors = {k: f.value for k, f in (getattr(chip, "efficiency", None) or {}).items()}
+    eff = Efficiency().with_overrides(cp.factors).with_overrides(chip_factors).with_overrides(ep.factors)
     sources = [f"{k} = {v:g} ({p.id}: {p.sources[k]})" for p in (cp, ep) for k, v in p.factors.items()]
+    sources += [f"{k} = {f.value:g} ({chip.id}: {f.source})" for k, f in (chip.efficiency or {}).items()]
     if efficiency:
         eff = eff.with_overrides(dict(efficiency))
         sources += [f"{k} = {v:g} (given)" for k, v in dict(efficiency).items()]

@@ -37,21 +37,30 @@ def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: li
             raise ParameterError("precision", precision,
                                  f"has no throughput figure on {c.id} (it lists: {', '.join(c.dense_tflops)})")
     link = (c.interconnect.per_direction_bytes_per_s if c.interconnect else None) or PCIE_FALLBACK_BYTES_PER_S
+    domain = (c.interconnect.domain if c.interconnect else None) or 8
     if dp_bandwidth is None:
-        dpbw = DEFAULT_DP_BYTES_PER_S
+        dpbw = c.scale_out_gbs * 1e9 if c.scale_out_gbs else DEFAULT_DP_BYTES_PER_S
+        if not c.scale_out_gbs and warnings is not None:
+            warnings.append(f"{c.id} lists no scale-out network; {DEFAULT_DP_BYTES_PER_S / 1e9:.0f} GB/s per chip "
+                            "assumed across scale-up domains (dp_bandwidth)")
     elif isinstance(dp_bandwidth, str):
         dpbw = parse_rate(dp_bandwidth, "bytes", "dp_bandwidth")
     else:
         dpbw = float(dp_bandwidth)
-    return c, TrainChip(peak, c.memory_bandwidth_bytes_per_s, link, dpbw, low_precision=precision == "fp8")
+    return c, TrainChip(peak, c.memory_bandwidth_bytes_per_s, link, dpbw, low_precision=precision == "fp8",
+                        domain=domain, vector_flop_per_s=c.peak_flop_per_s("fp32") or 0.0)
 
 
 def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=1024, micro_batch=1, tp=1, pp=1,
                dp=1, mfu=None, achieved=None, recompute: str = "selective", attention: str = "flash",
                sequence_parallel: bool = True, interleave: int = 1, zero: int = 0, precision: str = "bf16",
-               dp_bandwidth=None, efficiency=None, price=None) -> TrainTime:
-    """Training on ``tokens`` tokens with a TP × PP × DP layout (arrays broadcast). ``mfu`` (a fraction) or
-    ``achieved`` (FLOP/s per chip, counted with recompute) give the rate; else the step-time model predicts it."""
+               dp_bandwidth=None, efficiency=None, price=None, ep=1, cp=1, framework: str = "megatron",
+               goodput=1.0) -> TrainTime:
+    """Training on ``tokens`` tokens with a TP × PP × CP × DP layout (arrays broadcast; ``ep`` experts split over
+    EP ranks inside DP). ``mfu`` (a fraction) or ``achieved`` (FLOP/s per chip, counted with recompute) give the
+    rate; else the step-time model predicts it, with the chip class's and the ``framework``'s profile
+    (``presets/frameworks/``: megatron, fsdp, deepspeed). ``goodput`` < 1 stretches total time and chip-hours
+    for restarts, evaluation and other stages no step model sees."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -86,11 +95,24 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     D = float(inputs.positive("tokens", tokens).reshape(-1)[0])
     achieved_v = parse_rate(achieved, "flop", "achieved") if isinstance(achieved, str) else achieved
     mfu_v = inputs.fraction("mfu", mfu) if mfu is not None else None
-    eff = efficiency_of(efficiency)
+    from aicalc.catalog import profiles
+
+    fw = profiles.load("framework", framework)
+    cls = profiles.load("class", profiles.chip_class(chip_obj))
+    chip_factors = {k: f.value for k, f in (chip_obj.efficiency or {}).items()}
+    eff = efficiency_of(None).with_overrides(cls.factors).with_overrides(chip_factors).with_overrides(fw.factors)
+    if efficiency:
+        eff = efficiency if not isinstance(efficiency, dict) else eff.with_overrides(efficiency)
+    goodput = inputs.fraction("goodput", goodput)
+    ep_v = int(inputs.positive("ep", ep, whole=True).reshape(-1)[0])
+    cp_v = int(inputs.positive("cp", cp, whole=True).reshape(-1)[0])
+    if ep_v > 1 and (spec.arch.moe is None or spec.arch.moe.experts % ep_v or int(g["dp"].min()) * cp_v % ep_v):
+        raise ParameterError("ep", ep_v, "must divide the experts and the data-parallel ranks (dp·cp)")
     s = shape_of(spec.arch)
     kw = dict(tokens=D, seq=g["seq"], global_batch=g["global_batch"], micro_batch=g["micro_batch"], tp=g["tp"],
               pp=g["pp"], dp=g["dp"], recompute=recompute, flash=attention == "flash",
-              sequence_parallel=sequence_parallel, interleave=interleave, zero=zero)
+              sequence_parallel=sequence_parallel, interleave=interleave, zero=zero, ep=ep_v, cp=cp_v,
+              goodput=goodput)
     r = tt.training(s, tchip, eff, mfu=mfu_v, achieved_flop_per_s=achieved_v, **kw)
     ideal = tt.training(s, tchip, IDEAL, **kw)
     cols = {"tp": g["tp"].astype(np.int64), "pp": g["pp"].astype(np.int64), "dp": g["dp"].astype(np.int64),
@@ -101,7 +123,7 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
               "tokens_per_s", "tokens_per_s_per_chip", "step_s", "total_time_s", "chip_hours"):
         cols[k] = r[k]
     cols["ideal_mfu"], cols["ideal_total_time_s"] = ideal["mfu"], ideal["total_time_s"]
-    for k in ("pipeline_s", "bubble_s", "tp_comm_s", "dp_comm_s", "optimizer_s"):
+    for k in ("pipeline_s", "bubble_s", "tp_comm_s", "dp_comm_s", "ep_comm_s", "pp_comm_s", "optimizer_s"):
         if k in r:
             cols[k] = r[k] + 0.0 * r["mfu"]
     price = float(price) if price is not None else chip_obj.price_per_hour_usd
@@ -109,5 +131,7 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
         cols["cost_usd"] = r["chip_hours"] * price
     source = "given" if mfu_v is not None else ("from achieved FLOP/s" if achieved_v is not None
                                                 else "auto (efficiency model)")
+    cols["goodput"] = goodput
     return TrainTime(cols, warnings, model=spec, chip=chip_obj, train_chip=tchip, efficiency=eff, mfu_source=source,
-                     price=price)
+                     price=price, framework=framework, chip_class=cls.id,
+                     sources=[f"{k} = {v:g} ({p.id}: {p.sources[k]})" for p in (cls, fw) for k, v in p.factors.items()])

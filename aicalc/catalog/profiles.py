@@ -19,7 +19,7 @@ from pathlib import Path
 
 from aicalc.errors import AicalcError, ParameterError
 
-KINDS = {"class": "classes", "engine": "engines"}
+KINDS = {"class": "classes", "engine": "engines", "framework": "frameworks"}
 DEFAULT_ENGINE = "generic"
 
 
@@ -53,7 +53,7 @@ def load(kind: str, profile_id: str) -> Profile:
 
     files = [d / f"{profile_id}.yaml" for d in _folders(kind) if (d / f"{profile_id}.yaml").is_file()]
     if not files:
-        raise ParameterError("engine" if kind == "engine" else "efficiency_class", profile_id,
+        raise ParameterError({"class": "efficiency_class"}.get(kind, kind), profile_id,
                              f"is not a known {kind} profile (known: {', '.join(ids(kind))})")
     path = files[-1]
     data = load_yaml(path)

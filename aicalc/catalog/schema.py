@@ -35,6 +35,13 @@ class Interconnect(_Strict):
         return one_way * 1e9
 
 
+class Factor(_Strict):
+    """One efficiency factor and where it was measured or fitted."""
+
+    value: float = Field(ge=0, allow_inf_nan=False)
+    source: str = Field(min_length=1)
+
+
 class Chip(_Strict):
     """One accelerator as a single device (per GPU, not per package or board pair).
 
@@ -59,6 +66,8 @@ class Chip(_Strict):
     interconnect: Interconnect | None = None
     scale_out_gbs: PositiveFloat | None = Field(None, description="network bandwidth per chip and direction across "
                                                 "scale-up domains (InfiniBand/RoCE NICs, TPU DCN), decimal GB/s")
+    efficiency: dict[str, Factor] = Field({}, description="measured efficiency factors of this chip (e.g. its GEMM "
+                                          "ceiling), applied over its class's profile")
     efficiency_class: str | None = Field(None, description="presets/classes/ID.yaml: the efficiency profile of its "
                                          "class (default: from kind and vendor)")
     tdp_w: PositiveFloat | None = None

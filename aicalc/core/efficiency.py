@@ -57,7 +57,8 @@ class Efficiency:
     hop_latency_s: float = 0.0
     # training only
     train_elementwise_bytes: float = 120.0  # bytes of non-matmul traffic per token per layer, in units of H
-    dp_overlap: float = 0.0  # fraction of the data-parallel gradient collective hidden behind backward
+    dp_overlap: float = 0.0  # share of the compute beside a data-parallel collective that hides it (frameworks)
+    ep_overlap: float = 0.0  # share of the expert compute that hides the MoE all-to-alls
 
     def with_overrides(self, overrides: dict[str, float]) -> Efficiency:
         known = {f.name for f in fields(self)}
@@ -72,7 +73,7 @@ class Efficiency:
 
 IDEAL = Efficiency(flop_max=1.0, gemm_half_dim=0.0, low_precision_flop_factor=1.0, bandwidth=1.0,
                    quant_bandwidth=1.0, overlap_p=float("inf"), kernel_overhead_s=0.0, step_overhead_s=0.0,
-                   collective_latency_s=0.0, link=1.0, train_elementwise_bytes=0.0, dp_overlap=1.0,
+                   collective_latency_s=0.0, link=1.0, train_elementwise_bytes=0.0, dp_overlap=1.0, ep_overlap=1.0,
                    gemv_efficiency=0.0, dequant_ops_per_weight=0.0, layer_latency_s=0.0, hop_latency_s=0.0)
 
 

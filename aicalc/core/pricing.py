@@ -48,7 +48,8 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
 
     from aicalc.core.geometry import ring_factor
 
-    peak, bw, link = roofs.peak_flop_per_s, roofs.bandwidth_bytes_per_s, max(roofs.link_bytes_per_s, 1.0)
+    peak, bw = roofs.peak_flop_per_s, roofs.bandwidth_bytes_per_s
+    link = np.maximum(roofs.link_bytes_per_s, 1.0)
     vec = vector_rate(roofs, eff)
     if op.kind == "gemm":
         g = gemm_efficiency(eff, *op.dims, low_precision=roofs.low_precision)

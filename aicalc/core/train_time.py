@@ -77,35 +77,56 @@ def time_from_rate(tokens, flops_per_token_counted, chips, achieved_flop_per_s_p
 class TrainChip:
     peak_flop_per_s: float
     bandwidth_bytes_per_s: float
-    link_bytes_per_s: float  # per direction, intra-node (TP)
-    dp_bytes_per_s: float  # per direction per chip, across nodes (DP)
+    link_bytes_per_s: float  # per direction, scale-up link (NVLink, ICI, Infinity Fabric)
+    dp_bytes_per_s: float  # per direction per chip, scale-out network across domains (NICs, DCN)
     low_precision: bool = False
+    domain: int = 8  # chips one scale-up link joins
+    vector_flop_per_s: float = 0.0
 
 
 ELEMENTWISE_KERNELS_PER_LAYER = 6.0  # norms 2, rope + residuals 3, activation 1 (the forward's stream kernels)
 
 
-def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, micro_batch, tp, pp, dp,
-              recompute="full", flash=True, sequence_parallel=True, interleave=1, zero=0, grad_bytes=2.0):
-    """Seconds per optimizer step and its parts (dict of arrays)."""
+def span_bandwidth(chip: TrainChip, span):
+    """Per-direction bandwidth of a collective whose group spans ``span`` consecutive ranks: the scale-up link
+    inside one domain, the scale-out network per chip beyond it (its slowest link sets a ring's pace)."""
     import numpy as np
 
+    return np.where(np.asarray(span, dtype=np.float64) <= chip.domain, chip.link_bytes_per_s, chip.dp_bytes_per_s)
+
+
+def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, micro_batch, tp, pp, dp,
+              recompute="full", flash=True, sequence_parallel=True, interleave=1, zero=0, grad_bytes=2.0, ep=1,
+              cp=1):
+    """Seconds per optimizer step and its parts (dict of arrays).
+
+    Collectives run on the links their group spans, hierarchically across scale-up domains
+    (:mod:`aicalc.core.collectives`).
+    Exposed communication is what the compute beside it cannot hide: ``dp_overlap`` of the backward pass hides
+    the gradient all-reduce (DDP buckets, Megatron's overlapped grad reduce), of every micro-batch the FSDP /
+    ZeRO-3 parameter all-gathers (prefetch) and gradient reduce-scatters; ``ep_overlap`` of the expert compute
+    hides the MoE all-to-alls."""
+    import numpy as np
+
+    from aicalc.core.collectives import allreduce_seconds
     from aicalc.core.forward import formats, forward_ops
-    from aicalc.core.geometry import ring_factor
     from aicalc.core.pricing import Roofs, price
 
     f = np.float64
     s_, Bg, b = np.asarray(seq, f), np.asarray(global_batch, f), np.asarray(micro_batch, f)
     tp, pp, dp, v = np.asarray(tp, f), np.asarray(pp, f), np.asarray(dp, f), np.asarray(interleave, f)
+    ep, cp = np.asarray(ep, f), np.asarray(cp, f)
     bw = chip.bandwidth_bytes_per_s
-    M = b * s_  # tokens per micro-batch
+    s_loc = s_ / cp  # context parallelism: each rank holds a slice of every sequence
+    M = b * s_loc  # tokens per micro-batch on one rank
     passes = 3.0 + (1.0 if recompute == "full" else 0.0)  # forward, backward (2×), recompute forward
     attn_passes = 3.0 + (1.0 if recompute in ("full", "selective") else 0.0)
-    roofs = Roofs(chip.peak_flop_per_s, bw, chip.link_bytes_per_s, chip.low_precision)
+    link_tp = span_bandwidth(chip, tp)
+    roofs = Roofs(chip.peak_flop_per_s, bw, link_tp, chip.low_precision, chip.vector_flop_per_s)
     fm = formats("bf16", flash=flash)
-    ops = forward_ops(s, fm, b, s_, 0.0, tp)
+    ops = forward_ops(s, fm, b, s_loc, 0.0, tp, ep=ep)
     price(ops, roofs, eff, tp, quantized=False)
-    t_layers, t_tp, t_head = 0.0, 0.0, 0.0
+    t_layers, t_tp, t_head, t_expert = 0.0, 0.0, 0.0, 0.0
     for op in ops:
         if op.name == "lm_head":
             t_head = 3.0 * op.t_est  # forward + backward, never recomputed
@@ -113,6 +134,8 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
             t_layers = t_layers + attn_passes * op.t_est
         elif op.kind == "gemm":
             t_layers = t_layers + passes * op.t_est
+            if op.name in ("moe_up", "moe_down"):
+                t_expert = t_expert + passes * op.t_est
         elif op.kind == "collective":
             t_tp = t_tp + (passes - 1.0) * op.t_est  # 2 per forward pass and per backward (2 more with full)
     # training elementwise traffic (norms, dropout, residuals, activations over every pass), per layer
@@ -123,29 +146,60 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
         elem = elem + ATTN_DROPOUT_BYTES_PER_SCORE * scores * attn_passes
     t_layers = t_layers + s.L * (elem / (bw * eff.bandwidth) + ELEMENTWISE_KERNELS_PER_LAYER * passes
                                  * eff.kernel_overhead_s)
-    t_mb = (t_layers + t_tp) / pp + t_head / v
+    # MoE: dispatch and combine all-to-alls per MoE layer, in every pass but the last backward's weight grads
+    t_a2a = 0.0
+    if s.moe_layers:
+        a2a_bytes = M * s.experts_per_token * s.H * 2.0 * np.maximum(ep - 1.0, 0.0) / np.maximum(ep, 1.0)
+        n_a2a = 2.0 * (passes - 1.0) * s.moe_layers
+        t_a2a = np.where(ep > 1, n_a2a * (a2a_bytes / (span_bandwidth(chip, tp * ep) * eff.link)
+                                          + eff.collective_latency_s), 0.0)
+        t_a2a = np.maximum(t_a2a - eff.ep_overlap * t_expert, (1.0 - eff.ep_overlap) * t_a2a)
+    # pipeline: activations (and their gradients) cross each stage boundary once per micro-batch
+    t_p2p = np.where(pp > 1, 2.0 * M * s.H * 2.0 / split / (span_bandwidth(chip, tp * cp * dp * pp) * eff.link), 0.0)
+    t_compute = (t_layers + t_tp + t_a2a) / pp + t_head / v  # one micro-batch on one stage
+    # data parallel over dp·cp ranks (CP ranks hold the same parameters): expert parameters over dp·cp/ep
+    shards = dp * cp
+    expert_params = s.moe_layers * s.experts * s.H * (s.expert_in + s.expert_ffn)
+    dense_dev = (s.total_params - expert_params) / (tp * pp)
+    expert_dev = expert_params / (tp * pp * ep)
+    def allreduce(elements_bytes, n, stride):
+        return allreduce_seconds(elements_bytes, n, stride, chip.domain, chip.link_bytes_per_s, chip.dp_bytes_per_s,
+                                 eff.link)
+
     m = Bg / (dp * b)  # micro-batches per pipeline per step
+    lat = eff.collective_latency_s
+    if zero >= 3:  # FSDP / ZeRO-3: per micro-batch, all-gather the parameters for forward and for backward,
+        #            reduce-scatter the gradients (each half a ring all-reduce's volume)
+        per_mb = (allreduce(dense_dev, shards, tp) + allreduce(expert_dev, shards / ep, tp * ep)) / 2.0 \
+            * (2.0 * 2.0 + grad_bytes) + np.where(shards > 1, 3.0 * lat, 0.0)
+        exposed_mb = np.maximum(per_mb - eff.dp_overlap * t_compute, 0.0)
+        t_dp = m * exposed_mb
+        t_mb = t_compute + t_p2p + exposed_mb
+    else:  # DDP / ZeRO-1/2: one gradient all-reduce (reduce-scatter + all-gather) per step, overlapped with the
+        #    last micro-batch's backward
+        t_all = (allreduce(dense_dev, shards, tp) + allreduce(expert_dev, shards / ep, tp * ep)) * grad_bytes \
+            + np.where(shards > 1, lat, 0.0)
+        t_dp = np.maximum(t_all - eff.dp_overlap * t_compute * 2.0 / 3.0, 0.0)
+        t_mb = t_compute + t_p2p
     bubble = (pp - 1.0) / v
     t_pipe = (m + bubble) * t_mb
-    # data parallel: gradients (ZeRO-3: + parameter all-gather) over the inter-node network
-    params_dev = s.total_params / (tp * pp)
-    vol = ring_factor(dp) * params_dev * grad_bytes * (1.5 if zero >= 3 else 1.0)
-    t_dp = (1.0 - eff.dp_overlap) * (vol / (chip.dp_bytes_per_s * eff.link)
-                                      + np.where(dp > 1, eff.collective_latency_s, 0.0))
-    shard = dp if zero >= 1 else 1.0
-    t_opt = params_dev / shard * OPTIMIZER_BYTES_PER_PARAM / (bw * eff.bandwidth)
-    total = t_pipe + t_dp + t_opt
+    shard = shards if zero >= 1 else 1.0
+    t_opt = (dense_dev + expert_dev) / shard * OPTIMIZER_BYTES_PER_PARAM / (bw * eff.bandwidth)
+    total = t_pipe + (t_dp if zero < 3 else 0.0) + t_opt
     return {"step_s": total, "pipeline_s": t_pipe, "bubble_s": bubble * t_mb, "dp_comm_s": t_dp, "optimizer_s": t_opt,
-            "tp_comm_s": m * t_tp / pp, "microbatches": m}
+            "tp_comm_s": m * t_tp / pp, "ep_comm_s": m * t_a2a / pp, "pp_comm_s": m * t_p2p,
+            "microbatches": m}
 
 
 def training(s: Shape, chip: TrainChip, eff: Efficiency, *, tokens, seq, global_batch, micro_batch, tp, pp, dp,
              recompute="full", mfu=None, achieved_flop_per_s=None, flash=True, sequence_parallel=True, interleave=1,
-             zero=0):
-    """Throughput, MFU, total time and chip-hours; ``mfu``/``achieved_flop_per_s`` given, else predicted."""
+             zero=0, ep=1, cp=1, goodput=1.0):
+    """Throughput, MFU, total time and chip-hours; ``mfu``/``achieved_flop_per_s`` given, else predicted.
+    ``goodput``: the share of wall-clock time a run spends on training steps (restarts, evaluation and other
+    stages lengthen it); total time and chip-hours are divided by it."""
     import numpy as np
 
-    chips = np.asarray(tp, dtype=np.float64) * pp * dp
+    chips = np.asarray(tp, dtype=np.float64) * pp * dp * cp
     model_f, hw_f = flops_per_token(s, seq, recompute)
     parts = {}
     if achieved_flop_per_s is not None:
@@ -155,10 +209,10 @@ def training(s: Shape, chip: TrainChip, eff: Efficiency, *, tokens, seq, global_
     else:
         parts = step_time(s, chip, eff, seq=seq, global_batch=global_batch, micro_batch=micro_batch, tp=tp, pp=pp,
                           dp=dp, recompute=recompute, flash=flash, sequence_parallel=sequence_parallel,
-                          interleave=interleave, zero=zero)
+                          interleave=interleave, zero=zero, ep=ep, cp=cp)
         tok_s = np.asarray(global_batch, dtype=np.float64) * seq / parts["step_s"]
     mfu_v = tok_s * model_f / (chips * chip.peak_flop_per_s)
-    total = np.asarray(tokens, dtype=np.float64) / tok_s
+    total = np.asarray(tokens, dtype=np.float64) / tok_s / goodput
     return {
         "model_flop_per_token": model_f + 0.0 * tok_s, "hardware_flop_per_token": hw_f + 0.0 * tok_s,
         "mfu": mfu_v, "hfu": tok_s * hw_f / (chips * chip.peak_flop_per_s),
