@@ -92,9 +92,12 @@ def compose_efficiency(chip, engine: str | None = None, efficiency=None):
     if isinstance(efficiency, Efficiency):
         return efficiency, cls, eng, ep.options, ("given Efficiency",), bool(cp.options.get("pipeline_over_chips"))
     chip_factors = {k: f.value for k, f in (getattr(chip, "efficiency", None) or {}).items()}
-    eff = Efficiency().with_overrides(cp.factors).with_overrides(chip_factors).with_overrides(ep.factors)
+    backend, backend_sources = ep.options.get("by_class", {}).get(cls, ({}, {}))
+    eff = (Efficiency().with_overrides(cp.factors).with_overrides(chip_factors).with_overrides(ep.factors)
+           .with_overrides(backend))
     sources = [f"{k} = {v:g} ({p.id}: {p.sources[k]})" for p in (cp, ep) for k, v in p.factors.items()]
     sources += [f"{k} = {f.value:g} ({chip.id}: {f.source})" for k, f in (chip.efficiency or {}).items()]
+    sources += [f"{k} = {v:g} ({ep.id} on {cls}: {backend_sources[k]})" for k, v in backend.items()]
     if efficiency:
         eff = eff.with_overrides(dict(efficiency))
         sources += [f"{k} = {v:g} (given)" for k, v in dict(efficiency).items()]
@@ -179,8 +182,8 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
         kv[sel] = kv_cache_bytes(kv_shape(arch, kv_dtype, int(t)), B[sel], S[sel] + G[sel])
     chips_needed = np.ceil((weights + kv) * TP / float(cs.chip.memory_bytes))
     # a dataflow deployment spreads the weights over chips_needed chips that every token crosses in turn
-    hops = np.maximum(chips_needed - 1.0, 0.0) if cs.dataflow else 0.0
-    pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, B, S, G, TP, hops)
+    pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, B, S, G, TP,
+                                      chips_needed if cs.dataflow else 1.0)
     need = weights + kv
     mem = float(cs.chip.memory_bytes)
     e, ideal = out["est"], out["ideal"]

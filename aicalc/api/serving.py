@@ -42,8 +42,9 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
           dtype: str = "bf16", kv_dtype: str = "bf16", max_ttft=None, max_tpot=None, price=None,
           utilization=0.9, engine: str | None = None, efficiency=None) -> Serving:
     """``concurrency`` requests of ``prompt`` + ``gen`` tokens over ``chips`` chips in replicas of TP ``tp``
-    (arrays broadcast). ``max_ttft`` / ``max_tpot`` (seconds or ``"500ms"``) set ``meets_slo``; ``price``:
-    USD per chip-hour (default: the chip preset's); ``engine``: an engine profile (default generic)."""
+    (arrays broadcast); ``concurrency="max"``: as many as the KV budget holds (serving at full load).
+    ``max_ttft`` / ``max_tpot`` (seconds or ``"500ms"``) set ``meets_slo``; ``price``: USD per chip-hour
+    (default: the chip preset's); ``engine``: an engine profile (default generic)."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -63,6 +64,9 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if chips < 1 or chips % tp:
         raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}")
     replicas = chips // tp
+    if isinstance(concurrency, str) and concurrency == "max":
+        concurrency = max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompt, gen=gen, dtype=dtype,
+                                             kv_dtype=kv_dtype, utilization=utilization))
     g = inputs.broadcast(concurrency=inputs.positive("concurrency", concurrency, whole=True),
                          prompt=inputs.positive("prompt", prompt, whole=True),
                          gen=inputs.positive("gen", gen, whole=True))

@@ -60,17 +60,31 @@ def load(kind: str, profile_id: str) -> Profile:
     if not isinstance(data, dict) or data.get("id") != profile_id:
         raise AicalcError(f"{path}: expected a mapping whose id is '{profile_id}'")
     known = set(Efficiency.__dataclass_fields__)
-    factors, sources = {}, {}
-    for name, entry in (data.get("factors") or {}).items():
-        if name not in known:
-            raise AicalcError(f"{path}: factor '{name}' is not an efficiency factor (known: {', '.join(sorted(known))})")
-        if not isinstance(entry, dict) or "value" not in entry or not entry.get("source"):
-            raise AicalcError(f"{path}: factor '{name}' needs a value and a source")
-        v = entry["value"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise AicalcError(f"{path}: factor '{name}' must be a finite, non-negative number")
-        factors[name], sources[name] = float(v), str(entry["source"])
-    options = {k: v for k, v in data.items() if k not in ("id", "name", "factors", "description")}
+    def read(block, where: str):
+        factors, sources = {}, {}
+        for name, entry in (block or {}).items():
+            if name not in known:
+                raise AicalcError(f"{path}: {where}factor '{name}' is not an efficiency factor (known: "
+                                  f"{', '.join(sorted(known))})")
+            if not isinstance(entry, dict) or "value" not in entry or not entry.get("source"):
+                raise AicalcError(f"{path}: {where}factor '{name}' needs a value and a source")
+            v = entry["value"]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise AicalcError(f"{path}: {where}factor '{name}' must be a finite, non-negative number")
+            factors[name], sources[name] = float(v), str(entry["source"])
+        return factors, sources
+
+    factors, sources = read(data.get("factors"), "")
+    by_class = {}
+    for cls, block in (data.get("by_class") or {}).items():  # an engine's kernels differ per backend (CUDA, Metal)
+        by_class[cls] = read((block or {}).get("factors"), f"by_class.{cls}: ")
+    options = {k: v for k, v in data.items() if k not in ("id", "name", "factors", "description", "by_class",
+                                                          "extends")}
+    options["by_class"] = by_class
+    if data.get("extends"):  # a profile that differs from another in a few factors states only those
+        base = load(kind, str(data["extends"]))
+        factors, sources = {**base.factors, **factors}, {**base.sources, **sources}
+        options = {**base.options, **options, "by_class": {**base.options.get("by_class", {}), **by_class}}
     return Profile(profile_id, str(data.get("name", profile_id)), factors, sources, options)
 
 

@@ -33,18 +33,30 @@ class Phase:
         return self.flop / self.bytes
 
 
+def dataflow(s: Shape, chips):
+    """(spread, hops) of a dataflow deployment whose weights fill ``chips`` chips' SRAM (1: not dataflow): a token
+    crosses min(chips, L) chip groups in turn, and each layer's work is spread over chips / L chips when there
+    are more chips than layers (Groq runs every layer on several chips at once)."""
+    import numpy as np
+
+    chips = np.maximum(np.asarray(chips, dtype=np.float64), 1.0)
+    return np.maximum(chips / s.L, 1.0), np.minimum(chips, s.L) - 1.0
+
+
 def pass_overhead(s: Shape, eff: Efficiency, hops=0.0):
     """Fixed seconds of one forward pass: the step overhead (host, sampling, sync), and on dataflow chips the
     latency of every layer and of every chip-to-chip hop of the pipeline a token crosses."""
     return eff.step_overhead_s + eff.layer_latency_s * s.L + eff.hop_latency_s * hops
 
 
-def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, hops=0.0):
-    """(FLOPs, bytes, ideal time, estimated time) of one pass; the estimate includes the pass overhead."""
+def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, chips=1.0):
+    """(FLOPs, bytes, ideal time, estimated time) of one pass per device group; the estimate includes the pass
+    overhead. ``chips``: a dataflow deployment's chip count (see :func:`dataflow`)."""
     ops = forward_ops(s, fm, B, T, P, tp, logits_tokens)
     price(ops, roofs, eff, tp, fm.quantized)
-    return (sum(o.flop for o in ops), sum(o.bytes for o in ops), sum(o.t_ideal for o in ops),
-            sum(o.t_est for o in ops) + pass_overhead(s, eff, hops))
+    spread, hops = dataflow(s, chips)
+    return (sum(o.flop for o in ops), sum(o.bytes for o in ops), sum(o.t_ideal for o in ops) / spread,
+            sum(o.t_est for o in ops) / spread + pass_overhead(s, eff, hops))
 
 
 def _timed_ops(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None):
@@ -54,9 +66,9 @@ def _timed_ops(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None):
 
 
 def phase(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, new_tokens, past, tp,
-          logits_tokens=None, hops=0.0) -> Phase:
+          logits_tokens=None, chips=1.0) -> Phase:
     """One forward pass, timed (ideal and estimate), over the broadcast of the array arguments."""
-    args = [batch, new_tokens, past, tp, hops] + ([] if logits_tokens is None else [logits_tokens])
+    args = [batch, new_tokens, past, tp, chips] + ([] if logits_tokens is None else [logits_tokens])
 
     def block(B, T, P, tp_, h, *lt):
         return _sums(s, roofs, fm, eff, B, T, P, tp_, lt[0] if lt else None, h)
@@ -65,9 +77,9 @@ def phase(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, new_token
                  make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, new_tokens, past, tp, logits_tokens))
 
 
-def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, prompt, gen, tp, hops=0.0):
-    """(prefill Phase, decode Phase, {"est"|"ideal": {ttft_s, tpot_s, total_s, output_tokens_per_s}}); ``hops``:
-    chip-to-chip hops of a dataflow pipeline each pass crosses."""
+def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, prompt, gen, tp, chips=1.0):
+    """(prefill Phase, decode Phase, {"est"|"ideal": {ttft_s, tpot_s, total_s, output_tokens_per_s}}); ``chips``:
+    the chips a dataflow deployment spreads the weights over (1 otherwise)."""
 
     def block(B, S, G, tp_, h):
         pre = _sums(s, roofs, fm, eff, B, S, 0.0, tp_, 1.0, h)
@@ -78,7 +90,7 @@ def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, promp
             res += [total, B * G / total]
         return res
 
-    r = chunked(block, [batch, prompt, gen, tp, hops], 12)
+    r = chunked(block, [batch, prompt, gen, tp, chips], 12)
     import numpy as np
 
     S, G = np.asarray(prompt, dtype=np.float64), np.asarray(gen, dtype=np.float64)
