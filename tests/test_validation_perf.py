@@ -64,6 +64,15 @@ def test_error_goals_on_the_reference_rows(results):
     assert worst[0] <= 0.35, worst
 
 
+def test_held_out_published_inference(results):
+    """Published inference measurements the profiles never saw (docs/validation-perf.md): at least 40 in at least
+    6 regimes, geometric-mean error within the 15 % goal."""
+    held = [(c, e) for c, _, _, e in results if c["scored"] and c["kind"] != "training"
+            and c["source"] != REFERENCE and not c["calibration"]]
+    assert len(held) >= 40 and len({c["regime"] for c, _ in held}) >= 6
+    assert geomean([e for _, e in held]) <= 0.15
+
+
 def test_ideal_is_optimistic(results):
     """The bare roofline is a bound: faster than the measurement for every throughput/latency row, except where
     the case assumes per-query-head K/V reads at long generation (an assumption about the kernel, not a bound)."""
