@@ -17,7 +17,10 @@ def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256",
 
     prompts, gens = int_sweep(prompt, "--prompt"), int_sweep(gen, "--gen")
     tp = int(tp)
-    if concurrency is None:
+    if str(concurrency).strip().lower() == "max":  # as many requests as the KV cache holds
+        conc = [float(max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompts, gen=gens, dtype=dtype,
+                                             kv_dtype=kv_dtype)))]
+    elif concurrency is None:
         conc = concurrency_ladder(max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompts, gen=gens,
                                                   dtype=dtype, kv_dtype=kv_dtype))
     else:
