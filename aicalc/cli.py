@@ -322,6 +322,13 @@ def serve(
     kv_dtype: KvDtype = "bf16",
     price: Annotated[float | None, typer.Option("--price", help="USD per chip-hour (default: the chip preset's)")] = None,
     engine: Engine = None,
+    draft: Annotated[str | None, typer.Option("--draft", help="speculative decoding: a draft model (id, config) or "
+                                                          "head: mtp, eagle")] = None,
+    draft_tokens: Annotated[int, typer.Option("--draft-tokens", help="tokens drafted per round (K)")] = 4,
+    acceptance: Annotated[str, typer.Option("--acceptance", help="per-token acceptance rate of drafted tokens "
+                                                                 "(0.7, 70%)")] = "0.7",
+    prefix_hit: Annotated[str, typer.Option("--prefix-hit", help="share of each prompt found in the prefix cache "
+                                                                 "(0.5, 50%)")] = "0",
     fmt: Format = "table",
     json_: Json = False,
 ):
@@ -329,8 +336,8 @@ def serve(
     from aicalc.commands.serve import run
 
     return emit(run(model, chip, chips=chips, tp=tp, prompt=prompt, gen=gen, concurrency=concurrency,
-                    max_ttft=max_ttft, max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine),
-                fmt, json_)
+                    max_ttft=max_ttft, max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine,
+                    draft=draft, draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit), fmt, json_)
 
 
 @app.command("compare")

@@ -40,11 +40,17 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int = 1, chips: int | None = 
 
 def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: int = 1, chips: int | None = None,
           dtype: str = "bf16", kv_dtype: str = "bf16", max_ttft=None, max_tpot=None, price=None,
-          utilization=0.9, engine: str | None = None, efficiency=None) -> Serving:
+          utilization=0.9, engine: str | None = None, efficiency=None, draft=None, draft_tokens: int = 4,
+          acceptance=0.7, prefix_hit=0.0) -> Serving:
     """``concurrency`` requests of ``prompt`` + ``gen`` tokens over ``chips`` chips in replicas of TP ``tp``
     (arrays broadcast); ``concurrency="max"``: as many as the KV budget holds (serving at full load).
     ``max_ttft`` / ``max_tpot`` (seconds or ``"500ms"``) set ``meets_slo``; ``price``: USD per chip-hour
-    (default: the chip preset's); ``engine``: an engine profile (default generic)."""
+    (default: the chip preset's); ``engine``: an engine profile (default generic).
+
+    ``draft``: speculative decoding with a draft model (a model id, path or config) or head (``"mtp"``,
+    ``"eagle"``) proposing ``draft_tokens`` tokens that the target accepts at rate ``acceptance`` each
+    (:mod:`aicalc.core.speculative`). ``prefix_hit``: the share of every prompt found in the prefix cache: it is
+    not prefilled, and its KV blocks are held once per replica."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -80,16 +86,35 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     overhead = capacity.runtime_overhead_bytes(arch, tp)
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, utilization, weights, overhead))
     per_rep = np.ceil(C / replicas)
-    k = prefill_batch(per_rep, G, P)  # prompts prefilled together in one pass
+    hit = float(prefix_hit)
+    if not 0.0 <= hit < 1.0:
+        raise ParameterError("prefix_hit", prefix_hit, "must lie in [0, 1)")
+    cached = np.floor(P * hit)  # prompt tokens found in the prefix cache
+    k = prefill_batch(per_rep, G, P - cached)  # prompts prefilled together in one pass
+    spec = _draft(draft, arch, dtype, kv_dtype, tp, cs, draft_tokens, acceptance)
     out = {}
     for name, eff in (("est", cs.efficiency), ("ideal", IDEAL)):
-        pre = latency.phase(cs.shape, cs.roofs, cs.formats, eff, k, P, 0.0, tp, logits_tokens=1.0)
+        pick = (lambda ph: ph.t_est) if name == "est" else (lambda ph: ph.t_ideal)
+        pre = latency.phase(cs.shape, cs.roofs, cs.formats, eff, k, P - cached, cached, tp, logits_tokens=1.0)
         dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_rep, 1.0, P + G / 2.0, tp)
-        t_pre, t_dec = (pre.t_est, dec.t_est) if name == "est" else (pre.t_ideal, dec.t_ideal)
+        t_pre, t_dec = pick(pre), pick(dec)
         ttft, tpot = steady_state(t_pre, t_dec, per_rep, G, k)
-        out[name] = (ttft, tpot, replicas * per_rep / tpot)
-    ttft, tpot, tps = out["est"]
-    kv_dev = kv_cache_bytes(kv_shape(arch, kv_dtype, tp), per_rep, live_context(P, G), BLOCK)
+        row = [ttft, tpot, replicas * per_rep / tpot]
+        if spec is not None:  # a round: K draft passes and one target pass over K + 1 tokens per sequence
+            ds, dfm = spec["shape"], spec["formats"]
+            t_draft = spec["k"] * pick(latency.phase(ds, cs.roofs, dfm, eff, per_rep, 1.0, P + G / 2.0, tp))
+            t_verify = pick(latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_rep, spec["k"] + 1.0,
+                                          P + G / 2.0, tp))
+            tpot_spec = (t_draft + t_verify) / spec["tokens"] + per_rep / G * t_pre / k
+            row = [ttft + t_draft, tpot_spec, replicas * per_rep / tpot_spec, tpot / tpot_spec]
+        out[name] = row
+    ttft, tpot, tps = out["est"][:3]
+    shape_kv = kv_shape(arch, kv_dtype, tp)
+    kv_dev = kv_cache_bytes(shape_kv, per_rep, live_context(P, G) - cached, BLOCK) + \
+        kv_cache_bytes(shape_kv, np.where(cached > 0, 1.0, 0.0), cached, BLOCK)  # the shared prefix, once
+    if spec is not None:
+        weights = weights + spec["weights"]
+        kv_dev = kv_dev + kv_cache_bytes(spec["kv_shape"], per_rep, live_context(P, G) + spec["k"], BLOCK)
     fits = (kv_dev <= budget) & (budget > 0)
     meets = np.ones_like(C, dtype=bool)
     if max_ttft is not None:
@@ -98,13 +123,16 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         meets &= tpot <= max_tpot
     cols = {"concurrency": C.astype(np.int64), "prompt": P.astype(np.int64), "gen": G.astype(np.int64),
             "replicas": replicas, "tp": tp, "chips": chips, "batch_per_replica": per_rep.astype(np.int64),
-            "prefill_batch": k,
+            "prefill_batch": k, "prefix_cached_tokens": cached,
             "ttft_s": ttft, "tpot_s": tpot, "output_tokens_per_s": tps,
             "output_tokens_per_s_per_chip": tps / chips, "tokens_per_s_per_sequence": 1.0 / tpot,
             "ideal_ttft_s": out["ideal"][0], "ideal_tpot_s": out["ideal"][1],
             "ideal_output_tokens_per_s": out["ideal"][2],
             "weights_bytes_per_device": weights, "kv_cache_bytes_per_device": kv_dev,
             "total_bytes_per_device": weights + overhead + kv_dev, "fits": fits, "meets_slo": meets & fits}
+    if spec is not None:
+        cols |= {"draft_tokens": spec["k"], "acceptance": spec["acceptance"],
+                 "tokens_per_target_pass": spec["tokens"], "speculative_speedup": out["est"][3]}
     price = price or cs.chip.price_per_hour_usd
     if price:
         cols["usd_per_million_output_tokens"] = cost.usd_per_million_tokens(chips, tps, price)
@@ -117,3 +145,29 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
                         f"replica exceeds the {budget / 2**30:.1f} GiB left per device beside weights and overhead")
     return Serving(cols, warnings, setup=cs, replicas=replicas, chips=chips, price=price, budget_bytes=budget,
                    max_ttft=max_ttft, max_tpot=max_tpot, utilization=utilization)
+
+
+def _draft(draft, arch, dtype, kv_dtype, tp, cs, draft_tokens, acceptance):
+    """The draft of speculative decoding, as the cost model sees it (None: no speculation)."""
+    if draft is None:
+        return None
+    from aicalc.api import inputs
+    from aicalc.api.catalog import load_model
+    from aicalc.core.forward import shape_of
+    from aicalc.core.geometry import check_tp, weight_bytes_per_device
+    from aicalc.core.kv_cache import kv_shape
+    from aicalc.core.speculative import HEADS, expected_tokens, head_arch
+    from aicalc.errors import ParameterError
+
+    k = int(inputs.positive("draft_tokens", draft_tokens, whole=True).reshape(-1)[0])
+    if k > 16:
+        raise ParameterError("draft_tokens", k, "is more than 16 drafted tokens per round")
+    a = inputs.fraction("acceptance", acceptance)
+    darch = head_arch(arch) if str(draft) in HEADS else load_model(draft).arch
+    if darch.vocab != arch.vocab:
+        raise ParameterError("draft", draft, f"has a vocabulary of {darch.vocab}, the target {arch.vocab}: a draft "
+                             "must share the target's tokenizer")
+    check_tp(darch, tp)
+    return {"k": float(k), "acceptance": a, "tokens": float(expected_tokens(a, k)), "shape": shape_of(darch),
+            "formats": cs.formats, "weights": weight_bytes_per_device(darch, dtype, tp),
+            "kv_shape": kv_shape(darch, kv_dtype, tp)}

@@ -8,7 +8,8 @@ from aicalc.result import Result
 
 
 def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256", concurrency=None, max_ttft=None,
-        max_tpot=None, dtype: str = "bf16", kv_dtype: str = "bf16", price=None, engine=None) -> Result:
+        max_tpot=None, dtype: str = "bf16", kv_dtype: str = "bf16", price=None, engine=None, draft=None,
+        draft_tokens=4, acceptance="0.7", prefix_hit="0") -> Result:
     import numpy as np
 
     from aicalc.api.serving import max_concurrency, serve
@@ -27,7 +28,8 @@ def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256",
         conc = int_sweep(concurrency, "--concurrency")
     g = grid(concurrency=conc, prompt=prompts, gen=gens)
     r = serve(model, chip, g["concurrency"], g["prompt"], g["gen"], tp=tp, chips=chips, dtype=dtype,
-              kv_dtype=kv_dtype, max_ttft=max_ttft, max_tpot=max_tpot, price=price, engine=engine)
+              kv_dtype=kv_dtype, max_ttft=max_ttft, max_tpot=max_tpot, price=price, engine=engine, draft=draft,
+              draft_tokens=int(draft_tokens), acceptance=acceptance, prefix_hit=_share(prefix_hit))
     m, c = r.meta, r.columns
     cs = m["setup"]
     warnings, exit_code = list(r.warnings), ExitCode.OK
@@ -44,12 +46,15 @@ def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256",
         exit_code = ExitCode.BUDGET
     price_v = m["price"]
     columns = ["concurrency", "prompt", "gen", "batch_per_replica", "ttft_s", "tpot_s", "output_tokens_per_s",
-               "total_bytes_per_device", "fits"] + (["meets_slo"] if slo else []) + \
+               "total_bytes_per_device", "fits"] + (["speculative_speedup"] if draft else []) + \
+              (["meets_slo"] if slo else []) + \
               (["usd_per_million_output_tokens"] if price_v else [])
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "replicas": m["replicas"],
               "prompt": prompts, "gen": gens, "concurrency": None if concurrency is None else conc,
               "max_ttft_s": m["max_ttft"], "max_tpot_s": m["max_tpot"], "dtype": dtype, "kv_dtype": kv_dtype,
               "compute_dtype": cs.compute_dtype, "engine": cs.engine, "chip_class": cs.chip_class,
+              "draft": draft, "draft_tokens": int(draft_tokens) if draft else None,
+              "acceptance": float(_share(acceptance)) if draft else None, "prefix_hit": _share(prefix_hit),
               "efficiency_sources": list(cs.sources), "price_per_chip_hour_usd": price_v,
               "gpu_memory_utilization": m["utilization"]}
     notes = ["continuous batching in steady state: TPOT = decode step + the batched prefills interleaved per step; "
@@ -59,3 +64,14 @@ def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256",
     return Result("serve", inputs, r.rows(), warnings=warnings, exit_code=exit_code, columns=columns, notes=notes,
                   title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} (TP {tp}, {m['replicas']} replica(s), "
                         f"{dtype})")
+
+
+def _share(text) -> float:
+    """``0.75`` or ``75%`` → 0.75 (0 allowed)."""
+    from aicalc.errors import AicalcError
+
+    t = str(text).strip()
+    try:
+        return float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise AicalcError(f"cannot read the share '{text}' (examples: 0.75, 75%)") from None
