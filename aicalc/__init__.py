@@ -19,6 +19,7 @@ _API = {
     "kv_cache": "aicalc.api.kv_cache", "KVCache": "aicalc.api.kv_cache",
     "roofline": "aicalc.api.roofline", "Roofline": "aicalc.api.roofline",
     "serve": "aicalc.api.serving", "Serving": "aicalc.api.serving", "max_concurrency": "aicalc.api.serving",
+    "simulate": "aicalc.api.traffic", "Traffic": "aicalc.api.traffic",
     "train_memory": "aicalc.api.train_memory", "search_layouts": "aicalc.api.train_memory",
     "TrainMemory": "aicalc.api.train_memory",
     "train_time": "aicalc.api.train_time", "TrainTime": "aicalc.api.train_time",

@@ -329,6 +329,12 @@ def serve(
                                                                  "(0.7, 70%)")] = "0.7",
     prefix_hit: Annotated[str, typer.Option("--prefix-hit", help="share of each prompt found in the prefix cache "
                                                                  "(0.5, 50%)")] = "0",
+    rate: Annotated[str | None, typer.Option("--rate", help="traffic: requests/s arriving (Poisson; sweepable); "
+                                                            "simulates the scheduler")] = None,
+    requests: Annotated[str | None, typer.Option("--requests", metavar="FILE", help="traffic: a CSV/JSONL trace of "
+                                                 "prompt, gen and optional arrival_s")] = None,
+    num_requests: Annotated[str, typer.Option("--num-requests", help="requests simulated at each --rate")] = "1000",
+    seed: Annotated[int, typer.Option("--seed", help="random seed of the arrival process")] = 0,
     fmt: Format = "table",
     json_: Json = False,
 ):
@@ -337,7 +343,8 @@ def serve(
 
     return emit(run(model, chip, chips=chips, tp=tp, prompt=prompt, gen=gen, concurrency=concurrency,
                     max_ttft=max_ttft, max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine,
-                    draft=draft, draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit), fmt, json_)
+                    draft=draft, draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate,
+                    requests=requests, num_requests=num_requests, seed=seed), fmt, json_)
 
 
 @app.command("compare")

@@ -21,6 +21,7 @@ _SUFFIXES = (
     ("_flop_per_s_per_chip", lambda x: fmt_rate(x, "FLOP/s")),
     ("_flop_per_s", lambda x: fmt_rate(x, "FLOP/s")),
     ("_tokens_per_s", lambda x: f"{x:,.1f}"),
+    ("_requests_per_s", lambda x: f"{x:,.3g}/s"),
     ("_bytes", fmt_bytes),
     ("_flop", lambda x: fmt_rate(x, "FLOP")),
     ("_usd", lambda x: f"${x:,.2f}" if abs(x) >= 1 else f"${x:.4g}"),

@@ -9,8 +9,13 @@ from aicalc.result import Result
 
 def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256", concurrency=None, max_ttft=None,
         max_tpot=None, dtype: str = "bf16", kv_dtype: str = "bf16", price=None, engine=None, draft=None,
-        draft_tokens=4, acceptance="0.7", prefix_hit="0") -> Result:
+        draft_tokens=4, acceptance="0.7", prefix_hit="0", rate=None, requests=None, num_requests="1000",
+        seed=0) -> Result:
     import numpy as np
+
+    if rate is not None or requests is not None:
+        return _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate,
+                        requests, num_requests, seed)
 
     from aicalc.api.serving import max_concurrency, serve
     from aicalc.core.serving import concurrency_ladder
@@ -75,3 +80,32 @@ def _share(text) -> float:
         return float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
         raise AicalcError(f"cannot read the share '{text}' (examples: 0.75, 75%)") from None
+
+
+def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate, requests,
+             num_requests, seed) -> Result:
+    """serve with traffic: a discrete-event simulation of the scheduler (one row per arrival rate)."""
+    from aicalc.api.traffic import simulate
+    from aicalc.sweep import sweep
+    from aicalc.units import parse_int
+
+    tp = int(tp)
+    r = simulate(model, chip, sweep(rate, "--rate") if rate is not None else 1.0, requests=requests,
+                 prompt=parse_int(str(prompt), "--prompt"), gen=parse_int(str(gen), "--gen"),
+                 num_requests=parse_int(str(num_requests), "--num-requests"), tp=tp, chips=chips, dtype=dtype,
+                 kv_dtype=kv_dtype, engine=engine, max_ttft=max_ttft, max_tpot=max_tpot, seed=int(seed))
+    m = r.meta
+    cs = m["setup"]
+    src = f"trace {requests}" if requests else f"{r.requests[0]:,} requests of {prompt} + {gen} tokens, Poisson arrivals"
+    inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "replicas": m["replicas"],
+              "rate": rate, "requests": requests, "prompt": prompt, "gen": gen, "max_ttft": max_ttft,
+              "max_tpot": max_tpot, "dtype": dtype, "kv_dtype": kv_dtype, "engine": cs.engine, "seed": int(seed),
+              "kv_blocks_per_replica": m["kv_blocks"]}
+    columns = ["rate", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s", "output_tokens_per_s",
+               "goodput_requests_per_s", "preemptions"]
+    notes = [f"{src}; discrete-event simulation of continuous batching per replica (token budget 8192, 256 "
+             "sequences, paged KV with recompute preemption), step times from the cost model (docs/serve.md)",
+             "goodput: requests per second meeting --max-ttft and --max-tpot (all requests when none is given)"]
+    return Result("serve", inputs, r.rows(), warnings=r.warnings, columns=columns, notes=notes,
+                  title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} under traffic (TP {tp}, {m['replicas']} "
+                        "replica(s))")
