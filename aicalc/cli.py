@@ -335,6 +335,11 @@ def serve(
                                                  "prompt, gen and optional arrival_s")] = None,
     num_requests: Annotated[str, typer.Option("--num-requests", help="requests simulated at each --rate")] = "1000",
     seed: Annotated[int, typer.Option("--seed", help="random seed of the arrival process")] = 0,
+    search: Annotated[bool, typer.Option("--search", help="rank deployments of --chips chips over every --chip "
+                                                          "(comma list), TP, --dtype/--kv-dtype lists, aggregated "
+                                                          "and disaggregated, by cost within the targets")] = False,
+    plot: Annotated[str | None, typer.Option("--plot", help="with --search: write the Pareto chart to FILE "
+                                                            "(.png/.svg; needs matplotlib)")] = None,
     fmt: Format = "table",
     json_: Json = False,
 ):
@@ -344,7 +349,7 @@ def serve(
     return emit(run(model, chip, chips=chips, tp=tp, prompt=prompt, gen=gen, concurrency=concurrency,
                     max_ttft=max_ttft, max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine,
                     draft=draft, draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate,
-                    requests=requests, num_requests=num_requests, seed=seed), fmt, json_)
+                    requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot), fmt, json_)
 
 
 @app.command("compare")

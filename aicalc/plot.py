@@ -81,3 +81,33 @@ def write_plot(path: str, rows, ridge: float, peak: float, bw: float, title: str
         raise AicalcError(f"--plot {path}: cannot write ({e})") from None
     finally:
         plt.close(fig)
+
+
+def write_pareto(path: str, rows, title: str) -> None:
+    """Tokens/s per chip against tokens/s per user of every deployment, the Pareto front joined (PNG/SVG)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise AicalcError("--plot needs matplotlib: pip install 'aicalc[plot]'") from None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for mode, mark in (("aggregated", "o"), ("disaggregated", "s")):
+        pts = [r for r in rows if r["mode"] == mode]
+        ax.scatter([r["tokens_per_s_per_user"] for r in pts], [r["output_tokens_per_s_per_chip"] for r in pts],
+                   marker=mark, alpha=0.5, label=mode)
+    front = sorted((r for r in rows if r["pareto"]), key=lambda r: r["tokens_per_s_per_user"])
+    ax.plot([r["tokens_per_s_per_user"] for r in front], [r["output_tokens_per_s_per_chip"] for r in front], "k-",
+            lw=1, label="Pareto front")
+    ax.set_xlabel("output tokens/s per user")
+    ax.set_ylabel("output tokens/s per chip")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except (OSError, ValueError) as e:
+        raise AicalcError(f"cannot write the plot to '{path}': {e}") from None
+    finally:
+        plt.close(fig)

@@ -10,9 +10,12 @@ from aicalc.result import Result
 def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256", concurrency=None, max_ttft=None,
         max_tpot=None, dtype: str = "bf16", kv_dtype: str = "bf16", price=None, engine=None, draft=None,
         draft_tokens=4, acceptance="0.7", prefix_hit="0", rate=None, requests=None, num_requests="1000",
-        seed=0) -> Result:
+        seed=0, search: bool = False, plot=None) -> Result:
     import numpy as np
 
+    if search:
+        return _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft,
+                       draft_tokens, acceptance, plot)
     if rate is not None or requests is not None:
         return _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate,
                         requests, num_requests, seed)
@@ -109,3 +112,51 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
     return Result("serve", inputs, r.rows(), warnings=r.warnings, columns=columns, notes=notes,
                   title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} under traffic (TP {tp}, {m['replicas']} "
                         "replica(s))")
+
+
+def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft, draft_tokens,
+            acceptance, plot) -> Result:
+    """serve --search: deployments over chips, TP, formats, aggregated and disaggregated, ranked by cost."""
+    from aicalc.api.deployment import search_deployments
+    from aicalc.chart import scatter
+    from aicalc.errors import ExitCode
+    from aicalc.units import parse_int
+
+    chip_ids = [c for c in (chip if isinstance(chip, (list, tuple)) else str(chip).split(",")) if c]
+    n = int(chips) if chips else None
+    if n is None:
+        from aicalc.api.catalog import load_node_or_chip
+
+        n = max(load_node_or_chip(chip_ids[0])[1], 8)
+    spec = {"draft": draft, "draft_tokens": int(draft_tokens), "acceptance": float(_share(acceptance))} if draft \
+        else None
+    tps = None if str(tp) in ("1", "None") else [int(t) for t in str(tp).split(",")]
+    r = search_deployments(model, chip_ids, n, prompt=parse_int(str(prompt), "--prompt"),
+                           gen=parse_int(str(gen), "--gen"), dtypes=str(dtype).split(","),
+                           kv_dtypes=str(kv_dtype).split(","), tps=tps, max_ttft=max_ttft, max_tpot=max_tpot,
+                           engine=engine, speculation=spec)
+    rows = r.meta["row_dicts"]
+    front = [x for x in rows if x["pareto"]]
+    chart = scatter([(x["tokens_per_s_per_user"], x["output_tokens_per_s_per_chip"],
+                      "A" if x["mode"] == "aggregated" else "D") for x in front],
+                    "Pareto front: output tokens/s per chip (up) vs tokens/s per user (right); A aggregated, "
+                    "D disaggregated", "tokens/s per user", "tokens/s per chip")
+    if plot:
+        from aicalc.plot import write_pareto
+
+        write_pareto(plot, rows, f"{model}: deployments of {n} chips")
+    slo = max_ttft is not None or max_tpot is not None
+    code = ExitCode.BUDGET if slo and not any(x["meets_slo"] for x in rows) else ExitCode.OK
+    best = rows[0]
+    notes = [f"{len(rows)} deployments of {n} chips ({', '.join(chip_ids)}; dtypes {dtype}, KV {kv_dtype}); ranked by "
+             "cost per million output tokens, those meeting the targets first; disaggregated: prefill and decode "
+             "pools with the KV cache shipped between them (docs/serve.md)",
+             f"best: {best['mode']} on {best['chips']} × {best['chip']}, TP {best['tp']}, {best['dtype']} / KV "
+             f"{best['kv_dtype']}"]
+    columns = ["mode", "chip", "chips", "tp", "replicas", "prefill_replicas", "dtype", "kv_dtype", "ttft_s", "tpot_s",
+               "output_tokens_per_s_per_chip", "tokens_per_s_per_user", "usd_per_million_output_tokens", "meets_slo",
+               "pareto"]
+    inputs = {"model": model, "chips": chip_ids, "total_chips": n, "prompt": prompt, "gen": gen, "dtype": dtype,
+              "kv_dtype": kv_dtype, "max_ttft": max_ttft, "max_tpot": max_tpot, "engine": engine, "search": True}
+    return Result("serve", inputs, rows, exit_code=code, columns=columns, notes=notes, chart=chart,
+                  title=f"{model}: serving deployments of {n} chips")

@@ -1,0 +1,171 @@
+"""Which deployment serves a traffic within its latency targets at the lowest cost: aggregated replicas
+(:func:`aicalc.api.serving.serve`) or disaggregated prefill and decode pools (DistServe, Zhong et al. 2024;
+Splitwise, Patel et al. 2024), over chips, TP degrees and formats."""
+
+from __future__ import annotations
+
+from aicalc.api.results import Table
+
+
+class Deployments(Table):
+    """One row per deployment: ``mode`` (aggregated or disaggregated), ``chip``, ``chips``, ``tp``,
+    ``replicas`` (decode replicas when disaggregated), ``prefill_replicas``, ``prefill_tp``, ``dtype``,
+    ``kv_dtype``, ``concurrency``, ``ttft_s``, ``tpot_s``, ``output_tokens_per_s``,
+    ``output_tokens_per_s_per_chip``, ``tokens_per_s_per_user``, ``requests_per_s``,
+    ``usd_per_million_output_tokens``, ``meets_slo``, ``pareto`` (not dominated in tokens/s per chip and per
+    user)."""
+
+
+def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=256, prefill_tp: int = 1,
+                  decode_tp: int = 1, dtype="bf16", kv_dtype="bf16", max_ttft=None, max_tpot=None, engine=None,
+                  utilization=0.9):
+    """Every split of ``chips`` into prefill replicas (TP ``prefill_tp``) and decode replicas (TP ``decode_tp``):
+    prefill pools prefill prompts in batches within the token budget and ship each request's KV cache to a
+    decode replica (over the scale-up link inside a domain, else the scale-out NIC); decode pools decode with
+    no prefill interleaved, at the largest batch that fits their KV and meets ``max_tpot``. A split serves
+    min(prefill rate, decode rate) requests/s. Returns a list of row dicts."""
+    import numpy as np
+
+    from aicalc.api import inputs
+    from aicalc.api.roofline import cost_setup
+    from aicalc.api.serving import max_concurrency
+    from aicalc.core import latency
+    from aicalc.core.geometry import check_tp, kv_bytes_per_token_layer
+    from aicalc.core.serving import TOKEN_BUDGET
+
+    P = int(inputs.positive("prompt", prompt, whole=True).reshape(-1)[0])
+    G = int(inputs.positive("gen", gen, whole=True).reshape(-1)[0])
+    ttft_cap = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else np.inf
+    tpot_cap = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else np.inf
+    pre = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=prefill_tp > 1, engine=engine)
+    dec = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=decode_tp > 1, engine=engine)
+    arch = pre.model.arch
+    check_tp(arch, prefill_tp)
+    check_tp(arch, decode_tp)
+    # prefill: k prompts per pass (token budget), rate = k / t_pre(k) per replica
+    k = max(1.0, np.floor(TOKEN_BUDGET / P))
+    t_pre = float(latency.phase(pre.shape, pre.roofs, pre.formats, pre.efficiency, k, P, 0.0, prefill_tp,
+                                logits_tokens=1.0).t_est)
+    prefill_rate = k / t_pre
+    # KV transfer of one request: its cache leaves the prefill replica over each chip's link
+    ic = pre.chip.interconnect
+    domain = (ic.domain if ic else None) or 8
+    up = (ic.per_direction_bytes_per_s if ic else None) or 32e9
+    out = (pre.chip.scale_out_gbs or 25.0) * 1e9
+    kv_bytes = float(kv_bytes_per_token_layer(arch, kv_dtype, 1)) * arch.layers * P
+    # decode: the largest batch that fits and meets the TPOT target
+    top = max(1, max_concurrency(model, chip, tp=decode_tp, prompt=P, gen=G, dtype=dtype, kv_dtype=kv_dtype,
+                                 utilization=utilization))
+    batches = np.unique(np.minimum(np.round(np.geomspace(1, top, 24)), top))
+    t_dec = latency.phase(dec.shape, dec.roofs, dec.formats, dec.efficiency, batches, 1.0, P + G / 2.0,
+                          decode_tp).t_est
+    ok = t_dec <= tpot_cap
+    b = float(batches[ok][-1]) if ok.any() else float(batches[0])
+    tpot = float(t_dec[ok][-1]) if ok.any() else float(t_dec[0])
+    decode_rate = b / tpot / G  # requests/s one decode replica completes
+    rows = []
+    for n_p in range(1, chips // prefill_tp):
+        n_d = (chips - n_p * prefill_tp) // decode_tp
+        if n_d < 1:
+            continue
+        used = n_p * prefill_tp + n_d * decode_tp
+        transfer = kv_bytes / (prefill_tp * (up if used <= domain else out))
+        req_s = min(n_p * prefill_rate, n_d * decode_rate)
+        ttft = t_pre + transfer
+        rows.append({"mode": "disaggregated", "chip": pre.chip.id, "chips": used, "tp": decode_tp,
+                     "replicas": n_d, "prefill_replicas": n_p, "prefill_tp": prefill_tp, "dtype": dtype,
+                     "kv_dtype": kv_dtype, "concurrency": int(b * n_d), "ttft_s": ttft, "tpot_s": tpot,
+                     "kv_transfer_s": transfer, "requests_per_s": req_s, "output_tokens_per_s": req_s * G,
+                     "meets_slo": bool(ttft <= ttft_cap and tpot <= tpot_cap)})
+    return rows
+
+
+def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prompt=1024, gen=256, dtypes=("bf16",),
+           kv_dtypes=("bf16",), tps=None, max_ttft=None, max_tpot=None, disaggregate: bool = True,
+           engine=None, speculation: dict | None = None) -> Deployments:
+    """Every deployment of ``total_chips`` chips of each kind in ``chips`` (TP degrees dividing it, each dtype
+    and KV dtype; aggregated at the best concurrency meeting the targets, and disaggregated splits), ranked by
+    cost per million output tokens (then chips), those meeting the targets first; ``pareto`` marks the front of
+    tokens/s per chip against tokens/s per user."""
+    import numpy as np
+
+    from aicalc.api.catalog import load_model, load_node_or_chip
+    from aicalc.api.serving import max_concurrency, serve
+    from aicalc.core.geometry import check_tp
+    from aicalc.core.serving import concurrency_ladder
+    from aicalc.errors import AicalcError, ParameterError
+
+    arch = load_model(model).arch
+    if isinstance(chips, str):
+        chips = [chips]
+    rows: list[dict] = []
+    for chip_id in chips:
+        chip, count = load_node_or_chip(chip_id)
+        n = total_chips or count
+        for tp in tps or [t for t in (1, 2, 4, 8, 16) if n % t == 0]:
+            try:
+                check_tp(arch, tp)
+            except ParameterError:
+                continue
+            for dt in dtypes:
+                for kvd in kv_dtypes:
+                    try:
+                        top = max_concurrency(model, chip, tp=tp, chips=n, prompt=prompt, gen=gen, dtype=dt,
+                                              kv_dtype=kvd)
+                        if top < 1:
+                            continue
+                        r = serve(model, chip, concurrency_ladder(top), prompt, gen, tp=tp, chips=n, dtype=dt,
+                                  kv_dtype=kvd, max_ttft=max_ttft, max_tpot=max_tpot, engine=engine,
+                                  **(speculation or {}))
+                    except AicalcError:
+                        continue  # e.g. no math for this dtype on this chip
+                    c = r.columns
+                    ok = np.flatnonzero(c["meets_slo"]) if c["meets_slo"].any() else np.flatnonzero(c["fits"])
+                    if not ok.size:
+                        continue
+                    i = int(ok[np.argmax(c["output_tokens_per_s"][ok])])
+                    rows.append({"mode": "aggregated", "chip": chip.id, "chips": n, "tp": tp,
+                                 "replicas": n // tp, "prefill_replicas": 0, "prefill_tp": 0, "dtype": dt,
+                                 "kv_dtype": kvd, "concurrency": int(c["concurrency"][i]),
+                                 "ttft_s": float(c["ttft_s"][i]), "tpot_s": float(c["tpot_s"][i]),
+                                 "kv_transfer_s": 0.0,
+                                 "requests_per_s": float(c["output_tokens_per_s"][i]) / float(c["gen"][i]),
+                                 "output_tokens_per_s": float(c["output_tokens_per_s"][i]),
+                                 "meets_slo": bool(c["meets_slo"][i])})
+                    if disaggregate and n >= 2:
+                        try:
+                            rows += disaggregated(model, chip, n, prompt=prompt, gen=gen, prefill_tp=tp,
+                                                  decode_tp=tp, dtype=dt, kv_dtype=kvd, max_ttft=max_ttft,
+                                                  max_tpot=max_tpot, engine=engine)
+                        except AicalcError:
+                            pass
+    if not rows:
+        raise ParameterError("chips", ", ".join(map(str, chips)), f"admit no deployment of {total_chips} chips "
+                             "that holds the model")
+    for row in rows:
+        chip, _ = load_node_or_chip(row["chip"])
+        row["output_tokens_per_s_per_chip"] = row["output_tokens_per_s"] / row["chips"]
+        row["tokens_per_s_per_user"] = 1.0 / row["tpot_s"]
+        price = chip.price_per_hour_usd
+        row["usd_per_million_output_tokens"] = (row["chips"] * price / 3600.0 / row["output_tokens_per_s"] * 1e6
+                                                if price else None)
+    per_chip = np.asarray([r["output_tokens_per_s_per_chip"] for r in rows])
+    per_user = np.asarray([r["tokens_per_s_per_user"] for r in rows])
+    for i, row in enumerate(rows):
+        row["pareto"] = not bool(np.any((per_chip >= per_chip[i]) & (per_user >= per_user[i])
+                                        & ((per_chip > per_chip[i]) | (per_user > per_user[i]))))
+    rows.sort(key=lambda r: (not r["meets_slo"], r["usd_per_million_output_tokens"] is None,
+                             r["usd_per_million_output_tokens"] or 0.0, r["chips"]))
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    cols = {k: _column([r.get(k) for r in rows]) for k in keys}
+    return Deployments(cols, [], row_dicts=rows)
+
+
+def _column(values):
+    import numpy as np
+
+    if any(v is None or isinstance(v, str) for v in values):
+        a = np.empty(len(values), dtype=object)
+        a[:] = values
+        return a
+    return np.asarray(values)
