@@ -38,6 +38,8 @@ def _env_now() -> Env:
 
 Format = Annotated[str, typer.Option("--format", help="table | json | csv | markdown")]
 Json = Annotated[bool, typer.Option("--json", help="Alias for --format json.")]
+Columns = Annotated[str | None, typer.Option("--columns", metavar="KEYS",
+                                             help="table columns to show, comma-separated row keys (tables only)")]
 Model = Annotated[str, typer.Argument(metavar="MODEL", help="preset id, a config.json, or a folder holding one")]
 Chip = Annotated[str, typer.Option("--chip", help="chip preset id")]
 WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: bf16, fp16, fp8, int8, int4, nf4, q8_0, q4_0, "
@@ -47,13 +49,23 @@ Engine = Annotated[str | None, typer.Option("--engine", help="engine profile: ge
                                                                "sglang, llama.cpp, exllamav2, gpt-fast, mlx")]
 
 
-def emit(result, fmt: str, json_flag: bool) -> int:
+def emit(result, fmt: str, json_flag: bool, columns: str | None = None) -> int:
+    from dataclasses import replace
+
     from aicalc.render import FORMATS, render
 
     fmt = "json" if json_flag else fmt
     if fmt not in FORMATS:
         raise AicalcError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
-    render(result, fmt, _env_now())
+    env = _env_now()
+    if columns:
+        keys = [c.strip() for c in columns.split(",") if c.strip()]
+        known = {k for row in result.rows for k in row}
+        unknown = [k for k in keys if k not in known]
+        if unknown:
+            raise AicalcError(f"--columns: no column {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        env = replace(env, columns=keys)
+    render(result, fmt, env)
     return int(result.exit_code)
 
 
@@ -109,11 +121,12 @@ def presets_list(
     kind: Annotated[str | None, typer.Option("--kind", help="chip | node | model (default: all)")] = None,
     fmt: Format = "table",
     json_: Json = False,
+    columns: Columns = None,
 ):
     """List catalog entries."""
     from aicalc.commands import presets
 
-    return emit(presets.list_(kind), fmt, json_)
+    return emit(presets.list_(kind), fmt, json_, columns)
 
 
 @presets_app.command("show")
@@ -121,11 +134,12 @@ def presets_show(
     name: Annotated[str, typer.Argument(metavar="ID_OR_PATH", help="chip, node or model id, or a config.json path")],
     fmt: Format = "table",
     json_: Json = False,
+    columns: Columns = None,
 ):
     """Show one chip, node or model (architecture and exact parameter count)."""
     from aicalc.commands import presets
 
-    return emit(presets.show(name), fmt, json_)
+    return emit(presets.show(name), fmt, json_, columns)
 
 
 @app.command("kv-cache")
@@ -146,13 +160,14 @@ def kv_cache(
     solve: Annotated[str | None, typer.Option("--solve", help="max-context: longest context that fits at --batch")] = None,
     fmt: Format = "table",
     json_: Json = False,
+    columns: Columns = None,
 ):
     """KV-cache and inference memory per device; with --chip, how many sequences fit."""
     from aicalc.commands.kv_cache import run
 
     return emit(run(model, batch=batch, context=context, kv_dtype=kv_dtype, dtype=dtype, tp=tp, chip=chip,
                     budget=budget, block_size=block_size, engine=engine, gpu_memory_utilization=utilization,
-                    overhead=overhead, solve=solve), fmt, json_)
+                    overhead=overhead, solve=solve), fmt, json_, columns)
 
 
 @app.command("check")
@@ -163,6 +178,7 @@ def check(
     schema: Annotated[bool, typer.Option("--schema", help="print the budget file's JSON Schema and exit")] = False,
     fmt: Format = "table",
     json_: Json = False,
+    columns: Columns = None,
 ):
     """Hold deployments to budgets in CI: exit 0 all pass, 1 a check failed, 2 the file is invalid."""
     import json as _json
@@ -182,7 +198,7 @@ def check(
         Path(junit).write_text(chk.junit_xml(result), encoding="utf-8")
     for line in chk.github_annotations(result):
         env.stdout.write(line + "\n") if fmt == "table" and not json_ else env.stderr.write(line + "\n")
-    return emit(result, fmt, json_)
+    return emit(result, fmt, json_, columns)
 
 
 @app.command("roofline")
@@ -205,6 +221,7 @@ def roofline(
     plot: Annotated[str | None, typer.Option("--plot", help="write the roofline chart to FILE (.png/.svg; needs matplotlib)")] = None,
     fmt: Format = "table",
     json_: Json = False,
+    columns: Columns = None,
 ):
     """Per-operation roofline of prefill and decode: bound, ridge point, TTFT, TPOT, tokens/s (ideal and estimate)."""
     from aicalc.commands import roofline as cmd
@@ -217,7 +234,7 @@ def roofline(
 
         write_plot(plot, result.rows, result.rows[0]["ridge_point"], result.inputs["peak_flop_per_s"],
                    result.inputs["memory_bandwidth_bytes_per_s"], result.title or "")
-    return emit(result, fmt, json_)
+    return emit(result, fmt, json_, columns)
 
 
 @app.command("train-time")
@@ -244,6 +261,7 @@ def train_time(
     eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
     fmt: Format = "table",
     json_: Json = False,
+    columns: Columns = None,
 ):
     """Training time: FLOPs per token, MFU (given or auto), tokens/s, total time and chip-hours."""
     from aicalc.commands import train_time as cmd
@@ -251,7 +269,7 @@ def train_time(
     return emit(cmd.run(model, chip, tokens=tokens, seq=seq, global_batch=global_batch, micro_batch=micro_batch, tp=tp,
                         pp=pp, dp=dp, chips=chips, mfu=mfu, achieved=achieved, recompute=recompute,
                         attention=attention, sequence_parallel=sequence_parallel, interleave=interleave, zero=zero,
-                        precision=precision, dp_bandwidth=dp_bandwidth, eff=eff), fmt, json_)
+                        precision=precision, dp_bandwidth=dp_bandwidth, eff=eff), fmt, json_, columns)
 
 
 @app.command("train-mem")
@@ -291,6 +309,7 @@ def train_mem(
     top: Annotated[int, typer.Option("--top", help="layouts shown by --search")] = 20,
     fmt: Format = "table",
     json_: Json = False,
+    columns: Columns = None,
 ):
     """Training and fine-tuning memory per device: states, activations, peak; --search for layouts."""
     from aicalc.commands.train_mem import run
@@ -303,7 +322,7 @@ def train_mem(
                      framework=framework, attention=attention, lora_rank=lora_rank, lora_targets=lora_targets,
                      lora_dtype=lora_dtype, loss=loss, optimizer_in_backward=optimizer_in_backward, quant=quant,
                      offload=offload, dropout=dropout)
-    return emit(result, fmt, json_)
+    return emit(result, fmt, json_, columns)
 
 
 @app.command("serve")
@@ -342,6 +361,7 @@ def serve(
                                                             "(.png/.svg; needs matplotlib)")] = None,
     fmt: Format = "table",
     json_: Json = False,
+    columns: Columns = None,
 ):
     """A serving deployment under continuous batching: TTFT, TPOT, tokens/s, fit, latency targets, cost."""
     from aicalc.commands.serve import run
@@ -349,7 +369,7 @@ def serve(
     return emit(run(model, chip, chips=chips, tp=tp, prompt=prompt, gen=gen, concurrency=concurrency,
                     max_ttft=max_ttft, max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine,
                     draft=draft, draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate,
-                    requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot), fmt, json_)
+                    requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot), fmt, json_, columns)
 
 
 @app.command("compare")
@@ -368,12 +388,13 @@ def compare(
     max_tpot: Annotated[str, typer.Option("--max-tpot", help="inference latency target (MLPerf llama2-70b: 200ms)")] = "200ms",
     fmt: Format = "table",
     json_: Json = False,
+    columns: Columns = None,
 ):
     """Training vs inference side by side, chip by chip: memory, chips needed, speed, cost, energy."""
     from aicalc.commands.compare import run
 
     return emit(run(model, chip, tokens=tokens, seq=seq, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype,
-                    requests_per_day=requests_per_day, years=years, max_ttft=max_ttft, max_tpot=max_tpot), fmt, json_)
+                    requests_per_day=requests_per_day, years=years, max_ttft=max_ttft, max_tpot=max_tpot), fmt, json_, columns)
 
 
 def _one_line(message: str) -> str:

@@ -16,6 +16,7 @@ class Env:
     no_color: bool = False
     width: int | None = None  # None: the terminal's width when a terminal, unlimited when piped
     stderr_isatty: bool = False  # progress bars go to stderr, only when it is a terminal
+    columns: list[str] | None = None  # the table columns a user chose (--columns)
 
     @classmethod
     def from_system(cls) -> Env:

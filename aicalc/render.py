@@ -32,6 +32,33 @@ _SUFFIXES = (
 )
 
 
+# Short headers with their unit, for the keys people read most; the rest are spelled from the key.
+SHORT = {
+    "ttft_s": "TTFT", "tpot_s": "TPOT", "ideal_ttft_s": "ideal TTFT", "ideal_tpot_s": "ideal TPOT",
+    "output_tokens_per_s": "tok/s", "ideal_output_tokens_per_s": "ideal tok/s",
+    "output_tokens_per_s_per_chip": "tok/s/chip", "tokens_per_s_per_user": "tok/s/user",
+    "tokens_per_s_per_sequence": "tok/s/seq", "tokens_per_s": "tok/s", "tokens_per_s_per_chip": "tok/s/chip",
+    "usd_per_million_output_tokens": "$/M tok", "usd_per_request": "$/req", "cost_usd": "cost",
+    "training_cost_usd": "train cost", "annual_inference_cost_usd": "$/year",
+    "total_bytes_per_device": "mem/dev", "kv_cache_bytes_per_device": "KV/dev", "weights_bytes_per_device": "weights/dev",
+    "kv_per_sequence_bytes": "KV/seq", "memory_bytes": "memory", "peak_bytes": "peak", "headroom_bytes": "headroom",
+    "weights_bytes": "weights", "gradients_bytes": "grads", "optimizer_bytes": "optimizer",
+    "activations_bytes": "activations", "transient_bytes": "transient",
+    "batch_per_replica": "batch/rep", "concurrency": "conc", "arithmetic_intensity": "FLOP/B", "time_s": "time",
+    "ideal_time_s": "ideal", "chips_needed": "chips", "meets_slo": "SLO", "speculative_speedup": "spec ×",
+    "goodput_requests_per_s": "goodput", "requests_per_s": "req/s", "prefill_replicas": "prefill rep",
+    "model_flop_per_s_per_chip": "FLOP/s/chip", "total_time_s": "time", "chip_hours": "chip-h",
+    "mfu": "MFU", "ideal_mfu": "ideal MFU", "hfu": "HFU", "max_batch": "max batch", "kv_budget_bytes_per_device": "KV budget",
+    "trainable_params": "trainable", "p50_ttft_s": "p50 TTFT", "p90_ttft_s": "p90 TTFT", "p99_ttft_s": "p99 TTFT",
+    "p50_tpot_s": "p50 TPOT", "p90_tpot_s": "p90 TPOT", "p99_tpot_s": "p99 TPOT", "preemptions": "preempt",
+    "step_s": "step", "global_batch": "global batch", "micro_batch": "micro", "kv_dtype": "KV dtype",
+    "output_tokens_per_s_per_gpu": "tok/s/GPU", "joules_per_output_token": "J/tok",
+}
+# shares shown as percentages
+PERCENT = ("mfu", "ideal_mfu", "hfu", "efficiency", "inference_share_of_lifetime_cost", "acceptance", "prefix_hit",
+           "goodput")
+
+
 def _split(key: str) -> tuple[str, str]:
     """``kv_cache_bytes_per_device`` → (``kv_cache_bytes``, ``_per_device``)."""
     for q in _QUALIFIERS:
@@ -41,6 +68,8 @@ def _split(key: str) -> tuple[str, str]:
 
 
 def header(key: str) -> str:
+    if key in SHORT:
+        return SHORT[key]
     key, qualifier = _split(key)
     if qualifier:
         return header(key) + " " + qualifier.lstrip("_").replace("_", " ")
@@ -64,6 +93,12 @@ def human(key: str, value: Any) -> str:
         return str(value)
     if isinstance(value, float) and not math.isfinite(value):
         return "—"
+    if key in PERCENT:
+        return f"{value * 100:.3g} %"
+    if key == "chip_hours":
+        return fmt_count(value).replace("k", " k").replace("M", " M").replace("B", " B") + " chip-h"
+    if key.endswith("_usd") or key.startswith("usd_per"):
+        return f"${value:,.2f}" if abs(value) >= 0.995 else f"${value:.3g}"
     key = _split(key)[0]
     for suffix, fmt in _SUFFIXES:
         if key.endswith(suffix) or key == suffix[1:]:
@@ -153,26 +188,61 @@ def console(env: Env, stream=None):
     )
 
 
+def fit_columns(rows: list[dict], cols: list[str], width: int | None) -> tuple[list[str], list[str], list[str]]:
+    """(columns shown, constant columns moved to the caption, columns left out to fit ``width``).
+
+    A column whose value is the same in every row of a multi-row table says nothing per row: it goes to the
+    caption. Then, if the table is wider than the terminal, the columns at the right give way (they stay in
+    JSON/CSV), so no value is ever cut or wrapped."""
+    shown, constant = list(cols), []
+    if len(rows) > 1:
+        for k in cols:
+            vals = {human(k, r.get(k)) for r in rows}
+            if len(vals) == 1 and len(shown) > 2:
+                constant.append(k)
+                shown.remove(k)
+    dropped: list[str] = []
+    if width:
+        def need(ks):  # rich's heavy box: one border per column plus one, one space of padding each side
+            return 1 + sum(3 + max(len(header(k)), *(len(human(k, r.get(k))) for r in rows)) for k in ks)
+
+        while len(shown) > 2 and need(shown) > width:
+            dropped.insert(0, shown.pop())
+    return shown, constant, dropped
+
+
 def _table(result: Result, env: Env) -> None:
     from rich.table import Table
 
     con = console(env)
     cols = _columns(result)
-    vertical = len(result.rows) == 1 and len(cols) > 6
+    if env.columns:
+        known = set(_all_keys(result.rows))
+        cols = [c for c in env.columns if c in known]
+    vertical = len(result.rows) == 1 and len(cols) > 3
     table = Table(title=result.title, title_justify="left", header_style="bold")
+    dropped: list[str] = []
     if vertical:
-        table.add_column("field")
+        table.add_column("field", no_wrap=True)
         table.add_column("value", overflow="fold")
         for k in cols:
             table.add_row(header(k), human(k, result.rows[0].get(k)))
     else:
+        width = con.width if env.stdout_isatty or env.width else None
+        shown, constant, dropped = fit_columns(result.rows, cols, width)
+        if constant:
+            table.caption = " · ".join(f"{header(k)} {human(k, result.rows[0].get(k))}" for k in constant)
+            table.caption_justify = "left"
         first = result.rows[0] if result.rows else {}
-        for k in cols:
+        for k in shown:
             justify = "left" if isinstance(first.get(k), str) else "right"
-            table.add_column(header(k), justify=justify, no_wrap=not env.stdout_isatty)
+            table.add_column(header(k), justify=justify, no_wrap=True)
         for row in result.rows:
-            table.add_row(*(human(k, row.get(k)) for k in cols))
+            table.add_row(*(human(k, row.get(k)) for k in shown))
     con.print(table)
+    if dropped:
+        con.print(f"{len(dropped)} column(s) left out to fit {con.width} columns: {', '.join(dropped)} "
+                  "(--columns chooses; --format json has all)", style="dim")
     if result.chart is not None and env.stdout_isatty:
         result.chart(con)
     for note in result.notes:
