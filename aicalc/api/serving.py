@@ -140,7 +140,11 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if cs.chip.tdp_w:
         cols["joules_per_output_token"] = cost.joules_per_token(chips, tps, cs.chip.tdp_w)
     warnings = list(cs.warnings)
-    if not fits.all():
+    if budget <= 0:
+        warnings.append(f"does not fit: weights ({weights / 2**30:.1f} GiB) and runtime overhead ({overhead / 2**30:.1f} "
+                        f"GiB) per device exceed {utilization:.0%} of {cs.chip.id}'s memory by {-budget / 2**30:.1f} "
+                        f"GiB; use more chips per replica (tp), a smaller dtype, or a larger chip")
+    elif not fits.all():
         warnings.append(f"{int((~fits).sum())} row(s) do not fit: the KV cache of {int(per_rep.max())} sequences per "
                         f"replica exceeds the {budget / 2**30:.1f} GiB left per device beside weights and overhead")
     return Serving(cols, warnings, setup=cs, replicas=replicas, chips=chips, price=price, budget_bytes=budget,

@@ -75,7 +75,11 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
         from aicalc.plot import terminal_chart
 
         chart = terminal_chart(rows, ridge, cs.roofs.peak_flop_per_s, cs.roofs.bandwidth_bytes_per_s)
-    return Result("roofline", inputs, rows, warnings=r.warnings,
+    from aicalc.errors import ExitCode
+
+    # does not fit one device: exit 1 (a dataflow deployment is priced over chips_needed chips by design)
+    code = ExitCode.OK if bool(c["fits"].all()) or cs.dataflow else ExitCode.BUDGET
+    return Result("roofline", inputs, rows, warnings=r.warnings, exit_code=code,
                   title=f"{cs.model.id} on {cs.chip.id} ({dtype}, {cs.compute_dtype} math)", notes=notes,
                   columns=columns, chart=chart)
 

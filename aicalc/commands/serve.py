@@ -50,8 +50,8 @@ def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256",
                             f"{c['output_tokens_per_s'][best]:,.0f} output tokens/s")
         else:
             warnings.append("no row meets the latency targets on this deployment")
-    if (concurrency is not None and not (ok if slo else fits).all()) or (slo and not ok.any()):
-        exit_code = ExitCode.BUDGET
+    if (concurrency is not None and not (ok if slo else fits).all()) or (slo and not ok.any()) or not fits.any():
+        exit_code = ExitCode.BUDGET  # a target missed, or the configuration asked about does not fit
     price_v = m["price"]
     columns = ["concurrency", "prompt", "gen", "batch_per_replica", "ttft_s", "tpot_s", "output_tokens_per_s",
                "total_bytes_per_device", "fits"] + (["speculative_speedup"] if draft else []) + \
