@@ -339,7 +339,8 @@ def serve(
     max_tpot: Annotated[str | None, typer.Option("--max-tpot", help="latency target per output token, e.g. 50ms")] = None,
     dtype: WeightDtype = "bf16",
     kv_dtype: KvDtype = "bf16",
-    price: Annotated[float | None, typer.Option("--price", help="USD per chip-hour (default: the chip preset's)")] = None,
+    price: Annotated[str | None, typer.Option("--price", metavar="USD/h", help="USD per chip-hour, e.g. 2.5 or "
+                                                                         "'$2.50/h' (default: the chip preset's)")] = None,
     engine: Engine = None,
     draft: Annotated[str | None, typer.Option("--draft", help="speculative decoding: a draft model (id, config) or "
                                                           "head: mtp, eagle")] = None,

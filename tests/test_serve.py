@@ -70,3 +70,14 @@ def test_mlperf_offline_envelope(cli, case, chip, tp, measured):
                "fp8", "--prompt", "1024", "--gen", "292", "--json").json["rows"]
     best = max(r["output_tokens_per_s"] for r in rows)
     assert 0.3 * measured < best < 1.2 * measured
+
+
+@pytest.mark.parametrize("text", ["2.5", "$2.50", "$2.50/h", "2.5/hr"])
+def test_price_spellings(cli, text):
+    row = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", "--concurrency", "8", "--price", text, "--json").json
+    assert row["inputs"]["price_per_chip_hour_usd"] == 2.5
+
+
+@pytest.mark.parametrize("text", ["free", "-1", "$0", "1e9"])
+def test_bad_prices_exit_2(cli, text):
+    assert cli("serve", "llama-3.1-8b", "--price", text).code == 2

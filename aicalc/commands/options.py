@@ -22,3 +22,19 @@ def efficiency_overrides(items) -> dict[str, float]:
             except ValueError:
                 raise AicalcError(f"--eff {key.strip()}: '{value}' is not a number") from None
     return out
+
+
+def price_per_hour(text) -> float | None:
+    """``2.5``, ``$2.50``, ``$2.50/h``, ``2.5/hr`` → USD per chip-hour (None passes through)."""
+    import math
+    import re
+
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*\$?\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(?:/\s*(?:h|hr|hour))?\s*", str(text).lower())
+    if not m:
+        raise AicalcError(f"--price: cannot read '{text}' (examples: 2.5, $2.50/h)")
+    v = float(m[1])
+    if not (math.isfinite(v) and 0 < v < 1e6):
+        raise AicalcError(f"--price must be a positive USD per chip-hour below a million, got '{text}'")
+    return v

@@ -21,6 +21,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256",
                         requests, num_requests, seed)
 
     from aicalc.api.serving import max_concurrency, serve
+    from aicalc.commands.options import price_per_hour
     from aicalc.core.serving import concurrency_ladder
     from aicalc.sweep import grid, int_sweep
 
@@ -36,7 +37,8 @@ def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256",
         conc = int_sweep(concurrency, "--concurrency")
     g = grid(concurrency=conc, prompt=prompts, gen=gens)
     r = serve(model, chip, g["concurrency"], g["prompt"], g["gen"], tp=tp, chips=chips, dtype=dtype,
-              kv_dtype=kv_dtype, max_ttft=max_ttft, max_tpot=max_tpot, price=price, engine=engine, draft=draft,
+              kv_dtype=kv_dtype, max_ttft=max_ttft, max_tpot=max_tpot, price=price_per_hour(price), engine=engine,
+              draft=draft,
               draft_tokens=int(draft_tokens), acceptance=acceptance, prefix_hit=_share(prefix_hit))
     m, c = r.meta, r.columns
     cs = m["setup"]
