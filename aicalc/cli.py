@@ -119,13 +119,23 @@ def _root(
 @presets_app.command("list")
 def presets_list(
     kind: Annotated[str | None, typer.Option("--kind", help="chip | node | model (default: all)")] = None,
+    fits_on: Annotated[str | None, typer.Option("--fits-on", metavar="CHIP", help="the models that fit this chip "
+                                                "or node (serving one sequence of --context tokens)")] = None,
+    context: Annotated[str, typer.Option("--context", help="with --fits-on: tokens of the one sequence")] = "4k",
+    dtype: WeightDtype = "bf16",
+    lora: Annotated[bool, typer.Option("--lora", help="with --fits-on: also whether a LoRA fine-tune fits")] = False,
     fmt: Format = "table",
     json_: Json = False,
     columns: Columns = None,
 ):
-    """List catalog entries."""
+    """List catalog entries; --fits-on CHIP lists the models that fit it.
+
+    Example: aicalc presets list --fits-on h100-sxm --context 32k --lora
+    """
     from aicalc.commands import presets
 
+    if fits_on:
+        return emit(presets.fits_on(fits_on, context, dtype, lora), fmt, json_, columns)
     return emit(presets.list_(kind), fmt, json_, columns)
 
 

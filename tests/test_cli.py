@@ -229,3 +229,14 @@ def test_no_arguments_shows_help(cli):
     for args in ([], ["presets"]):
         r = cli(*args)
         assert r.code == 0 and r.out.startswith("Usage: aicalc") and r.err == ""
+
+
+def test_presets_fits_on(cli):
+    one = {r["id"]: r for r in cli("presets", "list", "--fits-on", "h100-sxm", "--json").json["rows"]}
+    assert one["llama-3.1-8b"]["fits"] and not one["llama-3.1-70b"]["fits"]
+    node = {r["id"]: r for r in cli("presets", "list", "--fits-on", "dgx-h100", "--json").json["rows"]}
+    assert node["llama-3.1-70b"]["fits"] and node["llama-3.1-70b"]["tp"] == 8
+    long = {r["id"]: r for r in cli("presets", "list", "--fits-on", "h200", "--context", "32k", "--json").json["rows"]}
+    assert not long["llama-2-7b"]["fits"]  # 4,096-token model: a 32k context is past its limit
+    lora = cli("presets", "list", "--fits-on", "h100-sxm", "--lora", "--json").json["rows"]
+    assert all("lora_fits" in r for r in lora)

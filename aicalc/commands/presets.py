@@ -85,3 +85,46 @@ def list_(kind: str | None) -> Result:
                              "memory_bandwidth_bytes_per_s": chip.memory_bandwidth_bytes_per_s * count,
                              "peak_bf16_flop_per_s": (chip.peak_flop_per_s("bf16") or chip.peak_flop_per_s("fp16") or 0) * count or None})
     return Result("presets list", {"kind": kind}, rows)
+
+
+def fits_on(chip: str, context="4k", dtype: str = "bf16", lora: bool = False) -> Result:
+    """The model presets that fit on ``chip`` (a chip, or a node's chips): serving one sequence of ``context``
+    tokens at ``dtype`` (vLLM's accounting, TP over a node's chips), and with ``lora`` a LoRA fine-tune (rank 16,
+    q/v, bf16, full recompute, micro-batch 1 at the context) per chip."""
+    import aicalc
+    from aicalc.api.catalog import load_node_or_chip
+    from aicalc.core.geometry import check_tp
+    from aicalc.errors import AicalcError as Err
+    from aicalc.units import parse_int
+
+    chip_obj, count = load_node_or_chip(chip)
+    ctx = parse_int(str(context), "--context")
+    rows = []
+    for pid in store.ids("model"):
+        spec = store.resolve_model(pid)
+        tp = count
+        try:
+            check_tp(spec.arch, tp)
+        except Err:
+            tp = 1
+        kv = aicalc.kv_cache(spec, batch=1, context=ctx, dtype=dtype, tp=tp, chip=chip_obj, max_context=True)
+        row = {"id": pid, "params": model_row(spec)["params"], "tp": tp,
+               "weights_bytes_per_device": float(kv.weights_bytes_per_device[0]),
+               "fits": bool(kv.fits[0]) and ctx <= spec.arch.max_context, "max_batch": int(kv.max_batch[0]),
+               "max_context": float(kv.max_context[0])}
+        if lora:
+            t = aicalc.train_memory(spec, batch=1, seq=ctx, tp=1, recompute="full", lora_rank=16,
+                                    lora_targets="q,v", chip=chip_obj)
+            row["lora_peak_bytes"] = float(t.peak_bytes[0])
+            row["lora_fits"] = bool(t.fits[0])
+        rows.append(row)
+    rows.sort(key=lambda r: (not r["fits"], -r["params"]))
+    n = sum(r["fits"] for r in rows)
+    where = f"{count} × {chip_obj.id}" if count > 1 else chip_obj.id
+    notes = [f"{n} of {len(rows)} models fit {where} at {dtype} with one {ctx:,}-token sequence (weights, runtime "
+             "overhead and KV cache within 90 % of memory, and the context within the model's own limit)"
+             + ("; lora: rank 16 on q/v, bf16, full recompute, micro-batch 1 on one chip" if lora else "")]
+    columns = ["id", "params", "tp", "weights_bytes_per_device", "fits", "max_batch", "max_context"] + \
+        (["lora_peak_bytes", "lora_fits"] if lora else [])
+    return Result("presets list", {"fits_on": chip, "context": ctx, "dtype": dtype, "lora": lora}, rows,
+                  title=f"models on {where}", notes=notes, columns=columns)
