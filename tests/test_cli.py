@@ -240,3 +240,13 @@ def test_presets_fits_on(cli):
     assert not long["llama-2-7b"]["fits"]  # 4,096-token model: a 32k context is past its limit
     lora = cli("presets", "list", "--fits-on", "h100-sxm", "--lora", "--json").json["rows"]
     assert all("lora_fits" in r for r in lora)
+
+
+@pytest.mark.parametrize("cmd", [("kv-cache", "llama-3.1-8b", "--chip", "l4"), ("roofline", "llama-3.1-8b"),
+                                 ("serve", "llama-3.1-8b", "--concurrency", "8")])
+def test_dtype_lists_make_one_table(cli, cmd):
+    rows = cli(*cmd, "--dtype", "bf16,int4", "--kv-dtype", "bf16,fp8", "--json").json["rows"]
+    pairs = {(r["dtype"], r["kv_dtype"]) for r in rows}
+    assert pairs == {("bf16", "bf16"), ("int4", "bf16"), ("bf16", "fp8"), ("int4", "fp8")}
+    w = {p: [r["weights_bytes_per_device"] for r in rows if (r["dtype"], r["kv_dtype"]) == p][0] for p in pairs}
+    assert w[("int4", "fp8")] < 0.5 * w[("bf16", "fp8")]

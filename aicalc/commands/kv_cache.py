@@ -9,6 +9,12 @@ from aicalc.result import Result
 def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str = "bf16", tp=1, chip=None,
         budget=None, block_size=None, engine: str = "vllm", gpu_memory_utilization="0.9", overhead=None,
         solve=None) -> Result:
+    from aicalc.commands.merge import choices, over
+
+    if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # a table across formats
+        return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
+            model, batch, context, kd, d, tp, chip, budget, block_size, engine, gpu_memory_utilization, overhead,
+            solve)))
     import numpy as np
 
     from aicalc.api import inputs

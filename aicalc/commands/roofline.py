@@ -14,6 +14,12 @@ from aicalc.result import Result
 def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: str = "bf16", kv_dtype: str = "bf16",
         tp="1", compute_dtype=None, group_size=None, attention: str = "flash", ops: bool = False, eff=None,
         kv_per_query_head: bool = False, engine=None) -> Result:
+    from aicalc.commands.merge import choices, over
+
+    if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # a table across formats
+        return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
+            model, chip, batch, prompt, gen, d, kd, tp, compute_dtype, group_size, attention, ops, eff,
+            kv_per_query_head, engine)))
 
     from aicalc.api.roofline import roofline
     from aicalc.commands.options import efficiency_overrides

@@ -16,6 +16,12 @@ def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256",
     if search:
         return _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft,
                        draft_tokens, acceptance, plot)
+    from aicalc.commands.merge import choices, over
+
+    if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # a table across formats
+        return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
+            model, chip, chips, tp, prompt, gen, concurrency, max_ttft, max_tpot, d, kd, price, engine, draft,
+            draft_tokens, acceptance, prefix_hit, rate, requests, num_requests, seed)))
     if rate is not None or requests is not None:
         return _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate,
                         requests, num_requests, seed)
