@@ -42,7 +42,7 @@ SHORT = {
     "training_cost_usd": "train cost", "annual_inference_cost_usd": "$/year",
     "total_bytes_per_device": "mem/dev", "kv_cache_bytes_per_device": "KV/dev", "weights_bytes_per_device": "weights/dev",
     "kv_per_sequence_bytes": "KV/seq", "memory_bytes": "memory", "peak_bytes": "peak", "headroom_bytes": "headroom",
-    "weights_bytes": "weights", "gradients_bytes": "grads", "optimizer_bytes": "optimizer",
+    "weights_bytes": "weights", "gradients_bytes": "grads", "optimizer_bytes": "optimizer", "peak_reserved_bytes": "reserved",
     "activations_bytes": "activations", "transient_bytes": "transient",
     "batch_per_replica": "batch/rep", "concurrency": "conc", "arithmetic_intensity": "FLOP/B", "time_s": "time",
     "ideal_time_s": "ideal", "chips_needed": "chips", "meets_slo": "SLO", "speculative_speedup": "spec ×",

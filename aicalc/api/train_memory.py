@@ -9,8 +9,9 @@ class TrainMemory(Table):
     """Columns: ``batch`` (micro-batch per device), ``seq``, ``dp``, ``tp``, ``pp``, ``cp``, ``zero``,
     ``recompute``, ``params``, ``params_per_device``, ``trainable_params``, ``weights_bytes``,
     ``gradients_bytes``, ``optimizer_bytes``, ``activations_bytes``, ``transient_bytes``, ``overhead_bytes``,
-    ``peak_allocated_bytes``, ``peak_bytes`` (per device), ``host_bytes``, ``states_bytes_per_param``; with a
-    chip ``chip_memory_bytes`` and ``fits``; from a search ``headroom_bytes``."""
+    ``peak_allocated_bytes``, ``peak_bytes`` (per device: allocated + CUDA context), ``peak_reserved_bytes``
+    (what the caching allocator reserves at that peak), ``host_bytes``, ``states_bytes_per_param``; with a chip
+    ``chip_memory_bytes`` and ``fits`` (judged on the reserved peak); from a search ``headroom_bytes``."""
 
 
 def setup_of(**kw):
@@ -120,7 +121,7 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
     chip_obj = load_node_or_chip(chip)[0] if chip is not None else None
     if chip_obj is not None:
         cols["chip_memory_bytes"] = float(chip_obj.memory_bytes)
-        cols["fits"] = cols["peak_bytes"] <= chip_obj.memory_bytes
+        cols["fits"] = cols["peak_reserved_bytes"] <= chip_obj.memory_bytes  # what the allocator will reserve
     for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero"):
         cols[k] = np.asarray(cols[k], dtype=np.float64).astype(np.int64)
     cols["params"] = int(cols["params"])

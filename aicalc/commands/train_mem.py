@@ -48,7 +48,7 @@ def run(model: str, batch="1", seq="2048", zero="0", dp="1", tp="1", pp="1", cp=
     if chip_obj is not None:
         limit = chip_obj.memory_bytes if limit is None else min(limit, chip_obj.memory_bytes)
     if limit is not None:
-        fits = cols["peak_bytes"] <= limit
+        fits = cols["peak_reserved_bytes"] <= limit
         cols["fits"] = fits
         bad = np.flatnonzero(~fits)
         if bad.size:
@@ -61,7 +61,7 @@ def run(model: str, batch="1", seq="2048", zero="0", dp="1", tp="1", pp="1", cp=
     rows = Table(cols).rows()
     columns = ["batch", "seq", "dp", "tp", "pp", *(["cp"] if np.any(r.cp > 1) else []), "zero",
                "trainable_params", "weights_bytes", "gradients_bytes",
-               "optimizer_bytes", "activations_bytes", "transient_bytes", "peak_bytes"]
+               "optimizer_bytes", "activations_bytes", "transient_bytes", "peak_bytes", "peak_reserved_bytes"]
     if "fits" in cols:
         columns.append("fits")
     notes = [f"{spec.id}: {rows[0]['params']:,} params; {st.precision} + {st.optimizer}; framework {st.framework}, "

@@ -56,7 +56,7 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
             if progress:
                 progress(done, total)
     cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    headroom = limit - cols["peak_bytes"]
+    headroom = limit - cols["peak_reserved_bytes"]  # what the allocator reserves must fit
     valid = cols.pop("valid")
     keep = (headroom >= 0) & valid
     order = np.argsort(-headroom[keep], kind="stable")[:top]

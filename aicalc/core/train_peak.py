@@ -145,6 +145,7 @@ def evaluate(arch, o, g: dict):
         "weights_bytes": weights, "gradients_bytes": grads, "optimizer_bytes": optimizer,
         "activations_bytes": activ, "transient_bytes": transient, "overhead_bytes": overhead,
         "peak_allocated_bytes": allocated, "peak_bytes": allocated + overhead,
+        "peak_reserved_bytes": allocated * (1.0 + tm.ALLOCATOR_RESERVE) + overhead,
         "host_bytes": host,
         "states_bytes_per_param": (weights + grads + optimizer + host) / n_dev,
     }
