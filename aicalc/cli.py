@@ -22,7 +22,7 @@ app = typer.Typer(
     name="aicalc",
     help="Sizing calculator for AI hardware: memory, chips, time and cost to train or serve a model.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain click help: --help stays fast (no rich import)
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -40,8 +40,20 @@ Format = Annotated[str, typer.Option("--format", help="table | json | csv | mark
 Json = Annotated[bool, typer.Option("--json", help="Alias for --format json.")]
 Columns = Annotated[str | None, typer.Option("--columns", metavar="KEYS",
                                              help="table columns to show, comma-separated row keys (tables only)")]
-Model = Annotated[str, typer.Argument(metavar="MODEL", help="preset id, a config.json, or a folder holding one")]
-Chip = Annotated[str, typer.Option("--chip", help="chip preset id")]
+def _complete(kinds: tuple[str, ...]):
+    """Shell completion of preset ids (evaluated only while completing, never on a normal run)."""
+
+    def complete(incomplete: str) -> list[str]:
+        from aicalc.catalog import store
+
+        return [i for k in kinds for i in store.ids(k) if i.startswith(incomplete.lower())]
+
+    return complete
+
+
+Model = Annotated[str, typer.Argument(metavar="MODEL", help="preset id, a config.json, or a folder holding one",
+                                      autocompletion=_complete(("model",)))]
+Chip = Annotated[str, typer.Option("--chip", help="chip or node preset id", autocompletion=_complete(("chip", "node")))]
 WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: bf16, fp16, fp8, int8, int4, nf4, q8_0, q4_0, "
                                                           "q4_k_m, …")]
 KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16, fp16, fp8, int8, int4")]
@@ -103,7 +115,8 @@ def _version(value: bool):
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+    version: Annotated[bool, typer.Option("-V", "--version", callback=_version, is_eager=True,
+                                          help="Print the version.")] = False,
     presets_dir: Annotated[list[str] | None, typer.Option("--presets-dir", metavar="DIR",
                            help="Extra preset folder (chips/, nodes/, models/); overrides built-ins by id. "
                                 "Also AICALC_PRESETS.")] = None,
@@ -130,6 +143,7 @@ def presets_list(
 ):
     """List catalog entries; --fits-on CHIP lists the models that fit it.
 
+    \b
     Example: aicalc presets list --fits-on h100-sxm --context 32k --lora
     """
     from aicalc.commands import presets
@@ -146,7 +160,11 @@ def presets_show(
     json_: Json = False,
     columns: Columns = None,
 ):
-    """Show one chip, node or model (architecture and exact parameter count)."""
+    """Show one chip, node or model (architecture and exact parameter count).
+
+    \b
+    Example: aicalc presets show llama-3.1-70b
+    """
     from aicalc.commands import presets
 
     return emit(presets.show(name), fmt, json_, columns)
@@ -160,7 +178,8 @@ def kv_cache(
     kv_dtype: KvDtype = "bf16",
     dtype: WeightDtype = "bf16",
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel devices")] = 1,
-    chip: Annotated[str | None, typer.Option("--chip", help="chip or node id: adds capacity and max_batch")] = None,
+    chip: Annotated[str | None, typer.Option("--chip", help="chip or node id: adds capacity and max_batch",
+                                             autocompletion=_complete(("chip", "node")))] = None,
     budget: Annotated[str | None, typer.Option("--budget", help="fail (exit 1) when a row needs more per device")] = None,
     block_size: Annotated[int | None, typer.Option("--block-size", help="paged-cache block in tokens (vLLM 16); 1 = exact")] = None,
     engine: Annotated[str, typer.Option("--engine", help="vllm: paged blocks, rolling windows; hf: transformers' "
@@ -172,7 +191,11 @@ def kv_cache(
     json_: Json = False,
     columns: Columns = None,
 ):
-    """KV-cache and inference memory per device; with --chip, how many sequences fit."""
+    """KV-cache and inference memory per device; with --chip, how many sequences fit.
+
+    \b
+    Example: aicalc kv-cache llama-3.1-8b --chip h200 --context 32k --batch 1,8,64
+    """
     from aicalc.commands.kv_cache import run
 
     return emit(run(model, batch=batch, context=context, kv_dtype=kv_dtype, dtype=dtype, tp=tp, chip=chip,
@@ -190,7 +213,11 @@ def check(
     json_: Json = False,
     columns: Columns = None,
 ):
-    """Hold deployments to budgets in CI: exit 0 all pass, 1 a check failed, 2 the file is invalid."""
+    """Hold deployments to budgets in CI: exit 0 all pass, 1 a check failed, 2 the file is invalid.
+
+    \b
+    Example: aicalc check budgets.yaml --junit report.xml
+    """
     import json as _json
 
     from aicalc.commands import check as chk
@@ -233,7 +260,11 @@ def roofline(
     json_: Json = False,
     columns: Columns = None,
 ):
-    """Per-operation roofline of prefill and decode: bound, ridge point, TTFT, TPOT, tokens/s (ideal and estimate)."""
+    """Per-operation roofline of prefill and decode: bound, ridge point, TTFT, TPOT, tokens/s (ideal and estimate).
+
+    \b
+    Example: aicalc roofline llama-3.1-8b --chip l4 --batch 1,16 --dtype bf16,int4
+    """
     from aicalc.commands import roofline as cmd
 
     result = cmd.run(model, chip, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, tp=tp,
@@ -273,7 +304,11 @@ def train_time(
     json_: Json = False,
     columns: Columns = None,
 ):
-    """Training time: FLOPs per token, MFU (given or auto), tokens/s, total time and chip-hours."""
+    """Training time: FLOPs per token, MFU (given or auto), tokens/s, total time and chip-hours.
+
+    \b
+    Example: aicalc train-time llama-3.1-8b --chip h100-sxm --chips 64 --tokens 1T
+    """
     from aicalc.commands import train_time as cmd
 
     return emit(cmd.run(model, chip, tokens=tokens, seq=seq, global_batch=global_batch, micro_batch=micro_batch, tp=tp,
@@ -311,7 +346,8 @@ def train_mem(
     quant: Annotated[str, typer.Option("--quant", help="base weights with LoRA: none | nf4 | nf4-dq | int8")] = "none",
     offload: Annotated[str, typer.Option("--offload", help="none | optimizer | params (to host memory)")] = "none",
     dropout: Annotated[float | None, typer.Option("--dropout", help="hidden dropout (default: the family's)")] = None,
-    chip: Annotated[str | None, typer.Option("--chip", help="chip id: fits per device")] = None,
+    chip: Annotated[str | None, typer.Option("--chip", help="chip id: fits per device",
+                                             autocompletion=_complete(("chip", "node")))] = None,
     budget: Annotated[str | None, typer.Option("--budget", help="fail (exit 1) when a row needs more per device")] = None,
     overhead: Annotated[str | None, typer.Option("--overhead", help="CUDA context + allocator overhead (default 1GiB)")] = None,
     search: Annotated[bool, typer.Option("--search", help="search TP×PP×DP×ZeRO×micro-batch×recompute that fit")] = False,
@@ -321,7 +357,11 @@ def train_mem(
     json_: Json = False,
     columns: Columns = None,
 ):
-    """Training and fine-tuning memory per device: states, activations, peak; --search for layouts."""
+    """Training and fine-tuning memory per device: states, activations, peak; --search for layouts.
+
+    \b
+    Example: aicalc train-mem llama-3.1-70b --chip h100-sxm --dp 8 --zero 3 --recompute full --lora-rank 16
+    """
     from aicalc.commands.train_mem import run
 
     with progress_bar("searching layouts") as progress:
@@ -374,7 +414,11 @@ def serve(
     json_: Json = False,
     columns: Columns = None,
 ):
-    """A serving deployment under continuous batching: TTFT, TPOT, tokens/s, fit, latency targets, cost."""
+    """A serving deployment under continuous batching: TTFT, TPOT, tokens/s, fit, latency targets, cost.
+
+    \b
+    Example: aicalc serve llama-3.1-70b --chip h100-sxm --chips 8 --tp 4 --max-tpot 50ms
+    """
     from aicalc.commands.serve import run
 
     return emit(run(model, chip, chips=chips, tp=tp, prompt=prompt, gen=gen, concurrency=concurrency,
@@ -401,7 +445,11 @@ def compare(
     json_: Json = False,
     columns: Columns = None,
 ):
-    """Training vs inference side by side, chip by chip: memory, chips needed, speed, cost, energy."""
+    """Training vs inference side by side, chip by chip: memory, chips needed, speed, cost, energy.
+
+    \b
+    Example: aicalc compare llama-3.1-8b --chip h100-sxm --chip a100-80gb
+    """
     from aicalc.commands.compare import run
 
     return emit(run(model, chip, tokens=tokens, seq=seq, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype,

@@ -250,3 +250,38 @@ def test_dtype_lists_make_one_table(cli, cmd):
     assert pairs == {("bf16", "bf16"), ("int4", "bf16"), ("bf16", "fp8"), ("int4", "fp8")}
     w = {p: [r["weights_bytes_per_device"] for r in rows if (r["dtype"], r["kv_dtype"]) == p][0] for p in pairs}
     assert w[("int4", "fp8")] < 0.5 * w[("bf16", "fp8")]
+
+
+@pytest.mark.parametrize("cmd", ["kv-cache", "train-mem", "roofline", "serve", "train-time", "compare", "check"])
+def test_every_command_help_has_an_example_that_runs(cli, cmd, monkeypatch, tmp_path):
+    import shlex
+
+    import typer
+
+    from aicalc.cli import app
+
+    sub = typer.main.get_command(app).commands[cmd]
+    line = next(x for x in sub.help.splitlines() if x.strip().startswith("Example: aicalc"))
+    argv = shlex.split(line.strip()[len("Example: aicalc "):])
+    if cmd == "check":  # the example names a budget file; run it on a minimal one
+        (tmp_path / "budgets.yaml").write_text("version: 1\nchecks:\n  - name: a\n    command: kv-cache\n"
+                                               "    model: gpt2\n    limits: {max_memory_per_device: 80GB}\n")
+        monkeypatch.chdir(tmp_path)
+    assert cli(*argv).code in (0, 1)
+
+
+def test_short_version_flag(cli):
+    from aicalc import __version__
+
+    assert __version__ in cli("-V").out
+
+
+def test_shell_completion_of_preset_ids():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "_AICALC_COMPLETE": "complete_bash", "COMP_WORDS": "aicalc serve llama-3.1-8b --chip h1",
+           "COMP_CWORD": "4"}
+    out = subprocess.run([sys.executable, "-m", "aicalc"], env=env, capture_output=True, text=True).stdout.split()
+    assert "h100-sxm" in out and all(x.startswith("h1") for x in out)
