@@ -23,6 +23,9 @@ LIMITS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "max_chips_needed": (("chips_needed",), "max", "count"),
     "max_total_time": (("total_time_s",), "max", "duration"),
     "max_training_cost_usd": (("training_cost_usd", "cost_usd"), "max", "number"),
+    "max_p99_ttft": (("p99_ttft_s",), "max", "duration"),
+    "max_p99_tpot": (("p99_tpot_s",), "max", "duration"),
+    "min_goodput": (("goodput_requests_per_s",), "min", "count"),
 }
 
 

@@ -190,3 +190,13 @@ def test_compare_chips_needed_limit(cli, tmp_path):
     assert cli("check", write(tmp_path, [check])).code == 0
     check["limits"] = {"max_chips_needed": worst - 1}
     assert cli("check", write(tmp_path, [check])).code == 1
+
+
+def test_tail_latency_limits_on_simulated_traffic(cli, tmp_path):
+    args = {"chip": "h100-sxm", "rate": "5,40", "num_requests": 500, "max_ttft": "1s", "max_tpot": "50ms"}
+    check = {"name": "traffic", "command": "serve", "model": "llama-3.1-8b", "args": args,
+             "limits": {"max_p99_ttft": "2s", "min_goodput": "10"}}
+    r = cli("check", write(tmp_path, [check]), "--json")
+    rows = {x["limit_name"]: x for x in r.json["rows"]}
+    assert rows["max_p99_ttft"]["status"] == "fail"  # 40 req/s overloads one H100: the queue grows
+    assert rows["min_goodput"]["status"] == "fail" and rows["min_goodput"]["value"] < 10 and r.code == 1
