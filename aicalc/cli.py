@@ -300,6 +300,10 @@ def train_time(
     precision: Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8 (math dtype)")] = "bf16",
     dp_bandwidth: Annotated[str | None, typer.Option("--dp-bandwidth", help="inter-node bandwidth per chip per direction (default 25GB/s)")] = None,
     eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
+    framework: Annotated[str, typer.Option("--framework", help="megatron | fsdp | deepspeed: overlap profile "
+                                                               "(presets/frameworks/)")] = "megatron",
+    search: Annotated[bool, typer.Option("--search", help="rank the layouts of --chips that fit by time")] = False,
+    top: Annotated[int, typer.Option("--top", help="layouts shown by --search")] = 10,
     fmt: Format = "table",
     json_: Json = False,
     columns: Columns = None,
@@ -314,7 +318,8 @@ def train_time(
     return emit(cmd.run(model, chip, tokens=tokens, seq=seq, global_batch=global_batch, micro_batch=micro_batch, tp=tp,
                         pp=pp, dp=dp, chips=chips, mfu=mfu, achieved=achieved, recompute=recompute,
                         attention=attention, sequence_parallel=sequence_parallel, interleave=interleave, zero=zero,
-                        precision=precision, dp_bandwidth=dp_bandwidth, eff=eff), fmt, json_, columns)
+                        precision=precision, dp_bandwidth=dp_bandwidth, eff=eff, framework=framework, search=search,
+                        top=top), fmt, json_, columns)
 
 
 @app.command("train-mem")

@@ -155,6 +155,9 @@ def published_training_cases() -> list[dict]:
         if dp is None:
             why = "no chip count or layout published"
             dp = 1
+        if e["group"] == "run-level":  # reported beside the step model, never scored against it
+            why = why or ("run-level GPU-hours include restarts, evaluation and other stages no step model sees "
+                          "(their goodput is not published)")
         mb = e.get("micro_batch") or 1
         gb = e.get("global_batch") or dp * mb * (4 * pp if pp > 1 else 1)
         if not e.get("global_batch"):

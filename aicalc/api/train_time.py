@@ -47,8 +47,24 @@ def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: li
         dpbw = parse_rate(dp_bandwidth, "bytes", "dp_bandwidth")
     else:
         dpbw = float(dp_bandwidth)
+    peak16 = c.peak_flop_per_s("bf16") or c.peak_flop_per_s("fp16") or peak
     return c, TrainChip(peak, c.memory_bandwidth_bytes_per_s, link, dpbw, low_precision=precision == "fp8",
-                        domain=domain, vector_flop_per_s=c.peak_flop_per_s("fp32") or 0.0)
+                        domain=domain, vector_flop_per_s=c.peak_flop_per_s("fp32") or 0.0,
+                        peak_16bit_flop_per_s=peak16)
+
+
+def gemm_plateau(chip) -> dict[str, float]:
+    """The GEMM plateau of the chip's generation (``aicalc.core.train_time.GEMM_PLATEAU``) as efficiency
+    overrides; empty where the generation has none."""
+    from aicalc.core.train_time import GEMM_PLATEAU
+
+    p = GEMM_PLATEAU.get(chip.generation or "")
+    if not p:
+        return {}
+    out = {"train_gemm_plateau": p["16bit"]}
+    if "8bit" in p:
+        out["train_gemm_plateau_8bit"] = p["8bit"]
+    return out
 
 
 def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=1024, micro_batch=1, tp=1, pp=1,
@@ -100,7 +116,8 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     fw = profiles.load("framework", framework)
     cls = profiles.load("class", profiles.chip_class(chip_obj))
     chip_factors = {k: f.value for k, f in (chip_obj.efficiency or {}).items()}
-    eff = efficiency_of(None).with_overrides(cls.factors).with_overrides(chip_factors).with_overrides(fw.factors)
+    eff = efficiency_of(None).with_overrides(cls.factors).with_overrides(chip_factors) \
+        .with_overrides(gemm_plateau(chip_obj)).with_overrides(fw.factors)
     if efficiency:
         eff = efficiency if not isinstance(efficiency, dict) else eff.with_overrides(efficiency)
     goodput = inputs.fraction("goodput", goodput)
@@ -135,3 +152,62 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     return TrainTime(cols, warnings, model=spec, chip=chip_obj, train_chip=tchip, efficiency=eff, mfu_source=source,
                      price=price, framework=framework, chip_class=cls.id,
                      sources=[f"{k} = {v:g} ({p.id}: {p.sources[k]})" for p in (cls, fw) for k, v in p.factors.items()])
+
+
+def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=4096, global_batch=1024,
+                         micro_batches=(1, 2, 4, 8), recompute=("none", "selective", "full"), zero=(1, 3),
+                         framework: str = "megatron", precision: str = "bf16", dp_bandwidth=None,
+                         top: int = 10) -> TrainTime:
+    """The fastest layouts of ``chips`` chips that fit in memory: every TP (a power of two inside the chip's
+    scale-up domain that divides the heads and the FFN) × PP (dividing the layers) × DP, micro-batch dividing
+    the per-replica batch, recompute and ZeRO stage, its peak memory from :func:`aicalc.api.train_memory.
+    train_memory` (``fits``: the reserved peak within the chip's memory) and its time from :func:`train_time`,
+    ranked by total time; the ``top`` fastest that fit (all of them, unranked by fit, when none does)."""
+    import numpy as np
+
+    from aicalc.api import inputs
+    from aicalc.api.catalog import load_chip, load_model
+    from aicalc.api.train_memory import train_memory
+    from aicalc.errors import ParameterError
+
+    spec = load_model(model)
+    arch = spec.arch
+    n = int(inputs.positive("chips", chips, whole=True).reshape(-1)[0])
+    gb = int(inputs.positive("global_batch", global_batch, whole=True).reshape(-1)[0])
+    c = load_chip(chip)
+    domain = (c.interconnect.domain if c.interconnect else None) or 8
+    kv = arch.kv_heads or arch.heads
+    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(domain, n) and arch.heads % t == 0 and kv % t == 0
+           and arch.ffn % t == 0]
+    pps = [p for p in range(1, min(arch.layers, n) + 1) if arch.layers % p == 0]
+    layouts = [(t, p, n // (t * p), b) for t in tps for p in pps if n % (t * p) == 0
+               for b in micro_batches if gb % (n // (t * p) * b) == 0]
+    if not layouts:
+        raise ParameterError("chips", n, f"admits no TP × PP × DP layout of {spec.id} with a micro-batch dividing "
+                             f"the global batch {gb}")
+    tp, pp, dp, mb = (np.array(x, dtype=np.int64) for x in zip(*layouts, strict=True))
+    mem_framework = "megatron" if framework == "megatron" else "hf"
+    parts = []
+    for rc in recompute:
+        if rc == "selective" and mem_framework != "megatron":
+            continue  # selective recompute is Megatron's
+        for z in zero:
+            mem = train_memory(spec.id, batch=mb, seq=seq, dp=dp, tp=tp, pp=pp, zero=z, chip=c.id, recompute=rc,
+                               framework=mem_framework, attention="flash", sp=mem_framework == "megatron")
+            t = train_time(spec.id, c.id, tokens, seq=seq, global_batch=gb, micro_batch=mb, tp=tp, pp=pp, dp=dp,
+                           recompute=rc, zero=z, precision=precision, dp_bandwidth=dp_bandwidth, framework=framework)
+            cols = dict(t.columns)
+            cols["recompute"] = np.full(len(t), rc)
+            cols["zero"] = np.full(len(t), z, dtype=np.int64)
+            cols["peak_reserved_bytes"] = np.asarray(mem["peak_reserved_bytes"], dtype=np.float64)
+            cols["fits"] = np.asarray(mem["fits"], dtype=bool)
+            parts.append(cols)
+    keys = list(parts[0])
+    allc = {k: np.concatenate([p[k] for p in parts]) for k in keys}
+    fit = allc["fits"]
+    warnings = [] if fit.any() else [f"no layout of {n} × {c.id} fits its memory; the fastest are shown anyway"]
+    order = np.argsort(np.where(fit, allc["total_time_s"], np.inf) if fit.any() else allc["total_time_s"],
+                       kind="stable")
+    order = order[: int(top)] if not fit.any() else order[: min(int(top), int(fit.sum()))]
+    return TrainTime({k: v[order] for k, v in allc.items()}, warnings, model=spec, chip=c, framework=framework,
+                     layouts=len(fit), layouts_fit=int(fit.sum()))

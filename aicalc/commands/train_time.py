@@ -9,7 +9,7 @@ from aicalc.result import Result
 def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024", micro_batch="1", tp="1", pp="1",
         dp=None, chips=None, mfu="auto", achieved=None, recompute: str = "selective", attention: str = "flash",
         sequence_parallel: bool = True, interleave: int = 1, zero: int = 0, precision: str = "bf16",
-        dp_bandwidth=None, eff=None) -> Result:
+        dp_bandwidth=None, eff=None, framework: str = "megatron", search: bool = False, top: int = 10) -> Result:
     import numpy as np
 
     from aicalc.api.train_time import train_time
@@ -17,6 +17,9 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
     from aicalc.sweep import grid, int_sweep
     from aicalc.units import parse_count, parse_int
 
+    if search:
+        return _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, precision, dp_bandwidth,
+                       framework, top)
     tps, pps = int_sweep(tp, "--tp"), int_sweep(pp, "--pp")
     dps = int_sweep(dp, "--dp") if dp is not None else ([1] if chips is None else [0])
     g = grid(tp=tps, pp=pps, dp=dps, seq=int_sweep(seq, "--seq"), global_batch=int_sweep(global_batch, "--global-batch"),
@@ -36,7 +39,7 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                    mfu=None if auto or achieved else mfu, achieved=achieved, recompute=recompute,
                    attention=attention, sequence_parallel=sequence_parallel, interleave=int(interleave),
                    zero=int(zero), precision=precision, dp_bandwidth=dp_bandwidth,
-                   efficiency=efficiency_overrides(eff))
+                   efficiency=efficiency_overrides(eff), framework=framework)
     m = r.meta
     tc, spec, chip_obj = m["train_chip"], m["model"], m["chip"]
     inputs = {"model": spec.id, "chip": chip_obj.id, "tokens": float(r.tokens[0]), "seq": seq,
@@ -52,3 +55,30 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                "tokens_per_s", "step_s", "total_time_s", "chip_hours"]
     return Result("train-time", inputs, r.rows(), warnings=r.warnings, title=f"{spec.id} on {chip_obj.id}",
                   notes=notes, columns=columns)
+
+
+def _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, precision, dp_bandwidth, framework,
+            top) -> Result:
+    """``--search``: the fastest TP × PP × DP × micro-batch × recompute × ZeRO layouts of ``--chips`` that fit."""
+    from aicalc.api.train_time import search_train_layouts
+    from aicalc.sweep import int_sweep
+    from aicalc.units import parse_count, parse_int
+
+    if chips is None:
+        raise ParameterError("chips", None, "is needed with --search: the number of chips to lay the model out on")
+    n = parse_int(str(chips), "--chips")
+    r = search_train_layouts(model, chip, n, parse_count(str(tokens), "--tokens"), seq=int_sweep(seq, "--seq")[0],
+                             global_batch=int_sweep(global_batch, "--global-batch")[0], precision=precision,
+                             dp_bandwidth=dp_bandwidth, framework=framework, top=int(top))
+    m = r.meta
+    inputs = {"model": m["model"].id, "chip": m["chip"].id, "chips": n, "tokens": float(r.tokens[0]), "seq": seq,
+              "global_batch": global_batch, "precision": precision, "framework": framework, "search": True,
+              "recompute": recompute, "zero": zero}
+    notes = [f"{m['layouts_fit']} of {m['layouts']} layouts fit (train-mem's reserved peak within the chip's memory); "
+             f"the {len(r)} fastest, ranked by total time (step model: docs/train-time.md)"]
+    columns = ["tp", "pp", "dp", "micro_batch", "recompute", "zero", "mfu", "tokens_per_s", "step_s", "total_time_s",
+               "chip_hours", "peak_reserved_bytes", "fits"]
+    return Result("train-time", inputs, r.rows(), warnings=r.warnings,
+                  title=f"{m['model'].id} on {n} × {m['chip'].id}: fastest layouts that fit", notes=notes,
+                  columns=columns)
+

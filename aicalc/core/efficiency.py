@@ -59,6 +59,21 @@ class Efficiency:
     train_elementwise_bytes: float = 120.0  # bytes of non-matmul traffic per token per layer, in units of H
     dp_overlap: float = 0.0  # share of the compute beside a data-parallel collective that hides it (frameworks)
     ep_overlap: float = 0.0  # share of the expert compute that hides the MoE all-to-alls
+    # training only (aicalc.core.train_time.step_time): the large-GEMM plateau of the chip's generation, as a
+    # fraction of its dense peak in 16-bit and in 8-bit math, set per generation from
+    # aicalc.core.train_time.GEMM_PLATEAU (0: none known, flop_max and low_precision_flop_factor apply), and the
+    # share of it a training step's GEMMs sustain (fitted on validation/cases/calibration-training.yaml)
+    train_gemm_plateau: float = 0.0
+    train_gemm_plateau_8bit: float = 0.0
+    train_gemm_sustained: float = 0.78
+    # fused (flash) attention in training, fwd + bwd (the bwd priced as 2.5 forwards), fraction of the 16-bit
+    # peak; fitted on validation/cases/calibration-training.yaml (FlashAttention-2 reaches 35 % of an H100,
+    # Shah et al. 2024); 0: flop_max
+    train_attention_efficiency: float = 0.40
+    tp_overlap: float = 0.0  # share of the tensor-parallel collectives the layer GEMMs hide (TP comm overlap)
+    # fraction of the link bandwidth a training step's large collectives reach (NCCL bus bandwidth of large
+    # messages; fitted on validation/cases/calibration-training.yaml); 0: link
+    train_link: float = 0.825
 
     def with_overrides(self, overrides: dict[str, float]) -> Efficiency:
         known = {f.name for f in fields(self)}
@@ -74,7 +89,10 @@ class Efficiency:
 IDEAL = Efficiency(flop_max=1.0, gemm_half_dim=0.0, low_precision_flop_factor=1.0, bandwidth=1.0,
                    quant_bandwidth=1.0, overlap_p=float("inf"), kernel_overhead_s=0.0, step_overhead_s=0.0,
                    collective_latency_s=0.0, link=1.0, train_elementwise_bytes=0.0, dp_overlap=1.0, ep_overlap=1.0,
-                   gemv_efficiency=0.0, dequant_ops_per_weight=0.0, layer_latency_s=0.0, hop_latency_s=0.0)
+                   gemv_efficiency=0.0, dequant_ops_per_weight=0.0, layer_latency_s=0.0, hop_latency_s=0.0,
+                   train_gemm_plateau=0.0, train_gemm_plateau_8bit=0.0, train_gemm_sustained=1.0,
+                   train_attention_efficiency=0.0, tp_overlap=1.0,
+                   train_link=0.0)
 
 
 def gemm_efficiency(eff: Efficiency, m, n, k, low_precision=False):

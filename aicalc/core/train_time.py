@@ -26,6 +26,13 @@ training traffic of norms, dropout, residuals and activation functions over all 
 micro-batch slots (Narayanan et al. 2021 §2.2), the data-parallel gradient all-reduce (ring factor; ZeRO-3
 adds a parameter all-gather: 1.5× the volume, Rajbhandari et al. 2020 §7) and the optimizer update
 (memory-bound).
+
+Training-only corrections (fields at the end of :class:`aicalc.core.efficiency.Efficiency`, fitted on
+validation/cases/calibration-training.yaml; docs/train-time.md): GEMMs at ``train_gemm_sustained`` of the chip
+generation's measured plateau (:data:`GEMM_PLATEAU`); fused attention at ``train_attention_efficiency`` of the
+16-bit peak, its backward 2.5 forwards (:data:`FLASH_BACKWARD`); in 8-bit runs only the linear layers in 8-bit;
+collectives at ``train_link``; the framework's overlap of DP, TP and EP collectives (:func:`exposed`); context
+parallelism splitting the whole sequence's causal attention over the CP ranks; MoE token permutation traffic.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from aicalc.core.forward import Shape
 RECOMPUTE = ("none", "selective", "full")
 ATTN_DROPOUT_BYTES_PER_SCORE = 5.0  # training only: dropout mask (1 B) and output (2 B) written, output read (2 B)
 #                                     per materialized score element and pass (Korthikanti et al. 2022 Table 2)
+FLASH_BACKWARD = 2.5  # FlashAttention backward: recomputes S = QKᵀ, then dV, dP, dQ, dK (Dao 2023, Algorithm 2)
 OPTIMIZER_BYTES_PER_PARAM = 34.0  # Adam, mixed precision: read master/m/v/grad (16 B), write master/m/v + bf16 copy
 
 
@@ -82,9 +90,50 @@ class TrainChip:
     low_precision: bool = False
     domain: int = 8  # chips one scale-up link joins
     vector_flop_per_s: float = 0.0
+    peak_16bit_flop_per_s: float = 0.0  # 8-bit runs: the 16-bit peak attention and the LM head run at (0: peak)
 
 
 ELEMENTWISE_KERNELS_PER_LAYER = 6.0  # norms 2, rope + residuals 3, activation 1 (the forward's stream kernels)
+
+# Large-GEMM plateau per chip generation (the preset's ``generation``): measured fraction of dense peak ÷ the
+# shape factor of aicalc.core.efficiency.gemm_efficiency, median over transformer shapes with every dimension
+# ≥ 4096; 16-bit and 8-bit math, each against its own peak. A training step's GEMMs reach
+# ``train_gemm_sustained`` of it (backward dgrad / wgrad layouts, clocks under sustained load, tails between
+# layers). Generations without an entry keep the class profile's flop_max and low_precision_flop_factor (0.825
+# and 0.72): TPU v4 / v5e / v5p, whose MaxText runs they fit, and Blackwell, with no measurement here.
+GEMM_PLATEAU = {
+    "Ampere": {"16bit": 0.92, "source": "A100 fp16 GEMMs, LLMCompass measurements OP-01/OP-02 "
+                                        "(shared/reference/validation-cases.md): 0.86-0.94 of 312 TFLOP/s, median 0.91"},
+    "Hopper": {"16bit": 0.736, "8bit": 0.665,
+               "source": "H100 SXM torch.matmul bf16 / torch._scaled_mm fp8 e4m3, M 4096-16384 × (K, N) of Llama "
+                         "shapes (shared/reference/measured/h100-microbench.json): bf16 0.67-0.79 of 989 TFLOP/s, "
+                         "median 0.71; fp8 0.53-0.69 of 1979, median 0.65"},
+    "TPU v6e (Trillium)": {"16bit": 0.69, "source": "no GEMM measurement: fitted on TP-11 and TP-12 (MaxText Llama "
+                                                    "3.1 8B / 70B on v6e-256, validation/cases/training.yaml)"},
+}
+
+
+def training_efficiency(eff: Efficiency) -> Efficiency:
+    """The efficiency model as a training step sees it: ``train_gemm_sustained`` of the generation's GEMM plateau
+    (16-bit; 8-bit relative to it) where one is known, and ``train_link`` for the collectives where it is set."""
+    from dataclasses import replace
+
+    if eff.train_gemm_plateau > 0:
+        lp = eff.train_gemm_plateau_8bit / eff.train_gemm_plateau if eff.train_gemm_plateau_8bit > 0 \
+            else eff.low_precision_flop_factor
+        eff = replace(eff, flop_max=eff.train_gemm_plateau * eff.train_gemm_sustained, low_precision_flop_factor=lp)
+    if eff.train_link > 0:
+        eff = replace(eff, link=eff.train_link)
+    return eff
+
+
+def exposed(t_comm, t_compute, overlap):
+    """Time a collective adds beside ``t_compute`` of independent work: what the compute cannot cover, plus the
+    ``1 − overlap`` share of what it covers (the collective's kernels take SMs and memory bandwidth from the
+    compute they run beside; overlap 1: ``max(comm − compute, 0)``, 0: all of it)."""
+    import numpy as np
+
+    return t_comm - overlap * np.minimum(t_comm, t_compute)
 
 
 def span_bandwidth(chip: TrainChip, span):
@@ -101,16 +150,20 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     """Seconds per optimizer step and its parts (dict of arrays).
 
     Collectives run on the links their group spans, hierarchically across scale-up domains
-    (:mod:`aicalc.core.collectives`).
-    Exposed communication is what the compute beside it cannot hide: ``dp_overlap`` of the backward pass hides
-    the gradient all-reduce (DDP buckets, Megatron's overlapped grad reduce), of every micro-batch the FSDP /
-    ZeRO-3 parameter all-gathers (prefetch) and gradient reduce-scatters; ``ep_overlap`` of the expert compute
-    hides the MoE all-to-alls."""
+    (:mod:`aicalc.core.collectives`), at ``train_link`` of the link bandwidth.
+    Exposed communication (:func:`exposed`) is what the compute beside it cannot hide plus the ``1 − overlap``
+    share of what it can (the collective competes for SMs and memory bandwidth): ``dp_overlap`` against the
+    backward pass for the gradient all-reduce (DDP buckets, Megatron's ``--overlap-grad-reduce``), against every
+    micro-batch for the FSDP / ZeRO-3 parameter all-gathers (prefetch) and gradient reduce-scatters;
+    ``tp_overlap`` against the layer GEMMs for the TP collectives; ``ep_overlap`` against the layer compute
+    (another micro-batch's, in 1F1B / DualPipe schedules) for the MoE all-to-alls."""
+    from dataclasses import replace
+
     import numpy as np
 
     from aicalc.core.collectives import allreduce_seconds
-    from aicalc.core.forward import formats, forward_ops
-    from aicalc.core.pricing import Roofs, price
+    from aicalc.core.forward import ACT_BYTES, formats, forward_ops
+    from aicalc.core.pricing import Roofs, op_times
 
     f = np.float64
     s_, Bg, b = np.asarray(seq, f), np.asarray(global_batch, f), np.asarray(micro_batch, f)
@@ -120,13 +173,26 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     s_loc = s_ / cp  # context parallelism: each rank holds a slice of every sequence
     M = b * s_loc  # tokens per micro-batch on one rank
     passes = 3.0 + (1.0 if recompute == "full" else 0.0)  # forward, backward (2×), recompute forward
-    attn_passes = 3.0 + (1.0 if recompute in ("full", "selective") else 0.0)
+    # a fused (flash) attention backward recomputes the scores: 5 matmuls against the forward's 2
+    attn_passes = 1.0 + (FLASH_BACKWARD if flash else 2.0) + (1.0 if recompute in ("full", "selective") else 0.0)
     link_tp = span_bandwidth(chip, tp)
     roofs = Roofs(chip.peak_flop_per_s, bw, link_tp, chip.low_precision, chip.vector_flop_per_s)
+    # 8-bit training (Transformer Engine, torchao float8) runs the linear layers' GEMMs in fp8; attention and the
+    # LM head stay in 16-bit
+    roofs16 = Roofs(chip.peak_16bit_flop_per_s or chip.peak_flop_per_s, bw, link_tp, False, chip.vector_flop_per_s) \
+        if chip.low_precision else roofs
+    eff = training_efficiency(eff)
+    eff_attn = replace(eff, flop_max=eff.train_attention_efficiency, low_precision_flop_factor=1.0) \
+        if flash and eff.train_attention_efficiency > 0 else eff
     fm = formats("bf16", flash=flash)
-    ops = forward_ops(s, fm, b, s_loc, 0.0, tp, ep=ep)
-    price(ops, roofs, eff, tp, quantized=False)
-    t_layers, t_tp, t_head, t_expert = 0.0, 0.0, 0.0, 0.0
+    # context parallelism: a rank's s/cp queries attend, on average over the load-balanced chunks, to the keys
+    # of (s − s/cp)/2 earlier tokens besides their own causal block — 1/cp of the whole sequence's attention
+    ops = forward_ops(s, fm, b, s_loc, (s_ - s_loc) / 2.0, tp, ep=ep)
+    for op in ops:
+        sixteen = op.name.startswith("attn_") or op.name == "lm_head"
+        op.t_ideal, op.t_est = op_times(op, roofs16 if sixteen else roofs, eff_attn if op.kind == "attention" else eff,
+                                        tp, False)
+    t_layers, t_tp, t_head, t_gemm = 0.0, 0.0, 0.0, 0.0
     for op in ops:
         if op.name == "lm_head":
             t_head = 3.0 * op.t_est  # forward + backward, never recomputed
@@ -134,10 +200,12 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
             t_layers = t_layers + attn_passes * op.t_est
         elif op.kind == "gemm":
             t_layers = t_layers + passes * op.t_est
-            if op.name in ("moe_up", "moe_down"):
-                t_expert = t_expert + passes * op.t_est
+            t_gemm = t_gemm + passes * op.t_est
         elif op.kind == "collective":
             t_tp = t_tp + (passes - 1.0) * op.t_est  # 2 per forward pass and per backward (2 more with full)
+    # TP communication overlap (Transformer Engine userbuffers, PyTorch async TP): the sequence-parallel
+    # all-gathers / reduce-scatters are split into chunks pipelined with the GEMMs that consume or produce them
+    t_tp = exposed(t_tp, t_gemm, eff.tp_overlap)
     # training elementwise traffic (norms, dropout, residuals, activations over every pass), per layer
     split = tp if sequence_parallel else 1.0
     elem = eff.train_elementwise_bytes * s.H * M / split * passes / 3.0
@@ -146,14 +214,19 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
         elem = elem + ATTN_DROPOUT_BYTES_PER_SCORE * scores * attn_passes
     t_layers = t_layers + s.L * (elem / (bw * eff.bandwidth) + ELEMENTWISE_KERNELS_PER_LAYER * passes
                                  * eff.kernel_overhead_s)
+    if s.moe_layers:  # token permutation: the k copies of each token gathered into expert order (read H, write
+        #               k·H) and scattered back (read k·H, write H), in the forward, the backward and a recompute
+        perm = 2.0 * (1.0 + s.experts_per_token) * s.H * ACT_BYTES * M / split * (passes - 1.0)
+        t_layers = t_layers + s.moe_layers * perm / (bw * eff.bandwidth)
     # MoE: dispatch and combine all-to-alls per MoE layer, in every pass but the last backward's weight grads
     t_a2a = 0.0
     if s.moe_layers:
-        a2a_bytes = M * s.experts_per_token * s.H * 2.0 * np.maximum(ep - 1.0, 0.0) / np.maximum(ep, 1.0)
+        # each rank dispatches its own tokens (M/tp with sequence parallelism) to the experts of the other EP ranks
+        a2a_bytes = M / split * s.experts_per_token * s.H * 2.0 * np.maximum(ep - 1.0, 0.0) / np.maximum(ep, 1.0)
         n_a2a = 2.0 * (passes - 1.0) * s.moe_layers
         t_a2a = np.where(ep > 1, n_a2a * (a2a_bytes / (span_bandwidth(chip, tp * ep) * eff.link)
                                           + eff.collective_latency_s), 0.0)
-        t_a2a = np.maximum(t_a2a - eff.ep_overlap * t_expert, (1.0 - eff.ep_overlap) * t_a2a)
+        t_a2a = exposed(t_a2a, t_layers, eff.ep_overlap)
     # pipeline: activations (and their gradients) cross each stage boundary once per micro-batch
     t_p2p = np.where(pp > 1, 2.0 * M * s.H * 2.0 / split / (span_bandwidth(chip, tp * cp * dp * pp) * eff.link), 0.0)
     t_compute = (t_layers + t_tp + t_a2a) / pp + t_head / v  # one micro-batch on one stage
@@ -172,14 +245,14 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
         #            reduce-scatter the gradients (each half a ring all-reduce's volume)
         per_mb = (allreduce(dense_dev, shards, tp) + allreduce(expert_dev, shards / ep, tp * ep)) / 2.0 \
             * (2.0 * 2.0 + grad_bytes) + np.where(shards > 1, 3.0 * lat, 0.0)
-        exposed_mb = np.maximum(per_mb - eff.dp_overlap * t_compute, 0.0)
+        exposed_mb = exposed(per_mb, t_compute, eff.dp_overlap)
         t_dp = m * exposed_mb
         t_mb = t_compute + t_p2p + exposed_mb
     else:  # DDP / ZeRO-1/2: one gradient all-reduce (reduce-scatter + all-gather) per step, overlapped with the
         #    last micro-batch's backward
         t_all = (allreduce(dense_dev, shards, tp) + allreduce(expert_dev, shards / ep, tp * ep)) * grad_bytes \
             + np.where(shards > 1, lat, 0.0)
-        t_dp = np.maximum(t_all - eff.dp_overlap * t_compute * 2.0 / 3.0, 0.0)
+        t_dp = exposed(t_all, t_compute * 2.0 / 3.0, eff.dp_overlap)
         t_mb = t_compute + t_p2p
     bubble = (pp - 1.0) / v
     t_pipe = (m + bubble) * t_mb
