@@ -54,9 +54,11 @@ def _complete(kinds: tuple[str, ...]):
 Model = Annotated[str, typer.Argument(metavar="MODEL", help="preset id, a config.json, or a folder holding one",
                                       autocompletion=_complete(("model",)))]
 Chip = Annotated[str, typer.Option("--chip", help="chip or node preset id", autocompletion=_complete(("chip", "node")))]
-WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: bf16, fp16, fp8, int8, int4, nf4, q8_0, q4_0, "
-                                                          "q4_k_m, …")]
-KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16, fp16, fp8, int8, int4")]
+WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: bf16, fp16, fp8, fp4, int8, int4, nf4, q8_0, "
+                                                          "q4_0, q4_k_m, …, or checkpoint (the model files' own "
+                                                          "bytes); a comma list sweeps")]
+KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16, fp16, fp8, int8, int4, or auto (the "
+                                                         "checkpoint's quantization_config); a comma list sweeps")]
 Engine = Annotated[str | None, typer.Option("--engine", help="engine profile: generic (default), trtllm, vllm, "
                                                                "sglang, llama.cpp, exllamav2, gpt-fast, mlx")]
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 from aicalc.catalog.store import ModelSpec
+from aicalc.errors import AicalcError
 
 
 def load_model(model) -> ModelSpec:
     """A model preset id (``"llama-3.1-8b"``), a path to a ``config.json`` (or a folder holding one), a
     Hugging Face config as a dict, an Arch, or a ModelSpec (returned as is)."""
-    from aicalc.catalog import store
     from aicalc.catalog.arch import Arch
 
     if isinstance(model, ModelSpec):
@@ -20,7 +23,7 @@ def load_model(model) -> ModelSpec:
 
         name = str(model.get("_name_or_path") or model.get("model_type") or "config")
         return ModelSpec(id=name, name=name, source="config dict", arch=arch_from_config(dict(model), "config"))
-    return store.resolve_model(str(model))
+    return _from_files(str(model))
 
 
 def load_chip(chip):
@@ -37,3 +40,114 @@ def load_node_or_chip(chip):
     if isinstance(chip, Chip):
         return chip, 1
     return store.resolve_chip(str(chip))
+
+
+@dataclass(frozen=True)
+class LoadedModel(ModelSpec):
+    """A model whose files were read: its checkpoint's exact bytes come with it."""
+
+    checkpoint: object = None  # aicalc.catalog.checkpoint.Checkpoint
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _from_files(name: str):
+    """A ``.gguf`` file, a Hub id, or a local folder / config.json path beside safetensors files."""
+    from pathlib import Path
+
+    from aicalc.catalog import checkpoint, store
+    from aicalc.catalog.hf_config import arch_from_config
+
+    path = Path(name)
+
+    def exists(p) -> bool:
+        try:
+            return p.exists()
+        except (OSError, ValueError):  # a name too long or otherwise impossible as a path
+            return False
+
+    if name.endswith(".gguf"):
+        if not exists(path) or not path.is_file():
+            raise AicalcError(f"no GGUF file at '{name}'")
+        cfg, ck = checkpoint.from_gguf(path)
+        return LoadedModel(id=path.name, name=path.stem, source=str(path), arch=arch_from_config(cfg, str(path)),
+                           checkpoint=ck)
+    if len(name) <= 200 and not exists(path) and _HUB_ID.fullmatch(name) and not name.endswith(".json"):
+        cfg, ck = checkpoint.from_hub(name)
+        return LoadedModel(id=name, name=name, source=f"hf://{name}", arch=arch_from_config(cfg, name),
+                           checkpoint=ck, hf_repo=name)
+    spec = store.resolve_model(name)
+    if exists(path):
+        folder = path if path.is_dir() else path.parent
+        import json
+
+        cfg_file = folder / "config.json"
+        try:
+            cfg = json.loads(cfg_file.read_text(encoding="utf-8")) if cfg_file.is_file() else {}
+        except (OSError, ValueError):
+            cfg = {}
+        ck = checkpoint.from_folder(folder, cfg if isinstance(cfg, dict) else {})
+        if ck is not None:
+            return LoadedModel(id=spec.id, name=spec.name, source=spec.source, arch=spec.arch, checkpoint=ck)
+    return spec
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """A weight format as the estimators take it: a dtype name (its math and coverage rule) and, for a
+    checkpoint read from files, the exact bytes per parameter of its block linears and of its embedding/head."""
+
+    name: str
+    bytes_per_param: float | None = None
+    edge_bytes_per_param: float | None = None
+
+
+def weight_format(spec, dtype: str) -> WeightFormat:
+    """``dtype`` as given, or ``"checkpoint"``: the bytes the model's own files store (safetensors headers, GGUF
+    tensor infos, Hub metadata), under the dtype name their bits per weight correspond to."""
+    if dtype != "checkpoint":
+        return WeightFormat(dtype)
+    from aicalc.core.params import count_params
+    from aicalc.errors import ParameterError
+
+    ck = getattr(spec, "checkpoint", None)
+    if ck is None:
+        raise ParameterError("dtype", "checkpoint", "needs a model read from its files: a folder with safetensors, "
+                             "a .gguf file or a Hugging Face Hub id")
+    n = count_params(spec.arch)
+    edge_params = n.embedding + n.lm_head or n.embedding
+    linear_params = max(n.total - n.embedding - n.lm_head - n.norms, 1)
+    bpp = ck.bytes_by_class["linear"] / linear_params
+    edge = ck.bytes_by_class["edge"] / edge_params if ck.bytes_by_class["edge"] else bpp
+    bits = 8 * bpp
+    gguf = str(ck.quant_method or "").startswith("gguf")
+    if bits >= 15:
+        name = "bf16"
+    elif bits >= 7.5:
+        name = "q8_0" if gguf else ("fp8" if any("F8" in d for d in ck.stored_dtypes) else "int8")
+    elif bits >= 4.6 and gguf:
+        name = "q5_k_m"
+    else:
+        name = "q4_k_m" if gguf else ("fp4" if any(d in ("F4", "U8") for d in ck.stored_dtypes[:1])
+                                      and ck.quant_method == "modelopt" else "int4")
+    return WeightFormat(name, bpp, edge)
+
+
+def kv_format(spec, kv_dtype: str) -> str:
+    """``kv_dtype`` as given, or ``"auto"``: the KV format the checkpoint's quantization_config asks for (fp8 where
+    it quantizes the cache), else bf16."""
+    if kv_dtype != "auto":
+        return kv_dtype
+    ck = getattr(spec, "checkpoint", None)
+    return (ck.kv_dtype if ck is not None else None) or "bf16"
+
+
+def resident_weights(spec, dtype: str, tp=1, bytes_per_param: float | None = None):
+    """Weight bytes one device holds (:func:`aicalc.core.geometry.weight_bytes_per_device`) under ``dtype``
+    (``"checkpoint"``: the files' own bytes)."""
+    from aicalc.core.geometry import weight_bytes_per_device
+
+    wf = weight_format(spec, dtype)
+    return weight_bytes_per_device(spec.arch, wf.name, tp, bytes_per_param=bytes_per_param or wf.bytes_per_param,
+                                   edge_bpp=wf.edge_bytes_per_param)

@@ -25,14 +25,15 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import load_model, load_node_or_chip
+    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, resident_weights
     from aicalc.core import capacity
-    from aicalc.core.geometry import check_tp, weight_bytes_per_device
+    from aicalc.core.geometry import check_tp
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
     from aicalc.errors import ParameterError
 
     spec = load_model(model)
     arch = spec.arch
+    kv_dtype = kv_format(spec, kv_dtype)
     tp = int(inputs.positive("tp", tp, whole=True).reshape(-1)[0]) if not isinstance(tp, int) else tp
     check_tp(arch, tp)
     g = inputs.broadcast(batch=inputs.positive("batch", batch, whole=True),
@@ -50,7 +51,7 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     if max_context and chip_obj is None:
         raise ParameterError("max_context", True, "needs a chip")
     shape = kv_shape(arch, kv_dtype, tp, engine=engine)
-    weights = weight_bytes_per_device(arch, dtype, tp)
+    weights = resident_weights(spec, dtype, tp)
     over = capacity.runtime_overhead_bytes(arch, tp) if overhead is None else inputs.nbytes("overhead", overhead)
     exact = kv_cache_bytes(shape, B, S, None)
     paged = kv_cache_bytes(shape, B, S, block_size)

@@ -37,6 +37,8 @@ class CostSetup:
     engine: str = "generic"
     sources: tuple[str, ...] = ()  # "factor = value (profile: source)" for every profile figure used
     dataflow: bool = False  # weights spread over chips' SRAM, a token crosses them in turn
+    dtype: str = "bf16"  # the weight format's name ("checkpoint" resolved)
+    kv_dtype: str = "bf16"  # the KV format ("auto" resolved)
 
 
 LOW_PRECISION = ("fp8", "int8", "fp4")
@@ -111,13 +113,15 @@ def cost_setup(model, chip="h100-sxm", dtype: str = "bf16", kv_dtype: str = "bf1
     """Model, chip and engine → the cost model's view: shape, roofs (PCIe Gen4 x16 where a chip lists no
     interconnect and TP needs one, with a warning), formats and the composed efficiency. ``kv_shared`` None:
     the engine's (a GQA kernel reads each kv head once for its query group)."""
-    from aicalc.api.catalog import load_model, load_node_or_chip
+    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, weight_format
     from aicalc.core.forward import formats, shape_of
     from aicalc.core.pricing import Roofs
     from aicalc.errors import check_choice
 
     check_choice("attention", attention, ("flash", "materialized"))
     spec = load_model(model)
+    wf = weight_format(spec, dtype)
+    dtype, kv_dtype = wf.name, kv_format(spec, kv_dtype)
     chip_obj, _count = load_node_or_chip(chip)
     eff, cls, eng, opts, sources, dataflow = compose_efficiency(chip_obj, engine, efficiency)
     warnings: list[str] = []
@@ -125,7 +129,7 @@ def cost_setup(model, chip="h100-sxm", dtype: str = "bf16", kv_dtype: str = "bf1
     if kv_shared is None:
         kv_shared = bool(opts.get("kv_shared", True))
     fm = formats(dtype, kv_dtype, group_size=group_size, quantized=quantized, flash=attention == "flash",
-                 kv_shared=kv_shared)
+                 kv_shared=kv_shared, weight_bytes=wf.bytes_per_param, edge_bytes=wf.edge_bytes_per_param)
     ic = chip_obj.interconnect
     link = (ic.per_direction_bytes_per_s if ic else None) or 0.0
     if not link and tp_needs_link:
@@ -136,7 +140,7 @@ def cost_setup(model, chip="h100-sxm", dtype: str = "bf16", kv_dtype: str = "bf1
                   link_bytes_per_s=link, low_precision=cdt in LOW_PRECISION,
                   vector_flop_per_s=chip_obj.peak_flop_per_s("fp32") or 0.0)
     return CostSetup(spec, chip_obj, shape_of(spec.arch), roofs, fm, cdt, tuple(warnings), eff, cls, eng, sources,
-                     dataflow)
+                     dataflow, dtype, kv_dtype)
 
 
 def efficiency_of(efficiency):
@@ -175,7 +179,9 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     for t in np.unique(TP):
         check_tp(arch, int(t))
     eff = cs.efficiency
-    weights = weight_bytes_per_device(arch, dtype, TP, bytes_per_param=cs.formats.weight_bytes)
+    weights = weight_bytes_per_device(arch, cs.dtype, TP, bytes_per_param=cs.formats.weight_bytes,
+                                      edge_bpp=cs.formats.edge_bytes)
+    kv_dtype = cs.kv_dtype
     kv = np.zeros_like(B)
     for t in np.unique(TP):  # the cache geometry per TP degree
         sel = TP == t

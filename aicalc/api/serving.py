@@ -20,15 +20,16 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int = 1, chips: int | None = 
                     dtype: str = "bf16", kv_dtype: str = "bf16", utilization=0.9) -> int:
     """Requests of ``prompt + gen`` tokens the whole deployment holds in its KV budget (0 when none)."""
     from aicalc.api import inputs
-    from aicalc.api.catalog import load_model, load_node_or_chip
+    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, resident_weights
     from aicalc.core import capacity
-    from aicalc.core.geometry import weight_bytes_per_device
     from aicalc.core.kv_cache import kv_shape
 
-    arch = load_model(model).arch
+    spec = load_model(model)
+    arch = spec.arch
+    kv_dtype = kv_format(spec, kv_dtype)
     chip_obj, _ = load_node_or_chip(chip)
     replicas = (chips or tp) // tp
-    weights = weight_bytes_per_device(arch, dtype, tp)
+    weights = resident_weights(spec, dtype, tp)
     budget = float(capacity.kv_budget_bytes(chip_obj.memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp)))
     from aicalc.core.serving import live_context
@@ -57,7 +58,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     from aicalc.api.roofline import cost_setup
     from aicalc.core import capacity, cost, latency
     from aicalc.core.efficiency import IDEAL
-    from aicalc.core.geometry import check_tp, weight_bytes_per_device
+    from aicalc.core.geometry import check_tp
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
     from aicalc.core.serving import live_context, prefill_batch, steady_state
     from aicalc.errors import ParameterError
@@ -82,7 +83,10 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if price is not None:
         price = float(inputs.positive("price", price).reshape(-1)[0])
     utilization = inputs.fraction("utilization", utilization)
-    weights = weight_bytes_per_device(arch, dtype, tp)
+    from aicalc.api.catalog import resident_weights
+
+    weights = resident_weights(cs.model, dtype, tp)
+    dtype, kv_dtype = cs.dtype, cs.kv_dtype
     overhead = capacity.runtime_overhead_bytes(arch, tp)
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, utilization, weights, overhead))
     per_rep = np.ceil(C / replicas)

@@ -81,7 +81,7 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
     from aicalc.api.roofline import cost_setup
     from aicalc.core import capacity
     from aicalc.core import simulate as sim
-    from aicalc.core.geometry import check_tp, kv_bytes_per_token_layer, weight_bytes_per_device
+    from aicalc.core.geometry import check_tp, kv_bytes_per_token_layer
     from aicalc.errors import ParameterError
 
     tp = int(tp)
@@ -108,7 +108,10 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
     max_ttft = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else np.inf
     max_tpot = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else np.inf
     # KV blocks one replica holds: the vLLM budget beside weights and overhead, per device, in blocks of 16
-    weights = weight_bytes_per_device(arch, dtype, tp)
+    from aicalc.api.catalog import resident_weights
+
+    weights = resident_weights(cs.model, dtype, tp)
+    kv_dtype = cs.kv_dtype
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp)))
     block = 16

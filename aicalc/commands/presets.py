@@ -61,8 +61,14 @@ def show(name: str) -> Result:
             row["name"] = store.load("node", name).name
         notes = list(chip.notes)
     else:
-        spec = store.resolve_model(name)
+        from aicalc.api.catalog import load_model
+
+        spec = load_model(name)  # a preset, a config.json / folder, a .gguf file or a Hub id
         row = model_row(spec)
+        ck = getattr(spec, "checkpoint", None)
+        if ck is not None:  # what the files store, exactly
+            row |= {"checkpoint_bytes": ck.total_bytes, "checkpoint_tensors": ck.tensors,
+                    "checkpoint_quant_method": ck.quant_method, "checkpoint_kv_dtype": ck.kv_dtype}
         notes = []
     return Result("presets show", {"id": name}, [row], title=row["name"], notes=notes)
 

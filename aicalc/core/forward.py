@@ -110,8 +110,10 @@ class Formats:
 
 
 def formats(dtype: str = "bf16", kv_dtype: str = "bf16", *, group_size: int | None = None, quantized=None,
-            flash: bool = True, kv_shared: bool = True) -> Formats:
-    """Formats of a weight dtype (``group_size`` for int4) and a KV dtype."""
+            flash: bool = True, kv_shared: bool = True, weight_bytes: float | None = None,
+            edge_bytes: float | None = None) -> Formats:
+    """Formats of a weight dtype (``group_size`` for int4) and a KV dtype; ``weight_bytes`` / ``edge_bytes``
+    override the bytes per parameter (a checkpoint's measured bytes)."""
     from aicalc.core.dtypes import (
         edge_bytes_per_param,
         is_weight_only,
@@ -121,8 +123,9 @@ def formats(dtype: str = "bf16", kv_dtype: str = "bf16", *, group_size: int | No
     )
 
     kv_bytes_per_element(kv_dtype, 1)  # validates the name
-    wb = weight_bytes_per_param(dtype, group_size)
-    return Formats(weight_bytes=wb, edge_bytes=edge_bytes_per_param(dtype, wb), norm_bytes=norm_bytes_per_param(dtype),
+    wb = weight_bytes if weight_bytes is not None else weight_bytes_per_param(dtype, group_size)
+    edge = edge_bytes if edge_bytes is not None else edge_bytes_per_param(dtype, wb)
+    return Formats(weight_bytes=wb, edge_bytes=edge, norm_bytes=norm_bytes_per_param(dtype),
                    kv_dtype=kv_dtype, quantized=is_weight_only(dtype) if quantized is None else quantized,
                    flash=flash, kv_shared=kv_shared)
 

@@ -133,19 +133,22 @@ class WeightBytes:
         return self.embedding + self.lm_head + self.attention + self.ffn + self.norms
 
 
-def weight_bytes(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float | None = None) -> WeightBytes:
+def weight_bytes(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float | None = None,
+                 edge_bpp: float | None = None) -> WeightBytes:
     """Weights held by one device under tensor parallelism (Megatron-LM, Shoeybi et al. 2019 §3; vLLM's parallel
     linear layers): q, o and FFN/expert matrices, the embedding and the LM head split over ``tp``; norms
     replicated; the format covers the block linears (and every matrix for GGUF). ``bytes_per_param``
-    overrides the format's default (int4 with another group size)."""
+    overrides the format's default (int4 with another group size, a checkpoint's measured bytes), and
+    ``edge_bpp`` the embedding's and LM head's."""
     n = count_params(arch)
     q = weight_bytes_per_param(dtype) if bytes_per_param is None else bytes_per_param
-    edge = edge_bytes_per_param(dtype, q)
+    edge = edge_bytes_per_param(dtype, q) if edge_bpp is None else edge_bpp
     return WeightBytes(embedding=n.embedding / tp * edge, lm_head=n.lm_head / tp * edge,
                        attention=arch.layers * attention_params_per_device(arch, tp) * q, ffn=n.ffn / tp * q,
                        norms=n.norms * norm_bytes_per_param(dtype))
 
 
-def weight_bytes_per_device(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float | None = None):
+def weight_bytes_per_device(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float | None = None,
+                            edge_bpp: float | None = None):
     """Total resident weight bytes on one device (see :func:`weight_bytes`)."""
-    return weight_bytes(arch, dtype, tp, bytes_per_param).total
+    return weight_bytes(arch, dtype, tp, bytes_per_param, edge_bpp).total
