@@ -53,7 +53,17 @@ def _complete(kinds: tuple[str, ...]):
 
 Model = Annotated[str, typer.Argument(metavar="MODEL", help="preset id, a config.json, or a folder holding one",
                                       autocompletion=_complete(("model",)))]
-Chip = Annotated[str, typer.Option("--chip", help="chip or node preset id", autocompletion=_complete(("chip", "node")))]
+Chip = Annotated[list[str] | None, typer.Option("--chip", help="chip or node preset id; repeat it (or a comma list) "
+                                                                  "for one table across chips",
+                                                   autocompletion=_complete(("chip", "node")))]
+
+
+def per_chip(chips, run):
+    """``run(chip)`` for every chip given (repeated ``--chip`` or a comma list), stacked into one table."""
+    from aicalc.commands.merge import over
+
+    flat = [c.strip() for x in chips for c in str(x).split(",") if c.strip()]
+    return over("chip", flat, run)
 WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: bf16, fp16, fp8, fp4, int8, int4, nf4, q8_0, "
                                                           "q4_0, q4_k_m, …, or checkpoint (the model files' own "
                                                           "bytes); a comma list sweeps")]
@@ -180,8 +190,8 @@ def kv_cache(
     kv_dtype: KvDtype = "bf16",
     dtype: WeightDtype = "bf16",
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel devices")] = 1,
-    chip: Annotated[str | None, typer.Option("--chip", help="chip or node id: adds capacity and max_batch",
-                                             autocompletion=_complete(("chip", "node")))] = None,
+    chip: Annotated[list[str] | None, typer.Option("--chip", help="chip or node id: adds capacity and max_batch "
+                                                   "(repeatable)", autocompletion=_complete(("chip", "node")))] = None,
     budget: Annotated[str | None, typer.Option("--budget", help="fail (exit 1) when a row needs more per device")] = None,
     block_size: Annotated[int | None, typer.Option("--block-size", help="paged-cache block in tokens (vLLM 16); 1 = exact")] = None,
     engine: Annotated[str, typer.Option("--engine", help="vllm: paged blocks, rolling windows; hf: transformers' "
@@ -200,9 +210,12 @@ def kv_cache(
     """
     from aicalc.commands.kv_cache import run
 
-    return emit(run(model, batch=batch, context=context, kv_dtype=kv_dtype, dtype=dtype, tp=tp, chip=chip,
-                    budget=budget, block_size=block_size, engine=engine, gpu_memory_utilization=utilization,
-                    overhead=overhead, solve=solve), fmt, json_, columns)
+    def one(c):
+        return run(model, batch=batch, context=context, kv_dtype=kv_dtype, dtype=dtype, tp=tp, chip=c,
+                   budget=budget, block_size=block_size, engine=engine, gpu_memory_utilization=utilization,
+                   overhead=overhead, solve=solve)
+
+    return emit(per_chip(chip, one) if chip else one(None), fmt, json_, columns)
 
 
 @app.command("check")
@@ -232,9 +245,7 @@ def check(
         return 0
     result = chk.run(budget_file, fail_on_warn)
     if junit:
-        from pathlib import Path
-
-        Path(junit).write_text(chk.junit_xml(result), encoding="utf-8")
+        chk.write_junit(result, junit)
     for line in chk.github_annotations(result):
         env.stdout.write(line + "\n") if fmt == "table" and not json_ else env.stderr.write(line + "\n")
     return emit(result, fmt, json_, columns)
@@ -243,7 +254,7 @@ def check(
 @app.command("roofline")
 def roofline(
     model: Model,
-    chip: Chip = "h100-sxm",
+    chip: Chip = None,
     batch: Annotated[str, typer.Option("--batch", help="sequences; sweeps: 1,8,64 or 1:256:x2")] = "1",
     prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens (sweepable)")] = "512",
     gen: Annotated[str, typer.Option("--gen", help="generated tokens (sweepable)")] = "256",
@@ -252,7 +263,8 @@ def roofline(
     tp: Annotated[str, typer.Option("--tp", help="tensor-parallel degree (sweepable)")] = "1",
     compute_dtype: Annotated[str | None, typer.Option("--compute-dtype", help="override the math dtype (default: follows weights and chip)")] = None,
     group_size: Annotated[int | None, typer.Option("--group-size", help="int4 group size (default 128: 4.25 bits)")] = None,
-    attention: Annotated[str, typer.Option("--attention", help="flash | materialized")] = "flash",
+    attention: Annotated[str, typer.Option("--attention", help="eager | sdpa | flash | materialized (eager = materialized "
+                                                                  "scores; sdpa = a fused kernel, as flash)")] = "flash",
     kv_per_query_head: Annotated[bool, typer.Option("--kv-per-query-head", help="decode attention reads K/V once per query head (no GQA sharing)")] = False,
     engine: Engine = None,
     ops: Annotated[bool, typer.Option("--ops", help="one row per operation as well")] = False,
@@ -269,9 +281,10 @@ def roofline(
     """
     from aicalc.commands import roofline as cmd
 
-    result = cmd.run(model, chip, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, tp=tp,
-                     compute_dtype=compute_dtype, group_size=group_size, attention=attention, ops=ops, eff=eff,
-                     kv_per_query_head=kv_per_query_head, engine=engine)
+    result = per_chip(chip or ["h100-sxm"], lambda c: cmd.run(
+        model, c, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, tp=tp,
+        compute_dtype=compute_dtype, group_size=group_size, attention=attention, ops=ops, eff=eff,
+        kv_per_query_head=kv_per_query_head, engine=engine))
     if plot:
         from aicalc.plot import write_plot
 
@@ -283,21 +296,25 @@ def roofline(
 @app.command("train-time")
 def train_time(
     model: Model,
-    chip: Chip = "h100-sxm",
+    chip: Chip = None,
     chips: Annotated[str | None, typer.Option("--chips", help="total chips (dp = chips / (tp·pp) unless --dp)")] = None,
     tokens: Annotated[str, typer.Option("--tokens", help="training tokens, e.g. 300B, 1.4T")] = "1T",
     seq: Annotated[str, typer.Option("--seq", help="sequence length (sweepable)")] = "4096",
     global_batch: Annotated[str, typer.Option("--global-batch", help="sequences per optimizer step (sweepable)")] = "1024",
-    micro_batch: Annotated[str, typer.Option("--micro-batch", help="sequences per micro-batch (sweepable)")] = "1",
+    micro_batch: Annotated[str, typer.Option("--micro-batch", help="sequences per micro-batch per device "
+                                                                 "(sweepable)")] = "1",
     tp: Annotated[str, typer.Option("--tp", help="tensor parallel (sweepable)")] = "1",
     pp: Annotated[str, typer.Option("--pp", help="pipeline parallel (sweepable)")] = "1",
     dp: Annotated[str | None, typer.Option("--dp", help="data parallel (sweepable)")] = None,
     mfu: Annotated[str, typer.Option("--mfu", help="model FLOPs utilisation (0.4, 40%) or auto")] = "auto",
     achieved: Annotated[str | None, typer.Option("--achieved", help="achieved FLOP/s per chip as counted with recompute, e.g. 144TFLOPS")] = None,
     recompute: Annotated[str, typer.Option("--recompute", help="none | selective | full")] = "selective",
-    attention: Annotated[str, typer.Option("--attention", help="flash | materialized")] = "flash",
-    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = True,
-    interleave: Annotated[int, typer.Option("--interleave", help="virtual pipeline stages per device")] = 1,
+    attention: Annotated[str, typer.Option("--attention", help="eager | sdpa | flash | materialized (eager = materialized "
+                                                                  "scores; sdpa = a fused kernel, as flash)")] = "flash",
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp",
+                                                    help="Megatron sequence parallelism")] = True,
+    interleave: Annotated[int, typer.Option("--virtual-stages", "--interleave",
+                                            help="virtual pipeline stages per device (interleaved 1F1B)")] = 1,
     zero: Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3")] = 0,
     precision: Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8 (math dtype)")] = "bf16",
     dp_bandwidth: Annotated[str | None, typer.Option("--dp-bandwidth", help="inter-node bandwidth per chip per direction (default 25GB/s)")] = None,
@@ -317,17 +334,18 @@ def train_time(
     """
     from aicalc.commands import train_time as cmd
 
-    return emit(cmd.run(model, chip, tokens=tokens, seq=seq, global_batch=global_batch, micro_batch=micro_batch, tp=tp,
-                        pp=pp, dp=dp, chips=chips, mfu=mfu, achieved=achieved, recompute=recompute,
-                        attention=attention, sequence_parallel=sequence_parallel, interleave=interleave, zero=zero,
-                        precision=precision, dp_bandwidth=dp_bandwidth, eff=eff, framework=framework, search=search,
-                        top=top), fmt, json_, columns)
+    return emit(per_chip(chip or ["h100-sxm"], lambda c: cmd.run(
+        model, c, tokens=tokens, seq=seq, global_batch=global_batch, micro_batch=micro_batch, tp=tp, pp=pp, dp=dp,
+        chips=chips, mfu=mfu, achieved=achieved, recompute=recompute, attention=attention,
+        sequence_parallel=sequence_parallel, interleave=interleave, zero=zero, precision=precision,
+        dp_bandwidth=dp_bandwidth, eff=eff, framework=framework, search=search, top=top)), fmt, json_, columns)
 
 
 @app.command("train-mem")
 def train_mem(
     model: Model,
-    batch: Annotated[str, typer.Option("--batch", help="micro-batch per device; list 1,2,4 or range 1:8:x2")] = "1",
+    batch: Annotated[str, typer.Option("--micro-batch", "--batch", help="sequences per micro-batch per device; "
+                                                                        "list 1,2,4 or range 1:8:x2")] = "1",
     seq: Annotated[str, typer.Option("--seq", help="sequence length in tokens (2048, 4Ki, 1Ki:8Ki:x2)")] = "2048",
     precision: Annotated[str, typer.Option("--precision", help="fp32 | bf16 | bf16-mixed | fp16-mixed")] = "bf16-mixed",
     optimizer: Annotated[str, typer.Option("--optimizer", help="adamw | adam | adam8bit | sgd | sgd-momentum | adafactor | lion")] = "adamw",
@@ -339,12 +357,14 @@ def train_mem(
     pp: Annotated[str, typer.Option("--pp", help="pipeline-parallel size")] = "1",
     cp: Annotated[str, typer.Option("--cp", help="context-parallel size (ring attention: sequence split over N ranks)")] = "1",
     ep: Annotated[int, typer.Option("--ep", help="expert-parallel size (MoE)")] = 1,
-    sp: Annotated[bool, typer.Option("--sp", help="sequence parallelism (Megatron, with --tp)")] = False,
-    virtual_stages: Annotated[int, typer.Option("--virtual-stages", help="interleaved pipeline chunks per stage")] = 1,
+    sp: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp",
+                                     help="Megatron sequence parallelism (with --tp)")] = False,
+    virtual_stages: Annotated[int, typer.Option("--virtual-stages", "--interleave",
+                                                help="virtual pipeline stages per device (interleaved 1F1B)")] = 1,
     microbatches: Annotated[int | None, typer.Option("--microbatches", help="micro-batches per step (pipeline in flight)")] = None,
     recompute: Annotated[str, typer.Option("--recompute", help="none | selective | full")] = "none",
     framework: Annotated[str, typer.Option("--framework", help="hf | megatron (activation model)")] = "hf",
-    attention: Annotated[str, typer.Option("--attention", help="eager | sdpa | flash")] = "sdpa",
+    attention: Annotated[str, typer.Option("--attention", help="eager | sdpa | flash (materialized = eager)")] = "sdpa",
     lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank (fine-tune adapters only)")] = None,
     lora_targets: Annotated[str, typer.Option("--lora-targets", help="q,k,v,o,gate,up,down or all")] = "q,v",
     lora_dtype: Annotated[str, typer.Option("--lora-dtype", help="adapter dtype: fp32 (PEFT) | bf16 | fp16 (torchtune: the model's)")] = "fp32",
@@ -353,8 +373,8 @@ def train_mem(
     quant: Annotated[str, typer.Option("--quant", help="base weights with LoRA: none | nf4 | nf4-dq | int8")] = "none",
     offload: Annotated[str, typer.Option("--offload", help="none | optimizer | params (to host memory)")] = "none",
     dropout: Annotated[float | None, typer.Option("--dropout", help="hidden dropout (default: the family's)")] = None,
-    chip: Annotated[str | None, typer.Option("--chip", help="chip id: fits per device",
-                                             autocompletion=_complete(("chip", "node")))] = None,
+    chip: Annotated[list[str] | None, typer.Option("--chip", help="chip id: fits per device (repeatable)",
+                                                   autocompletion=_complete(("chip", "node")))] = None,
     budget: Annotated[str | None, typer.Option("--budget", help="fail (exit 1) when a row needs more per device")] = None,
     overhead: Annotated[str | None, typer.Option("--overhead", help="CUDA context + allocator overhead (default 1GiB)")] = None,
     search: Annotated[bool, typer.Option("--search", help="search TP×PP×DP×ZeRO×micro-batch×recompute that fit")] = False,
@@ -372,20 +392,23 @@ def train_mem(
     from aicalc.commands.train_mem import run
 
     with progress_bar("searching layouts") as progress:
-        result = run(model, batch=batch, seq=seq, zero=zero, dp=dp, tp=tp, pp=pp, cp=cp, chip=chip, budget=budget,
-                     overhead=overhead, search=search, chips=chips, top=top, progress=progress, precision=precision,
-                     optimizer=optimizer, grad_dtype=grad_dtype, optimizer_dtype=optimizer_dtype, ep=ep, sp=sp,
-                     virtual_stages=virtual_stages, microbatches=microbatches, recompute=recompute,
-                     framework=framework, attention=attention, lora_rank=lora_rank, lora_targets=lora_targets,
-                     lora_dtype=lora_dtype, loss=loss, optimizer_in_backward=optimizer_in_backward, quant=quant,
-                     offload=offload, dropout=dropout)
+        def one(c):
+            return run(model, batch=batch, seq=seq, zero=zero, dp=dp, tp=tp, pp=pp, cp=cp, chip=c, budget=budget,
+                       overhead=overhead, search=search, chips=chips, top=top, progress=progress,
+                       precision=precision, optimizer=optimizer, grad_dtype=grad_dtype,
+                       optimizer_dtype=optimizer_dtype, ep=ep, sp=sp, virtual_stages=virtual_stages,
+                       microbatches=microbatches, recompute=recompute, framework=framework, attention=attention,
+                       lora_rank=lora_rank, lora_targets=lora_targets, lora_dtype=lora_dtype, loss=loss,
+                       optimizer_in_backward=optimizer_in_backward, quant=quant, offload=offload, dropout=dropout)
+
+        result = per_chip(chip, one) if chip else one(None)
     return emit(result, fmt, json_, columns)
 
 
 @app.command("serve")
 def serve(
     model: Model,
-    chip: Chip = "h100-sxm",
+    chip: Chip = None,
     chips: Annotated[int | None, typer.Option("--chips", help="chips in the deployment (default: --tp); replicas = chips / tp")] = None,
     tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree of one replica")] = 1,
     prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens per request (sweepable)")] = "1024",
@@ -428,10 +451,14 @@ def serve(
     """
     from aicalc.commands.serve import run
 
-    return emit(run(model, chip, chips=chips, tp=tp, prompt=prompt, gen=gen, concurrency=concurrency,
-                    max_ttft=max_ttft, max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine,
-                    draft=draft, draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate,
-                    requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot), fmt, json_, columns)
+    chip = chip or ["h100-sxm"]
+    if search:  # the search ranks every chip itself
+        chip = [",".join(chip)]
+    return emit(per_chip(chip, lambda c: run(
+        model, c, chips=chips, tp=tp, prompt=prompt, gen=gen, concurrency=concurrency, max_ttft=max_ttft,
+        max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine, draft=draft,
+        draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate, requests=requests,
+        num_requests=num_requests, seed=seed, search=search, plot=plot)), fmt, json_, columns)
 
 
 @app.command("compare")
@@ -485,18 +512,37 @@ def main(argv: list[str] | None = None, env: Env | None = None) -> int:
 
 
 def _main(args: list[str], debug: bool, env: Env) -> int:
-    command = typer.main.get_command(app)
+    import copy
+    import os
+
+    from aicalc.api.inputs import bound_options
+
+    # Start-up: click objects are built (every annotation evaluated) only for the command being run; --help,
+    # an unknown command and shell completion get the whole tree.
+    name, i = None, 0
+    while i < len(args) and name is None:
+        name = None if args[i].startswith("-") else args[i]
+        i += 2 if args[i] == "--presets-dir" else 1
+    lean = app
+    if name and "_AICALC_COMPLETE" not in os.environ:
+        commands = [c for c in app.registered_commands if c.name == name]
+        groups = [g for g in app.registered_groups if g.name == name]
+        if commands or groups:
+            lean = copy.copy(app)
+            lean.registered_commands, lean.registered_groups = commands, groups
+    command = typer.main.get_command(lean)
+    bound_options(command)  # integer and float options held to the documented caps as they are parsed
     try:
         code = command.main(args=args, prog_name="aicalc", standalone_mode=False)
         code = int(code or 0) if isinstance(code, int) else 0
     except ParameterError as e:  # the library names its parameter; the command line names the flag
         from aicalc.flags import cli_message
 
-        env.stderr.write(f"aicalc: error: {_one_line(cli_message(e))}\n")
+        env.stderr.write(f"aicalc: error: {_one_line(cli_message(e))[:2000]}\n")
         code = int(e.exit_code)
     except AicalcError as e:
         for line in getattr(e, "problems", None) or [str(e)]:
-            env.stderr.write(f"aicalc: error: {_one_line(line)}\n")
+            env.stderr.write(f"aicalc: error: {_one_line(line)[:2000]}\n")
         code = int(e.exit_code)
     except (KeyboardInterrupt, BrokenPipeError):
         code = 130 if not isinstance(sys.exc_info()[1], BrokenPipeError) else 0

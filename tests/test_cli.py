@@ -285,3 +285,21 @@ def test_shell_completion_of_preset_ids():
            "COMP_CWORD": "4"}
     out = subprocess.run([sys.executable, "-m", "aicalc"], env=env, capture_output=True, text=True).stdout.split()
     assert "h100-sxm" in out and all(x.startswith("h1") for x in out)
+
+
+def test_repeated_chip_is_a_chip_sweep(cli):
+    for cmd in (("serve", "llama-3.1-8b", "--concurrency", "8"), ("roofline", "llama-3.1-8b"),
+                ("train-time", "llama-3.1-8b", "--chips", "8"), ("kv-cache", "llama-3.1-8b"),
+                ("train-mem", "llama-3.1-8b")):
+        rows = cli(*cmd, "--chip", "l4", "--chip", "h100-sxm", "--json").json["rows"]
+        assert {r["chip"] for r in rows} == {"l4", "h100-sxm"}, cmd
+
+
+def test_one_vocabulary_aliases(cli):
+    a = cli("train-mem", "llama-3.1-8b", "--micro-batch", "2", "--json").json["rows"][0]
+    b = cli("train-mem", "llama-3.1-8b", "--batch", "2", "--json").json["rows"][0]
+    assert a["peak_bytes"] == b["peak_bytes"]
+    eager = cli("roofline", "llama-3.1-8b", "--attention", "eager", "--json").json
+    assert eager["inputs"]["attention"] == "materialized"
+    assert cli("train-mem", "llama-3.1-8b", "--attention", "materialized").code in (0, 1)
+    assert cli("train-time", "llama-3.1-8b", "--chips", "8", "--pp", "2", "--virtual-stages", "2").code == 0

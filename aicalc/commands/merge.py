@@ -15,6 +15,10 @@ def choices(text) -> list[str]:
 
 def over(key: str, values: list[str], run: Callable[[str], Result]) -> Result:
     """``run(value)`` for each value, stacked; a single value is the plain result."""
+    if not values:
+        from aicalc.errors import ParameterError
+
+        raise ParameterError(key, "", "names nothing: give at least one value")
     if len(values) == 1:
         return run(values[0])
     parts = [run(v) for v in values]

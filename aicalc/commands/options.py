@@ -24,6 +24,20 @@ def efficiency_overrides(items) -> dict[str, float]:
     return out
 
 
+ATTENTION = {"eager": "materialized", "sdpa": "flash"}  # one vocabulary: how the time estimators name a kernel
+
+
+def time_attention(name: str) -> str:
+    """``eager``/``sdpa``/``flash``/``materialized`` as the time estimators price them: a materialized score
+    matrix (eager) or a fused kernel (sdpa, flash)."""
+    return ATTENTION.get(name, name)
+
+
+def memory_attention(name: str) -> str:
+    """The same names as train-mem's activation model reads them (``materialized`` is eager)."""
+    return "eager" if name == "materialized" else name
+
+
 def price_per_hour(text) -> float | None:
     """``2.5``, ``$2.50``, ``$2.50/h``, ``2.5/hr`` → USD per chip-hour (None passes through)."""
     import math

@@ -22,8 +22,10 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
             kv_per_query_head, engine)))
 
     from aicalc.api.roofline import roofline
-    from aicalc.commands.options import efficiency_overrides
+    from aicalc.commands.options import efficiency_overrides, time_attention
     from aicalc.sweep import grid, int_sweep
+
+    attention = time_attention(attention)
 
     g = grid(tp=int_sweep(tp, "--tp"), batch=int_sweep(batch, "--batch"), prompt=int_sweep(prompt, "--prompt"),
              gen=int_sweep(gen, "--gen"))

@@ -20,8 +20,11 @@ def run(model: str, batch="1", seq="2048", zero="0", dp="1", tp="1", pp="1", cp=
 
     from aicalc.api import inputs
     from aicalc.api.train_memory import train_memory
+    from aicalc.commands.options import memory_attention
     from aicalc.sweep import grid, sweep
 
+    if "attention" in setup:
+        setup["attention"] = memory_attention(setup["attention"])
     unknown = set(setup) - set(SETUP)
     if unknown:
         from aicalc.errors import AicalcError

@@ -13,9 +13,11 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
     import numpy as np
 
     from aicalc.api.train_time import train_time
-    from aicalc.commands.options import efficiency_overrides
+    from aicalc.commands.options import efficiency_overrides, time_attention
     from aicalc.sweep import grid, int_sweep
     from aicalc.units import parse_count, parse_int
+
+    attention = time_attention(attention)
 
     if search:
         return _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, precision, dp_bandwidth,
