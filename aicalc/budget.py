@@ -9,6 +9,7 @@ from typing import Any
 from aicalc.errors import AicalcError
 
 COMMANDS = ("kv-cache", "train-mem", "roofline", "serve", "compare", "train-time")
+MAX_CHECKS = 200  # checks in one file: each runs a command (docs/robustness.md)
 
 # limit → (row keys it reads, in order of preference; "max" or "min"; unit kind for parsing)
 LIMITS: dict[str, tuple[tuple[str, ...], str, str]] = {
@@ -27,6 +28,9 @@ LIMITS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "max_p99_tpot": (("p99_tpot_s",), "max", "duration"),
     "min_goodput": (("goodput_requests_per_s",), "min", "count"),
 }
+
+
+_MEMBERS = {"str": "a text", "int": "an integer", "float": "a number", "bool": "true or false", "list": "a list"}
 
 
 class LimitError(ValueError):
@@ -57,7 +61,7 @@ def parse_limit(name: str, value: Any) -> float:
 def models():
     from typing import Literal
 
-    from pydantic import BaseModel, ConfigDict, Field, field_validator
+    from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
 
     class Check(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -66,7 +70,7 @@ def models():
         model: str = Field(description="preset id, or a config.json path relative to the budget file")
         args: dict[str, str | int | float | bool | list[str | int | float]] = Field(
             default_factory=dict, description="the command's long options without dashes, values as on the command line")
-        limits: dict[str, str | int | float] = Field(
+        limits: dict[str, StrictStr | StrictInt | StrictFloat] = Field(  # strict: `true` is no limit of 1
             min_length=1, description="limits on every row of the command's output, named "
                                       + ", ".join(LIMITS) + "; sizes accept 80GB/80GiB, times 200ms")
         severity: Literal["error", "warn"] = "error"
@@ -112,31 +116,6 @@ def json_schema() -> dict:
     return schema
 
 
-def _line_map(text: str) -> dict[tuple, int]:
-    """YAML path (keys and list indices) → 1-based line, from the composed node tree."""
-    import yaml
-
-    lines: dict[tuple, int] = {}
-
-    def walk(node, path):
-        lines[path] = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                lines[(*path, k.value)] = k.start_mark.line + 1
-                walk(v, (*path, k.value))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                walk(v, (*path, i))
-
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return lines
-    if root is not None:
-        walk(root, ())
-    return lines
-
-
 def load(path: Path):
     """Validated BudgetFile, or BudgetInvalid listing every problem as ``file:line: field: message``.
 
@@ -145,11 +124,14 @@ def load(path: Path):
     """
     from pydantic import ValidationError
 
-    from aicalc.catalog.store import load_yaml
+    from aicalc.catalog.store import load_yaml_lines
 
-    data = load_yaml(path)
+    data, lines = load_yaml_lines(path)  # bounded: size, depth, aliases; a duplicate key is an error
+    checks = data.get("checks") if isinstance(data, dict) else None
+    if isinstance(checks, list) and len(checks) > MAX_CHECKS:
+        raise BudgetInvalid([f"{path}:{lines.get(('checks',), 1)}: checks: {len(checks):,} checks; a budget file "
+                             f"holds at most {MAX_CHECKS} (split it into several files)"])
     BudgetFile, _ = models()
-    lines = _line_map(path.read_text(encoding="utf-8"))
 
     def where(loc: tuple) -> int:
         return next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), 1)
@@ -159,10 +141,22 @@ def load(path: Path):
     try:
         budget = BudgetFile.model_validate(data)
     except ValidationError as e:
-        for err in e.errors():
+        errors = e.errors()
+        union = {}  # a value no member of a union takes: one problem, naming the members
+        for err in errors:
             loc = tuple(err["loc"])
+            if err["type"].endswith("_type") and loc and str(loc[-1]).split("[")[0] in _MEMBERS:
+                union.setdefault(loc[:-1], []).append(_MEMBERS[str(loc[-1]).split("[")[0]])
+        for err in errors:
+            loc = tuple(err["loc"])
+            if len(union.get(loc[:-1], ())) > 1:
+                if loc[-1] != next(e["loc"][-1] for e in errors if tuple(e["loc"])[:-1] == loc[:-1]):
+                    continue
+                loc, msg = loc[:-1], f"must be {' or '.join(dict.fromkeys(union[loc[:-1]]))}"
+            else:
+                msg = err["msg"].removeprefix("Value error, ")
             field = ".".join(str(p) for p in loc) or "(top level)"
-            problems.append(f"{path}:{where(loc)}: {field}: {err['msg'].removeprefix('Value error, ')}")
+            problems.append(f"{path}:{where(loc)}: {field}: {msg}")
     for loc, message in _references(data, path.parent):
         problems.append(f"{path}:{where(loc)}: {'.'.join(map(str, loc))}: {message}")
     if problems:
@@ -181,15 +175,22 @@ def _references(data: Any, base: Path):
         model = c.get("model")
         if isinstance(model, str):
             if store.looks_like_path(model):
-                if not (base / model).exists() and not Path(model).exists():
-                    yield ("checks", i, "model"), f"no such file '{model}'"
+                if not _exists(base / model) and not _exists(Path(model)):
+                    yield ("checks", i, "model"), f"no such file '{store._short(model)}'"
             elif model not in store.ids("model"):
-                yield ("checks", i, "model"), f"unknown model '{model}'"
+                yield ("checks", i, "model"), f"unknown model '{store._short(model)}'"
         args = c.get("args")
         chip = args.get("chip") if isinstance(args, dict) else None
         for one in chip if isinstance(chip, list) else [chip] if chip else []:
             if str(one) not in store.ids("chip") and str(one) not in store.ids("node"):
-                yield ("checks", i, "args", "chip"), f"unknown chip '{one}'"
+                yield ("checks", i, "args", "chip"), f"unknown chip '{store._short(one)}'"
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte
+        return False
 
 
 class BudgetInvalid(AicalcError):

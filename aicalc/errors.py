@@ -53,7 +53,7 @@ def refer(problem: str, style) -> str:
 
 
 def _show(value) -> str:
-    if isinstance(value, float) and value == int(value):
+    if isinstance(value, float) and value.is_integer():  # False for nan and inf
         return str(int(value))
     return str(value)
 

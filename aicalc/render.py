@@ -174,9 +174,13 @@ def _markdown(result: Result, env: Env) -> None:
 
 
 def console(env: Env, stream=None):
+    """A rich Console on a terminal (or at a fixed width); a :class:`PlainConsole` into a pipe or a file, so
+    that rich is imported only to draw on a terminal."""
+    tty = env.stdout_isatty and stream is None
+    if not tty and not env.width:
+        return PlainConsole(stream or env.stdout)
     from rich.console import Console
 
-    tty = env.stdout_isatty and stream is None
     return Console(
         file=stream or env.stdout,
         force_terminal=tty,
@@ -212,9 +216,11 @@ def fit_columns(rows: list[dict], cols: list[str], width: int | None) -> tuple[l
 
 
 def _table(result: Result, env: Env) -> None:
-    from rich.table import Table
-
     con = console(env)
+    if isinstance(con, PlainConsole):
+        Table = PlainTable
+    else:
+        from rich.table import Table
     cols = _columns(result)
     if env.columns:
         known = set(_all_keys(result.rows))
@@ -250,3 +256,82 @@ def _table(result: Result, env: Env) -> None:
     err = console(env, env.stderr)
     for w in result.warnings:
         err.print(f"warning: {w}", style="yellow")
+
+
+class PlainConsole:
+    """The part of rich's Console a table uses, for output that is not a terminal: plain text, no colour,
+    no width limit, no markup (a ``[x]`` in a name is printed as it is)."""
+
+    width = 100_000
+
+    def __init__(self, file):
+        self.file = file
+
+    def print(self, what="", style=None) -> None:
+        text = what.render() if isinstance(what, PlainTable) else _printable(str(what))
+        self.file.write(text + "\n")
+
+
+class PlainTable:
+    """rich's Table as :class:`PlainConsole` draws it: the same heavy-head box, cell padding, justification,
+    title and caption, character for character (tests/test_robustness.py compares the two)."""
+
+    def __init__(self, title=None, title_justify="left", header_style=None):
+        self.title, self.caption, self.caption_justify = title, None, "left"
+        self.columns: list[tuple[str, str]] = []
+        self.rows: list[list[str]] = []
+
+    def add_column(self, header="", justify="left", no_wrap=False, overflow=None) -> None:
+        self.columns.append((str(header), justify))
+
+    def add_row(self, *cells) -> None:
+        self.rows.append(["" if c is None else str(c) for c in cells])
+
+    def render(self) -> str:
+        def lines(text: str) -> list[str]:
+            return _printable(text).split("\n")
+
+        head = [lines(h) for h, _ in self.columns]
+        body = [[lines(c) for c in row] + [[""]] * (len(self.columns) - len(row)) for row in self.rows]
+        widths = [max(_cell_len(x) for cell in [head[i], *(r[i] for r in body)] for x in cell)
+                  for i in range(len(self.columns))]
+
+        def draw(cells: list[list[str]], bar: str) -> list[str]:
+            out = []
+            for n in range(max(len(c) for c in cells)):
+                parts = []
+                for (_, justify), w, cell in zip(self.columns, widths, cells, strict=True):
+                    text = cell[n] if n < len(cell) else ""
+                    pad = " " * (w - _cell_len(text))
+                    parts.append(f" {pad + text if justify == 'right' else text + pad} ")
+                out.append(bar + bar.join(parts) + bar)
+            return out
+
+        def rule(left: str, mid: str, right: str, line: str) -> str:
+            return left + mid.join(line * (w + 2) for w in widths) + right
+
+        out = [_printable(self.title)] if self.title else []
+        out.append(rule("┏", "┳", "┓", "━"))
+        out += draw(head, "┃")
+        out.append(rule("┡", "╇", "┩", "━"))
+        for row in body:
+            out += draw(row, "│")
+        out.append(rule("└", "┴", "┘", "─"))
+        if self.caption:
+            out.append(_printable(self.caption))
+        return "\n".join(out)
+
+
+def _printable(text: str) -> str:
+    """Control characters (escape sequences a terminal would act on) shown as ``?``; newlines kept."""
+    return "".join(c if c == "\n" or c == "\t" or c >= " " and c != "\x7f" else "?" for c in str(text))
+
+
+def _cell_len(text: str) -> int:
+    """Terminal cells of ``text``: wide (East Asian wide/full-width, emoji) characters take two."""
+    if text.isascii():
+        return len(text)
+    import unicodedata
+
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+

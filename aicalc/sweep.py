@@ -11,43 +11,54 @@ from collections.abc import Callable
 
 from aicalc.errors import AicalcError
 
-MAX_POINTS = 10_000_000
+MAX_POINTS = 100_000  # values of one sweep, and points of the grid of all of them (docs/robustness.md)
+
+
+def _too_many(what: str, text: str, n: float) -> AicalcError:
+    count = f"{n:,.0f}" if n < 1e18 else "more than 10^18"
+    return AicalcError(f"{what}: '{text}' has {count} points; a sweep is limited to {MAX_POINTS:,} points")
 
 
 def parse_sweep(text: str, parse: Callable[[str], float], what: str) -> list[float]:
-    """Expand ``text`` into the list of values it names (order kept, duplicates kept)."""
+    """Expand ``text`` into the list of values it names (order kept, duplicates kept); the number of values
+    is known, and checked against MAX_POINTS, before any is built."""
+    import math
+
     text = str(text).strip()
     if ":" in text:
         parts = text.split(":")
         if len(parts) != 3 or parts[2][:1] not in ("x", "+", "*"):
-            raise AicalcError(f"{what}: a range is START:STOP:xFACTOR or START:STOP:+STEP, got '{text}'")
+            raise AicalcError(f"{what}: a range is START:STOP:xFACTOR or START:STOP:+STEP, got '{text[:80]}'")
         start, stop = parse(parts[0]), parse(parts[1])
         if stop < start:
             raise AicalcError(f"{what}: range stop {parts[1]} is below its start {parts[0]}")
         step_text = parts[2][1:]
-        values: list[float] = []
         if parts[2][0] in "x*":
             try:
-                factor = float(step_text)
+                factor = float(step_text) if len(step_text) <= 64 else math.nan
             except ValueError:
                 raise AicalcError(f"{what}: cannot read the factor in '{text}'") from None
-            if not factor > 1:
-                raise AicalcError(f"{what}: a geometric factor must exceed 1, got '{text}'")
+            if not (factor > 1 and math.isfinite(factor)):
+                raise AicalcError(f"{what}: a geometric factor must be a finite number above 1, got '{text}'")
+            n = math.floor((math.log(stop) - math.log(start)) / math.log(factor) + 1e-9) + 1
+            if n > MAX_POINTS:
+                raise _too_many(what, text, n)
+            values: list[float] = []
             v = start
-            while v <= stop * (1 + 1e-12):
+            while v <= stop * (1 + 1e-12) and len(values) <= n:
                 values.append(v)
                 v *= factor
-                if len(values) > MAX_POINTS:
-                    break
         else:
             step = parse(step_text)
-            n = int((stop - start) / step + 1e-9) + 1
-            if n > MAX_POINTS:
-                raise AicalcError(f"{what}: '{text}' has more than {MAX_POINTS:,} points")
-            values = [start + i * step for i in range(n)]
-        if len(values) > MAX_POINTS:
-            raise AicalcError(f"{what}: '{text}' has more than {MAX_POINTS:,} points")
+            if not step > 0:
+                raise AicalcError(f"{what}: an arithmetic step must be positive, got '{text}'")
+            n = (stop - start) / step + 1e-9 + 1
+            if not n <= MAX_POINTS:
+                raise _too_many(what, text, n)
+            values = [start + i * step for i in range(int(n))]
         return values
+    if text.count(",") >= MAX_POINTS:
+        raise _too_many(what, text[:40] + "…", text.count(",") + 1)
     return [parse(item) for item in text.split(",") if item.strip()] or _empty(what)
 
 
@@ -76,7 +87,8 @@ def grid(**axes):
     for a in arrays:
         size *= a.size
     if size > MAX_POINTS:
-        raise AicalcError(f"the sweep has {size:,} points; the limit is {MAX_POINTS:,}")
+        axes_text = " × ".join(f"{n} {a.size:,}" for n, a in zip(names, arrays, strict=True) if a.size > 1)
+        raise AicalcError(f"the sweep has {size:,} points ({axes_text}); a sweep is limited to {MAX_POINTS:,} points")
     mesh = np.meshgrid(*arrays, indexing="ij") if arrays else []
     return {n: m.ravel() for n, m in zip(names, mesh, strict=True)}
 

@@ -1,6 +1,6 @@
 """Human units in and out.
 
-Input: bytes (`80GB` = 80·10⁹, `80GiB` = 80·2³⁰, parsed by ``pydantic.ByteSize``), token counts
+Input: bytes (`80GB` = 80·10⁹, `80GiB` = 80·2³⁰, pydantic.ByteSize's units), token counts
 (`4k` = 4000, `128k`, `1M`, `1.4T`, `4Ki` = 4096), rates (`3.35TB/s`, `989TFLOPS`), durations
 (`200ms`, `2s`), fractions (`0.9`, `90%`). Every parser rejects zero, negative and non-finite values.
 Output: ``fmt_*`` helpers render base units for people.
@@ -15,18 +15,29 @@ from aicalc.errors import AicalcError
 
 _DECIMAL = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 _BINARY = {"ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40}
-_NUM = r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)"
+# One unambiguous pattern (no nested or overlapping repeats, so no catastrophic backtracking), ASCII digits only.
+_NUM = r"((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?)"
+MAX_TEXT = 64  # characters in one quantity: longer is not a number a person wrote
+
+
+def _text(text, what: str, example: str) -> str:
+    s = str(text).strip()
+    if len(s) > MAX_TEXT:
+        raise AicalcError(f"cannot read {what} '{s[:20]}…' ({len(s):,} characters; examples: {example})")
+    return s
 
 
 def _positive(value: float, text: str, what: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise AicalcError(f"{what} must be a positive finite number, got '{text}'")
-    return value
+    from aicalc.api.inputs import cap
+
+    return cap(what.lstrip("-").replace("-", "_"), value)  # the documented cap of the option, if it has one
 
 
 def parse_count(text: str, what: str = "count") -> float:
     """Token or item count: ``4k`` = 4000, ``1M``, ``1.4T``, ``4Ki`` = 4096, plain numbers."""
-    m = re.fullmatch(_NUM + r"\s*(ki|mi|gi|ti|k|m|b|g|t)?", str(text).strip().lower())
+    m = re.fullmatch(_NUM + r"\s*(ki|mi|gi|ti|k|m|b|g|t)?", _text(text, what, "4096, 4k").lower())
     if not m:
         raise AicalcError(f"cannot read {what} '{text}' (examples: 4096, 4k, 128k, 4Ki, 1.4T)")
     scale = _BINARY.get(m[2]) or _DECIMAL[m[2] or ""]
@@ -40,16 +51,21 @@ def parse_int(text: str, what: str = "count") -> int:
     return int(value)
 
 
-def parse_bytes(text: str, what: str = "size") -> int:
-    """Byte size through ``pydantic.ByteSize``: ``80GB`` is 80·10⁹ B, ``80GiB`` is 80·2³⁰ B."""
-    from pydantic import ByteSize, TypeAdapter, ValidationError
+_BYTES = {"": 1.0, "b": 1.0, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "pb": 1e15, "eb": 1e18,
+          "kib": 2.0**10, "mib": 2.0**20, "gib": 2.0**30, "tib": 2.0**40, "pib": 2.0**50, "eib": 2.0**60}
 
-    raw = str(text).strip()
-    try:
-        value = TypeAdapter(ByteSize).validate_python(raw)
-    except ValidationError:
-        raise AicalcError(f"cannot read {what} '{text}' (examples: 80GB, 80GiB, 512MiB)") from None
-    return int(_positive(float(value), raw, what))
+
+def parse_bytes(text: str, what: str = "size") -> int:
+    """Byte size with pydantic.ByteSize's units: ``80GB`` is 80·10⁹ B, ``80GiB`` is 80·2³⁰ B (KB … EB,
+    KiB … EiB, any case), a bare number is bytes; ASCII digits only, the whole text must be read."""
+    raw = _text(text, what, "80GB, 80GiB")
+    m = re.fullmatch(_NUM + r"\s*([kmgtpe]i?b|b)?", raw.lower())
+    if not m:
+        raise AicalcError(f"cannot read {what} '{text}' (examples: 80GB, 80GiB, 512MiB)")
+    value = float(m[1]) * _BYTES[m[2] or ""]
+    if 0 < value < 1:
+        raise AicalcError(f"{what} must be at least one byte, got '{text}'")
+    return int(_positive(value, raw, what))
 
 
 _RATE = re.compile(_NUM + r"\s*([kmgtpe]?)(i?)(b/s|bps|flop/s|flops|ops|tops|op/s)?")
@@ -57,7 +73,7 @@ _RATE = re.compile(_NUM + r"\s*([kmgtpe]?)(i?)(b/s|bps|flop/s|flops|ops|tops|op/
 
 def parse_rate(text: str, unit: str, what: str = "rate") -> float:
     """``3.35TB/s`` → bytes/s (``unit='bytes'``) or ``989TFLOPS`` → FLOP/s (``unit='flop'``)."""
-    s = str(text).strip().lower().replace(" ", "")
+    s = _text(text, what, "3.35TB/s").lower().replace(" ", "")
     m = _RATE.fullmatch(s)
     if not m or (m[4] and (("b" in m[4]) != (unit == "bytes"))):
         example = "3.35TB/s" if unit == "bytes" else "989TFLOPS"
@@ -69,7 +85,7 @@ def parse_rate(text: str, unit: str, what: str = "rate") -> float:
 
 def parse_duration(text: str, what: str = "duration") -> float:
     """``200ms``, ``1.5s``, ``50us``, ``2min``, ``3h``, ``7d`` → seconds (a bare number is seconds)."""
-    m = re.fullmatch(_NUM + r"\s*(us|µs|ms|s|min|h|d)?", str(text).strip().lower())
+    m = re.fullmatch(_NUM + r"\s*(us|µs|ms|s|min|h|d)?", _text(text, what, "200ms").lower())
     if not m:
         raise AicalcError(f"cannot read {what} '{text}' (examples: 200ms, 1.5s)")
     scale = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}[m[2] or "s"]
@@ -78,8 +94,10 @@ def parse_duration(text: str, what: str = "duration") -> float:
 
 def parse_fraction(text: str, what: str = "fraction") -> float:
     """``0.9`` or ``90%`` → 0.9; must lie in (0, 1]."""
-    s = str(text).strip()
+    s = _text(text, what, "0.9, 90%")
     try:
+        if not re.fullmatch(_NUM + "%?", s.lower()):
+            raise ValueError(s)
         value = float(s[:-1]) / 100 if s.endswith("%") else float(s)
     except ValueError:
         raise AicalcError(f"cannot read {what} '{text}' (examples: 0.9, 90%)") from None

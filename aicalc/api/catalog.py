@@ -35,11 +35,10 @@ def load_chip(chip):
 def load_node_or_chip(chip):
     """``(chip, count)``: a chip id gives one chip, a node id (``"dgx-h100"``) its chips."""
     from aicalc.catalog import store
-    from aicalc.catalog.schema import Chip
 
-    if isinstance(chip, Chip):
+    if not isinstance(chip, str):  # a chip object already (a preset record or a schema.Chip)
         return chip, 1
-    return store.resolve_chip(str(chip))
+    return store.resolve_chip(chip)
 
 
 @dataclass(frozen=True)
@@ -80,13 +79,8 @@ def _from_files(name: str):
     spec = store.resolve_model(name)
     if exists(path):
         folder = path if path.is_dir() else path.parent
-        import json
-
-        cfg_file = folder / "config.json"
-        try:
-            cfg = json.loads(cfg_file.read_text(encoding="utf-8")) if cfg_file.is_file() else {}
-        except (OSError, ValueError):
-            cfg = {}
+        cfg_file = folder / "config.json"  # resolve_model read and bounded it already; this reads the same file
+        cfg = store.load_json(cfg_file) if cfg_file.is_file() else {}
         ck = checkpoint.from_folder(folder, cfg if isinstance(cfg, dict) else {})
         if ck is not None:
             return LoadedModel(id=spec.id, name=spec.name, source=spec.source, arch=spec.arch, checkpoint=ck)

@@ -160,6 +160,12 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
         chips = [chips]
     if not chips:
         raise ParameterError("chips", "[]", "is empty: give at least one chip")
+    from aicalc.core.dtypes import kv_bytes_per_element, weight_bytes_per_param
+
+    if dtype != "checkpoint":
+        weight_bytes_per_param(dtype)  # an unknown format is bad input here, not a blank inference row
+    if kv_dtype != "auto":
+        kv_bytes_per_element(kv_dtype, 128)
     spec = load_model(model)
     n = count_params(spec.arch)
     tokens = float(inputs.positive("tokens", tokens).reshape(-1)[0]) if tokens is not None else \

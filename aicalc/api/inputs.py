@@ -5,7 +5,71 @@ from __future__ import annotations
 
 from aicalc.errors import ParameterError
 
-MAX_POINTS = 10_000_000  # configurations one call may evaluate
+MAX_POINTS = 1_000_000  # configurations one call may evaluate (about 8 MB per column)
+
+# Physical caps (docs/robustness.md): a value above one is a typo or a hostile input, not a deployment, and
+# beyond them the arithmetic would leave float64's exact integers and print wrong numbers. Each cap is
+# ~1000x the largest real case. The command line applies the same table to its integer and float options.
+_DEVICES = 2**20  # 1,048,576 chips; the largest clusters hold ~2·10^5
+_TOKENS = 2**30  # 1.07·10^9 tokens in one sequence; the longest contexts are ~10^7
+CAPS: dict[str, tuple[float, str]] = {
+    "tp": (_DEVICES, "devices"), "pp": (_DEVICES, "devices"), "dp": (_DEVICES, "devices"),
+    "cp": (_DEVICES, "devices"), "ep": (_DEVICES, "devices"), "chips": (_DEVICES, "chips"),
+    "batch": (2**24, "sequences"), "micro_batch": (2**24, "sequences"), "microbatches": (2**24, "micro-batches"),
+    "global_batch": (2**30, "sequences"), "concurrency": (2**24, "requests"), "max_batch": (2**24, "sequences"),
+    "context": (_TOKENS, "tokens"), "seq": (_TOKENS, "tokens"), "prompt": (_TOKENS, "tokens"),
+    "gen": (_TOKENS, "tokens"), "block_size": (_TOKENS, "tokens"), "tokens": (1e18, "tokens"),
+    "requests_per_day": (1e15, "requests"), "lora_rank": (2**16, ""), "group_size": (2**20, "weights"),
+    "virtual_stages": (2**10, "stages"), "interleave": (2**10, "stages"), "top": (10**4, "rows"),
+    "price": (1e6, "USD per chip-hour"), "years": (1e3, "years"),
+    "overhead": (2.0**60, "bytes"), "budget": (2.0**70, "bytes"), "limit": (2.0**70, "bytes"),
+    "max_ttft": (1e9, "seconds"), "max_tpot": (1e9, "seconds"), "dp_bandwidth": (1e18, "bytes/s"),
+    "achieved": (1e21, "FLOP/s"),
+}
+INT_CAP = 2**40  # any other integer option
+# Least values of the command line's integer and float options (the library checks its own arguments).
+MINIMA: dict[str, float] = {
+    **dict.fromkeys(("tp", "pp", "dp", "cp", "ep", "chips", "batch", "microbatches", "lora_rank", "group_size",
+                     "virtual_stages", "interleave", "top", "block_size"), 1),
+    "zero": 0,
+}
+
+
+def _fmt(v: float) -> str:
+    """A number as an error message shows it: exact when it is a modest whole number, else 6 digits."""
+    import math
+
+    if not math.isfinite(v):
+        return str(v)
+    return f"{int(v):,}" if float(v).is_integer() and abs(v) < 1e15 else f"{v:.6g}"
+
+
+def _safe(value):
+    """A value as a ParameterError may show it: modest numbers as they are, anything else as short text."""
+    import math
+
+    if isinstance(value, bool) or (isinstance(value, (int, float)) and abs(value) < 10**15):
+        return value
+    if isinstance(value, float):
+        return _fmt(value) if math.isfinite(value) or math.isinf(value) else "nan"
+    if isinstance(value, int):
+        try:
+            return f"{float(value):.6g}"
+        except OverflowError:
+            return ("-" if value < 0 else "") + "a number of more than 300 digits"
+    text = str(value) if not isinstance(value, (list, tuple, dict)) or len(value) < 10 else type(value).__name__
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def cap(param: str, value: float):
+    """``value`` unless it lies above the cap of ``param`` (:data:`CAPS`): then a ParameterError that names
+    the cap."""
+    limit = CAPS.get(param)
+    if limit is not None and value > limit[0]:
+        unit = f" {limit[1]}" if limit[1] else ""
+        raise ParameterError(param, _fmt(value), f"is above aicalc's cap of {_fmt(limit[0])}{unit} "
+                             "(see docs/robustness.md)")
+    return value
 
 
 def _parse(param: str, value, parser):
@@ -18,9 +82,12 @@ def _parse(param: str, value, parser):
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ParameterError(param, value, "is not a number or an array of numbers") from None
+        raise ParameterError(param, _safe(value), "is not a number or an array of numbers") from None
+    except OverflowError:
+        raise ParameterError(param, _safe(value), f"is above aicalc's cap of {_fmt(CAPS.get(param, (INT_CAP,))[0])} "
+                             "(see docs/robustness.md)") from None
     if arr.size == 0:
-        raise ParameterError(param, value, "is empty")
+        raise ParameterError(param, _safe(value), "is empty")
     return arr
 
 
@@ -33,13 +100,22 @@ def positive(param: str, value, whole: bool = False, parser=None, minimum: float
     arr = _parse(param, value, parser or parse_count)
     bad = ~np.isfinite(arr) | ((arr <= 0) if minimum is None else (arr < minimum))
     if bad.any():
-        v = arr.reshape(-1)[np.flatnonzero(bad.reshape(-1))[0]]
+        v = float(arr.reshape(-1)[np.flatnonzero(bad.reshape(-1))[0]])
         what = "positive" if minimum is None else f"at least {minimum:g}"
-        raise ParameterError(param, v, f"must be a finite number, {what}")
+        raise ParameterError(param, v if np.isfinite(v) else str(v), f"must be a finite number, {what}")
+    cap(param, float(arr.max()))
     if whole and np.any(arr != np.round(arr)):
         v = arr.reshape(-1)[np.flatnonzero((arr != np.round(arr)).reshape(-1))[0]]
         raise ParameterError(param, v, "must be a whole number")
     return arr
+
+
+def whole(param: str, value) -> int:
+    """One whole number >= 1 within the cap of ``param`` (a device count, a batch, ``top``)."""
+    arr = positive(param, value, whole=True)
+    if arr.size != 1:
+        raise ParameterError(param, _safe(value), "takes one number, not a sweep")
+    return int(arr.reshape(-1)[0])
 
 
 def fraction(param: str, value) -> float:
@@ -48,9 +124,9 @@ def fraction(param: str, value) -> float:
 
     if isinstance(value, str):
         return parse_fraction(value, param)
-    v = float(value)
+    v = _number(param, value)
     if not 0 < v <= 1:
-        raise ParameterError(param, value, "must lie in (0, 1]")
+        raise ParameterError(param, _safe(value), "must lie in (0, 1]")
     return v
 
 
@@ -59,26 +135,36 @@ def nbytes(param: str, value) -> float:
     from aicalc.units import parse_bytes
 
     if isinstance(value, str):
-        return float(parse_bytes(value, param))
-    v = float(value)
+        return cap(param, float(parse_bytes(value, param)))
+    v = _number(param, value)
     import math
 
     if not (math.isfinite(v) and v >= 0):
-        raise ParameterError(param, value, "must be a finite, non-negative number of bytes")
-    return v
+        raise ParameterError(param, _safe(value), "must be a finite, non-negative number of bytes")
+    return cap(param, v)
 
 
 def seconds(param: str, value) -> float:
     from aicalc.units import parse_duration
 
     if isinstance(value, str):
-        return parse_duration(value, param)
-    v = float(value)
+        return cap(param, parse_duration(value, param))
+    v = _number(param, value)
     import math
 
     if not (math.isfinite(v) and v > 0):
-        raise ParameterError(param, value, "must be a positive, finite number of seconds")
-    return v
+        raise ParameterError(param, _safe(value), "must be a positive, finite number of seconds")
+    return cap(param, v)
+
+
+def _number(param: str, value) -> float:
+    """One plain number (not a bool, not an array, not text that is no number)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ParameterError(param, _safe(value), "is not a number") from None
 
 
 def broadcast(**arrays):
@@ -98,3 +184,67 @@ def broadcast(**arrays):
         raise ParameterError(next(iter(arrays)), "…", f"with the other arrays makes {n:,} configurations; "
                              f"the limit is {MAX_POINTS:,}")
     return {k: np.broadcast_to(np.asarray(a, dtype=np.float64), shape).reshape(-1) for k, a in arrays.items()}
+
+
+def bound_options(command) -> None:
+    """Hold every integer and float option of a click command tree (the command line) to :data:`CAPS`, or
+    :data:`INT_CAP` for an option the table does not name, and to finite values, as the option is parsed:
+    a value outside is a ParameterError naming the flag."""
+    todo = [command]
+    while todo:
+        cmd = todo.pop()
+        todo += list((getattr(cmd, "commands", None) or {}).values())
+        for p in cmd.params:
+            if getattr(p.type, "name", None) in ("int", "integer", "float") and not getattr(p, "multiple", False):
+                p.callback = _bounded(p.name, p.callback)
+            elif p.name == "eff":
+                p.callback = _bounded_overrides(p.name, p.callback)
+
+
+def _bounded_overrides(name: str, callback):
+    """``--eff KEY=VALUE``: each VALUE a finite, non-negative number within INT_CAP (the factors' own ranges
+    are the efficiency model's to check)."""
+
+    def check(ctx, param, value):
+        for item in value or ():
+            for part in str(item).split(","):
+                key, sep, text = part.partition("=")
+                try:
+                    v = float(text) if sep and len(text) <= 64 else 0.0
+                except ValueError:
+                    continue  # not a number: the option's own parser reports it
+                if not (0 <= v <= INT_CAP):
+                    raise ParameterError(name, part.strip()[:60], "must set a finite, non-negative number")
+        return value if callback is None else callback(ctx, param, value)
+
+    return check
+
+
+def _bounded(name: str, callback):
+    def check(ctx, param, value):
+        if value is not None:
+            check_number(name, value)
+        return value if callback is None else callback(ctx, param, value)
+
+    return check
+
+
+def check_number(param: str, value) -> None:
+    """A single option value: a finite number, at least its :data:`MINIMA` and within its cap in magnitude
+    (other negative values are the library's to judge)."""
+    import math
+
+    try:
+        v = float(value)
+    except OverflowError:
+        v = math.inf
+    if math.isnan(v):
+        raise ParameterError(param, "nan", "is not a number")
+    if param in MINIMA and v < MINIMA[param]:
+        raise ParameterError(param, _safe(value), f"must be at least {MINIMA[param]}")
+    limit = CAPS.get(param, (INT_CAP, ""))[0]
+    if abs(v) > limit:
+        shown = _fmt(v) if math.isfinite(v) else (f"{str(value)[:12]}…" if len(str(value)) > 15 else str(value))
+        unit = f" {CAPS[param][1]}" if CAPS.get(param, ("", ""))[1] else ""
+        where = f"above aicalc's cap of {_fmt(limit)}{unit}" if v > 0 else f"below -{_fmt(limit)}{unit}"
+        raise ParameterError(param, shown, f"is {where} (see docs/robustness.md)")

@@ -28,7 +28,8 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int = 1, chips: int | None = 
     arch = spec.arch
     kv_dtype = kv_format(spec, kv_dtype)
     chip_obj, _ = load_node_or_chip(chip)
-    replicas = (chips or tp) // tp
+    tp = inputs.whole("tp", tp)
+    replicas = (inputs.whole("chips", chips) if chips is not None else tp) // tp
     weights = resident_weights(spec, dtype, tp)
     budget = float(capacity.kv_budget_bytes(chip_obj.memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp)))
@@ -63,8 +64,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     from aicalc.core.serving import live_context, prefill_batch, steady_state
     from aicalc.errors import ParameterError
 
-    tp = int(tp)
-    chips = int(chips) if chips is not None else tp
+    tp = inputs.whole("tp", tp)
+    chips = inputs.whole("chips", chips) if chips is not None else tp
     cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=tp > 1, engine=engine, efficiency=efficiency)
     arch = cs.model.arch
     check_tp(arch, tp)
@@ -145,8 +146,9 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         cols["joules_per_output_token"] = cost.joules_per_token(chips, tps, cs.chip.tdp_w)
     warnings = list(cs.warnings)
     if budget <= 0:
+        short = weights + overhead - np.ceil(cs.chip.memory_bytes * utilization)
         warnings.append(f"does not fit: weights ({weights / 2**30:.1f} GiB) and runtime overhead ({overhead / 2**30:.1f} "
-                        f"GiB) per device exceed {utilization:.0%} of {cs.chip.id}'s memory by {-budget / 2**30:.1f} "
+                        f"GiB) per device exceed {utilization:.0%} of {cs.chip.id}'s memory by {short / 2**30:.1f} "
                         f"GiB; use more chips per replica (tp), a smaller dtype, or a larger chip")
     elif not fits.all():
         warnings.append(f"{int((~fits).sum())} row(s) do not fit: the KV cache of {int(per_rep.max())} sequences per "

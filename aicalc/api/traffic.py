@@ -84,8 +84,8 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
     from aicalc.core.geometry import check_tp, kv_bytes_per_token_layer
     from aicalc.errors import ParameterError
 
-    tp = int(tp)
-    chips = int(chips) if chips is not None else tp
+    tp = inputs.whole("tp", tp)
+    chips = inputs.whole("chips", chips) if chips is not None else tp
     if chips < 1 or chips % tp:
         raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}")
     replicas = chips // tp

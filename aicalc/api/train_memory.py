@@ -156,8 +156,9 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     if st.attention == "eager":
         cps = [1]  # eager attention has no context-parallel path
     recomputes = ("none", "full") + (("selective",) if st.framework == "megatron" else ())
-    sel, fit, n = layout_search.search(spec.arch, st, int(chips), lim, seqs, int(max_batch), cps, recomputes,
-                                       int(top), progress)
+    chips = inputs.whole("chips", chips)
+    sel, fit, n = layout_search.search(spec.arch, st, chips, lim, seqs, inputs.whole("max_batch", max_batch), cps,
+                                       recomputes, inputs.whole("top", top), progress)
     if sel is None:
         raise ParameterError("chips", chips, "admits no TP × PP × CP layout of this model")
     for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero"):

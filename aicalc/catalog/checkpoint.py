@@ -206,7 +206,9 @@ def from_hub(repo_id: str, revision: str | None = None):
                               "(no network? HF_ENDPOINT sets a mirror; a cached repo works offline)")
     try:
         path = cached if isinstance(cached, str) else hf_hub_download(repo_id, "config.json", revision=revision)
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
+        from aicalc.catalog.store import load_json
+
+        config = load_json(Path(path))  # bounded in size and depth like every file aicalc reads
     except RepositoryNotFoundError:
         raise AicalcError(f"no Hugging Face Hub repo '{repo_id}' (or it is gated: set HF_TOKEN)") from None
     except EntryNotFoundError:

@@ -15,6 +15,32 @@ from aicalc.errors import AicalcError
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma2", "phi3", "gpt2", "falcon", "bloom", "deepseek_v3")
 
+# Caps on model dimensions (docs/robustness.md): ~30-100x the largest released models, so that a typo or a
+# hostile file is refused before any per-layer table is built or an estimate leaves exact arithmetic.
+_LAYERS, _WIDTH, _HEADS, _FFN, _EXPERTS, _TOKENS = 4096, 2**18, 2**14, 2**20, 2**16, 2**30
+MAX_DIM = {
+    "num_hidden_layers": _LAYERS, "n_layer": _LAYERS, "decoder_sparse_step": _LAYERS,
+    "hidden_size": _WIDTH, "n_embd": _WIDTH, "n_embed": _WIDTH, "q_lora_rank": _WIDTH, "kv_lora_rank": _WIDTH,
+    "num_attention_heads": _HEADS, "n_head": _HEADS, "num_key_value_heads": _HEADS, "num_kv_heads": _HEADS,
+    "n_head_kv": _HEADS, "head_dim": _HEADS, "qk_nope_head_dim": _HEADS, "qk_rope_head_dim": _HEADS,
+    "v_head_dim": _HEADS, "num_ln_in_parallel_attn": 16,
+    "intermediate_size": _FFN, "n_inner": _FFN, "ffn_hidden_size": _FFN, "moe_intermediate_size": _FFN,
+    "shared_expert_intermediate_size": _FFN, "vocab_size": 2**24,
+    "num_local_experts": _EXPERTS, "num_experts": _EXPERTS, "n_routed_experts": _EXPERTS,
+    "num_experts_per_tok": _EXPERTS, "n_shared_experts": _EXPERTS,
+    "max_position_embeddings": _TOKENS, "n_positions": _TOKENS, "seq_length": _TOKENS, "sliding_window": _TOKENS,
+}
+MAX_OTHER = 2**30  # any other integer field
+MAX_PARAMS = 10**15  # parameters of the whole model (the largest released: ~2·10^12)
+
+
+def _show(value: Any) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an integer of more digits than Python prints
+        return "an integer of thousands of digits"
+    return text if len(text) <= 60 else text[:59] + "…"
+
 
 class _Reader:
     def __init__(self, cfg: dict[str, Any], origin: str):
@@ -34,9 +60,15 @@ class _Reader:
         if kind is int:
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 what = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
-                raise AicalcError(f"{self.origin}: field '{key}' must be {what}, got {value!r}")
+                raise AicalcError(f"{self.origin}: field '{key}' must be {what}, got {_show(value)}")
+            cap = MAX_DIM.get(key, MAX_OTHER)
+            if value > cap:
+                raise AicalcError(f"{self.origin}: field '{key}' is {_show(value)}, above aicalc's cap of {cap:,} "
+                                  "for a model dimension (see docs/robustness.md)")
         elif kind is bool and not isinstance(value, bool):
-            raise AicalcError(f"{self.origin}: field '{key}' must be true or false, got {value!r}")
+            raise AicalcError(f"{self.origin}: field '{key}' must be true or false, got {_show(value)}")
+        elif kind is str and not (isinstance(value, str) and len(value) <= 200):
+            raise AicalcError(f"{self.origin}: field '{key}' must be a short text, got {_show(value)}")
         return value
 
 
@@ -46,22 +78,35 @@ def arch_from_config(cfg: dict[str, Any], origin: str = "config.json") -> Arch:
     model_type = cfg.get("model_type")
     if model_type is None:
         raise AicalcError(f"{origin}: missing field 'model_type'")
-    if model_type not in SUPPORTED:
-        raise AicalcError(f"{origin}: unsupported model_type '{model_type}' (supported: {', '.join(SUPPORTED)})")
+    if not isinstance(model_type, str) or model_type not in SUPPORTED:
+        shown = model_type if isinstance(model_type, str) and len(model_type) <= 60 else _show(model_type)
+        raise AicalcError(f"{origin}: unsupported model_type '{shown}' (supported: {', '.join(SUPPORTED)})")
     r = _Reader(cfg, origin)
     arch = _READERS[model_type](r)
     _check_shapes(arch, origin)
+    from aicalc.core.params import count_params
+
+    total = count_params(arch).total
+    if total > MAX_PARAMS:
+        raise AicalcError(f"{origin}: {total:.3g} parameters is above aicalc's cap of {MAX_PARAMS:.0e} for one "
+                          "model (see docs/robustness.md)")
     return arch
 
 
 def _check_shapes(arch: Arch, origin: str) -> None:
+    if arch.head_dim < 1:
+        raise AicalcError(f"{origin}: hidden size {arch.hidden} is smaller than the {arch.heads} attention heads "
+                          "(head_dim would be 0)")
+    if arch.moe is not None and arch.moe.experts_per_token > arch.moe.experts:
+        raise AicalcError(f"{origin}: {arch.moe.experts_per_token} experts per token exceed the "
+                          f"{arch.moe.experts} experts")
     if arch.heads % arch.kv_heads:
         raise AicalcError(f"{origin}: num_attention_heads ({arch.heads}) is not a multiple of the kv heads ({arch.kv_heads})")
     if len(arch.layer_types) != arch.layers:
         raise AicalcError(f"{origin}: layer_types has {len(arch.layer_types)} entries for {arch.layers} layers")
     bad = set(arch.layer_types) - {"full_attention", "sliding_attention"}
     if bad:
-        raise AicalcError(f"{origin}: layer_types holds unknown kinds {sorted(bad)}")
+        raise AicalcError(f"{origin}: layer_types holds unknown kinds {_show(sorted(bad))}")
     if arch.sliding_layers and not arch.sliding_window:
         raise AicalcError(f"{origin}: layer_types names sliding layers but sliding_window is not set")
 
@@ -69,8 +114,10 @@ def _check_shapes(arch: Arch, origin: str) -> None:
 def _layer_types(r: _Reader, layers: int, window: int | None, default_pattern) -> tuple[str, ...]:
     explicit = r.cfg.get("layer_types")
     if explicit is not None:
-        if not isinstance(explicit, list):
-            raise AicalcError(f"{r.origin}: field 'layer_types' must be a list")
+        if not isinstance(explicit, list) or not all(isinstance(t, str) for t in explicit):
+            raise AicalcError(f"{r.origin}: field 'layer_types' must be a list of layer kinds (texts)")
+        if len(explicit) != layers:
+            raise AicalcError(f"{r.origin}: layer_types has {len(explicit)} entries for {layers} layers")
         return tuple(explicit)
     if window is None:
         return ("full_attention",) * layers
@@ -132,7 +179,10 @@ def _qwen2_moe(r):
     fields = _llama_like(r, qkv_bias=r.get("qkv_bias", default=True, kind=bool), **_qwen_window(r)) | {"o_bias": False}
     experts = r.get("num_experts", default=60)
     step = r.get("decoder_sparse_step", default=1)
-    dense = set(r.cfg.get("mlp_only_layers") or [])
+    only = r.cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise AicalcError(f"{r.origin}: field 'mlp_only_layers' must be a list of layer indices")
+    dense = set(only)
     moe_layers = tuple(i not in dense and (i + 1) % step == 0 for i in range(fields["layers"]))
     shared = r.get("shared_expert_intermediate_size", default=5632, minimum=0)
     moe = MoE(experts=experts, experts_per_token=r.get("num_experts_per_tok", default=4),

@@ -46,11 +46,14 @@ def ids(kind: str) -> tuple[str, ...]:
 @cache
 def load(kind: str, profile_id: str) -> Profile:
     """The profile ``profile_id`` of ``kind`` (``class`` or ``engine``); a user folder overrides a built-in."""
-    import math
+    import re
 
-    from aicalc.catalog.store import load_yaml
-    from aicalc.core.efficiency import Efficiency
+    from aicalc.catalog.store import _short, load_yaml
+    from aicalc.core.efficiency import Efficiency, factor_problem
 
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", str(profile_id)):
+        raise ParameterError({"class": "efficiency_class"}.get(kind, kind), _short(str(profile_id), 64),
+                             f"is not a profile id (known: {', '.join(ids(kind))})")
     files = [d / f"{profile_id}.yaml" for d in _folders(kind) if (d / f"{profile_id}.yaml").is_file()]
     if not files:
         raise ParameterError({"class": "efficiency_class"}.get(kind, kind), profile_id,
@@ -69,8 +72,9 @@ def load(kind: str, profile_id: str) -> Profile:
             if not isinstance(entry, dict) or "value" not in entry or not entry.get("source"):
                 raise AicalcError(f"{path}: {where}factor '{name}' needs a value and a source")
             v = entry["value"]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise AicalcError(f"{path}: {where}factor '{name}' must be a finite, non-negative number")
+            problem = factor_problem(name, v)
+            if problem:
+                raise AicalcError(f"{path}: {where}factor '{name}' {problem}")
             factors[name], sources[name] = float(v), str(entry["source"])
         return factors, sources
 

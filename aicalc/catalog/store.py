@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -38,8 +39,12 @@ def _roots() -> list[Path]:
     env = [Path(p) for p in os.environ.get("AICALC_PRESETS", "").split(os.pathsep) if p]
     roots = [builtin_root(), *env, *_extra_dirs]
     for r in roots[1:]:
-        if not r.is_dir():
-            raise AicalcError(f"presets folder '{r}' does not exist")
+        try:
+            found = r.is_dir()
+        except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte
+            found = False
+        if not found:
+            raise AicalcError(f"presets folder '{_short(r)}' does not exist")
     return roots
 
 
@@ -59,21 +64,183 @@ def ids(kind: str) -> list[str]:
     return sorted(_index(kind))
 
 
-def load_yaml(path: Path) -> Any:
-    import yaml
+# Every file aicalc reads (presets, budgets, config.json) is bounded before it is parsed: size, nesting depth and
+# the number of nodes once YAML aliases are expanded (docs/robustness.md).
+MAX_FILE_BYTES = 4 * 2**20
+MAX_DEPTH = 64
+MAX_NODES = 200_000
+MAX_INT_DIGITS = 30  # a JSON integer longer than this is not a model dimension
+
+
+def _short(text, n: int = 160) -> str:
+    """A name or path as an error message shows it: at most ``n`` characters, its start and its end."""
+    text = str(text)
+    return text if len(text) <= n else text[: n // 2 - 1] + "…" + text[-(n // 2):]
+
+
+def read_text(path: Path) -> str:
+    """The UTF-8 text of a regular file of at most MAX_FILE_BYTES, refused by its size before it is read."""
+    import stat
 
     try:
-        text = path.read_text(encoding="utf-8")
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise AicalcError(f"{_short(path)}: not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise AicalcError(f"{_short(path)}: {st.st_size:,} bytes is more than the {MAX_FILE_BYTES // 2**20} MiB "
+                              "aicalc reads from one file")
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
-        raise AicalcError(f"{path}: cannot read ({e.strerror})") from None
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the libyaml-backed safe loader when available
+        raise AicalcError(f"{_short(path)}: cannot read ({e.strerror or e})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise AicalcError(f"{_short(path)}: more than the {MAX_FILE_BYTES // 2**20} MiB aicalc reads from one file")
     try:
-        return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise AicalcError(f"{_short(path)}: not UTF-8 text (byte {e.start:,})") from None
+
+
+def load_yaml(path: Path) -> Any:
+    """One YAML document through a safe loader (built-in presets from the compiled index), bounded by
+    MAX_FILE_BYTES, MAX_DEPTH and MAX_NODES; a key given twice in one mapping is an error naming file:line."""
+    builtin = _builtin_file(path)
+    if builtin is not None:
+        return builtin
+    return _parse_yaml(read_text(path), str(path))[0]
+
+
+def load_yaml_lines(path: Path) -> tuple[Any, dict[tuple, int]]:
+    """:func:`load_yaml` plus the 1-based line of every key and item, by its path (keys and list indices)."""
+    data, root = _parse_yaml(read_text(path), str(path))
+    lines: dict[tuple, int] = {}
+    if root is None:
+        return data, lines
+    import yaml
+
+    todo = [(root, ())]
+    while todo:  # the node tree is at most MAX_DEPTH deep and MAX_NODES large (aliases expanded)
+        node, where = todo.pop()
+        lines.setdefault(where, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode):
+                    lines[(*where, k.value)] = k.start_mark.line + 1
+                    todo.append((v, (*where, k.value)))
+        elif isinstance(node, yaml.SequenceNode):
+            todo += [(v, (*where, i)) for i, v in enumerate(node.value)]
+    return data, lines
+
+
+def _yaml_error(origin: str, e) -> AicalcError:
+    mark = getattr(e, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    return AicalcError(f"{_short(origin)}: invalid YAML{where}: {problem}")
+
+
+def _parse_yaml(text: str, origin: str):
+    """(data, root node). The node tree is composed here from the parser's events, without recursion, so
+    that depth, size after alias expansion and duplicate keys are checked before anything is built."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)  # safe loaders only: no object construction
+    try:
+        root = _compose(loader, origin)
+        return (None if root is None else loader.construct_document(root)), root
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise AicalcError(f"{path}: invalid YAML{where}: {problem}") from None
+        raise _yaml_error(origin, e) from None
+    except RecursionError:  # a merge chain the constructor follows recursively
+        raise AicalcError(f"{_short(origin)}: YAML nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _compose(loader, origin: str):
+    """yaml.Composer.compose_document, iteratively, with the limits of :func:`load_yaml`."""
+    from yaml import events as ev
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    merge = "tag:yaml.org,2002:merge"
+    loader.get_event()  # stream start
+    if loader.check_event(ev.StreamEndEvent):
+        return None
+    loader.get_event()  # document start
+    anchors: dict[str, tuple] = {}  # anchor → (node, expanded size); None size while the node is open
+    stack: list[list] = []  # [node, expanded size, pending key node, {key: line}, anchor]
+    root = None
+    while root is None:
+        event = loader.get_event()
+        line = event.start_mark.line + 1
+        if isinstance(event, ev.AliasEvent):
+            if event.anchor not in anchors:
+                raise AicalcError(f"{_short(origin)}:{line}: unknown alias *{_short(event.anchor, 40)}")
+            node, size = anchors[event.anchor]
+            if size is None:
+                raise AicalcError(f"{_short(origin)}:{line}: alias *{_short(event.anchor, 40)} refers to itself")
+        elif isinstance(event, (ev.ScalarEvent, ev.SequenceStartEvent, ev.MappingStartEvent)):
+            if event.anchor is not None and event.anchor in anchors:
+                raise AicalcError(f"{_short(origin)}:{line}: anchor &{_short(event.anchor, 40)} defined twice")
+            if isinstance(event, ev.ScalarEvent):
+                tag = event.tag
+                if tag is None or tag == "!":
+                    tag = loader.resolve(ScalarNode, event.value, event.implicit)
+                if tag == "tag:yaml.org,2002:int" and len(event.value) > MAX_INT_DIGITS:
+                    raise AicalcError(f"{_short(origin)}:{line}: an integer of {len(event.value):,} digits")
+                node, size = ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style), 1
+                if event.anchor is not None:
+                    anchors[event.anchor] = (node, 1)
+            else:
+                if len(stack) >= MAX_DEPTH:
+                    raise AicalcError(f"{_short(origin)}:{line}: nested more than {MAX_DEPTH} levels deep")
+                kind = SequenceNode if isinstance(event, ev.SequenceStartEvent) else MappingNode
+                tag = event.tag
+                if tag is None or tag == "!":
+                    tag = loader.resolve(kind, None, event.implicit)
+                node = kind(tag, [], event.start_mark, None, flow_style=event.flow_style)
+                if event.anchor is not None:
+                    anchors[event.anchor] = (node, None)
+                stack.append([node, 1, None, {}, event.anchor])
+                continue
+        elif isinstance(event, (ev.SequenceEndEvent, ev.MappingEndEvent)):
+            node, size, _, _, anchor = stack.pop()
+            node.end_mark = event.end_mark
+            if anchor is not None:
+                anchors[anchor] = (node, size)
+        else:  # pragma: no cover - the parser only yields the events above inside a document
+            raise AicalcError(f"{_short(origin)}:{line}: unexpected YAML event {type(event).__name__}")
+        if not stack:
+            root = node
+            break
+        parent = stack[-1]
+        parent[1] += size
+        if parent[1] > MAX_NODES:
+            raise AicalcError(f"{_short(origin)}:{line}: more than {MAX_NODES:,} values once its aliases are "
+                              "expanded")
+        if isinstance(parent[0], SequenceNode):
+            parent[0].value.append(node)
+        elif parent[2] is None:
+            parent[2] = node
+        else:
+            key = parent[2]
+            if isinstance(key, ScalarNode) and key.tag != merge:
+                k, at = loader.construct_object(key), key.start_mark.line + 1
+                try:
+                    first = parent[3].get(k)
+                except TypeError:  # an unhashable key: the constructor reports it
+                    first = None
+                else:
+                    parent[3].setdefault(k, at)
+                if first is not None:
+                    raise AicalcError(f"{_short(origin)}:{at}: duplicate key '{_short(key.value, 40)}' (first at "
+                                      f"line {first})")
+            parent[0].value.append((key, node))
+            parent[2] = None
+    loader.get_event()  # document end
+    if not loader.check_event(ev.StreamEndEvent):
+        raise AicalcError(f"{_short(origin)}:{loader.peek_event().start_mark.line + 1}: more than one YAML "
+                          "document in the file")
+    return root
 
 
 def validation_message(path: Path | str, err) -> str:
@@ -87,29 +254,271 @@ def validation_message(path: Path | str, err) -> str:
 
 @cache
 def _validated(kind: str, path: Path):
+    """The preset at ``path`` checked by its pydantic schema (user presets when used; built-ins when the
+    catalog index is compiled)."""
     from pydantic import ValidationError
 
     from aicalc.catalog import schema
 
     cls = {"chip": schema.Chip, "node": schema.Node, "model": schema.ModelPreset}[kind]
-    data = load_yaml(path)
+    data = _parse_yaml(read_text(path), str(path))[0]
     if not isinstance(data, dict):
-        raise AicalcError(f"{path}: expected a mapping of fields, got {type(data).__name__}")
+        raise AicalcError(f"{_short(path)}: expected a mapping of fields, got {type(data).__name__}")
     try:
         obj = cls.model_validate(data)
     except ValidationError as e:
-        raise AicalcError(validation_message(path, e)) from None
+        raise AicalcError(validation_message(_short(path), e)) from None
     if obj.id != path.stem:
-        raise AicalcError(f"{path}: field 'id' is '{obj.id}' but the file is named '{path.stem}'")
+        raise AicalcError(f"{_short(path)}: field 'id' is '{_short(obj.id)}' but the file is named '{path.stem}'")
+    if kind != "model":
+        _check_figures(obj.model_dump(), path)
+        for field in ("chip", "efficiency_class"):  # ids of other presets and profiles: names of files
+            ref = getattr(obj, field, None)
+            if ref is not None and not (isinstance(ref, str) and _ID.fullmatch(ref)):
+                raise AicalcError(f"{_short(path)}: field '{field}' must be a preset id (a-z, 0-9, '.', '-', '_'; "
+                                  f"at most 64 characters), got '{_short(ref, 60)}'")
     return obj
 
 
+_ID = re.compile(r"[a-z0-9][a-z0-9._\-]{0,63}")
+
+
+# The range of every figure of a chip or node preset (docs/robustness.md): ~1000x beyond the chips that exist
+# either way, so that no estimate divides by a vanishing peak or overflows on an absurd one.
+FIGURE_RANGES = {
+    "memory": (2.0**20, 2.0**50), "sram": (1.0, 2.0**50), "memory_bandwidth_gbs": (1e-3, 1e9),
+    "sram_bandwidth_gbs": (1e-3, 1e9), "bandwidth_gbs": (1e-3, 1e9), "dense_tflops": (1e-6, 1e9),
+    "sparse_tflops": (1e-6, 1e9), "tdp_w": (1e-3, 1e7), "system_power_w": (1e-3, 1e9),
+    "price_per_hour_usd": (1e-6, 1e6), "count": (1, 2**20),
+}
+MAX_FIGURE = 1e18  # any other number in a preset
+
+
+def _check_figures(data: dict, path: Path) -> None:
+    import math
+
+    todo: list[tuple[tuple, Any]] = [((), data)]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, dict):
+            todo += [((*where, str(k)), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            todo += [((*where, str(i)), v) for i, v in enumerate(value)]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            field = next((w for w in reversed(where) if w in FIGURE_RANGES), None)
+            lo, hi = FIGURE_RANGES.get(field, (-MAX_FIGURE, MAX_FIGURE))
+            if not (math.isfinite(value) and lo <= value <= hi):
+                shown = f"{value:.4g}" if isinstance(value, float) or abs(value) < 10**300 else "a 300-digit number"
+                raise AicalcError(f"{_short(path)}: field '{'.'.join(where)}' is {shown}; aicalc accepts {lo:g} to "
+                                  f"{hi:g} (see docs/robustness.md)")
+
+
+class Record:
+    """A validated preset as read-only attributes, without pydantic: what :func:`load` returns. Its fields
+    are those of the pydantic schema in :mod:`aicalc.catalog.schema`, defaults filled in."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict):
+        object.__setattr__(self, "_data", dict(data))
+
+    def __getattr__(self, name: str):
+        try:
+            return self._data[name]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} has no field '{name}'") from None
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self._data == other._data
+
+    def __hash__(self):
+        return hash((type(self).__name__, self._data.get("id"), self._data.get("name")))
+
+    def __repr__(self):
+        return f"{type(self).__name__}(id={self._data.get('id')!r})"
+
+    def __str__(self):  # the id, so a record handed back to the library resolves to itself
+        return str(self._data.get("id"))
+
+    def model_dump(self) -> dict:
+        import copy
+
+        return {k: v.model_dump() if isinstance(v, Record) else copy.deepcopy(v) for k, v in self._data.items()}
+
+
+class InterconnectRecord(Record):
+    __slots__ = ()
+
+    @property
+    def per_direction_bytes_per_s(self) -> float | None:
+        """Bytes/s one way: vendors' NVLink/ICI totals count both directions (specs.md pitfall 7)."""
+        bw = self._data.get("bandwidth_gbs")
+        if bw is None:
+            return None
+        return (bw / 2 if self._data.get("direction", "bidirectional") == "bidirectional" else bw) * 1e9
+
+
+class ChipRecord(Record):
+    """A chip preset (fields of :class:`aicalc.catalog.schema.Chip`, the same derived properties)."""
+
+    __slots__ = ()
+
+    def __init__(self, data: dict):
+        data = dict(data)
+        if isinstance(data.get("interconnect"), dict):
+            data["interconnect"] = InterconnectRecord(data["interconnect"])
+        super().__init__(data)
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self._data["memory"])
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return self._data["memory_bandwidth_gbs"] * 1e9
+
+    def peak_flop_per_s(self, dtype: str) -> float | None:
+        tf = self._data["dense_tflops"].get(dtype)
+        return None if tf is None else float(round(tf * 1e12))
+
+
+class NodeRecord(Record):
+    __slots__ = ()
+
+    def __init__(self, data: dict):
+        data = dict(data)
+        if isinstance(data.get("interconnect"), dict):
+            data["interconnect"] = InterconnectRecord(data["interconnect"])
+        super().__init__(data)
+
+
+RECORDS = {"chip": ChipRecord, "node": NodeRecord, "model": Record}
+
+
+# The built-in catalog compiled once into a JSON index in the user's cache folder (rebuilt when a built-in
+# file, the schema or this module changes): a one-off query reads it instead of parsing YAML and building
+# pydantic schemas. The test suite validates every built-in preset against the schema.
+INDEX_FORMAT = 1
+
+
+def _stamp(root: Path) -> list:
+    """(relative path, size, mtime) of every built-in YAML file and of the code that shapes the index."""
+    out = []
+    try:
+        for sub in sorted(os.scandir(root), key=lambda e: e.name):
+            if sub.is_dir():
+                for f in sorted(os.scandir(sub.path), key=lambda e: e.name):
+                    if f.name.endswith(".yaml"):
+                        st = f.stat()
+                        out.append([f"{sub.name}/{f.name}", st.st_size, st.st_mtime_ns])
+        here = Path(__file__).resolve().parent
+        for code in (here / "schema.py", here / "store.py"):
+            st = code.stat()
+            out.append([code.name, st.st_size, st.st_mtime_ns])
+    except OSError:
+        return []
+    return out
+
+
+def _cache_file(root: Path) -> Path | None:
+    import zlib
+
+    from aicalc import __version__
+
+    base = os.environ.get("AICALC_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "aicalc")
+    return Path(base) / f"catalog-{__version__}-{zlib.crc32(str(root).encode()):08x}.json"
+
+
+@cache
+def _catalog() -> dict:
+    """{"files": {relative path: {"data"|"error"}}, "chip": {id: {"data"|"error"}}, "node": {…}}."""
+    root = builtin_root()
+    stamp = _stamp(root)
+    cache_file = _cache_file(root)
+    try:
+        with open(cache_file, encoding="utf-8") as f:
+            index = json.load(f)
+        if index.get("format") == INDEX_FORMAT and index.get("stamp") == stamp and stamp:
+            return index
+    except (OSError, ValueError, AttributeError):
+        pass
+    index = _compile(root, stamp)
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(index), encoding="utf-8")
+        os.replace(tmp, cache_file)
+    except OSError:  # a read-only home: compile in memory on every run
+        pass
+    return index
+
+
+def _compile(root: Path, stamp: list) -> dict:
+    index: dict[str, Any] = {"format": INDEX_FORMAT, "stamp": stamp, "files": {}, "chip": {}, "node": {}}
+    for rel, *_ in stamp:
+        if "/" not in rel:
+            continue
+        path = root / rel
+        try:
+            data = _parse_yaml(read_text(path), str(path))[0]
+        except AicalcError as e:
+            index["files"][rel] = {"error": str(e)}
+            continue
+        try:
+            if json.loads(json.dumps(data)) != data:
+                continue  # not plain JSON data (dates, NaN): parsed from the YAML when used
+        except (TypeError, ValueError):
+            continue
+        index["files"][rel] = {"data": data}
+    for kind in ("chip", "node"):
+        folder = root / f"{kind}s"
+        for f in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+            try:
+                index[kind][f.stem] = {"data": _validated.__wrapped__(kind, f).model_dump(mode="json")}
+            except AicalcError as e:
+                index[kind][f.stem] = {"error": str(e)}
+    return index
+
+
+def _builtin_file(path: Path):
+    """A built-in preset file's data from the index (a fresh copy), or None for any other file."""
+    root = builtin_root()
+    if not path.is_absolute() or not path.is_relative_to(root):
+        return None
+    entry = _catalog()["files"].get(path.relative_to(root).as_posix())
+    if entry is None:
+        return None
+    if "error" in entry:
+        raise AicalcError(entry["error"])
+    import copy
+
+    return copy.deepcopy(entry["data"])
+
+
+@cache
+def _record(kind: str, path: Path):
+    root = builtin_root()
+    if kind in ("chip", "node") and path.is_relative_to(root) and path.parent == root / f"{kind}s":
+        entry = _catalog()[kind].get(path.stem)
+        if entry is not None:
+            if "error" in entry:
+                raise AicalcError(entry["error"])
+            return RECORDS[kind](entry["data"])
+    return RECORDS[kind](_validated(kind, path).model_dump())
+
+
 def load(kind: str, preset_id: str):
-    """The validated preset object of ``kind`` with id ``preset_id``."""
+    """The validated preset of ``kind`` with id ``preset_id``, as a :class:`Record`."""
     index = _index(kind)
     if preset_id not in index:
-        raise UnknownPreset(kind, preset_id, list(index))
-    return _validated(kind, index[preset_id])
+        raise UnknownPreset(kind, _short(preset_id), list(index))
+    return _record(kind, index[preset_id])
 
 
 @dataclass(frozen=True)
@@ -127,36 +536,95 @@ def looks_like_path(name: str) -> bool:
     return "/" in name or os.sep in name or name.endswith(".json") or name in (".", "..")
 
 
+def _json_pairs(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key '{_short(k, 40)}'")
+        out[k] = v
+    return out
+
+
+def _json_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text):,} digits")
+    return int(text)
+
+
+def _json_depth_ok(text: str) -> bool:
+    """False when brackets (outside strings) nest deeper than MAX_DEPTH; unbalanced ones are json's to report."""
+    import re
+
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return True
+    brackets = re.sub(r"[^\[\]{}]+", "", re.sub(r'"(?:[^"\\\n]|\\.)*"', "", text))
+    for _ in range(MAX_DEPTH):
+        shorter = re.sub(r"\[\]|\{\}", "", brackets)
+        if shorter == brackets or not shorter:
+            return True
+        brackets = shorter
+    return re.sub(r"\[\]|\{\}", "", brackets) == brackets
+
+
+def load_json(path: Path) -> Any:
+    """A JSON file bounded like :func:`load_yaml`: size, nesting depth, integer length, no duplicate keys."""
+    text = read_text(path)
+    if not _json_depth_ok(text):
+        raise AicalcError(f"{_short(path)}: nested more than {MAX_DEPTH} levels deep")
+    try:
+        return json.loads(text, object_pairs_hook=_json_pairs, parse_int=_json_int)
+    except json.JSONDecodeError as e:
+        raise AicalcError(f"{_short(path)}:{e.lineno}: not a readable JSON file ({e.msg})") from None
+    except (ValueError, RecursionError) as e:
+        raise AicalcError(f"{_short(path)}: not a readable JSON file ({e})") from None
+
+
+def _path_kind(name: str) -> tuple[bool, bool]:
+    """(meant as a path, is a folder) for a MODEL argument; names the OS cannot hold are no path."""
+    path = Path(name)
+    try:
+        return looks_like_path(name) or path.exists(), path.is_dir()
+    except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte
+        return looks_like_path(name), False
+
+
 def resolve_model(name: str) -> ModelSpec:
     """A preset id, a path to a ``config.json``, or a folder holding one."""
     from aicalc.catalog.hf_config import arch_from_config
 
-    path = Path(name)
-    if path.exists() or looks_like_path(name):
-        file = path / "config.json" if path.is_dir() else path
-        if not file.is_file():
-            raise AicalcError(f"no config.json at '{name}'")
+    is_path, is_dir = _path_kind(name)
+    if is_path:
+        path = Path(name)
+        file = path / "config.json" if is_dir else path
         try:
-            cfg = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise AicalcError(f"{file}: not a readable JSON file ({e})") from None
+            found = file.is_file()
+        except (OSError, ValueError):
+            found = False
+        if not found:
+            raise AicalcError(f"no config.json at '{_short(name)}'")
+        cfg = load_json(file)
         label = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
+        label = label if isinstance(label, str) and label else None
         return ModelSpec(id=str(file), name=label or file.parent.name or str(file), source=str(file),
-                         arch=arch_from_config(cfg, str(file)))
+                         arch=arch_from_config(cfg, _short(file)))
     index = _index("model")
     if name not in index:
-        raise UnknownPreset("model", name, list(index))
+        raise UnknownPreset("model", _short(name), list(index))
     path = index[name]
     if path.is_relative_to(builtin_root()):
-        # Built-in presets are schema-checked by the test suite (tests/test_catalog_models.py); reading the
-        # YAML directly keeps pydantic off the path of a one-off query.
+        # Built-in presets are schema-checked by the test suite (tests/test_catalog_models.py); reading them
+        # from the compiled index keeps YAML and pydantic off the path of a one-off query.
         data = load_yaml(path)
+        if not isinstance(data, dict):
+            raise AicalcError(f"{path}: expected a mapping of fields")
         meta = {k: data.get(k) for k in ("id", "name", "source", "official_params", "hf_repo")}
-        cfg = data["config"]
+        cfg = data.get("config")
     else:
         preset = load("model", name)
         meta = {k: getattr(preset, k) for k in ("id", "name", "source", "official_params", "hf_repo")}
         cfg = preset.config
+    if not isinstance(cfg, dict):
+        raise AicalcError(f"{path}: field 'config' must be a mapping of config.json fields")
     return ModelSpec(arch=arch_from_config(dict(cfg), str(path)), **meta)
 
 
@@ -166,5 +634,5 @@ def resolve_chip(name: str):
         node = load("node", name)
         return load("chip", node.chip), node.count
     if name not in _index("chip"):
-        raise UnknownPreset("chip", name, list(_index("chip")) + list(_index("node")))
+        raise UnknownPreset("chip", _short(name), list(_index("chip")) + list(_index("node")))
     return load("chip", name), 1

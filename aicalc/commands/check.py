@@ -19,8 +19,11 @@ def _call(check, base: Path) -> Result:
     from aicalc.flags import cli_message
 
     model = check.model
-    if looks_like_path(model) and (base / model).exists():
-        model = str(base / model)
+    try:
+        if looks_like_path(model) and (base / model).exists():
+            model = str(base / model)
+    except (OSError, ValueError):  # a name the file system cannot hold: the command reports it
+        pass
     run = command(check.command)
     kwargs = {k.replace("-", "_"): v for k, v in check.args.items()}
     params = inspect.signature(run).parameters
@@ -28,7 +31,16 @@ def _call(check, base: Path) -> Result:
     for k in kwargs:
         if k not in params and not has_var_kw or k in ("model", "progress"):
             raise AicalcError(f"check '{check.name}': {check.command} has no option --{k.replace('_', '-')}")
+    kwargs = {k: _convert(check, k, v) for k, v in kwargs.items()}
+    chips = kwargs.get("chip")
     try:
+        if check.command != "compare" and isinstance(chips, (list, str)) and \
+                (isinstance(chips, list) or "," in chips):  # several chips: one table, as the command line does
+            from aicalc.commands.merge import over
+
+            flat = [c.strip() for x in (chips if isinstance(chips, list) else [chips]) for c in str(x).split(",")
+                    if c.strip()]
+            return over("chip", flat, lambda chip: run(model, **{**kwargs, "chip": chip}))
         return run(model, **kwargs)
     except ParameterError as e:
         raise AicalcError(f"check '{check.name}': {cli_message(e)}") from None
@@ -36,10 +48,74 @@ def _call(check, base: Path) -> Result:
         raise AicalcError(f"check '{check.name}': {e}") from None
 
 
+def _cli_options(name: str) -> dict:
+    """The command line's options of command ``name``, by keyword (``gpu_memory_utilization``)."""
+    import typer
+
+    from aicalc.cli import app
+
+    out = {}
+    for p in typer.main.get_command(app).commands[name].params:
+        for opt in getattr(p, "opts", []):
+            if opt.startswith("--"):
+                out[opt[2:].replace("-", "_")] = p
+    return out
+
+
+def _convert(check, key: str, value):
+    """A check's ``args`` value as the command line would have parsed it: through the option's own type, a
+    list as a sweep (``1,8,64``), numbers held to the documented caps; a value the option cannot take is
+    bad input naming the check and the key."""
+    from aicalc.api.inputs import check_number
+
+    p = _cli_options(check.command).get(key)
+    if p is None:
+        return value
+    kind = getattr(p.type, "name", "")
+    numeric = kind in ("int", "integer", "float")
+    where = f"check '{check.name}': args.{key}"
+    try:
+        if getattr(p, "multiple", False):  # repeatable: a list stays a list (compare --chip A --chip B)
+            if isinstance(value, list):
+                return [p.type.convert(str(v), p, None) for v in value]
+            return p.type.convert(str(value), p, None)
+        if isinstance(value, list):
+            if numeric or kind == "boolean":
+                raise AicalcError(f"{where} takes one value, not a list")
+            value = ",".join(str(v) for v in value)  # a sweep, as on the command line
+        if kind in ("int", "integer") and isinstance(value, float):
+            if not value.is_integer():
+                raise AicalcError(f"{where} must be a whole number, got {value!r}")
+            value = int(value)
+        if isinstance(value, bool) and kind != "boolean":
+            raise AicalcError(f"{where} takes a value, not {str(value).lower()}")
+        value = p.type.convert(value, p, None)
+    except AicalcError:
+        raise
+    except Exception as e:  # noqa: BLE001 - click's BadParameter (typer vendors click)
+        if not hasattr(e, "format_message"):
+            raise
+        raise AicalcError(f"{where}: {e.format_message()}") from None
+    if numeric and value is not None:
+        try:
+            check_number(p.name, value)
+        except ParameterError as e:
+            from aicalc.flags import cli_message
+
+            raise AicalcError(f"check '{check.name}': {cli_message(e)}") from None
+    return value
+
+
 def run(path: str, fail_on_warn: bool = False) -> Result:
+    from aicalc.catalog.store import _short
+
     file = Path(path)
-    if not file.is_file():
-        raise AicalcError(f"no budget file at '{path}'")
+    try:
+        found = file.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte
+        found = False
+    if not found:
+        raise AicalcError(f"no budget file at '{_short(path)}'")
     budget = load(file)
     base = file.parent
     rows, warnings = [], []
@@ -109,6 +185,17 @@ def junit_xml(result: Result) -> str:
         cases.append(f'  <testcase classname="aicalc.check" name={name}>{body}</testcase>')
     head = f'<testsuite name="aicalc check" tests="{len(result.rows)}" failures="{fails}" errors="0">'
     return "\n".join(['<?xml version="1.0" encoding="UTF-8"?>', head, *cases, "</testsuite>", ""])
+
+
+def write_junit(result: Result, path: str) -> None:
+    """The JUnit report written to ``path``; a path that cannot be written is bad input (exit 2)."""
+    from aicalc.catalog.store import _short
+
+    try:
+        Path(path).write_text(junit_xml(result), encoding="utf-8")
+    except (OSError, ValueError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        raise AicalcError(f"--junit: cannot write '{_short(path)}' ({why})") from None
 
 
 def github_annotations(result: Result) -> list[str]:

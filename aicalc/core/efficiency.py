@@ -77,13 +77,42 @@ class Efficiency:
 
     def with_overrides(self, overrides: dict[str, float]) -> Efficiency:
         known = {f.name for f in fields(self)}
-        for k in overrides:
+        for k, v in overrides.items():
             if k not in known:
                 raise ParameterError("efficiency", k, f"is not a known factor (known: {', '.join(sorted(known))})")
+            problem = factor_problem(k, v)
+            if problem:
+                raise ParameterError("efficiency", f"{k}={v}", problem)
         return replace(self, **{k: float(v) for k, v in overrides.items()})
 
     def as_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# The range each factor may take: a share of a peak is in (0, 1]; a share where 0 means "not modelled" is in
+# [0, 1]; the overlap exponent is >= 1 (inf: ideal max()); latencies, sizes and op counts are >= 0.
+_SHARE = {"flop_max", "bandwidth", "quant_bandwidth", "link", "low_precision_flop_factor", "train_gemm_sustained",
+          "vector_fraction"}
+_SHARE_OR_OFF = {"gemv_efficiency", "dp_overlap", "ep_overlap", "tp_overlap", "train_gemm_plateau",
+                 "train_gemm_plateau_8bit", "train_attention_efficiency", "train_link"}
+
+
+def factor_problem(name: str, value) -> str | None:
+    """Why ``value`` cannot be efficiency factor ``name`` (None when it can)."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "must be a number"
+    v = float(value)
+    if name == "overlap_p":
+        return None if v >= 1 else "must be >= 1 (1: no overlap; inf: ideal max())"
+    if not math.isfinite(v) or v < 0:
+        return "must be a finite, non-negative number"
+    if name in _SHARE and not 0 < v <= 1:
+        return "is a share of a peak: it must lie in (0, 1]"
+    if name in _SHARE_OR_OFF and v > 1:
+        return "is a share: it must lie in [0, 1] (0: not modelled)"
+    return None
 
 
 IDEAL = Efficiency(flop_max=1.0, gemm_half_dim=0.0, low_precision_flop_factor=1.0, bandwidth=1.0,

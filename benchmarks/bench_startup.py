@@ -1,0 +1,107 @@
+"""Start-up of aicalc against its yardsticks, measured side by side (docs/robustness.md):
+
+- a one-off query, ``aicalc kv-cache llama-3.1-8b --chip h100-sxm`` (a table into a pipe), against a cold
+  ``python -c "import numpy, typer"`` (what any numpy + typer command line pays before it does anything);
+- ``aicalc --help`` against ``--help`` of a minimal two-command Typer app.
+
+Each pair runs A B A B …, the ratio is taken pair by pair (so that a machine whose speed drifts does not bias it)
+and the median ratio is printed, for wall-clock time and for CPU time (user + system of the child). The targets
+of the issue are ≤ 1.1 for both. Bytecode is compiled first (as an installed package has it) and the built-in
+catalog index is built by a warm-up run.
+
+    python benchmarks/bench_startup.py [--runs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TWO_COMMANDS = '''
+import typer
+
+app = typer.Typer()
+
+
+@app.command()
+def hello(name: str):
+    """Say hello."""
+    print(f"hello {name}")
+
+
+@app.command()
+def bye(name: str):
+    """Say bye."""
+    print(f"bye {name}")
+
+
+if __name__ == "__main__":
+    app()
+'''
+
+
+def _aicalc() -> list[str]:
+    script = Path(sys.executable).with_name("aicalc")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "aicalc"]
+
+
+def _once(argv: list[str]) -> tuple[float, float]:
+    """(wall s, cpu s) of one run, its output thrown away."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, cwd=ROOT)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def pair(a: list[str], b: list[str], runs: int) -> dict:
+    for _ in range(2):  # warm-up: file cache, the catalog index
+        _once(a), _once(b)
+    walls, cpus, a_wall, b_wall = [], [], [], []
+    for _ in range(runs):
+        (aw, ac), (bw, bc) = _once(a), _once(b)
+        walls.append(aw / bw)
+        cpus.append(ac / bc if bc else float("nan"))
+        a_wall.append(aw)
+        b_wall.append(bw)
+    return {"wall": statistics.median(walls), "cpu": statistics.median(cpus),
+            "a_ms": 1e3 * statistics.median(a_wall), "b_ms": 1e3 * statistics.median(b_wall)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    runs = parser.parse_args().runs
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "aicalc")], check=True,
+                   stdout=subprocess.DEVNULL)
+    tmp = Path(tempfile.mkdtemp())
+    try:
+        two = tmp / "two.py"
+        two.write_text(TWO_COMMANDS)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tmp)], check=True, stdout=subprocess.DEVNULL)
+        cases = [
+            ("one-off query", [*_aicalc(), "kv-cache", "llama-3.1-8b", "--chip", "h100-sxm"],
+             "python -c 'import numpy, typer'", [sys.executable, "-c", "import numpy, typer"]),
+            ("aicalc --help", [*_aicalc(), "--help"], "two-command Typer app --help", [sys.executable, str(two), "--help"]),
+        ]
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, {runs} pairs each; median of A/B per pair")
+        for name, a, yardstick, b in cases:
+            r = pair(a, b, runs)
+            print(f"{name:<15} {r['a_ms']:6.1f} ms  vs {yardstick:<32} {r['b_ms']:6.1f} ms:  "
+                  f"{r['wall']:.2f}x wall, {r['cpu']:.2f}x cpu  (target <= 1.1x)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
