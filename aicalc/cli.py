@@ -511,6 +511,35 @@ def main(argv: list[str] | None = None, env: Env | None = None) -> int:
     return code
 
 
+def _no_repeats(command, args: list[str]) -> None:
+    """A single-valued option given twice (``--tp 2 … --tp 4``, or ``--batch 2 --micro-batch 4``) is bad
+    input: click would keep the last one silently. Repeatable options (``--chip``, ``--eff``) may repeat."""
+    sub, rest = command, list(args)
+    while hasattr(sub, "commands") and rest:  # walk down to the command being run (typer vendors click)
+        i = next((k for k, a in enumerate(rest) if not a.startswith("-")), None)
+        if i is None or rest[i] not in sub.commands:
+            return
+        sub, rest = sub.commands[rest[i]], rest[i + 1:]
+    by_flag = {o: p for p in sub.params if hasattr(p, "is_flag") for o in (*p.opts, *p.secondary_opts)}
+    seen: dict[str, str] = {}
+    k = 0
+    while k < len(rest):
+        token = rest[k]
+        if token == "--":
+            return
+        flag = token.split("=", 1)[0]
+        p = by_flag.get(flag) if token.startswith("-") else None
+        if p is not None:
+            if not p.multiple and not p.count:
+                if p.name in seen and not (p.is_flag and seen[p.name] == flag):
+                    also = "" if seen[p.name] == flag else f" (also as {seen[p.name]})"
+                    raise AicalcError(f"{flag} given twice{also}: give it once")
+                seen[p.name] = flag
+            if not p.is_flag and "=" not in token:
+                k += 1  # its value
+        k += 1
+
+
 def _main(args: list[str], debug: bool, env: Env) -> int:
     import copy
     import os
@@ -532,7 +561,12 @@ def _main(args: list[str], debug: bool, env: Env) -> int:
             lean.registered_commands, lean.registered_groups = commands, groups
     command = typer.main.get_command(lean)
     bound_options(command)  # integer and float options held to the documented caps as they are parsed
+    if "--help" in args or "-h" in args:
+        from aicalc import help_panels
+
+        help_panels.apply(command)
     try:
+        _no_repeats(command, args)
         code = command.main(args=args, prog_name="aicalc", standalone_mode=False)
         code = int(code or 0) if isinstance(code, int) else 0
     except ParameterError as e:  # the library names its parameter; the command line names the flag

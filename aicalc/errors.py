@@ -20,11 +20,40 @@ class AicalcError(Exception):
 
 class UnknownPreset(AicalcError):
     def __init__(self, kind: str, name: str, known: list[str]):
-        import difflib
-
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; see `aicalc presets list --kind {kind}`"
+        close = suggestions(name, known)
+        listing = f"aicalc presets list --kind {kind}" if kind in ("chip", "model", "node") else "aicalc presets list"
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; see `{listing}`"
         super().__init__(f"unknown {kind} '{name}'{hint}")
+
+
+def _family(name: str) -> str:
+    """The family an id belongs to: its leading letters (``llama`` of ``llama-3.1-8b``, ``h`` of ``h100``
+    widened to the first part, ``h100`` of ``h100-sxm``)."""
+    import re
+
+    head = re.split(r"[-_. ]", name.lower(), maxsplit=1)[0]
+    letters = re.match(r"[a-z]+", head)
+    return head if letters is None or len(letters[0]) < 3 else letters[0]
+
+
+def suggestions(name: str, known: list[str], n: int = 3) -> list[str]:
+    """Up to ``n`` ids like ``name``: ids of its family first (``llama-3-8b`` → the llama ids, nearest
+    first), then any id close in spelling."""
+    import difflib
+    import re
+
+    low = name.lower()
+    version = re.search(r"\d+", low)  # llama3 → 3: a family member of that version ranks first
+    ratio = {k: difflib.SequenceMatcher(None, low, k.lower()).ratio() for k in known}
+    if version:
+        for k in known:
+            first = re.search(r"\d+", k.lower())
+            if first and first[0] == version[0]:
+                ratio[k] += 0.25
+    fam = _family(low)
+    same = sorted((k for k in known if _family(k) == fam and ratio[k] >= 0.4), key=lambda k: -ratio[k])
+    rest = sorted((k for k in known if k not in same and ratio[k] >= 0.6), key=lambda k: -ratio[k])
+    return (same + rest)[:n]
 
 
 class ParameterError(AicalcError):

@@ -41,7 +41,7 @@ SHORT = {
     "usd_per_million_output_tokens": "$/M tok", "usd_per_request": "$/req", "cost_usd": "cost",
     "training_cost_usd": "train cost", "annual_inference_cost_usd": "$/year",
     "total_bytes_per_device": "mem/dev", "kv_cache_bytes_per_device": "KV/dev", "weights_bytes_per_device": "weights/dev",
-    "kv_per_sequence_bytes": "KV/seq", "memory_bytes": "memory", "peak_bytes": "peak", "headroom_bytes": "headroom",
+    "kv_per_sequence_bytes": "KV/seq", "memory_bytes": "memory", "peak_bytes": "peak", "headroom_bytes": "headroom", "shortfall_bytes": "short",
     "weights_bytes": "weights", "gradients_bytes": "grads", "optimizer_bytes": "optimizer", "peak_reserved_bytes": "reserved",
     "activations_bytes": "activations", "transient_bytes": "transient",
     "batch_per_replica": "batch/rep", "concurrency": "conc", "arithmetic_intensity": "FLOP/B", "time_s": "time",

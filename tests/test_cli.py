@@ -303,3 +303,43 @@ def test_one_vocabulary_aliases(cli):
     assert eager["inputs"]["attention"] == "materialized"
     assert cli("train-mem", "llama-3.1-8b", "--attention", "materialized").code in (0, 1)
     assert cli("train-time", "llama-3.1-8b", "--chips", "8", "--pp", "2", "--virtual-stages", "2").code == 0
+
+
+def test_ids_are_case_insensitive(cli):
+    upper = cli("kv-cache", "Llama-3.1-8B", "--chip", "H100-SXM", "--json").json["rows"][0]
+    lower = cli("kv-cache", "llama-3.1-8b", "--chip", "h100-sxm", "--json").json["rows"][0]
+    assert upper == lower
+    assert cli("presets", "show", "DGX-H100").code == 0
+    assert cli("roofline", "llama_3.1_8b", "--chip", "H100_SXM").code == 0
+
+
+def test_did_you_mean_ranks_the_family_first(cli):
+    err = cli("kv-cache", "llama3").err  # a llama 3 model, not llama-2 nor another family
+    assert "did you mean llama-3." in err, err
+    err = cli("roofline", "gpt2", "--chip", "h100").err
+    assert "did you mean h100-" in err and all(c.startswith("h100-") for c in
+                                                   err.split("did you mean ")[1].rstrip("?\n").split(", ")), err
+    err = cli("presets", "show", "dgx-h10").err  # presets show looks across chips, nodes and models
+    assert "did you mean dgx-h100" in err, err
+
+
+def test_a_repeated_single_valued_option_is_bad_input(cli):
+    r = cli("roofline", "gpt2", "--tp", "1", "--tp", "2")
+    assert r.code == 2 and "--tp given twice" in r.err, r.err
+    r = cli("train-mem", "gpt2", "--batch", "2", "--micro-batch=4")  # two spellings of one option
+    assert r.code == 2 and "--micro-batch given twice (also as --batch)" in r.err, r.err
+    r = cli("train-time", "gpt2", "--sp", "--no-sp")
+    assert r.code == 2, r.err
+    assert cli("roofline", "gpt2", "--chip", "l4", "--chip", "h100-sxm", "--eff", "bandwidth=0.8",
+               "--eff", "flop_max=0.8").code == 0  # repeatable options repeat
+
+
+def test_help_groups_options_in_panels_with_units(cli, capsys):
+    cli("serve", "--help")
+    out = capsys.readouterr().out
+    for panel in ("Model and hardware:", "Workload:", "Parallelism:", "Precision and memory:", "Limits and cost:",
+                  "Output:"):
+        assert panel in out, panel
+    assert out.index("Workload:") < out.index("--prompt TOKENS") < out.index("Parallelism:") < out.index("--tp N")
+    assert "--max-ttft SECONDS" in out and "--price USD/h" in out and "<str>" not in out
+    assert "Other options" not in out  # every option of serve has its panel

@@ -40,7 +40,7 @@ CONTRACT_KEYS = {
     "compare": ("chip", "phase"),  # memory_bytes and chips_needed: null only in a row that says fits: false
     "check": ("name", "status", "limit"),  # value: null only in a row whose status is not pass
 }
-SIGNED = ("headroom", "margin")  # keys whose sign is the point: a negative headroom is a shortfall
+SIGNED = ("margin",)  # keys whose sign is the point: check's margin is negative when a limit is broken
 KNOWN_NEGATIVE = ()  # keys allowed below zero besides SIGNED: none
 
 

@@ -55,7 +55,7 @@ def _from_files(name: str):
     """A ``.gguf`` file, a Hub id, or a local folder / config.json path beside safetensors files."""
     from pathlib import Path
 
-    from aicalc.catalog import checkpoint, store
+    from aicalc.catalog import store
     from aicalc.catalog.hf_config import arch_from_config
 
     path = Path(name)
@@ -69,10 +69,14 @@ def _from_files(name: str):
     if name.endswith(".gguf"):
         if not exists(path) or not path.is_file():
             raise AicalcError(f"no GGUF file at '{name}'")
+        from aicalc.catalog import checkpoint
+
         cfg, ck = checkpoint.from_gguf(path)
         return LoadedModel(id=path.name, name=path.stem, source=str(path), arch=arch_from_config(cfg, str(path)),
                            checkpoint=ck)
     if len(name) <= 200 and not exists(path) and _HUB_ID.fullmatch(name) and not name.endswith(".json"):
+        from aicalc.catalog import checkpoint
+
         cfg, ck = checkpoint.from_hub(name)
         return LoadedModel(id=name, name=name, source=f"hf://{name}", arch=arch_from_config(cfg, name),
                            checkpoint=ck, hf_repo=name)
@@ -81,6 +85,8 @@ def _from_files(name: str):
         folder = path if path.is_dir() else path.parent
         cfg_file = folder / "config.json"  # resolve_model read and bounded it already; this reads the same file
         cfg = store.load_json(cfg_file) if cfg_file.is_file() else {}
+        from aicalc.catalog import checkpoint
+
         ck = checkpoint.from_folder(folder, cfg if isinstance(cfg, dict) else {})
         if ck is not None:
             return LoadedModel(id=spec.id, name=spec.name, source=spec.source, arch=spec.arch, checkpoint=ck)

@@ -10,7 +10,8 @@ class KVCache(Table):
     devices), ``kv_cache_bytes_per_device``, ``kv_per_sequence_bytes``, ``paging_waste_bytes_per_device``,
     ``weights_bytes_per_device``, ``runtime_overhead_bytes``, ``total_bytes_per_device``; with a chip also
     ``memory_bytes``, ``kv_budget_bytes_per_device``, ``max_batch``, ``max_concurrency``, ``fits``,
-    ``headroom_bytes`` and, when asked, ``max_context``."""
+    ``headroom_bytes`` (what is left, never negative), ``shortfall_bytes`` (what is missing) and, when asked,
+    ``max_context``."""
 
 
 def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str = "bf16", tp: int = 1,
@@ -66,11 +67,13 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     if S.max() > arch.max_context:
         warnings.append(f"context {int(S.max()):,} exceeds the model's max_position_embeddings {arch.max_context:,}")
     if chip_obj is not None:
-        budget = np.broadcast_to(capacity.kv_budget_bytes(chip_obj.memory_bytes, utilization, weights, over), B.shape)
+        room = np.broadcast_to(capacity.room_bytes(chip_obj.memory_bytes, utilization, weights, over), B.shape)
+        budget = np.maximum(room, 0.0)
         fit, concurrency = capacity.max_batch(shape, budget, S, block_size)
         cols |= {"memory_bytes": chip_obj.memory_bytes, "kv_budget_bytes_per_device": budget,
                  "max_batch": fit.astype(np.int64), "max_concurrency": concurrency,
-                 "fits": (fit >= B) & (budget > 0), "headroom_bytes": budget - paged}
+                 "fits": (fit >= B) & (budget > 0), "headroom_bytes": np.maximum(room - paged, 0.0),
+                 "shortfall_bytes": np.maximum(paged - room, 0.0)}
         if max_context:
             mc = capacity.max_context(shape, budget, B, block_size)
             capped = mc > arch.max_context
@@ -79,7 +82,7 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
                 warnings.append(f"max_context capped at the model's limit of {arch.max_context:,} tokens")
         if np.any(budget <= 0):
             warnings.append(f"weights ({_gib(weights)}) and runtime overhead ({_gib(over)}) leave no room on "
-                            f"{chip_obj.id} at {utilization:.0%} utilization: short by {_gib(-budget.min())} "
+                            f"{chip_obj.id} at {utilization:.0%} utilization: short by {_gib(-room.min())} "
                             "per device")
     return KVCache(cols, warnings, model=spec, chip=chip_obj, shape=shape, tp=tp, kv_dtype=kv_dtype, dtype=dtype,
                    block_size=block_size, engine=engine, utilization=utilization, overhead_bytes=over)

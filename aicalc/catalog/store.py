@@ -513,12 +513,28 @@ def _record(kind: str, path: Path):
     return RECORDS[kind](_validated(kind, path).model_dump())
 
 
-def load(kind: str, preset_id: str):
-    """The validated preset of ``kind`` with id ``preset_id``, as a :class:`Record`."""
+def _key(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def canonical(kind: str, name: str) -> str | None:
+    """The preset id of ``kind`` that ``name`` spells, ignoring case and ``_``/``-`` (``H100-SXM`` →
+    ``h100-sxm``); None when there is none."""
     index = _index(kind)
-    if preset_id not in index:
+    if name in index:
+        return name
+    key = _key(name)
+    found = [i for i in index if _key(i) == key]
+    return found[0] if len(found) == 1 else None
+
+
+def load(kind: str, preset_id: str):
+    """The validated preset of ``kind`` with id ``preset_id`` (case-insensitive), as a :class:`Record`."""
+    index = _index(kind)
+    found = canonical(kind, preset_id)
+    if found is None:
         raise UnknownPreset(kind, _short(preset_id), list(index))
-    return _record(kind, index[preset_id])
+    return _record(kind, index[found])
 
 
 @dataclass(frozen=True)
@@ -608,8 +624,10 @@ def resolve_model(name: str) -> ModelSpec:
         return ModelSpec(id=str(file), name=label or file.parent.name or str(file), source=str(file),
                          arch=arch_from_config(cfg, _short(file)))
     index = _index("model")
-    if name not in index:
+    found = canonical("model", name)
+    if found is None:
         raise UnknownPreset("model", _short(name), list(index))
+    name = found
     path = index[name]
     if path.is_relative_to(builtin_root()):
         # Built-in presets are schema-checked by the test suite (tests/test_catalog_models.py); reading them
@@ -630,9 +648,10 @@ def resolve_model(name: str) -> ModelSpec:
 
 def resolve_chip(name: str):
     """``(chip, count)``: a chip id gives one chip, a node id (``dgx-h100``) its chips."""
-    if name in _index("node") and name not in _index("chip"):
-        node = load("node", name)
+    chip, node = canonical("chip", name), canonical("node", name)
+    if node is not None and chip is None:
+        node = load("node", node)
         return load("chip", node.chip), node.count
-    if name not in _index("chip"):
+    if chip is None:
         raise UnknownPreset("chip", _short(name), list(_index("chip")) + list(_index("node")))
-    return load("chip", name), 1
+    return load("chip", chip), 1

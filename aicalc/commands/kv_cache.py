@@ -51,7 +51,7 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
                 if solve != "max-context":
                     w += (f", e.g. batch {int(B[i])} × context {int(S[i]):,} needs "
                           f"{_gib(cols['kv_cache_bytes_per_device'][i])} of KV cache, "
-                          f"{_gib(-cols['headroom_bytes'][i])} more than the "
+                          f"{_gib(cols['shortfall_bytes'][i])} more than the "
                           f"{_gib(cols['kv_budget_bytes_per_device'][i])} budget")
                 warnings.append(w)
             code = ExitCode.BUDGET

@@ -54,6 +54,7 @@ def chip_row(chip, count: int = 1, node_id: str | None = None) -> dict:
 
 
 def show(name: str) -> Result:
+    name = store.canonical("chip", name) or store.canonical("node", name) or store.canonical("model", name) or name
     if name in store.ids("chip") or name in store.ids("node"):
         chip, count = store.resolve_chip(name)
         row = chip_row(chip, count, name if name in store.ids("node") and name not in store.ids("chip") else None)
@@ -62,8 +63,13 @@ def show(name: str) -> Result:
         notes = list(chip.notes)
     else:
         from aicalc.api.catalog import load_model
+        from aicalc.errors import UnknownPreset
 
-        spec = load_model(name)  # a preset, a config.json / folder, a .gguf file or a Hub id
+        try:
+            spec = load_model(name)  # a preset, a config.json / folder, a .gguf file or a Hub id
+        except UnknownPreset:
+            raise UnknownPreset("preset", store._short(name),
+                                [*store.ids("chip"), *store.ids("node"), *store.ids("model")]) from None
         row = model_row(spec)
         ck = getattr(spec, "checkpoint", None)
         if ck is not None:  # what the files store, exactly

@@ -36,13 +36,20 @@ def runtime_overhead_bytes(arch: Arch, tp: int = 1, max_batched_tokens: int = MA
     return act + logits + FIXED_OVERHEAD_BYTES
 
 
-def kv_budget_bytes(memory_bytes: float, utilization: float, weights: float, overhead: float):
-    """``requested − weights − overhead`` with ``requested = ceil(memory × utilization)`` (IM-11 step 1, 3);
-    0 when the weights and overhead alone exceed the request (vLLM then refuses to start: "No available memory
-    for the cache blocks"; the row's negative headroom says by how much it is short)."""
+def room_bytes(memory_bytes: float, utilization: float, weights: float, overhead: float):
+    """``requested − weights − overhead`` with ``requested = ceil(memory × utilization)`` (IM-11 step 1, 3):
+    below zero when the weights and overhead alone exceed the request, by that shortfall."""
     import numpy as np
 
-    return np.maximum(np.ceil(memory_bytes * utilization) - weights - overhead, 0.0)
+    return np.ceil(memory_bytes * utilization) - weights - overhead
+
+
+def kv_budget_bytes(memory_bytes: float, utilization: float, weights: float, overhead: float):
+    """The bytes per device left for the KV cache: :func:`room_bytes`, or 0 when there is none (vLLM then
+    refuses to start: "No available memory for the cache blocks")."""
+    import numpy as np
+
+    return np.maximum(room_bytes(memory_bytes, utilization, weights, overhead), 0.0)
 
 
 def max_batch(shape: KVShape, budget, context, block_size: int | None):
