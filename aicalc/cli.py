@@ -189,7 +189,7 @@ def kv_cache(
     context: Annotated[str, typer.Option("--context", help="tokens per sequence (4k, 32k, 1k:128k:x2)")] = "4k",
     kv_dtype: KvDtype = "bf16",
     dtype: WeightDtype = "bf16",
-    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel devices")] = 1,
+    tp: Annotated[int | None, typer.Option("--tp", help="tensor-parallel devices (default: a node's chips, else 1)")] = None,
     chip: Annotated[list[str] | None, typer.Option("--chip", help="chip or node id: adds capacity and max_batch "
                                                    "(repeatable)", autocompletion=_complete(("chip", "node")))] = None,
     budget: Annotated[str | None, typer.Option("--budget", help="fail (exit 1) when a row needs more per device")] = None,
@@ -260,7 +260,8 @@ def roofline(
     gen: Annotated[str, typer.Option("--gen", help="generated tokens (sweepable)")] = "256",
     dtype: WeightDtype = "bf16",
     kv_dtype: KvDtype = "bf16",
-    tp: Annotated[str, typer.Option("--tp", help="tensor-parallel degree (sweepable)")] = "1",
+    tp: Annotated[str | None, typer.Option("--tp", help="tensor-parallel degree (sweepable; default: a node's chips, "
+                                                         "else 1)")] = None,
     compute_dtype: Annotated[str | None, typer.Option("--compute-dtype", help="override the math dtype (default: follows weights and chip)")] = None,
     group_size: Annotated[int | None, typer.Option("--group-size", help="int4 group size (default 128: 4.25 bits)")] = None,
     attention: Annotated[str, typer.Option("--attention", help="eager | sdpa | flash | materialized (eager = materialized "
@@ -352,7 +353,8 @@ def train_mem(
     grad_dtype: Annotated[str | None, typer.Option("--grad-dtype", help="gradient dtype (fp32 for Megatron/DeepSpeed's 18 B/param)")] = None,
     optimizer_dtype: Annotated[str | None, typer.Option("--optimizer-dtype", help="optimizer state dtype (pure bf16: bf16 or fp32)")] = None,
     zero: Annotated[str, typer.Option("--zero", help="ZeRO stage 0-3 (FSDP full shard = 3); list allowed")] = "0",
-    dp: Annotated[str, typer.Option("--dp", help="data-parallel size")] = "1",
+    dp: Annotated[str | None, typer.Option("--dp", help="data-parallel size (default: a node's chips over tp·pp·cp, "
+                                                         "else 1)")] = None,
     tp: Annotated[str, typer.Option("--tp", help="tensor-parallel size")] = "1",
     pp: Annotated[str, typer.Option("--pp", help="pipeline-parallel size")] = "1",
     cp: Annotated[str, typer.Option("--cp", help="context-parallel size (ring attention: sequence split over N ranks)")] = "1",
@@ -410,7 +412,8 @@ def serve(
     model: Model,
     chip: Chip = None,
     chips: Annotated[int | None, typer.Option("--chips", help="chips in the deployment (default: --tp); replicas = chips / tp")] = None,
-    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree of one replica")] = 1,
+    tp: Annotated[int | None, typer.Option("--tp", help="tensor-parallel degree of one replica (default: a node's "
+                                                         "chips, else 1)")] = None,
     prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens per request (sweepable)")] = "1024",
     gen: Annotated[str, typer.Option("--gen", help="output tokens per request (sweepable)")] = "256",
     concurrency: Annotated[str | None, typer.Option("--concurrency", help="concurrent requests in the deployment "

@@ -343,3 +343,28 @@ def test_help_groups_options_in_panels_with_units(cli, capsys):
     assert out.index("Workload:") < out.index("--prompt TOKENS") < out.index("Parallelism:") < out.index("--tp N")
     assert "--max-ttft SECONDS" in out and "--price USD/h" in out and "<str>" not in out
     assert "Other options" not in out  # every option of serve has its panel
+
+
+def _rows(cli, *argv):
+    r = cli(*argv, "--json")
+    assert r.code in (0, 1), r.err
+    return [{k: v for k, v in row.items() if k != "chip"} for row in r.json["rows"]]
+
+
+def test_a_node_means_its_chips_in_every_command(cli):
+    """dgx-h100 is 8 × h100-sxm on NVLink: with no split given, each command uses all 8 as a chip id with the
+    split written out would."""
+    m = "llama-3.1-70b"
+    assert _rows(cli, "roofline", m, "--chip", "dgx-h100") == _rows(cli, "roofline", m, "--chip", "h100-sxm",
+                                                                     "--tp", "8")
+    assert _rows(cli, "serve", m, "--chip", "dgx-h100", "--concurrency", "8") == \
+        _rows(cli, "serve", m, "--chip", "h100-sxm", "--tp", "8", "--chips", "8", "--concurrency", "8")
+    assert _rows(cli, "serve", m, "--chip", "dgx-h100", "--tp", "4", "--concurrency", "8") == \
+        _rows(cli, "serve", m, "--chip", "h100-sxm", "--tp", "4", "--chips", "8", "--concurrency", "8")
+    assert _rows(cli, "train-time", "llama-3.1-8b", "--chip", "dgx-h100") == \
+        _rows(cli, "train-time", "llama-3.1-8b", "--chip", "h100-sxm", "--chips", "8")
+    node = _rows(cli, "kv-cache", m, "--chip", "dgx-h100")[0]
+    chip = _rows(cli, "kv-cache", m, "--chip", "h100-sxm", "--tp", "8")[0]
+    assert node == chip
+    assert _rows(cli, "train-mem", "llama-3.1-8b", "--chip", "dgx-h100", "--zero", "3", "--tp", "2")[0]["dp"] == 4
+    assert cli("compare", "gpt2", "--chip", "dgx-h100").code == 0

@@ -32,6 +32,20 @@ def load_chip(chip):
     return load_node_or_chip(chip)[0]
 
 
+def node_count(chip) -> int:
+    """The chips a ``chip`` argument stands for: a node id (``"dgx-h100"``) its chip count, a chip 1. Where a
+    command is given a node and no split, the node is the split: its chips form the TP group (roofline, serve,
+    kv-cache) or the data-parallel job (train-time, train-mem --search), on the node's scale-up link."""
+    return load_node_or_chip(chip)[1] if isinstance(chip, str) else 1
+
+
+def node_split(chip, tp=None, chips=None) -> tuple[int, int | None]:
+    """``(tp, chips)`` of a serving deployment with the node defaults: no ``tp``, one replica across a node's
+    chips (TP = its count; a chip: 1); no ``chips``, the node's chips (a chip: None, one replica)."""
+    count = node_count(chip)
+    return (count if tp is None else tp), (count if count > 1 else None) if chips is None else chips
+
+
 def load_node_or_chip(chip):
     """``(chip, count)``: a chip id gives one chip, a node id (``"dgx-h100"``) its chips."""
     from aicalc.catalog import store

@@ -178,9 +178,7 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
     warnings: list[str] = []
     rows = []
     for chip_id in chips:
-        chip, count = load_node_or_chip(chip_id)
-        if count > 1:
-            raise ParameterError("chips", chip_id, f"is a node; compare takes chip ids (use {chip.id})")
+        chip, _ = load_node_or_chip(chip_id)  # a node stands for its chip: compare finds how many it takes
         pair = [_training(spec, chip, seq, tokens, warnings),
                 _inference(spec, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings)]
         for row in pair:

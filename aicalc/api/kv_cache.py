@@ -14,19 +14,20 @@ class KVCache(Table):
     ``max_context``."""
 
 
-def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str = "bf16", tp: int = 1,
+def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str = "bf16", tp: int | None = None,
              chip=None, block_size: int | None = 16, engine: str = "vllm", utilization=0.9, overhead=None,
              max_context: bool = False) -> KVCache:
     """KV cache of ``batch`` sequences of ``context`` tokens each (arrays broadcast), per device under TP.
 
     ``block_size``: paged-cache block in tokens (vLLM 16; None or 1 is exact); ``engine``: ``vllm`` (rolling
     sliding windows) or ``hf`` (transformers' DynamicCache). With ``chip`` (a chip or node id): the KV budget
-    beside weights and runtime overhead at ``utilization`` of memory, ``max_batch`` and ``fits``;
+    beside weights and runtime overhead at ``utilization`` of memory, ``max_batch`` and ``fits``; ``tp``
+    defaults to the node's chips (a chip: 1);
     ``max_context=True`` adds the longest context that fits at each batch."""
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, resident_weights
+    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, node_count, resident_weights
     from aicalc.core import capacity
     from aicalc.core.geometry import check_tp
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
@@ -35,7 +36,9 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     spec = load_model(model)
     arch = spec.arch
     kv_dtype = kv_format(spec, kv_dtype)
-    tp = int(inputs.positive("tp", tp, whole=True).reshape(-1)[0]) if not isinstance(tp, int) else tp
+    if tp is None:
+        tp = node_count(chip) if chip is not None else 1
+    tp = inputs.whole("tp", tp)
     check_tp(arch, tp)
     g = inputs.broadcast(batch=inputs.positive("batch", batch, whole=True),
                          context=inputs.positive("context", context, whole=True))
@@ -44,9 +47,6 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
         raise ParameterError("block_size", block_size, "must be at least 1")
     utilization = inputs.fraction("utilization", utilization)
     chip_obj, count = load_node_or_chip(chip) if chip is not None else (None, 1)
-    if count > 1 and tp == 1:
-        raise ParameterError("chip", chip, f"is a node of {count} chips: give {{tp={count}}} (or a chip id) to say "
-                             "how the model is split")
     if count > 1 and tp > count:
         raise ParameterError("tp", tp, f"exceeds the {count} chips of '{chip}'")
     if max_context and chip_obj is None:

@@ -155,10 +155,11 @@ def efficiency_of(efficiency):
 
 
 def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str = "bf16", kv_dtype: str = "bf16",
-             tp=1, compute_dtype: str | None = None, group_size: int | None = None, attention: str = "flash",
+             tp=None, compute_dtype: str | None = None, group_size: int | None = None, attention: str = "flash",
              kv_shared: bool | None = None, engine: str | None = None, efficiency=None) -> Roofline:
     """Prefill and decode of ``batch`` sequences of ``prompt`` + ``gen`` tokens on a TP group of ``chip``
-    (arrays broadcast): FLOPs, bytes, bound, TTFT, TPOT and tokens/s, estimated and ideal. ``engine``: an engine
+    (arrays broadcast; ``tp`` defaults to a node's chips, else 1): FLOPs, bytes, bound, TTFT, TPOT and tokens/s,
+    estimated and ideal. ``engine``: an engine
     profile (``presets/engines/``: trtllm, vllm, llama.cpp, …; default generic); ``efficiency``: overrides of
     single factors (``{"bandwidth": 0.8}``) on top of the chip class's and the engine's profiles."""
     import numpy as np
@@ -168,6 +169,10 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     from aicalc.core.geometry import check_tp, weight_bytes_per_device
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
 
+    if tp is None:  # a node id is one TP group of its chips; a chip id is TP 1
+        from aicalc.api.catalog import node_count
+
+        tp = node_count(chip)
     g = inputs.broadcast(tp=inputs.positive("tp", tp, whole=True), batch=inputs.positive("batch", batch, whole=True),
                          prompt=inputs.positive("prompt", prompt, whole=True),
                          gen=inputs.positive("gen", gen, whole=True))

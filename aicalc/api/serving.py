@@ -16,11 +16,11 @@ class Serving(Table):
     ``joules_per_output_token``."""
 
 
-def max_concurrency(model, chip="h100-sxm", *, tp: int = 1, chips: int | None = None, prompt=1024, gen=256,
+def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024, gen=256,
                     dtype: str = "bf16", kv_dtype: str = "bf16", utilization=0.9) -> int:
     """Requests of ``prompt + gen`` tokens the whole deployment holds in its KV budget (0 when none)."""
     from aicalc.api import inputs
-    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, resident_weights
+    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, node_split, resident_weights
     from aicalc.core import capacity
     from aicalc.core.kv_cache import kv_shape
 
@@ -28,6 +28,7 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int = 1, chips: int | None = 
     arch = spec.arch
     kv_dtype = kv_format(spec, kv_dtype)
     chip_obj, _ = load_node_or_chip(chip)
+    tp, chips = node_split(chip, tp, chips)
     tp = inputs.whole("tp", tp)
     replicas = (inputs.whole("chips", chips) if chips is not None else tp) // tp
     weights = resident_weights(spec, dtype, tp)
@@ -40,7 +41,7 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int = 1, chips: int | None = 
     return fit * replicas
 
 
-def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: int = 1, chips: int | None = None,
+def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: int | None = None, chips: int | None = None,
           dtype: str = "bf16", kv_dtype: str = "bf16", max_ttft=None, max_tpot=None, price=None,
           utilization=0.9, engine: str | None = None, efficiency=None, draft=None, draft_tokens: int = 4,
           acceptance=0.7, prefix_hit=0.0) -> Serving:
@@ -56,6 +57,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     import numpy as np
 
     from aicalc.api import inputs
+    from aicalc.api.catalog import node_split
     from aicalc.api.roofline import cost_setup
     from aicalc.core import capacity, cost, latency
     from aicalc.core.efficiency import IDEAL
@@ -64,6 +66,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     from aicalc.core.serving import live_context, prefill_batch, steady_state
     from aicalc.errors import ParameterError
 
+    tp, chips = node_split(chip, tp, chips)
     tp = inputs.whole("tp", tp)
     chips = inputs.whole("chips", chips) if chips is not None else tp
     cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=tp > 1, engine=engine, efficiency=efficiency)

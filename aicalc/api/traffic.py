@@ -68,7 +68,7 @@ def read_requests(path):
 
 
 def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, gen=256, num_requests: int = 1000,
-             tp: int = 1, chips: int | None = None, dtype: str = "bf16", kv_dtype: str = "bf16", engine=None,
+             tp: int | None = None, chips: int | None = None, dtype: str = "bf16", kv_dtype: str = "bf16", engine=None,
              max_ttft=None, max_tpot=None, max_seqs: int = 256, token_budget: int = 8192, utilization=0.9,
              seed: int = 0) -> Traffic:
     """Requests arriving at ``rate`` per second (Poisson; an array sweeps it) over the whole deployment, spread
@@ -78,12 +78,14 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
     import numpy as np
 
     from aicalc.api import inputs
+    from aicalc.api.catalog import node_split
     from aicalc.api.roofline import cost_setup
     from aicalc.core import capacity
     from aicalc.core import simulate as sim
     from aicalc.core.geometry import check_tp, kv_bytes_per_token_layer
     from aicalc.errors import ParameterError
 
+    tp, chips = node_split(chip, tp, chips)
     tp = inputs.whole("tp", tp)
     chips = inputs.whole("chips", chips) if chips is not None else tp
     if chips < 1 or chips % tp:

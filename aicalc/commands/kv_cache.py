@@ -6,7 +6,7 @@ from aicalc.errors import ExitCode, ParameterError
 from aicalc.result import Result
 
 
-def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str = "bf16", tp=1, chip=None,
+def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str = "bf16", tp=None, chip=None,
         budget=None, block_size=None, engine: str = "vllm", gpu_memory_utilization="0.9", overhead=None,
         solve=None) -> Result:
     from aicalc.commands.merge import choices, over
@@ -27,7 +27,7 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
         block_size = 1 if engine == "hf" else 16
     batches, contexts = sweep(batch, "--batch"), sweep(context, "--context")
     g = grid(batch=batches, context=contexts)
-    res = kv_cache(model, g["batch"], g["context"], kv_dtype=kv_dtype, dtype=dtype, tp=int(tp), chip=chip,
+    res = kv_cache(model, g["batch"], g["context"], kv_dtype=kv_dtype, dtype=dtype, tp=tp, chip=chip,
                    block_size=block_size, engine=engine, utilization=gpu_memory_utilization, overhead=overhead,
                    max_context=solve == "max-context")
     budget = inputs.nbytes("budget", budget) if budget is not None else None

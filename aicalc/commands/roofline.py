@@ -12,7 +12,7 @@ from aicalc.result import Result
 
 
 def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: str = "bf16", kv_dtype: str = "bf16",
-        tp="1", compute_dtype=None, group_size=None, attention: str = "flash", ops: bool = False, eff=None,
+        tp=None, compute_dtype=None, group_size=None, attention: str = "flash", ops: bool = False, eff=None,
         kv_per_query_head: bool = False, engine=None) -> Result:
     from aicalc.commands.merge import choices, over
 
@@ -26,6 +26,10 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     from aicalc.sweep import grid, int_sweep
 
     attention = time_attention(attention)
+    if tp is None:  # a node is one TP group over its scale-up link
+        from aicalc.api.catalog import node_count
+
+        tp = str(node_count(chip))
 
     g = grid(tp=int_sweep(tp, "--tp"), batch=int_sweep(batch, "--batch"), prompt=int_sweep(prompt, "--prompt"),
              gen=int_sweep(gen, "--gen"))

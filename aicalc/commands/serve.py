@@ -7,14 +7,14 @@ from aicalc.errors import ExitCode
 from aicalc.result import Result
 
 
-def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256", concurrency=None, max_ttft=None,
+def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="256", concurrency=None, max_ttft=None,
         max_tpot=None, dtype: str = "bf16", kv_dtype: str = "bf16", price=None, engine=None, draft=None,
         draft_tokens=4, acceptance="0.7", prefix_hit="0", rate=None, requests=None, num_requests="1000",
         seed=0, search: bool = False, plot=None) -> Result:
     import numpy as np
 
     if search:
-        return _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft,
+        return _search(model, chip, chips, 1 if tp is None else tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft,
                        draft_tokens, acceptance, plot)
     from aicalc.commands.merge import choices, over
 
@@ -22,6 +22,9 @@ def run(model: str, chip="h100-sxm", chips=None, tp=1, prompt="1024", gen="256",
         return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
             model, chip, chips, tp, prompt, gen, concurrency, max_ttft, max_tpot, d, kd, price, engine, draft,
             draft_tokens, acceptance, prefix_hit, rate, requests, num_requests, seed)))
+    from aicalc.api.catalog import node_split
+
+    tp, chips = node_split(chip, tp, chips)  # a node: its chips, one TP group unless --tp splits it
     if rate is not None or requests is not None:
         return _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate,
                         requests, num_requests, seed)

@@ -14,7 +14,7 @@ SETUP = ("precision", "optimizer", "grad_dtype", "optimizer_dtype", "ep", "sp", 
          "optimizer_in_backward", "quant", "offload", "dropout")
 
 
-def run(model: str, batch="1", seq="2048", zero="0", dp="1", tp="1", pp="1", cp="1", chip=None, budget=None,
+def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp="1", chip=None, budget=None,
         overhead=None, search: bool = False, chips=None, top: int = 20, progress=None, **setup) -> Result:
     import numpy as np
 
@@ -35,6 +35,15 @@ def run(model: str, batch="1", seq="2048", zero="0", dp="1", tp="1", pp="1", cp=
     budget = inputs.nbytes("budget", budget) if budget is not None else None
     zero_list = _stages(zero)
     batches, seqs = sweep(batch, "--batch"), sweep(seq, "--seq")
+    if dp is None:  # a node: the chips not used by tp·pp·cp hold data-parallel replicas
+        dp = "1"
+        if chip is not None and not search:
+            from aicalc.api.catalog import node_count
+
+            n, split = node_count(chip), [str(x).strip() for x in (tp, pp, cp)]
+            if n > 1 and all(x.isdigit() for x in split):
+                model_parallel = int(split[0]) * int(split[1]) * int(split[2])
+                dp = str(n // model_parallel) if model_parallel and n % model_parallel == 0 else "1"
     inputs_ = {"model": model, "batch": batches, "seq": seqs, "zero": zero_list, "dp": dp, "tp": tp, "pp": pp,
                "cp": cp, "chip": chip, "budget": budget, "search": search, "chips": chips, "top": top,
                **{k: v for k, v in setup.items() if v is not None}}

@@ -22,6 +22,10 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
     if search:
         return _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, precision, dp_bandwidth,
                        framework, top)
+    if chips is None and dp is None:  # a node: a data-parallel job over its chips
+        from aicalc.api.catalog import node_count
+
+        chips = str(node_count(chip)) if node_count(chip) > 1 else None
     tps, pps = int_sweep(tp, "--tp"), int_sweep(pp, "--pp")
     dps = int_sweep(dp, "--dp") if dp is not None else ([1] if chips is None else [0])
     g = grid(tp=tps, pp=pps, dp=dps, seq=int_sweep(seq, "--seq"), global_batch=int_sweep(global_batch, "--global-batch"),
