@@ -64,6 +64,27 @@ def per_chip(chips, run):
 
     flat = [c.strip() for x in chips for c in str(x).split(",") if c.strip()]
     return over("chip", flat, run)
+
+
+def per_value(key: str, text, run):
+    """``run(n)`` for each whole number of a sweep (``--tp 1,2,4``, ``--chips 8:64:x2``), stacked into one
+    table; None passes through."""
+    if text is None:
+        return run(None)
+    from aicalc.commands.merge import over
+    from aicalc.sweep import int_sweep
+
+    flag = "--" + key.replace("_", "-")
+    if key == "zero":  # a stage, not a count: 0 is a value
+        from aicalc.commands.merge import choices
+
+        values = choices(text)
+        bad = [v for v in values if v not in ("0", "1", "2", "3")]
+        if bad:
+            raise AicalcError(f"{flag} {bad[0]} is not a ZeRO stage (0, 1, 2 or 3)")
+    else:
+        values = int_sweep(str(text), flag)
+    return over(key, [int(v) for v in values], run)
 WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: bf16, fp16, fp8, fp4, int8, int4, nf4, q8_0, "
                                                           "q4_0, q4_k_m, …, or checkpoint (the model files' own "
                                                           "bytes); a comma list sweeps")]
@@ -189,7 +210,8 @@ def kv_cache(
     context: Annotated[str, typer.Option("--context", help="tokens per sequence (4k, 32k, 1k:128k:x2)")] = "4k",
     kv_dtype: KvDtype = "bf16",
     dtype: WeightDtype = "bf16",
-    tp: Annotated[int | None, typer.Option("--tp", help="tensor-parallel devices (default: a node's chips, else 1)")] = None,
+    tp: Annotated[str | None, typer.Option("--tp", help="tensor-parallel devices (sweepable; default: a node's chips, "
+                                                         "else 1)")] = None,
     chip: Annotated[list[str] | None, typer.Option("--chip", help="chip or node id: adds capacity and max_batch "
                                                    "(repeatable)", autocompletion=_complete(("chip", "node")))] = None,
     budget: Annotated[str | None, typer.Option("--budget", help="fail (exit 1) when a row needs more per device")] = None,
@@ -211,9 +233,9 @@ def kv_cache(
     from aicalc.commands.kv_cache import run
 
     def one(c):
-        return run(model, batch=batch, context=context, kv_dtype=kv_dtype, dtype=dtype, tp=tp, chip=c,
-                   budget=budget, block_size=block_size, engine=engine, gpu_memory_utilization=utilization,
-                   overhead=overhead, solve=solve)
+        return per_value("tp", tp, lambda t: run(
+            model, batch=batch, context=context, kv_dtype=kv_dtype, dtype=dtype, tp=t, chip=c, budget=budget,
+            block_size=block_size, engine=engine, gpu_memory_utilization=utilization, overhead=overhead, solve=solve))
 
     return emit(per_chip(chip, one) if chip else one(None), fmt, json_, columns)
 
@@ -298,7 +320,8 @@ def roofline(
 def train_time(
     model: Model,
     chip: Chip = None,
-    chips: Annotated[str | None, typer.Option("--chips", help="total chips (dp = chips / (tp·pp) unless --dp)")] = None,
+    chips: Annotated[str | None, typer.Option("--chips", help="total chips (dp = chips / (tp·pp) unless --dp; "
+                                                              "sweepable)")] = None,
     tokens: Annotated[str, typer.Option("--tokens", help="training tokens, e.g. 300B, 1.4T")] = "1T",
     seq: Annotated[str, typer.Option("--seq", help="sequence length (sweepable)")] = "4096",
     global_batch: Annotated[str, typer.Option("--global-batch", help="sequences per optimizer step (sweepable)")] = "1024",
@@ -316,7 +339,7 @@ def train_time(
                                                     help="Megatron sequence parallelism")] = True,
     interleave: Annotated[int, typer.Option("--virtual-stages", "--interleave",
                                             help="virtual pipeline stages per device (interleaved 1F1B)")] = 1,
-    zero: Annotated[int, typer.Option("--zero", help="ZeRO stage 0-3")] = 0,
+    zero: Annotated[str, typer.Option("--zero", help="ZeRO stage 0-3 (sweepable: 0,3)")] = "0",
     precision: Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8 (math dtype)")] = "bf16",
     dp_bandwidth: Annotated[str | None, typer.Option("--dp-bandwidth", help="inter-node bandwidth per chip per direction (default 25GB/s)")] = None,
     eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
@@ -335,11 +358,13 @@ def train_time(
     """
     from aicalc.commands import train_time as cmd
 
-    return emit(per_chip(chip or ["h100-sxm"], lambda c: cmd.run(
-        model, c, tokens=tokens, seq=seq, global_batch=global_batch, micro_batch=micro_batch, tp=tp, pp=pp, dp=dp,
-        chips=chips, mfu=mfu, achieved=achieved, recompute=recompute, attention=attention,
-        sequence_parallel=sequence_parallel, interleave=interleave, zero=zero, precision=precision,
-        dp_bandwidth=dp_bandwidth, eff=eff, framework=framework, search=search, top=top)), fmt, json_, columns)
+    return emit(per_chip(chip or ["h100-sxm"], lambda c: per_value("chips", chips, lambda n: per_value(
+        "zero", zero, lambda z: cmd.run(
+            model, c, tokens=tokens, seq=seq, global_batch=global_batch, micro_batch=micro_batch, tp=tp, pp=pp,
+            dp=dp, chips=n, mfu=mfu, achieved=achieved, recompute=recompute, attention=attention,
+            sequence_parallel=sequence_parallel, interleave=interleave, zero=z, precision=precision,
+            dp_bandwidth=dp_bandwidth, eff=eff, framework=framework, search=search, top=top)))), fmt, json_,
+                columns)
 
 
 @app.command("train-mem")
@@ -411,9 +436,10 @@ def train_mem(
 def serve(
     model: Model,
     chip: Chip = None,
-    chips: Annotated[int | None, typer.Option("--chips", help="chips in the deployment (default: --tp); replicas = chips / tp")] = None,
-    tp: Annotated[int | None, typer.Option("--tp", help="tensor-parallel degree of one replica (default: a node's "
-                                                         "chips, else 1)")] = None,
+    chips: Annotated[str | None, typer.Option("--chips", help="chips in the deployment (default: --tp); replicas = "
+                                                              "chips / tp (sweepable)")] = None,
+    tp: Annotated[str | None, typer.Option("--tp", help="tensor-parallel degree of one replica (sweepable; default: "
+                                                         "a node's chips, else 1)")] = None,
     prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens per request (sweepable)")] = "1024",
     gen: Annotated[str, typer.Option("--gen", help="output tokens per request (sweepable)")] = "256",
     concurrency: Annotated[str | None, typer.Option("--concurrency", help="concurrent requests in the deployment "
@@ -457,11 +483,11 @@ def serve(
     chip = chip or ["h100-sxm"]
     if search:  # the search ranks every chip itself
         chip = [",".join(chip)]
-    return emit(per_chip(chip, lambda c: run(
-        model, c, chips=chips, tp=tp, prompt=prompt, gen=gen, concurrency=concurrency, max_ttft=max_ttft,
+    return emit(per_chip(chip, lambda c: per_value("tp", tp, lambda t: per_value("chips", chips, lambda n: run(
+        model, c, chips=n, tp=t, prompt=prompt, gen=gen, concurrency=concurrency, max_ttft=max_ttft,
         max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine, draft=draft,
         draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate, requests=requests,
-        num_requests=num_requests, seed=seed, search=search, plot=plot)), fmt, json_, columns)
+        num_requests=num_requests, seed=seed, search=search, plot=plot)))), fmt, json_, columns)
 
 
 @app.command("compare")

@@ -368,3 +368,15 @@ def test_a_node_means_its_chips_in_every_command(cli):
     assert node == chip
     assert _rows(cli, "train-mem", "llama-3.1-8b", "--chip", "dgx-h100", "--zero", "3", "--tp", "2")[0]["dp"] == 4
     assert cli("compare", "gpt2", "--chip", "dgx-h100").code == 0
+
+
+def test_tp_chips_and_zero_sweep_as_one_table(cli):
+    rows = cli("serve", "llama-3.1-70b", "--chips", "8", "--tp", "2,4,8", "--concurrency", "16", "--json").json["rows"]
+    assert [(r["tp"], r["replicas"]) for r in rows] == [(2, 4), (4, 2), (8, 1)]
+    one = cli("serve", "llama-3.1-70b", "--chips", "8", "--tp", "4", "--concurrency", "16", "--json").json["rows"][0]
+    assert rows[1] == one  # a point of the sweep is the single run
+    rows = cli("kv-cache", "llama-3.1-70b", "--tp", "1:8:x2", "--json").json["rows"]
+    assert [r["kv_cache_bytes_per_device"] * r["tp"] for r in rows] == [rows[0]["kv_cache_bytes_per_device"]] * 4
+    rows = cli("train-time", "llama-3.1-8b", "--chips", "8,64", "--zero", "0,3", "--json").json["rows"]
+    assert [(r["chips"], r["zero"]) for r in rows] == [(8, 0), (8, 3), (64, 0), (64, 3)]
+    assert cli("train-time", "llama-3.1-8b", "--zero", "4").code == 2

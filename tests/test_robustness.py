@@ -344,7 +344,7 @@ def test_config_json_problems_are_named(file, says):
     (["train-time", "gpt2", "--chips", str(10**30)], "--chips 1e+30 is above"),
     (["serve", "gpt2", "--price", "1e308"], "--price"),
     (["serve", "gpt2", "--price", "nan"], "--price"),
-    (["serve", "gpt2", "--tp", "0"], "--tp 0 must be at least 1"),
+    (["serve", "gpt2", "--tp", "0"], "--tp must be a positive finite number, got '0'"),
     (["train-mem", "gpt2", "--microbatches", "-1"], "--microbatches -1 must be at least 1"),
     (["train-mem", "gpt2", "--lora-rank", "-4"], "--lora-rank -4 must be at least 1"),
     (["train-mem", "gpt2", "--batch", "1e30"], "--batch 1e+30 is above aicalc's cap of 16,777,216"),

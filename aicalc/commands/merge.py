@@ -13,7 +13,7 @@ def choices(text) -> list[str]:
     return [t.strip() for t in str(text).split(",") if t.strip()] or [str(text)]
 
 
-def over(key: str, values: list[str], run: Callable[[str], Result]) -> Result:
+def over(key: str, values: list, run: Callable[[object], Result]) -> Result:
     """``run(value)`` for each value, stacked; a single value is the plain result."""
     if not values:
         from aicalc.errors import ParameterError
@@ -30,4 +30,4 @@ def over(key: str, values: list[str], run: Callable[[str], Result]) -> Result:
     columns = [key] + [c for c in (first.columns or []) if c != key] if first.columns else None
     inputs = {**first.inputs, key: values}
     return Result(first.command, inputs, rows, warnings=warnings, exit_code=max(r.exit_code for r in parts),
-                  title=(first.title or "") + f" — {key} {', '.join(values)}", notes=first.notes, columns=columns)
+                  title=(first.title or "") + f" — {key} {', '.join(map(str, values))}", notes=first.notes, columns=columns)
