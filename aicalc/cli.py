@@ -92,6 +92,10 @@ KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16, fp16, 
                                                          "checkpoint's quantization_config); a comma list sweeps")]
 Engine = Annotated[str | None, typer.Option("--engine", help="engine profile: generic (default), trtllm, vllm, "
                                                                "sglang, llama.cpp, exllamav2, gpt-fast, mlx")]
+Draft = Annotated[str | None, typer.Option("--draft", help="speculative decoding: a draft model (id, config) or "
+                                                           "head: mtp, eagle")]
+DraftTokens = Annotated[int, typer.Option("--draft-tokens", help="tokens drafted per round (K)")]
+Acceptance = Annotated[str, typer.Option("--acceptance", help="per-token acceptance rate of drafted tokens (0.7, 70%)")]
 
 
 def emit(result, fmt: str, json_flag: bool, columns: str | None = None) -> int:
@@ -290,6 +294,9 @@ def roofline(
                                                                   "scores; sdpa = a fused kernel, as flash)")] = "flash",
     kv_per_query_head: Annotated[bool, typer.Option("--kv-per-query-head", help="decode attention reads K/V once per query head (no GQA sharing)")] = False,
     engine: Engine = None,
+    draft: Draft = None,
+    draft_tokens: DraftTokens = 4,
+    acceptance: Acceptance = "0.7",
     ops: Annotated[bool, typer.Option("--ops", help="one row per operation as well")] = False,
     eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
     plot: Annotated[str | None, typer.Option("--plot", help="write the roofline chart to FILE (.png/.svg; needs matplotlib)")] = None,
@@ -307,7 +314,8 @@ def roofline(
     result = per_chip(chip or ["h100-sxm"], lambda c: cmd.run(
         model, c, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, tp=tp,
         compute_dtype=compute_dtype, group_size=group_size, attention=attention, ops=ops, eff=eff,
-        kv_per_query_head=kv_per_query_head, engine=engine))
+        kv_per_query_head=kv_per_query_head, engine=engine, draft=draft, draft_tokens=draft_tokens,
+        acceptance=acceptance))
     if plot:
         from aicalc.plot import write_plot
 
@@ -451,11 +459,9 @@ def serve(
     price: Annotated[str | None, typer.Option("--price", metavar="USD/h", help="USD per chip-hour, e.g. 2.5 or "
                                                                          "'$2.50/h' (default: the chip preset's)")] = None,
     engine: Engine = None,
-    draft: Annotated[str | None, typer.Option("--draft", help="speculative decoding: a draft model (id, config) or "
-                                                          "head: mtp, eagle")] = None,
-    draft_tokens: Annotated[int, typer.Option("--draft-tokens", help="tokens drafted per round (K)")] = 4,
-    acceptance: Annotated[str, typer.Option("--acceptance", help="per-token acceptance rate of drafted tokens "
-                                                                 "(0.7, 70%)")] = "0.7",
+    draft: Draft = None,
+    draft_tokens: DraftTokens = 4,
+    acceptance: Acceptance = "0.7",
     prefix_hit: Annotated[str, typer.Option("--prefix-hit", help="share of each prompt found in the prefix cache "
                                                                  "(0.5, 50%)")] = "0",
     rate: Annotated[str | None, typer.Option("--rate", help="traffic: requests/s arriving (Poisson; sweepable); "

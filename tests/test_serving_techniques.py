@@ -60,3 +60,23 @@ def test_deepseek_v3_mtp_speedup_published():
     r = aicalc.serve("deepseek-v3", "h200", concurrency=[1, 8], tp=8, dtype="fp8", draft="mtp", draft_tokens=1,
                      acceptance=0.875)
     assert r.speculative_speedup[0] == pytest.approx(1.8, rel=0.15)
+
+
+def test_roofline_prices_speculative_decoding_like_serve():
+    """The same round (K draft passes + one target pass over K + 1 tokens) in roofline: the speed-up shrinks as
+    the batch grows, and at batch 1 it lies below the expected tokens per round (the draft passes cost time)."""
+    r = aicalc.roofline("llama-3.1-70b", "h100-sxm", batch=[1, 8, 64, 256], tp=4, draft="llama-3.2-3b",
+                        draft_tokens=4, acceptance=0.8)
+    s = r.columns["speculative_speedup"]
+    assert all(a > b for a, b in zip(s, s[1:], strict=False)), s
+    assert 1.0 < s[0] < float(expected_tokens(0.8, 4))
+    plain = aicalc.roofline("llama-3.1-70b", "h100-sxm", batch=[1, 8, 64, 256], tp=4)
+    assert (r.columns["weights_bytes_per_device"] > plain.columns["weights_bytes_per_device"]).all()
+    assert aicalc.roofline("llama-3.1-8b", "h100-sxm", draft="llama-3.2-3b",
+                           acceptance=0.01).columns["speculative_speedup"][0] < 1.0
+
+
+def test_roofline_speculative_cli(cli):
+    r = cli("roofline", "llama-3.1-8b", "--draft", "eagle", "--draft-tokens", "3", "--acceptance", "75%", "--json")
+    assert r.code == 0 and all(row["speculative_speedup"] > 1 for row in r.json["rows"])
+    assert r.json["inputs"]["draft"] == "eagle"

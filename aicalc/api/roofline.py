@@ -143,6 +143,37 @@ def cost_setup(model, chip="h100-sxm", dtype: str = "bf16", kv_dtype: str = "bf1
                      dataflow, dtype, kv_dtype)
 
 
+def draft_setup(draft, cs: CostSetup, tp, draft_tokens, acceptance):
+    """The draft of speculative decoding as the cost model sees it (None: no speculation): ``draft`` a model
+    (id, path, config) sharing the target's vocabulary, or a head (``mtp``, ``eagle``: a one-layer copy of the
+    target); ``draft_tokens`` K per round, ``acceptance`` the per-token acceptance rate. Its weights and KV are
+    held beside the target's at the target's formats, split over the same ``tp`` (an int or an array)."""
+    if draft is None:
+        return None
+    import numpy as np
+
+    from aicalc.api import inputs
+    from aicalc.api.catalog import load_model
+    from aicalc.core.forward import shape_of
+    from aicalc.core.geometry import check_tp, weight_bytes_per_device
+    from aicalc.core.speculative import HEADS, expected_tokens, head_arch
+    from aicalc.errors import ParameterError
+
+    k = int(inputs.positive("draft_tokens", draft_tokens, whole=True).reshape(-1)[0])
+    if k > 16:
+        raise ParameterError("draft_tokens", k, "is more than 16 drafted tokens per round")
+    a = inputs.fraction("acceptance", acceptance)
+    arch = cs.model.arch
+    darch = head_arch(arch) if str(draft) in HEADS else load_model(draft).arch
+    if darch.vocab != arch.vocab:
+        raise ParameterError("draft", draft, f"has a vocabulary of {darch.vocab}, the target {arch.vocab}: a draft "
+                             "must share the target's tokenizer")
+    for t in np.unique(np.asarray(tp)):
+        check_tp(darch, int(t))
+    return {"k": float(k), "acceptance": a, "tokens": float(expected_tokens(a, k)), "arch": darch,
+            "shape": shape_of(darch), "weights": weight_bytes_per_device(darch, cs.dtype, tp)}
+
+
 def efficiency_of(efficiency):
     """None (the defaults), an Efficiency, or a dict of overrides ``{"bandwidth": 0.8}``."""
     from aicalc.core.efficiency import Efficiency
@@ -156,12 +187,15 @@ def efficiency_of(efficiency):
 
 def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str = "bf16", kv_dtype: str = "bf16",
              tp=None, compute_dtype: str | None = None, group_size: int | None = None, attention: str = "flash",
-             kv_shared: bool | None = None, engine: str | None = None, efficiency=None) -> Roofline:
+             kv_shared: bool | None = None, engine: str | None = None, efficiency=None, draft=None,
+             draft_tokens: int = 4, acceptance=0.7) -> Roofline:
     """Prefill and decode of ``batch`` sequences of ``prompt`` + ``gen`` tokens on a TP group of ``chip``
     (arrays broadcast; ``tp`` defaults to a node's chips, else 1): FLOPs, bytes, bound, TTFT, TPOT and tokens/s,
     estimated and ideal. ``engine``: an engine
     profile (``presets/engines/``: trtllm, vllm, llama.cpp, …; default generic); ``efficiency``: overrides of
-    single factors (``{"bandwidth": 0.8}``) on top of the chip class's and the engine's profiles."""
+    single factors (``{"bandwidth": 0.8}``) on top of the chip class's and the engine's profiles. ``draft``,
+    ``draft_tokens``, ``acceptance``: speculative decoding (:func:`draft_setup`): TTFT, TPOT and tokens/s are
+    then those of a speculative decode, with ``speculative_speedup`` against the plain one."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -191,12 +225,33 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     for t in np.unique(TP):  # the cache geometry per TP degree
         sel = TP == t
         kv[sel] = kv_cache_bytes(kv_shape(arch, kv_dtype, int(t)), B[sel], S[sel] + G[sel])
+    spec = draft_setup(draft, cs, TP, draft_tokens, acceptance)
+    if spec is not None:  # the draft's weights and cache sit beside the target's
+        weights = weights + spec["weights"]
+        for t in np.unique(TP):
+            sel = TP == t
+            kv[sel] += kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, int(t)), B[sel], S[sel] + G[sel] + spec["k"])
     chips_needed = np.ceil((weights + kv) * TP / float(cs.chip.memory_bytes))
     # a dataflow deployment spreads the weights over chips_needed chips that every token crosses in turn
     pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, B, S, G, TP,
                                       chips_needed if cs.dataflow else 1.0)
     need = weights + kv
     mem = float(cs.chip.memory_bytes)
+    spec_cols = {}
+    if spec is not None:
+        from aicalc.core import speculative
+
+        times = speculative.decode_times(cs.shape, spec["shape"], cs.roofs, cs.formats, eff, B, S, G, TP, spec["k"],
+                                         spec["tokens"])
+        for key in ("est", "ideal"):
+            plain = out[key]["tpot_s"]
+            tpot, draft_pre = times[key]
+            ttft = out[key]["ttft_s"] + draft_pre
+            total = ttft + (G - 1.0) * tpot
+            out[key] = {"ttft_s": ttft, "tpot_s": tpot, "total_s": total, "output_tokens_per_s": B * G / total,
+                        "speedup": plain / tpot}
+        spec_cols = {"draft_tokens": spec["k"], "acceptance": spec["acceptance"],
+                     "tokens_per_target_pass": spec["tokens"], "speculative_speedup": out["est"]["speedup"]}
     e, ideal = out["est"], out["ideal"]
     cols = {"batch": B.astype(np.int64), "prompt": S.astype(np.int64), "gen": G.astype(np.int64),
             "tp": TP.astype(np.int64), "ridge_point": cs.roofs.ridge_point,
@@ -208,7 +263,8 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
             "ideal_output_tokens_per_s": ideal["output_tokens_per_s"],
             "weights_bytes_per_device": weights, "kv_cache_bytes_per_device": kv, "fits": need <= mem,
             "chips_needed": chips_needed.astype(np.int64),
-            "compute_bound_batch": latency.compute_bound_batch(cs.shape, cs.roofs, cs.formats, S + G / 2.0, TP)}
+            "compute_bound_batch": latency.compute_bound_batch(cs.shape, cs.roofs, cs.formats, S + G / 2.0, TP),
+            **spec_cols}
     warnings = list(cs.warnings)
     if not bool(np.all(cols["fits"])):
         sram_only = cs.chip.kind in SRAM_KINDS or (cs.chip.sram is not None and cs.chip.sram == cs.chip.memory)

@@ -58,8 +58,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
 
     from aicalc.api import inputs
     from aicalc.api.catalog import node_split
-    from aicalc.api.roofline import cost_setup
-    from aicalc.core import capacity, cost, latency
+    from aicalc.api.roofline import cost_setup, draft_setup
+    from aicalc.core import capacity, cost, latency, speculative
     from aicalc.core.efficiency import IDEAL
     from aicalc.core.geometry import check_tp
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
@@ -99,7 +99,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         raise ParameterError("prefix_hit", prefix_hit, "must lie in [0, 1)")
     cached = np.floor(P * hit)  # prompt tokens found in the prefix cache
     k = prefill_batch(per_rep, G, P - cached)  # prompts prefilled together in one pass
-    spec = _draft(draft, arch, dtype, kv_dtype, tp, cs, draft_tokens, acceptance)
+    spec = draft_setup(draft, cs, tp, draft_tokens, acceptance)
     out = {}
     for name, eff in (("est", cs.efficiency), ("ideal", IDEAL)):
         pick = (lambda ph: ph.t_est) if name == "est" else (lambda ph: ph.t_ideal)
@@ -109,12 +109,10 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         ttft, tpot = steady_state(t_pre, t_dec, per_rep, G, k)
         row = [ttft, tpot, replicas * per_rep / tpot]
         if spec is not None:  # a round: K draft passes and one target pass over K + 1 tokens per sequence
-            ds, dfm = spec["shape"], spec["formats"]
-            t_draft = spec["k"] * pick(latency.phase(ds, cs.roofs, dfm, eff, per_rep, 1.0, P + G / 2.0, tp))
-            t_verify = pick(latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_rep, spec["k"] + 1.0,
-                                          P + G / 2.0, tp))
-            tpot_spec = (t_draft + t_verify) / spec["tokens"] + per_rep / G * t_pre / k
-            row = [ttft + t_draft, tpot_spec, replicas * per_rep / tpot_spec, tpot / tpot_spec]
+            t_tok, t_draft_pre = speculative.decode_times(cs.shape, spec["shape"], cs.roofs, cs.formats, eff,
+                                                          per_rep, P, G, tp, spec["k"], spec["tokens"])[name]
+            tpot_spec = t_tok + per_rep / G * t_pre / k
+            row = [ttft + t_draft_pre, tpot_spec, replicas * per_rep / tpot_spec, tpot / tpot_spec]
         out[name] = row
     ttft, tpot, tps = out["est"][:3]
     shape_kv = kv_shape(arch, kv_dtype, tp)
@@ -122,7 +120,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         kv_cache_bytes(shape_kv, np.where(cached > 0, 1.0, 0.0), cached, BLOCK)  # the shared prefix, once
     if spec is not None:
         weights = weights + spec["weights"]
-        kv_dev = kv_dev + kv_cache_bytes(spec["kv_shape"], per_rep, live_context(P, G) + spec["k"], BLOCK)
+        kv_dev = kv_dev + kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, tp), per_rep, live_context(P, G) + spec["k"],
+                                         BLOCK)
     fits = (kv_dev <= budget) & (budget > 0)
     meets = np.ones_like(C, dtype=bool)
     if max_ttft is not None:
@@ -158,29 +157,3 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
                         f"replica exceeds the {budget / 2**30:.1f} GiB left per device beside weights and overhead")
     return Serving(cols, warnings, setup=cs, replicas=replicas, chips=chips, price=price, budget_bytes=budget,
                    max_ttft=max_ttft, max_tpot=max_tpot, utilization=utilization)
-
-
-def _draft(draft, arch, dtype, kv_dtype, tp, cs, draft_tokens, acceptance):
-    """The draft of speculative decoding, as the cost model sees it (None: no speculation)."""
-    if draft is None:
-        return None
-    from aicalc.api import inputs
-    from aicalc.api.catalog import load_model
-    from aicalc.core.forward import shape_of
-    from aicalc.core.geometry import check_tp, weight_bytes_per_device
-    from aicalc.core.kv_cache import kv_shape
-    from aicalc.core.speculative import HEADS, expected_tokens, head_arch
-    from aicalc.errors import ParameterError
-
-    k = int(inputs.positive("draft_tokens", draft_tokens, whole=True).reshape(-1)[0])
-    if k > 16:
-        raise ParameterError("draft_tokens", k, "is more than 16 drafted tokens per round")
-    a = inputs.fraction("acceptance", acceptance)
-    darch = head_arch(arch) if str(draft) in HEADS else load_model(draft).arch
-    if darch.vocab != arch.vocab:
-        raise ParameterError("draft", draft, f"has a vocabulary of {darch.vocab}, the target {arch.vocab}: a draft "
-                             "must share the target's tokenizer")
-    check_tp(darch, tp)
-    return {"k": float(k), "acceptance": a, "tokens": float(expected_tokens(a, k)), "shape": shape_of(darch),
-            "formats": cs.formats, "weights": weight_bytes_per_device(darch, dtype, tp),
-            "kv_shape": kv_shape(darch, kv_dtype, tp)}

@@ -13,13 +13,13 @@ from aicalc.result import Result
 
 def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: str = "bf16", kv_dtype: str = "bf16",
         tp=None, compute_dtype=None, group_size=None, attention: str = "flash", ops: bool = False, eff=None,
-        kv_per_query_head: bool = False, engine=None) -> Result:
+        kv_per_query_head: bool = False, engine=None, draft=None, draft_tokens=4, acceptance="0.7") -> Result:
     from aicalc.commands.merge import choices, over
 
     if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # a table across formats
         return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
             model, chip, batch, prompt, gen, d, kd, tp, compute_dtype, group_size, attention, ops, eff,
-            kv_per_query_head, engine)))
+            kv_per_query_head, engine, draft, draft_tokens, acceptance)))
 
     from aicalc.api.roofline import roofline
     from aicalc.commands.options import efficiency_overrides, time_attention
@@ -36,7 +36,7 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     r = roofline(model, chip, g["batch"], g["prompt"], g["gen"], dtype=dtype, kv_dtype=kv_dtype, tp=g["tp"],
                  compute_dtype=compute_dtype, group_size=group_size, attention=attention,
                  kv_shared=False if kv_per_query_head else None, engine=engine,
-                 efficiency=efficiency_overrides(eff))
+                 efficiency=efficiency_overrides(eff), draft=draft, draft_tokens=draft_tokens, acceptance=acceptance)
     cs, effm = r.meta["setup"], r.meta["efficiency"]
     ridge = cs.roofs.ridge_point
     c = r.columns
@@ -55,6 +55,10 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
                  "tokens_per_s_per_sequence": 1.0 / tpot,
                  "ideal_ttft_s": float(c["ideal_ttft_s"][i]), "ideal_tpot_s": float(c["ideal_tpot_s"][i]),
                  "ideal_output_tokens_per_s": float(c["ideal_output_tokens_per_s"][i])}
+        if draft is not None:
+            tails |= {"draft_tokens": int(c["draft_tokens"][i]), "acceptance": float(c["acceptance"][i]),
+                      "tokens_per_target_pass": float(c["tokens_per_target_pass"][i]),
+                      "speculative_speedup": float(c["speculative_speedup"][i])}
         for name, ph in phases:
             f, by = float(c[f"{name}_flop"][i]), float(c[f"{name}_bytes"][i])
             t, ti = float(c[f"{name}_time_s"][i]), float(c[f"{name}_ideal_time_s"][i])
@@ -71,6 +75,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "batch": batch, "prompt": prompt, "gen": gen, "dtype": dtype,
               "kv_dtype": kv_dtype, "tp": tp, "compute_dtype": cs.compute_dtype, "attention": attention,
               "group_size": group_size, "kv_shared": cs.formats.kv_shared, "engine": cs.engine,
+              "draft": draft, "draft_tokens": draft_tokens if draft else None,
+              "acceptance": acceptance if draft else None,
               "chip_class": cs.chip_class, "efficiency": effm.as_dict(), "efficiency_sources": list(cs.sources),
               "peak_flop_per_s": cs.roofs.peak_flop_per_s,
               "memory_bandwidth_bytes_per_s": cs.roofs.bandwidth_bytes_per_s}
@@ -78,6 +84,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
                "ttft_s", "tpot_s", "output_tokens_per_s", "ideal_output_tokens_per_s", "chips_needed"]
     if not ops:
         columns.remove("op")
+    if draft is not None:
+        columns.insert(columns.index("ideal_output_tokens_per_s"), "speculative_speedup")
     notes = [f"ridge point {ridge:,.0f} FLOP/byte = {cs.roofs.peak_flop_per_s / 1e12:,.1f} TFLOP/s dense "
              f"{cs.compute_dtype} ÷ {cs.roofs.bandwidth_bytes_per_s / 1e9:,.0f} GB/s; below it a pass is memory-bound",
              f"estimate: {r.meta['regime']} (presets/classes/{cs.chip_class}.yaml, presets/engines/{cs.engine}.yaml); "

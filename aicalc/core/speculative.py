@@ -34,3 +34,18 @@ def expected_tokens(acceptance, draft_tokens):
 def head_arch(target: Arch) -> Arch:
     """A draft head (MTP, EAGLE) as a one-layer model of the target's width, vocabulary and first layer kind."""
     return replace(target, layers=1, layer_types=target.layer_types[:1], moe_layers=target.moe_layers[:1])
+
+
+def decode_times(target, draft, roofs, fm, eff, batch, prompt, gen, tp, k: float, tokens: float) -> dict:
+    """``{"est"|"ideal": (seconds per output token, draft prefill seconds)}`` of speculative decoding: a round is
+    K sequential draft decode passes and one target pass over K + 1 tokens per sequence, and yields ``tokens``
+    tokens per sequence (:func:`expected_tokens`); the draft prefills the prompt once besides the target.
+    Context of every pass: the prompt plus half the output (the mean over the generation)."""
+    from aicalc.core.latency import phase
+
+    ctx = prompt + gen / 2.0
+    one = phase(draft, roofs, fm, eff, batch, 1.0, ctx, tp)
+    verify = phase(target, roofs, fm, eff, batch, k + 1.0, ctx, tp)
+    pre = phase(draft, roofs, fm, eff, batch, prompt, 0.0 * prompt, tp, logits_tokens=1.0)
+    return {"est": ((k * one.t_est + verify.t_est) / tokens, pre.t_est),
+            "ideal": ((k * one.t_ideal + verify.t_ideal) / tokens, pre.t_ideal)}
