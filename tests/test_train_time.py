@@ -147,6 +147,9 @@ def test_gemm_plateau_per_generation():
     assert gemm_plateau(load_chip("h200")) == gemm_plateau(load_chip("h100-sxm"))  # same Hopper compute
     assert gemm_plateau(load_chip("a100-80gb"))["train_gemm_plateau"] == 0.92
     assert gemm_plateau(load_chip("tpu-v5p")) == {}  # no measurement: the class profile's flop_max
+    # a GPU generation with no measurement: the class's flop_max is its plateau, sustained like the others'
+    assert gemm_plateau(load_chip("b200"), 0.825) == {"train_gemm_plateau": 0.825}
+    assert gemm_plateau(load_chip("tpu-v5p"), 0.825) == {}
     assert all(p["source"] for p in GEMM_PLATEAU.values())
 
 
@@ -187,7 +190,7 @@ def test_tpu_dcn_across_slices():
 def test_published_training_runs_regression_guard():
     """The published runs of validation/cases/training.yaml (docs/validation-train.md): the calibration subset
     is at most a third of them, spread over the groups, and the whole set stays at least as accurate as recorded in
-    docs/train-time.md (geometric-mean error ≤ 17 %, ≥ 70 % within 20 %)."""
+    docs/train-time.md (geometric-mean error ≤ 13 %, ≥ 80 % within 20 %; the held-out runs alone ≤ 17 %)."""
     import json
     import math
 
@@ -202,15 +205,21 @@ def test_published_training_runs_regression_guard():
     assert len(calib) <= len(runs) / 3 + 1 and set(calib) <= {r["id"] for r in runs}
     assert len({r["group"] for r in runs if r["id"] in calib}) >= 5
     cases = json.loads((DATA / "validation" / "perf_cases.json").read_text())["cases"]  # as data, no import
-    errs = []
+    errs, held = [], []
     for c in cases:
         if c["api"] == "train_time" and c["regime"].startswith("training-") and c["scored"]:
             est = float(aicalc.train_time(**c["args"])[c["metric"]][0])
             errs.append(abs(est / c["measured"] - 1.0))
-    assert len(errs) >= 30
-    geo = math.exp(sum(math.log1p(e) for e in errs) / len(errs)) - 1.0
-    assert geo <= 0.17
-    assert sum(e <= 0.2 for e in errs) / len(errs) >= 0.70
+            if not c["calibration"]:
+                held.append(errs[-1])
+    assert len(errs) >= 30 and len(held) >= 40
+
+    def geomean(es):
+        return math.exp(sum(math.log1p(e) for e in es) / len(es)) - 1.0
+
+    assert geomean(errs) <= 0.13
+    assert sum(e <= 0.2 for e in errs) / len(errs) >= 0.80
+    assert geomean(held) <= 0.17
 
 
 def test_search_ranks_layouts_that_fit_by_time():

@@ -42,7 +42,7 @@ def evaluate(c):
     ideal = IDEAL.get(c["metric"])
     if ideal is None:  # tokens/s per chip or step time: the ideal bound through the ideal total time
         ratio = float(r["ideal_total_time_s"][0]) / float(r["total_time_s"][0])
-        ideal_v = est * ratio if c["metric"] == "step_s" else est / ratio
+        ideal_v = est * ratio if c["metric"] in ("step_s", "chip_hours") else est / ratio
     else:
         ideal_v = read(c, float(r[ideal][0]))
     return est, ideal_v, abs(est / c["measured"] - 1.0)

@@ -155,6 +155,8 @@ def published_training_cases() -> list[dict]:
         if dp is None:
             why = "no chip count or layout published"
             dp = 1
+        elif chips and chips > 1 and not any(k in e for k in ("tp", "pp", "dp")):
+            why = "no layout published in text (TP, PP and DP unknown)"
         if e["group"] == "run-level":  # reported beside the step model, never scored against it
             why = why or ("run-level GPU-hours include restarts, evaluation and other stages no step model sees "
                           "(their goodput is not published)")
@@ -283,6 +285,9 @@ def cases() -> list[dict]:
     return out + published_cases() + published_training_cases()
 
 
+LOWER_IS_BETTER = ("step_s", "chip_hours")  # training metrics that scale with time (the rest with throughput)
+
+
 def estimate(c: dict) -> tuple[float, float]:
     """(estimate, ideal bound) of one case through the public API."""
     import aicalc
@@ -291,10 +296,10 @@ def estimate(c: dict) -> tuple[float, float]:
     metric = c["metric"]
     ideal = {"output_tokens_per_s": "ideal_output_tokens_per_s", "ttft_s": "ideal_ttft_s", "tpot_s": "ideal_tpot_s",
              "mfu": "ideal_mfu"}.get(metric)
-    if ideal is None:  # training throughput and step time: from the ideal total time of the same run
+    if ideal is None:  # training throughput, step time and chip-hours: from the ideal total time of the same run
         est = float(r[metric][0])
         t_ideal, t_est = float(r["ideal_total_time_s"][0]), float(r["total_time_s"][0])
-        return est, est * (t_est / t_ideal if metric != "step_s" else t_ideal / t_est)
+        return est, est * (t_ideal / t_est if metric in LOWER_IS_BETTER else t_est / t_ideal)
     return read(c, float(r[metric][0])), read(c, float(r[ideal][0]))
 
 

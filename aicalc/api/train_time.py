@@ -53,14 +53,18 @@ def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: li
                         peak_16bit_flop_per_s=peak16)
 
 
-def gemm_plateau(chip) -> dict[str, float]:
+def gemm_plateau(chip, class_flop_max: float | None = None) -> dict[str, float]:
     """The GEMM plateau of the chip's generation (``aicalc.core.train_time.GEMM_PLATEAU``) as efficiency
-    overrides; empty where the generation has none."""
+    overrides. A GPU generation with no measured plateau (Blackwell, Ada, CDNA) takes its class's large-GEMM
+    ``flop_max`` as the plateau, so that a training step sustains ``train_gemm_sustained`` of it as on Ampere
+    and Hopper (the class value was fitted on inference rows, whose GEMMs run without the backward's layouts and
+    sustained-load clocks); empty for other chips (TPU v4/v5e/v5p: the class ceiling holds as fitted on MaxText
+    training runs, validation/cases/calibration-training.yaml)."""
     from aicalc.core.train_time import GEMM_PLATEAU
 
     p = GEMM_PLATEAU.get(chip.generation or "")
     if not p:
-        return {}
+        return {"train_gemm_plateau": class_flop_max} if chip.kind == "gpu" and class_flop_max else {}
     out = {"train_gemm_plateau": p["16bit"]}
     if "8bit" in p:
         out["train_gemm_plateau_8bit"] = p["8bit"]
@@ -116,8 +120,8 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     fw = profiles.load("framework", framework)
     cls = profiles.load("class", profiles.chip_class(chip_obj))
     chip_factors = {k: f.value for k, f in (chip_obj.efficiency or {}).items()}
-    eff = efficiency_of(None).with_overrides(cls.factors).with_overrides(chip_factors) \
-        .with_overrides(gemm_plateau(chip_obj)).with_overrides(fw.factors)
+    eff = efficiency_of(None).with_overrides(cls.factors).with_overrides(chip_factors)
+    eff = eff.with_overrides(gemm_plateau(chip_obj, eff.flop_max)).with_overrides(fw.factors)
     if efficiency:
         eff = efficiency if not isinstance(efficiency, dict) else eff.with_overrides(efficiency)
     goodput = inputs.fraction("goodput", goodput)

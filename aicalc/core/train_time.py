@@ -99,8 +99,10 @@ ELEMENTWISE_KERNELS_PER_LAYER = 6.0  # norms 2, rope + residuals 3, activation 1
 # shape factor of aicalc.core.efficiency.gemm_efficiency, median over transformer shapes with every dimension
 # ≥ 4096; 16-bit and 8-bit math, each against its own peak. A training step's GEMMs reach
 # ``train_gemm_sustained`` of it (backward dgrad / wgrad layouts, clocks under sustained load, tails between
-# layers). Generations without an entry keep the class profile's flop_max and low_precision_flop_factor (0.825
-# and 0.72): TPU v4 / v5e / v5p, whose MaxText runs they fit, and Blackwell, with no measurement here.
+# layers). GPU generations without an entry (Blackwell, with no measurement here) take the class profile's
+# flop_max (0.825) as their plateau, of which the step sustains train_gemm_sustained too, and its
+# low_precision_flop_factor (0.72); TPU v4 / v5e / v5p keep the class's flop_max as it is, which their MaxText
+# runs fit (aicalc.api.train_time.gemm_plateau).
 GEMM_PLATEAU = {
     "Ampere": {"16bit": 0.92, "source": "A100 fp16 GEMMs, LLMCompass measurements OP-01/OP-02 "
                                         "(shared/reference/validation-cases.md): 0.86-0.94 of 312 TFLOP/s, median 0.91"},
