@@ -150,10 +150,100 @@ CROSSCHECK_CONFIGS: dict[str, dict[str, Any]] = {
         "use_sliding_window": False,
     },
     "bloom": {"model_type": "bloom", "hidden_size": 64, "n_head": 4, "n_layer": 3, "vocab_size": 512},
+    "qwen3_moe": {
+        "model_type": "qwen3_moe",
+        **_TINY_LLAMA,
+        "head_dim": 32,
+        "moe_intermediate_size": 32,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+    },
+    # image-text wrapper: record_params.build_config takes its text_config (the language model)
+    "gemma3": {
+        "model_type": "gemma3",
+        "text_config": {
+            "model_type": "gemma3_text",
+            **_TINY_LLAMA,
+            "num_hidden_layers": 7,
+            "head_dim": 32,
+            "sliding_window": 8,
+            "query_pre_attn_scalar": 32,
+        },
+    },
+    "gpt_oss": {
+        "model_type": "gpt_oss",
+        "hidden_size": 64,
+        "intermediate_size": 32,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "sliding_window": 8,
+        "vocab_size": 512,
+        "max_position_embeddings": 256,
+    },
+    "deepseek_v2": {
+        "model_type": "deepseek_v2",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "num_hidden_layers": 3,
+        "first_k_dense_replace": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "n_routed_experts": 8,
+        "n_shared_experts": 2,
+        "num_experts_per_tok": 2,
+        "n_group": 1,
+        "topk_group": 1,
+        "topk_method": "greedy",
+        "kv_lora_rank": 32,
+        "q_lora_rank": None,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "vocab_size": 512,
+        "max_position_embeddings": 256,
+    },
+    # image-text wrapper: the text model; chunked attention (chunk 8) on RoPE layers, MoE every other layer
+    "llama4": {
+        "model_type": "llama4",
+        "text_config": {
+            "model_type": "llama4_text",
+            "hidden_size": 64,
+            "intermediate_size": 32,
+            "intermediate_size_mlp": 128,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 1,
+            "interleave_moe_layer_step": 2,
+            "attention_chunk_size": 8,
+            "vocab_size": 512,
+            "max_position_embeddings": 256,
+        },
+    },
 }
 CROSSCHECK_SEQS = (6, 7, 8, 9, 12)
 
+_MLA_NOTE = (
+    "MLA: transformers caches the compressed latent, not per-head K/V. layer.keys = "
+    "kv_a_layernorm(kv latent) viewed as [batch, 1, seq, kv_lora_rank]; layer.values = the RoPE'd shared "
+    "key k_rot [batch, 1, seq, qk_rope_head_dim]. kv_b_proj decompresses K/V per head after the cache read "
+    "(DeepseekV3Attention.forward / expand_kv)."
+)
 MODEL_TYPE_NOTES: dict[str, str] = {
+    "deepseek_v2": _MLA_NOTE.replace("DeepseekV3Attention", "DeepseekV2Attention"),
+    "llama4": (
+        "Llama-4 text model: the chunked-attention (RoPE) layers are cached as sliding-window layers of "
+        "attention_chunk_size (cache_utils maps chunked_attention to DynamicSlidingWindowLayer); NoPE layers hold "
+        "every token. The vision tower is not built (record of the text_config model)."
+    ),
+    "gemma3": "Gemma-3 text model (record of the text_config model; the SigLIP vision tower is not built).",
     "deepseek_v3": (
         "MLA: transformers caches the compressed latent, not per-head K/V. layer.keys = "
         "kv_a_layernorm(kv latent) viewed as [batch, 1, seq, kv_lora_rank]; layer.values = the RoPE'd shared "

@@ -90,15 +90,38 @@ def load_sources() -> list[dict[str, Any]]:
     return sources
 
 
+# Image-text wrappers: the record is of the language model, ``cfg.get_text_config(decoder=True)`` of the wrapper's
+# config, which ``AutoModelForCausalLM`` builds as the text-only causal LM (Gemma3ForCausalLM, Llama4ForCausalLM).
+# The vision tower and projector are not counted (aicalc sizes the text model of these wrappers).
+TEXT_ONLY_WRAPPERS = ("gemma3", "llama4")
+
+
+def _strict_fixups(model_type: str, rest: dict[str, Any]) -> None:
+    """Values published files carry that transformers 5's strict config classes refuse, coerced the way the model
+    code reads them. Llama-4's ``attn_temperature_tuning`` is 4 in the published files but typed ``bool`` now; the
+    modeling code only tests its truth (``if self.attn_temperature_tuning and not self.use_rope``), so 4 -> True. No
+    shape depends on it."""
+    if model_type in ("llama4", "llama4_text"):
+        text = rest.get("text_config", rest) if model_type == "llama4" else rest
+        value = text.get("attn_temperature_tuning") if isinstance(text, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            text["attn_temperature_tuning"] = bool(value)
+
+
 def build_config(config: dict[str, Any]):
-    """``AutoConfig.for_model(model_type, **rest)`` on a deep copy of ``config`` (never mutated)."""
+    """``AutoConfig.for_model(model_type, **rest)`` on a deep copy of ``config`` (never mutated); for the image-text
+    wrappers of ``TEXT_ONLY_WRAPPERS``, that config's text config (the language model)."""
     from transformers import AutoConfig
 
     rest = copy.deepcopy(config)
     model_type = rest.pop("model_type", None)
     if not model_type:
         raise ValueError("config has no model_type")
-    return AutoConfig.for_model(model_type, **rest)
+    _strict_fixups(model_type, rest)
+    cfg = AutoConfig.for_model(model_type, **rest)
+    if model_type in TEXT_ONLY_WRAPPERS:
+        cfg = cfg.get_text_config(decoder=True)
+    return cfg
 
 
 def versions() -> dict[str, str]:

@@ -57,6 +57,7 @@ class Arch:
     learned_positions: int = 0  # rows of a learned position table (GPT-2/3)
     embedding_norm: bool = False  # a norm right after the token embedding (BLOOM)
     qk_norm: bool = False  # RMSNorm over head_dim on queries and keys (Qwen3)
+    attention_sinks: bool = False  # one learned sink logit per query head and layer (gpt-oss ``self_attn.sinks``)
     activation: str = "silu"
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # per layer: "full_attention" or "sliding_attention"

@@ -1,8 +1,10 @@
 """Read a Hugging Face ``config.json`` (a dict) into an :class:`Arch`.
 
-Supported ``model_type`` values: llama, mistral, mixtral, qwen2, gemma2, phi3, gpt2, falcon, bloom,
-deepseek_v3. Keys that a real config.json may leave out take the defaults of the transformers
-configuration class of that family (e.g. Gemma-2 ties embeddings, Falcon's FFN is 4·H); keys no
+Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2,
+gemma3_text, gemma3 (image-text wrapper: the language model in ``text_config`` is sized), phi3, gpt2, falcon,
+bloom, deepseek_v2, deepseek_v3, gpt_oss, llama4_text, llama4 (wrapper: ``text_config``). Keys that a real
+config.json may leave out take the defaults of the transformers configuration class of that family (e.g.
+Gemma-2 ties embeddings, Falcon's FFN is 4·H, DeepSeek-V2's q_lora_rank is 1536 unless set to null); keys no
 default exists for must be present, and a missing one is reported by name.
 """
 
@@ -13,7 +15,11 @@ from typing import Any
 from aicalc.catalog.arch import MLA, Arch, MoE
 from aicalc.errors import AicalcError
 
-SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma2", "phi3", "gpt2", "falcon", "bloom", "deepseek_v3")
+SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gemma3",
+             "phi3", "gpt2", "falcon", "bloom", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4_text", "llama4")
+# Image-text wrappers whose language model sits in ``text_config``: aicalc sizes that model only (the vision tower
+# and projector are not counted), as transformers' ``AutoModelForCausalLM`` of the text config builds it.
+WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 
 # Caps on model dimensions (docs/robustness.md): ~30-100x the largest released models, so that a typo or a
 # hostile file is refused before any per-layer table is built or an estimate leaves exact arithmetic.
@@ -29,6 +35,8 @@ MAX_DIM = {
     "num_local_experts": _EXPERTS, "num_experts": _EXPERTS, "n_routed_experts": _EXPERTS,
     "num_experts_per_tok": _EXPERTS, "n_shared_experts": _EXPERTS,
     "max_position_embeddings": _TOKENS, "n_positions": _TOKENS, "seq_length": _TOKENS, "sliding_window": _TOKENS,
+    "intermediate_size_mlp": _FFN, "interleave_moe_layer_step": _LAYERS, "no_rope_layer_interval": _LAYERS,
+    "attention_chunk_size": _TOKENS,
 }
 MAX_OTHER = 2**30  # any other integer field
 MAX_PARAMS = 10**15  # parameters of the whole model (the largest released: ~2·10^12)
@@ -81,6 +89,8 @@ def arch_from_config(cfg: dict[str, Any], origin: str = "config.json") -> Arch:
     if not isinstance(model_type, str) or model_type not in SUPPORTED:
         shown = model_type if isinstance(model_type, str) and len(model_type) <= 60 else _show(model_type)
         raise AicalcError(f"{origin}: unsupported model_type '{shown}' (supported: {', '.join(SUPPORTED)})")
+    if model_type in WRAPPERS:
+        return _wrapped_text_model(cfg, model_type, origin)
     r = _Reader(cfg, origin)
     arch = _READERS[model_type](r)
     _check_shapes(arch, origin)
@@ -91,6 +101,20 @@ def arch_from_config(cfg: dict[str, Any], origin: str = "config.json") -> Arch:
         raise AicalcError(f"{origin}: {total:.3g} parameters is above aicalc's cap of {MAX_PARAMS:.0e} for one "
                           "model (see docs/robustness.md)")
     return arch
+
+
+def _wrapped_text_model(cfg: dict[str, Any], model_type: str, origin: str) -> Arch:
+    """The language model of an image-text wrapper (Gemma3Config, Llama4Config): its ``text_config`` read as the
+    text model type, as ``AutoModelForCausalLM.from_config(config.get_text_config())`` builds it."""
+    from dataclasses import replace
+
+    text = cfg.get("text_config")
+    if text is None:
+        raise AicalcError(f"{origin}: missing field 'text_config' for model_type '{model_type}' (the language model)")
+    if not isinstance(text, dict):
+        raise AicalcError(f"{origin}: field 'text_config' must be a JSON object with the language model's fields")
+    arch = arch_from_config({**text, "model_type": WRAPPERS[model_type]}, f"{origin} text_config")
+    return replace(arch, extra={**arch.extra, "sized": f"text_config of the {model_type} wrapper (vision tower not counted)"})
 
 
 def _check_shapes(arch: Arch, origin: str) -> None:
@@ -179,10 +203,7 @@ def _qwen2_moe(r):
     fields = _llama_like(r, qkv_bias=r.get("qkv_bias", default=True, kind=bool), **_qwen_window(r)) | {"o_bias": False}
     experts = r.get("num_experts", default=60)
     step = r.get("decoder_sparse_step", default=1)
-    only = r.cfg.get("mlp_only_layers") or []
-    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
-        raise AicalcError(f"{r.origin}: field 'mlp_only_layers' must be a list of layer indices")
-    dense = set(only)
+    dense = set(_index_list(r, "mlp_only_layers"))
     moe_layers = tuple(i not in dense and (i + 1) % step == 0 for i in range(fields["layers"]))
     shared = r.get("shared_expert_intermediate_size", default=5632, minimum=0)
     moe = MoE(experts=experts, experts_per_token=r.get("num_experts_per_tok", default=4),
@@ -195,10 +216,117 @@ def _qwen3(r):
     return Arch(**_llama_like(r, **_qwen_window(r)) | {"qk_norm": True})
 
 
+def _index_list(r: _Reader, key: str) -> list[int]:
+    """A list of layer indices (``mlp_only_layers``, ``moe_layers``); absent or null means empty."""
+    value = r.cfg.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise AicalcError(f"{r.origin}: field '{key}' must be a list of layer indices")
+    return value
+
+
+def _qwen3_moe(r):
+    """Qwen3-MoE (transformers ``Qwen3MoeConfig``/``modeling_qwen3_moe.py``): Qwen3 attention with QK-norm; a layer is
+    a routed MoE (no shared expert, router without bias) unless in ``mlp_only_layers`` or off the
+    ``decoder_sparse_step`` grid; ``use_sliding_window`` puts the window on every layer (no ``max_window_layers``)."""
+    use = r.get("use_sliding_window", default=False, kind=bool)
+    fields = _llama_like(r, window=r.get("sliding_window", default=4096) if use else None) | {"qk_norm": True}
+    experts = r.get("num_experts", "num_local_experts", default=128)
+    step = r.get("decoder_sparse_step", default=1)
+    dense = set(_index_list(r, "mlp_only_layers"))
+    moe_layers = tuple(i not in dense and (i + 1) % step == 0 for i in range(fields["layers"]))
+    moe = MoE(experts=experts, experts_per_token=r.get("num_experts_per_tok", default=8),
+              expert_ffn=r.get("moe_intermediate_size", default=768))
+    return Arch(**fields | {"ffn": r.get("intermediate_size", default=6144), "moe": moe, "moe_layers": moe_layers})
+
+
 def _gemma2(r):
     window = r.get("sliding_window", default=4096)
     return Arch(**_llama_like(r, tied_default=True, head_dim_default=256, norms=4, window=window,
                               pattern=lambda i: (i + 1) % 2 == 1))
+
+
+# Gemma3TextConfig's defaults for the keys a file may leave out (the 4B/12B/27B files omit vocab_size and more).
+_GEMMA3_TEXT_DEFAULTS = {"hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
+                         "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262_208,
+                         "max_position_embeddings": 131_072}
+
+
+def _gemma3_text(r):
+    """Gemma-3 text model (``Gemma3TextConfig``/``modeling_gemma3.py``): Gemma-2's four norms per layer plus QK-norm;
+    five sliding layers per full one (``sliding_window_pattern``, default 6) unless ``layer_types`` is given;
+    ``use_bidirectional_attention`` shrinks the window to ``sliding_window // 2 + 1``, as the config class does."""
+    r = _Reader({**_GEMMA3_TEXT_DEFAULTS, **r.cfg}, r.origin)
+    window = _positive_or_none(r, "sliding_window", r.cfg.get("sliding_window", 4096))
+    if window and r.get("use_bidirectional_attention", default=False, kind=bool):
+        window = window // 2 + 1
+    period = r.get("sliding_window_pattern", default=6)
+    fields = _llama_like(r, tied_default=True, norms=4, window=window, pattern=lambda i: (i + 1) % period != 0)
+    activation = r.get("hidden_activation", "hidden_act", default="gelu_pytorch_tanh", kind=str)
+    return Arch(**fields | {"qk_norm": True, "activation": activation})
+
+
+def _gpt_oss(r):
+    """gpt-oss (``GptOssConfig``/``modeling_gpt_oss.py``): biased q/k/v/o, one learned attention sink per query head,
+    every layer a routed MoE whose experts have biases (``gate_up_proj_bias``, ``down_proj_bias``) and whose router
+    has a bias; sliding window on even layers unless ``layer_types`` says otherwise. Every key has a class default
+    (the class is shaped like gpt-oss-120b)."""
+    H = r.get("hidden_size", default=2880)
+    A = r.get("num_attention_heads", default=64)
+    L = r.get("num_hidden_layers", default=36)
+    window = _positive_or_none(r, "sliding_window", r.cfg.get("sliding_window", 128))
+    bias = r.get("attention_bias", default=True, kind=bool)
+    F = r.get("intermediate_size", default=2880)
+    moe = MoE(experts=r.get("num_local_experts", "num_experts", default=128),
+              experts_per_token=r.get("num_experts_per_tok", "experts_per_token", default=4), expert_ffn=F,
+              router_bias=True)
+    return Arch(
+        family="gpt_oss", hidden=H, layers=L, heads=A, kv_heads=r.get("num_key_value_heads", default=8),
+        head_dim=r.get("head_dim", default=64), ffn=F, gated_ffn=True, vocab=r.get("vocab_size", default=201088),
+        tied_embeddings=r.get("tie_word_embeddings", default=False, kind=bool),
+        max_context=r.get("max_position_embeddings", default=131072), qkv_bias=bias, o_bias=bias, mlp_bias=True,
+        attention_sinks=True, activation=r.get("hidden_act", default="silu", kind=str), sliding_window=window,
+        layer_types=_layer_types(r, L, window, lambda i: (i + 1) % 2 == 1) if window else ("full_attention",) * L,
+        moe=moe,
+    )
+
+
+def _llama4_text(r):
+    """Llama-4 text model (``Llama4TextConfig``/``modeling_llama4.py``). MoE layers (``moe_layers``, else every
+    ``interleave_moe_layer_step``-th) hold routed experts of ``intermediate_size``, a shared expert of the same size and a
+    bias-free router; the others a dense FFN of ``intermediate_size_mlp``. RoPE layers (``no_rope_layers`` = 1, else
+    all but every ``no_rope_layer_interval``-th) use chunked attention, cached by transformers as a sliding window of
+    ``attention_chunk_size``; NoPE layers attend globally. The QK-norm is a parameter-free L2 norm."""
+    L = r.get("num_hidden_layers", default=48)
+    chunk = _positive_or_none(r, "attention_chunk_size", r.cfg.get("attention_chunk_size", 8192))
+    interval = r.get("no_rope_layer_interval", default=4)
+    rope = r.cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(L)]
+    if not isinstance(rope, list) or len(rope) != L or not all(v in (0, 1) and not isinstance(v, bool) for v in rope):
+        raise AicalcError(f"{r.origin}: field 'no_rope_layers' must be a list of 0/1 flags, one per layer")
+    explicit = r.cfg.get("layer_types")
+    if explicit is None and chunk:
+        explicit = ["chunked_attention" if flag else "full_attention" for flag in rope]
+    if explicit is not None:
+        if not isinstance(explicit, list) or len(explicit) != L:
+            raise AicalcError(f"{r.origin}: field 'layer_types' must list one layer kind per layer")
+        explicit = ["sliding_attention" if t == "chunked_attention" else t for t in explicit]
+    step = r.get("interleave_moe_layer_step", default=1)
+    moe_at = set(_index_list(r, "moe_layers")) if r.cfg.get("moe_layers") is not None else set(range(step - 1, L, step))
+    F_e = r.get("intermediate_size", default=8192)
+    moe = MoE(experts=r.get("num_local_experts", default=16), experts_per_token=r.get("num_experts_per_tok", default=1),
+              expert_ffn=F_e, shared_experts=1, shared_expert_ffn=F_e)
+    bias = r.get("attention_bias", default=False, kind=bool)
+    H = r.get("hidden_size", default=5120)
+    A = r.get("num_attention_heads", default=40)
+    return Arch(
+        family="llama4_text", hidden=H, layers=L, heads=A, kv_heads=r.get("num_key_value_heads", default=8),
+        head_dim=r.get("head_dim", default=128), ffn=r.get("intermediate_size_mlp", default=16384), gated_ffn=True,
+        vocab=r.get("vocab_size", default=202048),
+        tied_embeddings=r.get("tie_word_embeddings", default=False, kind=bool),
+        max_context=r.get("max_position_embeddings", default=131072), qkv_bias=bias, o_bias=bias,
+        activation=r.get("hidden_act", default="silu", kind=str), sliding_window=chunk,
+        layer_types=tuple(explicit) if explicit is not None else ("full_attention",) * L,
+        moe=moe, moe_layers=tuple(i in moe_at for i in range(L)),
+    )
 
 
 def _phi3(r):
@@ -255,6 +383,36 @@ def _bloom(r):
     )
 
 
+def _deepseek_v2(r):
+    """DeepSeek-V2 (``DeepseekV2Config``/``modeling_deepseek_v2.py``): the MLA and MoE layout of DeepSeek-V3, with the
+    V2 class defaults (q_lora_rank 1536 unless null, as in the V2-Lite files; 64 routed and 2 shared experts of 1407;
+    first_k_dense_replace 0). Its experts never have biases, so ``mlp_bias`` (dense and shared FFNs only) is refused."""
+    if r.get("mlp_bias", default=False, kind=bool):
+        raise AicalcError(f"{r.origin}: mlp_bias true is not supported for model_type 'deepseek_v2' (the routed "
+                          "experts have no biases while the dense and shared FFNs would)")
+    q_lora = r.cfg["q_lora_rank"] if "q_lora_rank" in r.cfg else 1536
+    mla = MLA(
+        q_lora_rank=_positive_or_none(r, "q_lora_rank", q_lora), kv_lora_rank=r.get("kv_lora_rank", default=512),
+        qk_nope_head_dim=r.get("qk_nope_head_dim", default=128), qk_rope_head_dim=r.get("qk_rope_head_dim", default=64),
+        v_head_dim=r.get("v_head_dim", default=128),
+    )
+    L = r.get("num_hidden_layers", default=32)
+    A = r.get("num_attention_heads", default=32)
+    dense = r.get("first_k_dense_replace", default=0, minimum=0)
+    moe = MoE(experts=r.get("n_routed_experts", default=64), experts_per_token=r.get("num_experts_per_tok"),
+              expert_ffn=r.get("moe_intermediate_size", default=1407),
+              shared_experts=r.get("n_shared_experts", default=2, minimum=0))
+    bias = r.get("attention_bias", default=False, kind=bool)
+    return Arch(
+        family="deepseek_v2", hidden=r.get("hidden_size", default=4096), layers=L, heads=A, kv_heads=A,
+        head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim, ffn=r.get("intermediate_size", default=11008),
+        gated_ffn=True, vocab=r.get("vocab_size", default=102400),
+        tied_embeddings=r.get("tie_word_embeddings", default=False, kind=bool),
+        max_context=r.get("max_position_embeddings", default=2048), qkv_bias=bias, o_bias=bias, moe=moe,
+        moe_layers=tuple(i >= dense for i in range(L)), mla=mla,
+    )
+
+
 def _deepseek_v3(r):
     H = r.get("hidden_size")
     L = r.get("num_hidden_layers")
@@ -282,6 +440,8 @@ def _positive_or_none(r: _Reader, key: str, value: Any) -> int | None:
 
 
 _READERS = {
-    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _qwen3, "gemma2": _gemma2,
-    "phi3": _phi3, "gpt2": _gpt2, "falcon": _falcon, "bloom": _bloom, "deepseek_v3": _deepseek_v3,
+    "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _qwen3,
+    "qwen3_moe": _qwen3_moe, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "phi3": _phi3, "gpt2": _gpt2,
+    "falcon": _falcon, "bloom": _bloom, "deepseek_v2": _deepseek_v2, "deepseek_v3": _deepseek_v3, "gpt_oss": _gpt_oss,
+    "llama4_text": _llama4_text,
 }

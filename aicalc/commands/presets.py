@@ -75,7 +75,7 @@ def show(name: str) -> Result:
         if ck is not None:  # what the files store, exactly
             row |= {"checkpoint_bytes": ck.total_bytes, "checkpoint_tensors": ck.tensors,
                     "checkpoint_quant_method": ck.quant_method, "checkpoint_kv_dtype": ck.kv_dtype}
-        notes = []
+        notes = [f"sized: {spec.arch.extra['sized']}"] if spec.arch.extra.get("sized") else []
     return Result("presets show", {"id": name}, [row], title=row["name"], notes=notes)
 
 

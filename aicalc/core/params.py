@@ -37,7 +37,13 @@ def _norm(arch: Arch, width: int) -> int:
 
 
 def attention_params(arch: Arch) -> int:
-    """One layer's attention projections (and MLA's internal norms)."""
+    """One layer's attention projections (and MLA's internal norms), plus ``A`` attention-sink logits where the model
+    has them: gpt-oss's ``self.sinks = nn.Parameter(torch.empty(config.num_attention_heads))`` in ``GptOssAttention``
+    (transformers ``modeling_gpt_oss.py``)."""
+    return _projection_params(arch) + (arch.heads if arch.attention_sinks else 0)
+
+
+def _projection_params(arch: Arch) -> int:
     H = arch.hidden
     if arch.mla is not None:
         m = arch.mla
@@ -57,7 +63,8 @@ def attention_params(arch: Arch) -> int:
 
 
 def mlp_params(arch: Arch, width: int) -> int:
-    """One FFN of intermediate size ``width``: gated 3·H·F, plain 2·H·F, plus biases."""
+    """One FFN of intermediate size ``width``: gated 3·H·F, plain 2·H·F, plus biases (2F + H gated: also each gpt-oss
+    expert's ``gate_up_proj_bias`` [2F] and ``down_proj_bias`` [H], ``GptOssExperts`` in ``modeling_gpt_oss.py``)."""
     H = arch.hidden
     mats = (3 if arch.gated_ffn else 2) * H * width
     bias = ((2 * width if arch.gated_ffn else width) + H) if arch.mlp_bias else 0
@@ -76,6 +83,8 @@ def count_params(arch: Arch) -> ParamCount:
             e = arch.moe
             expert = mlp_params(arch, e.expert_ffn)
             router = H * e.experts + (e.experts if e.router_bias else 0)
+            # shared experts run as one FFN of their summed width (DeepSeek ``shared_experts``, Qwen-MoE
+            # ``shared_expert`` + gate, Llama-4 ``Llama4TextMoe.shared_expert`` in ``modeling_llama4.py``)
             shared = (mlp_params(arch, e.shared_ffn) if e.shared_experts else 0) + (H if e.shared_gate else 0)
             ffn += e.experts * expert + router + shared
             active_ffn += e.experts_per_token * expert + router + shared
