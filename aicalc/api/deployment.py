@@ -20,7 +20,8 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
                   decode_tp: int = 1, dtype="bf16", kv_dtype="bf16", max_ttft=None, max_tpot=None, engine=None,
                   utilization=0.9):
     """Every split of ``chips`` into prefill replicas (TP ``prefill_tp``) and decode replicas (TP ``decode_tp``):
-    prefill pools prefill prompts in batches within the token budget and ship each request's KV cache to a
+    prefill pools prefill prompts in batches within the token budget, no larger than meets ``max_ttft``, and ship
+    each request's KV cache to a
     decode replica (over the scale-up link inside a domain, else the scale-out NIC); decode pools decode with
     no prefill interleaved, at the largest batch that fits their KV and meets ``max_tpot``. A split serves
     min(prefill rate, decode rate) requests/s. Returns a list of row dicts."""
@@ -42,11 +43,12 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
     arch = pre.model.arch
     check_tp(arch, prefill_tp)
     check_tp(arch, decode_tp)
-    # prefill: k prompts per pass (token budget), rate = k / t_pre(k) per replica
-    k = max(1.0, np.floor(TOKEN_BUDGET / P))
-    t_pre = float(latency.phase(pre.shape, pre.roofs, pre.formats, pre.efficiency, k, P, 0.0, prefill_tp,
-                                logits_tokens=1.0).t_est)
-    prefill_rate = k / t_pre
+    # prefill: k prompts per pass, at most the token budget's, and no more than the TTFT target allows (a
+    # prefill pool sizes its batches to the target, DistServe §4); rate = k / t_pre(k) per replica
+    k_max = max(1.0, np.floor(TOKEN_BUDGET / P))
+    ks = np.unique(np.minimum(np.round(np.geomspace(1, k_max, 16)), k_max))
+    t_pres = latency.phase(pre.shape, pre.roofs, pre.formats, pre.efficiency, ks, P, 0.0, prefill_tp,
+                           logits_tokens=1.0).t_est
     # KV transfer of one request: its cache leaves the prefill replica over each chip's link
     ic = pre.chip.interconnect
     domain = (ic.domain if ic else None) or 8
@@ -70,7 +72,10 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
             continue
         used = n_p * prefill_tp + n_d * decode_tp
         transfer = kv_bytes / (prefill_tp * (up if used <= domain else out))
-        req_s = min(n_p * prefill_rate, n_d * decode_rate)
+        fast = t_pres + transfer <= ttft_cap
+        i = int(np.flatnonzero(fast)[-1]) if fast.any() else 0
+        t_pre, k = float(t_pres[i]), float(ks[i])
+        req_s = min(n_p * k / t_pre, n_d * decode_rate)
         ttft = t_pre + transfer
         rows.append({"mode": "disaggregated", "chip": pre.chip.id, "chips": used, "tp": decode_tp,
                      "replicas": n_d, "prefill_replicas": n_p, "prefill_tp": prefill_tp, "dtype": dtype,
