@@ -27,6 +27,13 @@ TOLERANCE = 0.05
 
 def estimate(rec: dict) -> float:
     cfg = rec["config"]
+    if rec.get("lora"):  # PEFT LoRA on a frozen base: through the public estimator, as a user calls it
+        import aicalc
+
+        r = aicalc.train_memory(cfg, batch=rec["batch"], seq=rec["seq"], attention=rec["attention"],
+                                precision=rec["dtype"], lora_rank=rec["lora"]["rank"],
+                                lora_targets=rec["lora"]["targets"])
+        return float(r["activations_bytes"][0])
     arch = arch_from_config(cfg, rec["model"])
     a = 2.0 if rec["dtype"] == "bf16" else 4.0
     dropout = float(cfg.get("resid_pdrop", 0.0))
@@ -43,6 +50,8 @@ def test_records_exist_and_cover_the_matrix():
     assert {r["attention"] for r in RECORDS} == {"eager", "sdpa"}
     assert {r["dtype"] for r in RECORDS} == {"bf16", "fp32"}
     assert {r["gradient_checkpointing"] for r in RECORDS} == {False, True}
+    lora = [r for r in RECORDS if r.get("lora")]
+    assert {r["lora"]["targets"] for r in lora} == {"q,v", "all"} and {r["dtype"] for r in lora} == {"bf16", "fp32"}
 
 
 @pytest.mark.parametrize("rec", RECORDS, ids=[r["name"] for r in RECORDS])

@@ -83,9 +83,24 @@ DTYPES = ("bf16", "fp32")
 CHECKPOINTING = (False, True)
 
 
+# LoRA (PEFT ``get_peft_model``, r 16, alpha 32, lora_dropout 0, adapters autocast to fp32 as PEFT does by
+# default): the base weights are frozen, so their linears keep no inputs, and the adapters keep theirs.
+LORA_TARGETS = {"q,v": ["q_proj", "v_proj"],
+                "all": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+LORA_MODELS = ("llama3-style", "qwen2-style", "mistral-style")
+LORA_POINTS = {"bf16": [(1, 128), (2, 256)], "fp32": [(2, 256)]}
+
+
 def cases() -> list[dict[str, Any]]:
     """Ordered so that each model variant is built once."""
     out = []
+    for model in LORA_MODELS:
+        for attn in ATTENTION:
+            for dtype in DTYPES:
+                for targets in LORA_TARGETS:
+                    for batch, seq in LORA_POINTS[dtype]:
+                        out.append({"model": model, "batch": batch, "seq": seq, "attention": attn, "dtype": dtype,
+                                    "gradient_checkpointing": False, "lora": {"rank": 16, "targets": targets}})
     for model in MODELS:
         for attn in ONLY_ATTENTION.get(model, ATTENTION):
             for dtype in DTYPES:
@@ -101,22 +116,28 @@ def cases() -> list[dict[str, Any]]:
 
 def case_name(c: dict[str, Any]) -> str:
     gc = "+gc" if c["gradient_checkpointing"] else ""
-    return f"{c['model']}/{c['attention']}/{c['dtype']}{gc}/b{c['batch']}s{c['seq']}"
+    lora = f"+lora[{c['lora']['targets']}]" if c.get("lora") else ""
+    return f"{c['model']}/{c['attention']}/{c['dtype']}{gc}{lora}/b{c['batch']}s{c['seq']}"
 
 
 _models: dict[tuple, Any] = {}
 
 
-def build(model: str, attn: str, dtype: str, gc: bool):
+def build(model: str, attn: str, dtype: str, gc: bool, lora: str | None = None):
     import torch
     from transformers import AutoModelForCausalLM
 
-    key = (model, attn, dtype, gc)
+    key = (model, attn, dtype, gc, lora)
     if key not in _models:
         torch.manual_seed(0)
         cfg = rp.build_config(MODELS[model])
         m = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn,
                                              dtype=torch.bfloat16 if dtype == "bf16" else torch.float32)
+        if lora:
+            from peft import LoraConfig, get_peft_model
+
+            m = get_peft_model(m, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
+                                             target_modules=LORA_TARGETS[lora]))
         if gc:
             m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
         m.train()
@@ -128,7 +149,8 @@ def build(model: str, attn: str, dtype: str, gc: bool):
 def measure(c: dict[str, Any], explain: bool = False) -> dict[str, Any]:
     import torch
 
-    m = build(c["model"], c["attention"], c["dtype"], c["gradient_checkpointing"])
+    m = build(c["model"], c["attention"], c["dtype"], c["gradient_checkpointing"],
+              c["lora"]["targets"] if c.get("lora") else None)
     param_ptrs = {p.untyped_storage().data_ptr() for p in m.parameters()}
     seen: dict[int, int] = {}
     listing: list[tuple] = []

@@ -227,6 +227,44 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     return norms + attn + mlp + resid
 
 
+def hf_frozen_saving(B, S, arch: Arch, a, attention="sdpa", t=1):
+    """Bytes of :func:`hf_layer` a layer does not save when its base weights are frozen (LoRA, QLoRA).
+
+    Autograd saves a matmul's input only to compute its weight's gradient (``mm``/``addmm`` save ``self``
+    when ``mat2`` requires grad; bitsandbytes' ``MatMul4Bit`` keeps no input at all), and a norm's weight
+    multiply saves the normalized input only for the weight's gradient. With frozen weights these go:
+    each norm's normalized copy and the output the next linear reads (RMSNorm 2·a·BSH; LayerNorm, whose
+    ``native_layer_norm`` needs its input for the input gradient anyway, a·BSH), the ``down_proj`` input
+    (a·BSF: gated and plain MLPs alike; the Python tanh-GELU's product too), and with eager attention the
+    ``o_proj`` input (a·BS·Ad; SDPA saves its output for its own backward, which is the ``o_proj`` input).
+    Checked with saved-tensor hooks on PEFT models (``validation/record_activations.py``, ``lora`` cases)."""
+    import numpy as np
+
+    B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
+    H, F = arch.hidden, arch.ffn
+    if arch.moe is not None and arch.layers:
+        frac = arch.n_moe_layers / arch.layers
+        F = frac * arch.moe.expert_ffn * (arch.moe.experts_per_token + arch.moe.shared_experts) + (1 - frac) * F
+    BS = B * S
+    norms = 2 * (2 if arch.norm == "rms" else 1) * a * BS * H
+    o_in = a * BS * arch.heads * arch.head_dim / t if attention == "eager" else 0.0
+    return norms + a * BS * F / t + o_in
+
+
+def hf_frozen_outside(B, S, arch: Arch, a, stat_bytes=4, stage="all"):
+    """Bytes of :func:`hf_outside` not saved when the base weights are frozen: the final norm's normalized
+    copy and the ``lm_head`` input (as in :func:`hf_frozen_saving`), and, on the first stage, the first
+    layer's input norm entirely: the frozen embedding's output needs no gradient, so nothing reading it
+    saves it (RMSNorm's fp32 copy and rstd, 4BSH + 4BS; LayerNorm's input, mean and rstd)."""
+    import numpy as np
+
+    B, S, a = (np.asarray(x, dtype=np.float64) for x in (B, S, a))
+    BS, H = B * S, arch.hidden
+    first = (4 * BS * H + 4 * BS) if arch.norm == "rms" else (a * BS * H + 2 * stat_bytes * BS)
+    last = (2 if arch.norm == "rms" else 1) * a * BS * H
+    return {"first": first, "last": last, "all": first + last}[stage]
+
+
 def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4, recompute="none",
                attention="sdpa", loss="full", stage="all"):
     """Bytes saved outside the decoder layers, loss included (``labels=input_ids``).

@@ -103,13 +103,17 @@ def evaluate(arch, o, g: dict):
         layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
         inflight = np.minimum(pp, o.microbatches) if o.microbatches else pp
         per_layer = np.where(np.asarray(recompute) == "full", a * B * S_loc * arch.hidden, layer)
-        if o.lora_rank:
-            per_layer = per_layer + np.where(np.asarray(recompute) == "full", 0.0,
-                                             lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp,
-                                                         o.lora_dtype == "fp32"))
+        if o.lora_rank:  # frozen base: its linears keep no inputs; the adapters keep theirs
+            layer = layer + lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp, o.lora_dtype == "fp32",
+                                       o.attention) - act.hf_frozen_saving(B, S_loc, arch, a, o.attention, tp)
+            per_layer = np.where(np.asarray(recompute) == "full", per_layer, layer)
         activ = per_layer * layers_dev * inflight
         outside = {st: act.hf_outside(B, S_loc, arch, a, tp, kw["dropout"], recompute=recompute,
                                       attention=o.attention, loss=o.loss, stage=st) for st in ("first", "last")}
+        if o.lora_rank:
+            outside = {st: v - np.where(np.asarray(recompute) == "full", 0.0,
+                                        act.hf_frozen_outside(B, S_loc, arch, a, stage=st))
+                       for st, v in outside.items()}
         # 1F1B: the first stage holds `inflight` micro-batches and the embedding terms; the last stage one
         # micro-batch and the loss (PipeDream-Flush, Narayanan et al. 2021 §2.2). The busier one is the peak.
         last = per_layer * layers_dev + outside["last"]
@@ -151,20 +155,32 @@ def evaluate(arch, o, g: dict):
     }
 
 
-def lora_saved(arch, targets, rank, B, S, a, tp, fp32_adapters=True):
-    """Saved by PEFT's LoRA path per layer (``peft/tuners/lora/layer.py``, derived, not harness-checked):
-    the input cast to the fp32 adapter dtype (4·BS·in per target when a = 2; shared with the base layer's
-    input when a = 4) and the fp32 A output (4·BS·r) per target. Adapters in the model dtype
-    (``lora_dtype='bf16'``, torchtune's ``LoRALinear``) read the base layer's saved input as is and save
-    only the A output, a·BS·r per target (lora_dropout 0 is an identity)."""
-    if not fp32_adapters:
-        n = sum(1 for t in targets if t != "gate" or arch.gated_ffn)
-        return n * a * B * S * rank
+def lora_saved(arch, targets, rank, B, S, a, tp, fp32_adapters=True, attention="sdpa"):
+    """Saved by the LoRA adapters of one layer beside its frozen base (``activations.hf_frozen_saving``),
+    from ``peft/tuners/lora/layer.py`` (``Linear.forward``) and torchtune's ``LoRALinear``, checked with
+    saved-tensor hooks on PEFT models (``validation/record_activations.py``, ``lora`` cases):
+
+    * fp32 adapters on a 16-bit model (PEFT's ``autocast_adapter_dtype``): every adapter casts its input to
+      fp32 and ``lora_A`` saves that copy, 4·BS·in per target, even where targets share an input (q, k, v);
+    * adapters in the model's dtype (torchtune, or an fp32 model): ``lora_A`` saves the input itself, one
+      storage per distinct input: the first norm's output (q, k, v: a·BSH), the second's (gate, up: a·BSH),
+      the ``down_proj`` input (a·BS·F/t), the ``o_proj`` input only with eager attention (with SDPA it is the
+      attention output, saved already);
+    * ``lora_B`` saves the A output, BS·r per target at the adapter's width (lora_dropout 0 is an identity)."""
     H, A, d, F = arch.hidden, arch.heads, arch.head_dim, arch.ffn
     ins = {"q": H, "k": H, "v": H, "o": A * d / tp, "gate": H, "up": H, "down": F / tp}
-    total = 0.0
+    group = {"q": "attn_in", "k": "attn_in", "v": "attn_in", "o": "o", "gate": "mlp_in", "up": "mlp_in",
+             "down": "down"}
+    cast = fp32_adapters and a < 4
+    total, shared = 0.0, set()
     for t in targets:
         if t == "gate" and not arch.gated_ffn:
             continue
-        total = total + (4.0 * B * S * ins[t] if a < 4 else 0.0) + 4.0 * B * S * rank
+        total = total + (4.0 if fp32_adapters else a) * B * S * rank
+        if cast:
+            total = total + 4.0 * B * S * ins[t]
+        elif t != "o" or attention == "eager":
+            shared.add(t)
+    for g in {group[t] for t in shared}:
+        total = total + a * B * S * next(ins[t] for t in shared if group[t] == g)
     return total
