@@ -235,3 +235,18 @@ def test_search_ranks_layouts_that_fit_by_time():
     assert len(res.rows) == 3 and res.rows[0]["total_time_s"] == pytest.approx(t[0])
     with pytest.raises(Exception, match="chips"):
         run("llama-3.1-8b", "h100-sxm", search=True)
+
+
+def test_train_time_says_whether_the_layout_fits(cli):
+    """The same layout's reserved peak from train-mem (independent estimator) decides fits; a 70B model on 8
+    chips without sharding cannot fit 80 GB (its fp32 master weights and Adam states alone are 16 B/param)."""
+    r = cli("train-time", "llama-3.1-70b", "--chips", "8", "--zero", "0", "--json")
+    row = r.json["rows"][0]
+    assert r.code == 1 and row["fits"] is False and row["peak_reserved_bytes"] > 70e9 * 16
+    mem = cli("train-mem", "llama-3.1-70b", "--tp", "8", "--pp", "2", "--dp", "4", "--zero", "1", "--seq", "4096",
+              "--framework", "megatron", "--sp", "--recompute", "selective", "--attention", "flash", "--chip",
+              "h100-sxm", "--json").json["rows"][0]
+    ok = cli("train-time", "llama-3.1-70b", "--chips", "64", "--tp", "8", "--pp", "2", "--json")  # megatron: ZeRO-1
+    assert ok.json["inputs"]["zero"] == 1
+    assert ok.code == 0 and ok.json["rows"][0]["fits"] is True
+    assert ok.json["rows"][0]["peak_reserved_bytes"] == mem["peak_reserved_bytes"]

@@ -158,6 +158,26 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
                      sources=[f"{k} = {v:g} ({p.id}: {p.sources[k]})" for p in (cls, fw) for k, v in p.factors.items()])
 
 
+def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute, framework: str = "megatron",
+                  interleave: int = 1):
+    """``(peak_reserved_bytes, fits)`` of a training layout (arrays broadcast) from
+    :func:`aicalc.api.train_memory.train_memory`: Megatron's activation model for the ``megatron`` framework,
+    transformers' (``hf``) for FSDP and DeepSpeed, mixed precision with fp32 master weights and flash
+    attention, as the step model assumes; ``fits`` judges the reserved peak against the chip's memory.
+    ``(None, None)`` where the memory model has no such layout (selective recompute outside Megatron)."""
+    import numpy as np
+
+    from aicalc.api.train_memory import train_memory
+
+    mem_framework = "megatron" if framework == "megatron" else "hf"
+    if recompute == "selective" and mem_framework != "megatron":
+        return None, None
+    mem = train_memory(model, batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp, zero=zero, chip=chip,
+                       recompute=recompute, framework=mem_framework, attention="flash",
+                       sp=mem_framework == "megatron", virtual_stages=int(interleave))
+    return np.asarray(mem["peak_reserved_bytes"], dtype=np.float64), np.asarray(mem["fits"], dtype=bool)
+
+
 def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=4096, global_batch=1024,
                          micro_batches=(1, 2, 4, 8), recompute=("none", "selective", "full"), zero=(1, 3),
                          framework: str = "megatron", precision: str = "bf16", dp_bandwidth=None,
@@ -171,7 +191,6 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
 
     from aicalc.api import inputs
     from aicalc.api.catalog import load_chip, load_model
-    from aicalc.api.train_memory import train_memory
     from aicalc.errors import ParameterError
 
     spec = load_model(model)
@@ -190,21 +209,19 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
         raise ParameterError("chips", n, f"admits no TP × PP × DP layout of {spec.id} with a micro-batch dividing "
                              f"the global batch {gb}")
     tp, pp, dp, mb = (np.array(x, dtype=np.int64) for x in zip(*layouts, strict=True))
-    mem_framework = "megatron" if framework == "megatron" else "hf"
     parts = []
     for rc in recompute:
-        if rc == "selective" and mem_framework != "megatron":
-            continue  # selective recompute is Megatron's
         for z in zero:
-            mem = train_memory(spec.id, batch=mb, seq=seq, dp=dp, tp=tp, pp=pp, zero=z, chip=c.id, recompute=rc,
-                               framework=mem_framework, attention="flash", sp=mem_framework == "megatron")
+            peak, fits = layout_memory(spec.id, c.id, micro_batch=mb, seq=seq, dp=dp, tp=tp, pp=pp, zero=z,
+                                       recompute=rc, framework=framework)
+            if peak is None:
+                continue  # selective recompute is Megatron's
             t = train_time(spec.id, c.id, tokens, seq=seq, global_batch=gb, micro_batch=mb, tp=tp, pp=pp, dp=dp,
                            recompute=rc, zero=z, precision=precision, dp_bandwidth=dp_bandwidth, framework=framework)
             cols = dict(t.columns)
             cols["recompute"] = np.full(len(t), rc)
             cols["zero"] = np.full(len(t), z, dtype=np.int64)
-            cols["peak_reserved_bytes"] = np.asarray(mem["peak_reserved_bytes"], dtype=np.float64)
-            cols["fits"] = np.asarray(mem["fits"], dtype=bool)
+            cols["peak_reserved_bytes"], cols["fits"] = peak, fits
             parts.append(cols)
     keys = list(parts[0])
     allc = {k: np.concatenate([p[k] for p in parts]) for k in keys}

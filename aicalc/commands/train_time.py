@@ -8,7 +8,7 @@ from aicalc.result import Result
 
 def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024", micro_batch="1", tp="1", pp="1",
         dp=None, chips=None, mfu="auto", achieved=None, recompute: str = "selective", attention: str = "flash",
-        sequence_parallel: bool = True, interleave: int = 1, zero: int = 0, precision: str = "bf16",
+        sequence_parallel: bool = True, interleave: int = 1, zero=None, precision: str = "bf16",
         dp_bandwidth=None, eff=None, framework: str = "megatron", search: bool = False, top: int = 10) -> Result:
     import numpy as np
 
@@ -19,6 +19,10 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
 
     attention = time_attention(attention)
 
+    if zero is None:  # the framework's usual stage (presets/frameworks/: Megatron's distributed optimizer, FSDP)
+        from aicalc.catalog import profiles
+
+        zero = int(profiles.load("framework", framework).options.get("default_zero", 0))
     if search:
         return _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, precision, dp_bandwidth,
                        framework, top)
@@ -59,8 +63,29 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
              f"{tc.dp_bytes_per_s / 1e9:,.0f} GB/s per chip per direction (--dp-bandwidth)"]
     columns = ["tp", "pp", "dp", "chips", "global_batch", "mfu", "ideal_mfu", "model_flop_per_s_per_chip",
                "tokens_per_s", "step_s", "total_time_s", "chip_hours"]
-    return Result("train-time", inputs, r.rows(), warnings=r.warnings, title=f"{spec.id} on {chip_obj.id}",
-                  notes=notes, columns=columns)
+    rows, warnings, code = r.rows(), list(r.warnings), 0
+    # does each layout fit? train-mem's reserved peak of the same layout against the chip's memory
+    from aicalc.api.train_time import layout_memory
+
+    c = r.columns
+    peak, fits = layout_memory(spec.id, chip_obj.id, micro_batch=c["micro_batch"], seq=c["seq"], dp=c["dp"],
+                               tp=c["tp"], pp=c["pp"], zero=int(zero), recompute=recompute, framework=framework,
+                               interleave=int(interleave))
+    if peak is not None:
+        for i, row in enumerate(rows):
+            row["peak_reserved_bytes"], row["fits"] = float(peak[i]), bool(fits[i])
+        columns += ["peak_reserved_bytes", "fits"]
+        notes.append("fits: train-mem's reserved peak of the same layout (mixed precision, flash attention, "
+                     f"{'Megatron' if framework == 'megatron' else 'transformers'} activations) within "
+                     f"{chip_obj.id}'s memory; train-mem shows the breakdown")
+        if not fits.all():
+            warnings.append(f"{int((~fits).sum())} of {fits.size} layouts do not fit {chip_obj.id}'s memory (try more "
+                            "tp/pp, --zero 3, --recompute full, or train-time --search)")
+            code = 1
+    else:
+        notes.append("fits: not judged (train-mem models selective recompute for Megatron only)")
+    return Result("train-time", inputs, rows, warnings=warnings, title=f"{spec.id} on {chip_obj.id}",
+                  notes=notes, columns=columns, exit_code=code)
 
 
 def _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, precision, dp_bandwidth, framework,
