@@ -81,3 +81,16 @@ def test_price_spellings(cli, text):
 @pytest.mark.parametrize("text", ["free", "-1", "$0", "1e9"])
 def test_bad_prices_exit_2(cli, text):
     assert cli("serve", "llama-3.1-8b", "--price", text).code == 2
+
+
+def test_full_load_respects_the_engines_scheduler_cap():
+    """vLLM's V0 scheduler runs at most max_num_seqs = 256 sequences (vllm/engine/arg_utils.py); a 1B-class model
+    on an H200 has KV room for far more, so serving at full load under vLLM runs 256 per replica."""
+    import aicalc
+
+    free = aicalc.max_concurrency("llama-3.2-3b", "h200", prompt=128, gen=128)
+    assert free > 256
+    assert aicalc.max_concurrency("llama-3.2-3b", "h200", prompt=128, gen=128, engine="vllm") == 256
+    assert aicalc.max_concurrency("llama-3.2-3b", "h200", tp=1, chips=2, prompt=128, gen=128, engine="vllm") == 512
+    r = aicalc.serve("llama-3.2-3b", "h200", concurrency="max", prompt=128, gen=128, engine="vllm")
+    assert int(r.columns["concurrency"][0]) == 256

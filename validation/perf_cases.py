@@ -56,8 +56,17 @@ UNSCORED = {
        for i in range(1, 7)},
     "DB-16": "engine not named (IBM's PyTorch TP stack); prompt length not given",
     "PR-14": "prompt length not stated; includes API and network latency",
+    "SD-07": "Cerebras' Oct 2024 stack, which implements speculative decoding (draft and acceptance not published)",
 }
 UNSCORED_METRICS: dict[str, dict[str, str]] = {}
+
+
+def engine_max_seqs(engine: str | None) -> int | None:
+    """The most sequences an engine's scheduler runs at once by default (its profile's ``max_num_seqs``)."""
+    from aicalc.catalog import profiles
+
+    v = profiles.load("engine", engine or profiles.DEFAULT_ENGINE).options.get("max_num_seqs")
+    return int(v) if v else None
 
 
 def published_cases() -> list[dict]:
@@ -96,6 +105,17 @@ def published_cases() -> list[dict]:
             if args.get("dtype") in ("fp8", "fp4") and "kv_dtype" not in e:
                 args["kv_dtype"] = "fp8"  # ModelOpt FP8/NVFP4 checkpoints quantize the KV cache to FP8 too
                 assumed.append("fp8 KV cache")
+            # serve(concurrency="max") runs at most the engine's max_num_seqs per replica; say so where it binds
+            cap = engine_max_seqs(args.get("engine"))
+            if cap:
+                import aicalc
+
+                fit = aicalc.max_concurrency(args["model"], args["chip"], tp=args["tp"], chips=args["chips"],
+                                             prompt=args["prompt"], gen=args["gen"], dtype=args.get("dtype", "bf16"),
+                                             kv_dtype=args.get("kv_dtype", "bf16"))
+                if fit > cap * (args["chips"] // args["tp"]):
+                    assumed = [f"{cap} running sequences (the engine's default max_num_seqs)"
+                               if x == "as many requests as fit" else x for x in assumed]
         unit = {"ttft_s": "s", "prefill_tokens_per_s": "prompt tok/s"}.get(e["metric"], "tok/s")
         out.append({"id": e["id"], "kind": "prefill" if e["metric"] in ("ttft_s", "prefill_tokens_per_s") else "decode",
                     "regime": e["regime"], "what": e["what"], "measured": float(e["measured"]), "unit": unit,

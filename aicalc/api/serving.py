@@ -17,8 +17,10 @@ class Serving(Table):
 
 
 def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024, gen=256,
-                    dtype: str = "bf16", kv_dtype: str = "bf16", utilization=0.9) -> int:
-    """Requests of ``prompt + gen`` tokens the whole deployment holds in its KV budget (0 when none)."""
+                    dtype: str = "bf16", kv_dtype: str = "bf16", utilization=0.9, engine: str | None = None) -> int:
+    """Requests of ``prompt + gen`` tokens the whole deployment holds in its KV budget (0 when none), and no
+    more per replica than the ``engine``'s scheduler runs at once by default (its profile's ``max_num_seqs``:
+    vLLM 256)."""
     from aicalc.api import inputs
     from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, node_split, resident_weights
     from aicalc.core import capacity
@@ -38,6 +40,11 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
 
     longest = float(live_context(inputs.positive("prompt", prompt).max(), inputs.positive("gen", gen).max()))
     fit = int(capacity.max_batch(kv_shape(arch, kv_dtype, tp), budget, longest, BLOCK)[0]) if budget > 0 else 0
+    if engine is not None:
+        from aicalc.catalog import profiles
+
+        cap = profiles.load("engine", engine).options.get("max_num_seqs")
+        fit = min(fit, int(cap)) if cap else fit
     return fit * replicas
 
 
@@ -46,7 +53,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
           utilization=0.9, engine: str | None = None, efficiency=None, draft=None, draft_tokens: int = 4,
           acceptance=0.7, prefix_hit=0.0) -> Serving:
     """``concurrency`` requests of ``prompt`` + ``gen`` tokens over ``chips`` chips in replicas of TP ``tp``
-    (arrays broadcast); ``concurrency="max"``: as many as the KV budget holds (serving at full load).
+    (arrays broadcast); ``concurrency="max"``: as many as the KV budget holds and the engine's scheduler runs
+    (serving at full load).
     ``max_ttft`` / ``max_tpot`` (seconds or ``"500ms"``) set ``meets_slo``; ``price``: USD per chip-hour
     (default: the chip preset's); ``engine``: an engine profile (default generic).
 
@@ -77,7 +85,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     replicas = chips // tp
     if isinstance(concurrency, str) and concurrency == "max":
         concurrency = max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompt, gen=gen, dtype=dtype,
-                                             kv_dtype=kv_dtype, utilization=utilization))
+                                             kv_dtype=kv_dtype, utilization=utilization, engine=engine))
     g = inputs.broadcast(concurrency=inputs.positive("concurrency", concurrency, whole=True),
                          prompt=inputs.positive("prompt", prompt, whole=True),
                          gen=inputs.positive("gen", gen, whole=True))

@@ -38,10 +38,10 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     tp = int(tp)
     if str(concurrency).strip().lower() == "max":  # as many requests as the KV cache holds
         conc = [float(max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompts, gen=gens, dtype=dtype,
-                                             kv_dtype=kv_dtype)))]
+                                             kv_dtype=kv_dtype, engine=engine)))]
     elif concurrency is None:
         conc = concurrency_ladder(max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompts, gen=gens,
-                                                  dtype=dtype, kv_dtype=kv_dtype))
+                                                  dtype=dtype, kv_dtype=kv_dtype, engine=engine))
     else:
         conc = int_sweep(concurrency, "--concurrency")
     g = grid(concurrency=conc, prompt=prompts, gen=gens)

@@ -151,6 +151,18 @@ class Op:
     bytes_per_weight: float = 2.0
 
 
+def experts_touched(s: Shape, tokens, ep=1.0):
+    """Experts of one MoE layer that a device reads in a pass of ``tokens`` tokens: its E/ep experts, reached by
+    the ep·tokens of its EP group (uniform top-k routing): (E/ep)·(1 − (1 − k/E)^(ep·tokens)), the power as an
+    exp."""
+    import numpy as np
+
+    E, k = float(s.experts), float(s.experts_per_token)
+    ep = np.asarray(ep, dtype=np.float64)
+    M = np.asarray(tokens, dtype=np.float64)
+    return E / ep * (-np.expm1(ep * M * np.log1p(-k / E)) if k < E else 1.0 + 0.0 * M)
+
+
 def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_tokens=None, ep=1.0) -> list[Op]:
     """Operations of one forward pass over B sequences × T new tokens with P cached tokens, per device;
     ``logits_tokens`` per sequence reach the LM head (default all T; 1 in a prefill that samples one token).
@@ -226,10 +238,7 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
         gemm("mlp_down", M, H, s.ffn / tp, Ld, Ld * (s.ffn + bias) * H / tp * wb)
     if s.moe_layers:
         Lm, E, k = float(s.moe_layers), float(s.experts), float(s.experts_per_token)
-        ep = np.asarray(ep, dtype=f64)
-        # the device's E/ep experts, reached by the ep·M tokens of its EP group (uniform top-k routing):
-        # (E/ep)·(1 − (1 − k/E)^(ep·M)), the power as an exp
-        touched = E / ep * (-np.expm1(ep * M * np.log1p(-k / E)) if k < E else 1.0) + zero
+        touched = experts_touched(s, M, ep) + zero
         m_e = M * k / np.where(touched > 0, touched, 1.0)  # tokens per touched expert (M·k arrive per device)
         gemm("moe_router", M, E, H, Lm, Lm * H * E * wb)
         for name, n_, k_ in (("moe_up", s.expert_in, H), ("moe_down", H, s.expert_ffn)):

@@ -36,11 +36,37 @@ class Phase:
 def dataflow(s: Shape, chips):
     """(spread, hops) of a dataflow deployment whose weights fill ``chips`` chips' SRAM (1: not dataflow): a token
     crosses min(chips, L) chip groups in turn, and each layer's work is spread over chips / L chips when there
-    are more chips than layers (Groq runs every layer on several chips at once)."""
+    are more chips than layers (Groq runs every layer on several chips at once).
+
+    MoE: where a layer spans several chips its experts sit on different chips, so a token is dispatched to the
+    chips of its experts and their outputs combined back: two more chip-to-chip hops per MoE layer (the
+    dispatch and combine exchanges of expert parallelism, GShard, Lepikhin et al. 2020 §2.2/§3.2). A layer
+    inside one chip (a wafer) needs neither. Chips, and so the pipeline, follow the total parameters."""
     import numpy as np
 
     chips = np.maximum(np.asarray(chips, dtype=np.float64), 1.0)
-    return np.maximum(chips / s.L, 1.0), np.minimum(chips, s.L) - 1.0
+    spread = np.maximum(chips / s.L, 1.0)
+    hops = np.minimum(chips, s.L) - 1.0 + np.where(chips > s.L, 2.0 * s.moe_layers, 0.0)
+    return spread, hops
+
+
+def _dataflow_times(s: Shape, ops, B, T, spread):
+    """(ideal, estimate) of a pass on a dataflow deployment: each layer's work spread over its ``spread`` chips;
+    the touched experts of a MoE layer, though, sit on only touched/E of the layer's expert chips, so their
+    GEMMs take E/touched longer than an even spread (per-token time follows the active experts' weights on the
+    chips that hold them)."""
+    import numpy as np
+
+    scale = {}
+    if s.moe_layers:
+        from aicalc.core.forward import experts_touched
+
+        touched = experts_touched(s, np.asarray(B, dtype=np.float64) * np.asarray(T, dtype=np.float64))
+        share = np.where(spread > 1.0, float(s.experts) / np.maximum(touched, 1e-12), 1.0)
+        scale = {"moe_up": share, "moe_down": share}
+    t_ideal = sum(o.t_ideal * scale.get(o.name, 1.0) for o in ops) / spread
+    t_est = sum(o.t_est * scale.get(o.name, 1.0) for o in ops) / spread
+    return t_ideal, t_est
 
 
 def pass_overhead(s: Shape, eff: Efficiency, hops=0.0):
@@ -55,8 +81,8 @@ def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, chips=1.0):
     ops = forward_ops(s, fm, B, T, P, tp, logits_tokens)
     price(ops, roofs, eff, tp, fm.quantized)
     spread, hops = dataflow(s, chips)
-    return (sum(o.flop for o in ops), sum(o.bytes for o in ops), sum(o.t_ideal for o in ops) / spread,
-            sum(o.t_est for o in ops) / spread + pass_overhead(s, eff, hops))
+    t_ideal, t_est = _dataflow_times(s, ops, B, T, spread)
+    return sum(o.flop for o in ops), sum(o.bytes for o in ops), t_ideal, t_est + pass_overhead(s, eff, hops)
 
 
 def _timed_ops(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None):
