@@ -354,6 +354,11 @@ def train_time(
     eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
     framework: Annotated[str, typer.Option("--framework", help="megatron | fsdp | deepspeed: overlap profile "
                                                                "(presets/frameworks/)")] = "megatron",
+    cp: Annotated[int, typer.Option("--cp", help="context parallel: the sequence split over N ranks (chips = "
+                                                 "tp·pp·cp·dp)")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="expert parallel (MoE): experts split over N ranks inside dp·cp")] = 1,
+    goodput: Annotated[str, typer.Option("--goodput", metavar="FRACTION", help="share of wall-clock time spent on "
+                                         "useful steps (restarts, evaluation); stretches time and chip-hours")] = "1",
     search: Annotated[bool, typer.Option("--search", help="rank the layouts of --chips that fit by time")] = False,
     top: Annotated[int, typer.Option("--top", help="layouts shown by --search")] = 10,
     fmt: Format = "table",
@@ -372,7 +377,8 @@ def train_time(
             model, c, tokens=tokens, seq=seq, global_batch=global_batch, micro_batch=micro_batch, tp=tp, pp=pp,
             dp=dp, chips=n, mfu=mfu, achieved=achieved, recompute=recompute, attention=attention,
             sequence_parallel=sequence_parallel, interleave=interleave, zero=z, precision=precision,
-            dp_bandwidth=dp_bandwidth, eff=eff, framework=framework, search=search, top=top)))), fmt, json_,
+            dp_bandwidth=dp_bandwidth, eff=eff, framework=framework, search=search, top=top, cp=cp, ep=ep,
+            goodput=goodput)))), fmt, json_,
                 columns)
 
 

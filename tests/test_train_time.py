@@ -250,3 +250,15 @@ def test_train_time_says_whether_the_layout_fits(cli):
     assert ok.json["inputs"]["zero"] == 1
     assert ok.code == 0 and ok.json["rows"][0]["fits"] is True
     assert ok.json["rows"][0]["peak_reserved_bytes"] == mem["peak_reserved_bytes"]
+
+
+def test_cli_context_expert_parallel_and_goodput(cli):
+    base = cli("train-time", "mixtral-8x7b", "--chips", "64", "--tp", "2", "--json").json["rows"][0]
+    half = cli("train-time", "mixtral-8x7b", "--chips", "64", "--tp", "2", "--goodput", "50%", "--json").json["rows"][0]
+    assert half["total_time_s"] == pytest.approx(2 * base["total_time_s"])  # goodput stretches wall-clock only
+    assert half["chip_hours"] == pytest.approx(2 * base["chip_hours"]) and half["step_s"] == base["step_s"]
+    ep = cli("train-time", "mixtral-8x7b", "--chips", "64", "--tp", "2", "--ep", "8", "--json")
+    assert ep.json["inputs"]["ep"] == 8 and ep.json["rows"][0]["step_s"] != base["step_s"]
+    cp = cli("train-time", "llama-3.1-8b", "--chips", "64", "--cp", "2", "--json").json["rows"][0]
+    assert (cp["dp"], cp["chips"]) == (32, 64)
+    assert cli("train-time", "llama-3.1-8b", "--chips", "64", "--cp", "3").code == 2  # 64 is not a multiple of 3

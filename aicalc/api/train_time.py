@@ -159,7 +159,7 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
 
 
 def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute, framework: str = "megatron",
-                  interleave: int = 1):
+                  interleave: int = 1, cp: int = 1, ep: int = 1):
     """``(peak_reserved_bytes, fits)`` of a training layout (arrays broadcast) from
     :func:`aicalc.api.train_memory.train_memory`: Megatron's activation model for the ``megatron`` framework,
     transformers' (``hf``) for FSDP and DeepSpeed, mixed precision with fp32 master weights and flash
@@ -174,7 +174,7 @@ def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute,
         return None, None
     mem = train_memory(model, batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp, zero=zero, chip=chip,
                        recompute=recompute, framework=mem_framework, attention="flash",
-                       sp=mem_framework == "megatron", virtual_stages=int(interleave))
+                       sp=mem_framework == "megatron", virtual_stages=int(interleave), cp=cp, ep=int(ep))
     return np.asarray(mem["peak_reserved_bytes"], dtype=np.float64), np.asarray(mem["fits"], dtype=bool)
 
 

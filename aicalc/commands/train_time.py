@@ -9,7 +9,8 @@ from aicalc.result import Result
 def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024", micro_batch="1", tp="1", pp="1",
         dp=None, chips=None, mfu="auto", achieved=None, recompute: str = "selective", attention: str = "flash",
         sequence_parallel: bool = True, interleave: int = 1, zero=None, precision: str = "bf16",
-        dp_bandwidth=None, eff=None, framework: str = "megatron", search: bool = False, top: int = 10) -> Result:
+        dp_bandwidth=None, eff=None, framework: str = "megatron", search: bool = False, top: int = 10, cp: int = 1,
+        ep: int = 1, goodput="1") -> Result:
     import numpy as np
 
     from aicalc.api.train_time import train_time
@@ -36,27 +37,29 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
              micro_batch=int_sweep(micro_batch, "--micro-batch"))
     if chips is not None:
         n = parse_int(str(chips), "--chips")
-        mp = g["tp"] * g["pp"]
-        if dp is None:  # dp = chips / (tp·pp)
+        mp = g["tp"] * g["pp"] * int(cp)
+        if dp is None:  # dp = chips / (tp·pp·cp)
             if np.any(n % mp):
-                raise ParameterError("chips", n, "is not a multiple of tp × pp")
+                raise ParameterError("chips", n, "is not a multiple of tp × pp × cp")
             g["dp"] = n // mp
         elif np.any(mp * g["dp"] != n):
-            raise ParameterError("chips", n, "does not equal tp × pp × dp")
+            raise ParameterError("chips", n, "does not equal tp × pp × cp × dp")
     auto = str(mfu).lower() == "auto"
     r = train_time(model, chip, parse_count(str(tokens), "--tokens"), seq=g["seq"], global_batch=g["global_batch"],
                    micro_batch=g["micro_batch"], tp=g["tp"], pp=g["pp"], dp=g["dp"],
                    mfu=None if auto or achieved else mfu, achieved=achieved, recompute=recompute,
                    attention=attention, sequence_parallel=sequence_parallel, interleave=int(interleave),
                    zero=int(zero), precision=precision, dp_bandwidth=dp_bandwidth,
-                   efficiency=efficiency_overrides(eff), framework=framework)
+                   efficiency=efficiency_overrides(eff), framework=framework, cp=int(cp), ep=int(ep),
+                   goodput=goodput)
     m = r.meta
     tc, spec, chip_obj = m["train_chip"], m["model"], m["chip"]
     inputs = {"model": spec.id, "chip": chip_obj.id, "tokens": float(r.tokens[0]), "seq": seq,
               "global_batch": global_batch, "micro_batch": micro_batch, "tp": tp, "pp": pp, "dp": dp, "chips": chips,
               "mfu": mfu, "achieved": achieved, "recompute": recompute, "attention": attention,
               "sequence_parallel": sequence_parallel, "interleave": interleave, "zero": zero, "precision": precision,
-              "dp_bandwidth_bytes_per_s": tc.dp_bytes_per_s, "efficiency": m["efficiency"].as_dict()}
+              "dp_bandwidth_bytes_per_s": tc.dp_bytes_per_s, "efficiency": m["efficiency"].as_dict(), "cp": cp,
+              "ep": ep, "goodput": goodput}
     notes = [f"MFU {m['mfu_source']}; model FLOPs = 6·N_mm + 12·L·s·A·d + 6·V·H per token (TT-01); ideal = bare "
              "roofline of the same layout (no efficiency factors)",
              f"peak {tc.peak_flop_per_s / 1e12:,.1f} TFLOP/s dense {precision} per chip; DP network "
@@ -70,7 +73,7 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
     c = r.columns
     peak, fits = layout_memory(spec.id, chip_obj.id, micro_batch=c["micro_batch"], seq=c["seq"], dp=c["dp"],
                                tp=c["tp"], pp=c["pp"], zero=int(zero), recompute=recompute, framework=framework,
-                               interleave=int(interleave))
+                               interleave=int(interleave), cp=int(cp), ep=int(ep))
     if peak is not None:
         for i, row in enumerate(rows):
             row["peak_reserved_bytes"], row["fits"] = float(peak[i]), bool(fits[i])
