@@ -262,3 +262,18 @@ def test_cli_context_expert_parallel_and_goodput(cli):
     cp = cli("train-time", "llama-3.1-8b", "--chips", "64", "--cp", "2", "--json").json["rows"][0]
     assert (cp["dp"], cp["chips"]) == (32, 64)
     assert cli("train-time", "llama-3.1-8b", "--chips", "64", "--cp", "3").code == 2  # 64 is not a multiple of 3
+
+
+def test_search_includes_expert_parallelism_for_moe():
+    from aicalc.api.train_time import search_train_layouts, train_time
+
+    r = search_train_layouts("mixtral-8x7b", "h100-sxm", 64, 1e12, seq=4096, global_batch=1024, top=50)
+    eps = set(int(e) for e in r["ep"])
+    assert eps > {1} and all(8 % e == 0 for e in eps) and all(int(d) % int(e) == 0 for d, e in zip(r["dp"], r["ep"], strict=True))
+    i = 0  # the fastest row is the step model's own figure for that layout (one estimator, two entry points)
+    t = train_time("mixtral-8x7b", "h100-sxm", 1e12, seq=4096, global_batch=1024, micro_batch=int(r["micro_batch"][i]),
+                   tp=int(r["tp"][i]), pp=int(r["pp"][i]), dp=int(r["dp"][i]), ep=int(r["ep"][i]),
+                   recompute=str(r["recompute"][i]), zero=int(r["zero"][i]))
+    assert float(t["total_time_s"][0]) == pytest.approx(float(r["total_time_s"][0]))
+    dense = search_train_layouts("llama-3.1-8b", "h100-sxm", 16, 1e12, seq=4096, global_batch=256, top=5)
+    assert set(int(e) for e in dense["ep"]) == {1}

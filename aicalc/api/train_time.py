@@ -183,7 +183,8 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
                          framework: str = "megatron", precision: str = "bf16", dp_bandwidth=None,
                          top: int = 10) -> TrainTime:
     """The fastest layouts of ``chips`` chips that fit in memory: every TP (a power of two inside the chip's
-    scale-up domain that divides the heads and the FFN) × PP (dividing the layers) × DP, micro-batch dividing
+    scale-up domain that divides the heads and the FFN) × PP (dividing the layers) × DP, for a MoE every EP
+    (a power of two dividing the experts and DP), micro-batch dividing
     the per-replica batch, recompute and ZeRO stage, its peak memory from :func:`aicalc.api.train_memory.
     train_memory` (``fits``: the reserved peak within the chip's memory) and its time from :func:`train_time`,
     ranked by total time; the ``top`` fastest that fit (all of them, unranked by fit, when none does)."""
@@ -208,21 +209,31 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
     if not layouts:
         raise ParameterError("chips", n, f"admits no TP × PP × DP layout of {spec.id} with a micro-batch dividing "
                              f"the global batch {gb}")
-    tp, pp, dp, mb = (np.array(x, dtype=np.int64) for x in zip(*layouts, strict=True))
+    tp_all, pp_all, dp_all, mb_all = (np.array(x, dtype=np.int64) for x in zip(*layouts, strict=True))
+    # expert parallelism (MoE): EP degrees dividing the experts, inside the data-parallel ranks
+    eps = [1] + ([e for e in (2, 4, 8, 16, 32, 64, 128, 256) if arch.moe.experts % e == 0 and e <= n]
+                 if arch.moe is not None else [])
     parts = []
-    for rc in recompute:
-        for z in zero:
-            peak, fits = layout_memory(spec.id, c.id, micro_batch=mb, seq=seq, dp=dp, tp=tp, pp=pp, zero=z,
-                                       recompute=rc, framework=framework)
-            if peak is None:
-                continue  # selective recompute is Megatron's
-            t = train_time(spec.id, c.id, tokens, seq=seq, global_batch=gb, micro_batch=mb, tp=tp, pp=pp, dp=dp,
-                           recompute=rc, zero=z, precision=precision, dp_bandwidth=dp_bandwidth, framework=framework)
-            cols = dict(t.columns)
-            cols["recompute"] = np.full(len(t), rc)
-            cols["zero"] = np.full(len(t), z, dtype=np.int64)
-            cols["peak_reserved_bytes"], cols["fits"] = peak, fits
-            parts.append(cols)
+    for ep in eps:
+        sel = dp_all % ep == 0
+        if not sel.any():
+            continue
+        tp, pp, dp, mb = tp_all[sel], pp_all[sel], dp_all[sel], mb_all[sel]
+        for rc in recompute:
+            for z in zero:
+                peak, fits = layout_memory(spec.id, c.id, micro_batch=mb, seq=seq, dp=dp, tp=tp, pp=pp, zero=z,
+                                           recompute=rc, framework=framework, ep=ep)
+                if peak is None:
+                    continue  # selective recompute is Megatron's
+                t = train_time(spec.id, c.id, tokens, seq=seq, global_batch=gb, micro_batch=mb, tp=tp, pp=pp,
+                               dp=dp, recompute=rc, zero=z, precision=precision, dp_bandwidth=dp_bandwidth,
+                               framework=framework, ep=ep)
+                cols = dict(t.columns)
+                cols["ep"] = np.full(len(t), ep, dtype=np.int64)
+                cols["recompute"] = np.full(len(t), rc)
+                cols["zero"] = np.full(len(t), z, dtype=np.int64)
+                cols["peak_reserved_bytes"], cols["fits"] = peak, fits
+                parts.append(cols)
     keys = list(parts[0])
     allc = {k: np.concatenate([p[k] for p in parts]) for k in keys}
     fit = allc["fits"]

@@ -110,8 +110,8 @@ def _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, prec
               "recompute": recompute, "zero": zero}
     notes = [f"{m['layouts_fit']} of {m['layouts']} layouts fit (train-mem's reserved peak within the chip's memory); "
              f"the {len(r)} fastest, ranked by total time (step model: docs/train-time.md)"]
-    columns = ["tp", "pp", "dp", "micro_batch", "recompute", "zero", "mfu", "tokens_per_s", "step_s", "total_time_s",
-               "chip_hours", "peak_reserved_bytes", "fits"]
+    columns = ["tp", "pp", "dp", *(["ep"] if m["model"].arch.moe is not None else []), "micro_batch", "recompute",
+               "zero", "mfu", "tokens_per_s", "step_s", "total_time_s", "chip_hours", "peak_reserved_bytes", "fits"]
     return Result("train-time", inputs, r.rows(), warnings=r.warnings,
                   title=f"{m['model'].id} on {n} × {m['chip'].id}: fastest layouts that fit", notes=notes,
                   columns=columns)
