@@ -1,5 +1,5 @@
 """The 2025 architectures (issue 15 item 6): Gemma-3, Qwen3 and Qwen3-MoE, Llama-4, gpt-oss, DeepSeek-V2, Phi-4 and
-Mistral NeMo presets.
+Mistral NeMo presets; OLMo-2, Granite, Cohere (Command-R) and Cohere2 (Command R7B).
 
 Exactness: aicalc's parameter count and KV-cache bytes equal what transformers builds from the same preset config,
 as recorded by ``validation/record_params.py`` and ``validation/record_kv.py`` (versions in the files). Headline
@@ -22,7 +22,8 @@ PARAMS = {r["name"]: r for r in json.loads((DATA / "validation" / "params.json")
 KV = [r for r in json.loads((DATA / "validation" / "kv_cache.json").read_text())["records"] if r["kind"] == "preset"]
 
 NEW = ["gemma-3-27b", "qwen3-8b", "qwen3-30b-a3b", "qwen3-235b-a22b", "llama-4-scout", "llama-4-maverick",
-       "gpt-oss-20b", "gpt-oss-120b", "deepseek-v2-lite", "deepseek-v2", "phi-4", "mistral-nemo-12b"]
+       "gpt-oss-20b", "gpt-oss-120b", "deepseek-v2-lite", "deepseek-v2", "phi-4", "mistral-nemo-12b",
+       "olmo-2-13b", "granite-3.3-8b", "command-r-v01", "command-r7b"]
 ENGINE = {"DynamicCache": "hf", "StaticCache": "vllm"}
 
 
@@ -50,7 +51,7 @@ def test_kv_cache_equals_transformers_past_the_window(rec):
 
 def test_every_new_preset_is_recorded_with_a_long_case_where_a_window_slides():
     assert set(NEW) <= set(PARAMS)
-    for name in ("gemma-3-27b", "gpt-oss-20b", "gpt-oss-120b", "llama-4-scout", "llama-4-maverick"):
+    for name in ("gemma-3-27b", "gpt-oss-20b", "gpt-oss-120b", "llama-4-scout", "llama-4-maverick", "command-r7b"):
         arch = _arch(name)
         assert any(r["name"] == name and r["seq"] > arch.sliding_window for r in KV), name
 
@@ -77,6 +78,10 @@ PUBLISHED = [
     # Phi-4 technical report: 14B (model card: 14.7B); Gemma 3 27B
     ("phi-4", 14.7e9, 0.003, None, None, None),
     ("gemma-3-27b", 27e9, 0.002, None, None, None),
+    # Command-R model card: "a 35 billion parameter" model
+    ("command-r-v01", 35e9, 0.001, None, None, None),
+    # Granite 3.3 8B model card: "an 8-billion parameter" model (8.17B, rounded down by the card)
+    ("granite-3.3-8b", 8e9, 0.025, None, None, None),
 ]
 
 
@@ -96,6 +101,49 @@ def test_published_non_embedding_counts():
     # Qwen3-8B model card: 6.95B non-embedding (untied: embedding and lm_head both excluded)
     n = count_params(_arch("qwen3-8b"))
     assert n.total - n.embedding - n.lm_head == pytest.approx(6.95e9, rel=0.001)
+
+
+def test_olmo2_13b_equals_its_checkpoint():
+    # allenai/OLMo-2-1124-13B model.safetensors.index.json: total_size 54,864,793,600 bytes of float32 tensors
+    assert count_params(_arch("olmo-2-13b")).total == 54_864_793_600 // 4
+
+
+def test_qk_norm_over_the_whole_projection():
+    from dataclasses import replace
+
+    olmo = _arch("olmo-2-13b")  # q_norm over 40 x 128 and k_norm over 40 x 128 weights in each of 40 layers
+    assert (olmo.qk_norm, olmo.qk_norm_full, olmo.norms_per_layer) == (True, True, 2)
+    assert count_params(olmo).norms == 40 * (2 * 5120 + 5120 + 5120) + 5120
+    per_head = count_params(replace(olmo, qk_norm_full=False)).norms  # a Qwen3-style norm would hold 2 x 128
+    assert count_params(olmo).norms - per_head == 40 * (2 * 5120 - 2 * 128)
+    gqa = arch_from_config({"model_type": "cohere", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+                            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+                            "use_qk_norm": True})
+    # CohereLayerNorm weights of shape (4, 16) on q and (2, 16) on k; one input norm per layer plus the final norm
+    assert count_params(gqa).norms == 3 * (64 + 4 * 16 + 2 * 16) + 64
+
+
+def test_cohere_parallel_block_and_tied_embeddings():
+    for name in ("command-r-v01", "command-r7b"):
+        arch = _arch(name)
+        assert (arch.norms_per_layer, arch.norm, arch.tied_embeddings, arch.qk_norm) == (1, "rms", True, False)
+        assert count_params(arch).lm_head == 0
+    assert _arch("command-r-v01").attention_kind == "MHA"
+
+
+def test_cohere2_sliding_pattern():
+    r7b = _arch("command-r7b")  # layers 3, 7, ..., 31 global; the rest slide over 4096 tokens
+    assert (r7b.sliding_layers, r7b.sliding_window) == (24, 4096)
+    assert [i for i, t in enumerate(r7b.layer_types) if t == "full_attention"] == list(range(3, 32, 4))
+    cfg = {k: v for k, v in PARAMS["command-r7b"]["config"].items() if k != "sliding_window_pattern"}
+    assert arch_from_config(cfg).layer_types == r7b.layer_types  # Cohere2Config's default pattern is 4
+    assert arch_from_config({**cfg, "sliding_window_pattern": 2}).sliding_layers == 16
+
+
+def test_granite_multipliers_change_no_shape():
+    cfg = PARAMS["granite-3.3-8b"]["config"]
+    plain = {k: v for k, v in cfg.items() if not k.endswith(("_multiplier", "_scaling"))}
+    assert count_params(arch_from_config(plain)).total == PARAMS["granite-3.3-8b"]["params"]
 
 
 def test_wrappers_size_the_text_model():
@@ -146,7 +194,10 @@ def test_mla_kv_bytes_per_token():
         ({"model_type": "deepseek_v2", "mlp_bias": True, "num_experts_per_tok": 6}, "mlp_bias true is not supported"),
         ({"model_type": "deepseek_v2"}, "missing field 'num_experts_per_tok'"),
         ({"model_type": "llama4_text", "no_rope_layers": [1, 0]}, "'no_rope_layers' must be a list of 0/1 flags"),
-        ({"model_type": "olmo2", "hidden_size": 64}, "unsupported model_type 'olmo2'"),
+        ({"model_type": "mamba", "hidden_size": 64}, "unsupported model_type 'mamba'"),
+        ({"model_type": "cohere2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "vocab_size": 512, "sliding_window": None,
+          "layer_types": ["sliding_attention", "full_attention"]}, "sliding_window is not set"),
     ],
 )
 def test_bad_or_unsupported_configs_give_one_clear_error(cfg, message):

@@ -51,6 +51,7 @@ EXTRA_CASES: list[dict[str, Any]] = [
     {"name": "gemma-2-9b", "batch": 2, "seq": "window+100"},
     {"name": "gemma-2-9b", "batch": 1, "seq": "window+100", "cache": "StaticCache"},
     {"name": "phi-3-mini", "batch": 1, "seq": "window+100", "cache": "StaticCache"},
+    {"name": "command-r7b", "batch": 1, "seq": "window+100", "cache": "StaticCache"},
 ]
 
 # Tiny configs, at least one per model family (model_type), run for real (CPU, bf16) and under FakeTensorMode
@@ -226,6 +227,27 @@ CROSSCHECK_CONFIGS: dict[str, dict[str, Any]] = {
             "vocab_size": 512,
             "max_position_embeddings": 256,
         },
+    },
+    # QK-norm over the whole q/k projection; post-attention and post-feedforward norms
+    "olmo2": {"model_type": "olmo2", **_TINY_LLAMA},
+    # Llama layout with scalar multipliers (no shape changes)
+    "granite": {
+        "model_type": "granite",
+        **_TINY_LLAMA,
+        "embedding_multiplier": 12.0,
+        "attention_multiplier": 0.0078125,
+        "residual_multiplier": 0.22,
+        "logits_scaling": 16.0,
+    },
+    # parallel attention + MLP off one bias-free LayerNorm; per-head q/k LayerNorms
+    "cohere": {"model_type": "cohere", **_TINY_LLAMA, "use_qk_norm": True},
+    # three sliding layers (window 8) per full one (sliding_window_pattern 4)
+    "cohere2": {
+        "model_type": "cohere2",
+        **_TINY_LLAMA,
+        "num_hidden_layers": 4,
+        "sliding_window": 8,
+        "sliding_window_pattern": 4,
     },
 }
 CROSSCHECK_SEQS = (6, 7, 8, 9, 12)

@@ -49,7 +49,9 @@ class Arch:
     vocab: int  # V
     tied_embeddings: bool
     max_context: int
-    norm: str = "rms"  # "rms" (weight only) or "layer" (weight and bias)
+    # "rms": a weight-only norm (RMSNorm; also Cohere's bias-free LayerNorm, whose H weights count the same);
+    # "layer": LayerNorm with weight and bias
+    norm: str = "rms"
     norms_per_layer: int = 2
     qkv_bias: bool = False
     o_bias: bool = False
@@ -57,6 +59,9 @@ class Arch:
     learned_positions: int = 0  # rows of a learned position table (GPT-2/3)
     embedding_norm: bool = False  # a norm right after the token embedding (BLOOM)
     qk_norm: bool = False  # RMSNorm over head_dim on queries and keys (Qwen3)
+    # with qk_norm: the q/k norm weights span the whole projection, A·d on q and K·d on k (OLMo-2's RMSNorm over
+    # q_proj/k_proj outputs, Cohere's per-head LayerNorm of shape (heads, head_dim)), not one head_dim vector each
+    qk_norm_full: bool = False
     attention_sinks: bool = False  # one learned sink logit per query head and layer (gpt-oss ``self_attn.sinks``)
     activation: str = "silu"
     sliding_window: int | None = None

@@ -2,7 +2,8 @@
 
 Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2,
 gemma3_text, gemma3 (image-text wrapper: the language model in ``text_config`` is sized), phi3, gpt2, falcon,
-bloom, deepseek_v2, deepseek_v3, gpt_oss, llama4_text, llama4 (wrapper: ``text_config``). Keys that a real
+bloom, deepseek_v2, deepseek_v3, gpt_oss, llama4_text, llama4 (wrapper: ``text_config``), olmo2, granite, cohere,
+cohere2. Keys that a real
 config.json may leave out take the defaults of the transformers configuration class of that family (e.g.
 Gemma-2 ties embeddings, Falcon's FFN is 4·H, DeepSeek-V2's q_lora_rank is 1536 unless set to null); keys no
 default exists for must be present, and a missing one is reported by name.
@@ -16,7 +17,8 @@ from aicalc.catalog.arch import MLA, Arch, MoE
 from aicalc.errors import AicalcError
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gemma3",
-             "phi3", "gpt2", "falcon", "bloom", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4_text", "llama4")
+             "phi3", "gpt2", "falcon", "bloom", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4_text", "llama4",
+             "olmo2", "granite", "cohere", "cohere2")
 # Image-text wrappers whose language model sits in ``text_config``: aicalc sizes that model only (the vision tower
 # and projector are not counted), as transformers' ``AutoModelForCausalLM`` of the text config builds it.
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
@@ -36,7 +38,7 @@ MAX_DIM = {
     "num_experts_per_tok": _EXPERTS, "n_shared_experts": _EXPERTS,
     "max_position_embeddings": _TOKENS, "n_positions": _TOKENS, "seq_length": _TOKENS, "sliding_window": _TOKENS,
     "intermediate_size_mlp": _FFN, "interleave_moe_layer_step": _LAYERS, "no_rope_layer_interval": _LAYERS,
-    "attention_chunk_size": _TOKENS,
+    "attention_chunk_size": _TOKENS, "sliding_window_pattern": _LAYERS,
 }
 MAX_OTHER = 2**30  # any other integer field
 MAX_PARAMS = 10**15  # parameters of the whole model (the largest released: ~2·10^12)
@@ -329,6 +331,40 @@ def _llama4_text(r):
     )
 
 
+def _olmo2(r):
+    """OLMo-2 (``Olmo2Config``/``modeling_olmo2.py``): Llama's projections and SwiGLU, an RMSNorm over the whole q_proj
+    and k_proj outputs (A·d and K·d weights, not one head_dim vector) and two RMSNorms per layer placed after
+    attention and after the MLP (no input norm); untied embeddings by default."""
+    return Arch(**_llama_like(r, window=None) | {"qk_norm": True, "qk_norm_full": True})
+
+
+def _granite(r):
+    """Granite 3.x (``GraniteConfig``/``modeling_granite.py``): Llama's layout; the embedding, attention, residual and
+    logits multipliers scale activations and change no shape."""
+    return Arch(**_llama_like(r, window=None))
+
+
+def _cohere(r):
+    """Cohere Command-R (``CohereConfig``/``modeling_cohere.py``): attention and MLP in parallel off one bias-free
+    LayerNorm per layer, tied embeddings by default (``tie_word_embeddings`` true), ``use_qk_norm`` adds per-head
+    LayerNorms of (heads, head_dim) weights on q and k; max_position_embeddings defaults to 8192."""
+    qk = r.get("use_qk_norm", default=False, kind=bool)
+    fields = _llama_like(r, tied_default=True, norms=1, window=None)
+    return Arch(**fields | {"qk_norm": qk, "qk_norm_full": qk,
+                            "max_context": r.get("max_position_embeddings", default=8192)})
+
+
+def _cohere2(r):
+    """Cohere2 / Command R7B (``Cohere2Config``/``modeling_cohere2.py``): Cohere's parallel block, single bias-free
+    LayerNorm and tied embeddings, no QK-norm; head_dim hidden_size // num_attention_heads unless the file sets one
+    (transformers 5 keeps an explicit ``head_dim``); three sliding-window layers (window 4096 by default) per full one: layer i slides
+    unless (i + 1) is a multiple of ``sliding_window_pattern`` (default 4), unless ``layer_types`` says otherwise."""
+    window = _positive_or_none(r, "sliding_window", r.cfg.get("sliding_window", 4096))
+    period = r.get("sliding_window_pattern", default=4)
+    fields = _llama_like(r, tied_default=True, norms=1, window=window, pattern=lambda i: (i + 1) % period != 0)
+    return Arch(**fields | {"max_context": r.get("max_position_embeddings", default=8192)})
+
+
 def _phi3(r):
     window = _positive_or_none(r, "sliding_window", r.cfg.get("sliding_window"))
     return Arch(**_llama_like(r, window=window))
@@ -443,5 +479,5 @@ _READERS = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _qwen3,
     "qwen3_moe": _qwen3_moe, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "phi3": _phi3, "gpt2": _gpt2,
     "falcon": _falcon, "bloom": _bloom, "deepseek_v2": _deepseek_v2, "deepseek_v3": _deepseek_v3, "gpt_oss": _gpt_oss,
-    "llama4_text": _llama4_text,
+    "llama4_text": _llama4_text, "olmo2": _olmo2, "granite": _granite, "cohere": _cohere, "cohere2": _cohere2,
 }

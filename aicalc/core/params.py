@@ -71,6 +71,33 @@ def mlp_params(arch: Arch, width: int) -> int:
     return mats + bias
 
 
+def qk_norm_params(arch: Arch) -> int:
+    """One layer's query/key norm weights (0 without QK-norm).
+
+    * one norm over ``head_dim`` shared by all heads, on q and on k: ``2·d`` (Qwen3 ``q_norm``/``k_norm``,
+      ``Qwen3RMSNorm(self.head_dim)`` in ``modeling_qwen3.py``; Gemma-3 the same);
+    * ``qk_norm_full``: a weight per channel of the whole projection, ``A·d + K·d``. OLMo-2 normalizes the full
+      q_proj/k_proj outputs, ``Olmo2RMSNorm(config.num_attention_heads * self.head_dim)`` and
+      ``Olmo2RMSNorm(config.num_key_value_heads * self.head_dim)`` (``Olmo2Attention``, ``modeling_olmo2.py``);
+      Cohere with ``use_qk_norm`` has a per-head LayerNorm without bias whose weight is shaped
+      ``(num_attention_heads, head_dim)`` on q and ``(num_key_value_heads, head_dim)`` on k (``CohereAttention``,
+      ``modeling_cohere.py``): the same count.
+
+    Layer norms elsewhere follow the per-family reader's ``norms_per_layer``: OLMo-2 places its two RMSNorms after
+    attention and after the MLP (``post_attention_layernorm``, ``post_feedforward_layernorm``; no input norm),
+    Cohere/Cohere2 run attention and MLP in parallel off a single ``input_layernorm`` (``CohereDecoderLayer``),
+    a ``CohereLayerNorm`` with a weight and no bias (H parameters, counted like an RMSNorm), and tie the embeddings
+    by default (``tie_word_embeddings=True`` in ``CohereConfig``/``Cohere2Config``). Granite's
+    ``embedding_multiplier``, ``attention_multiplier``, ``residual_multiplier`` and ``logits_scaling`` are scalars
+    applied in ``GraniteModel``/``GraniteAttention``/``GraniteDecoderLayer``/``GraniteForCausalLM``
+    (``modeling_granite.py``): no shape changes, its count is Llama's."""
+    if not arch.qk_norm:
+        return 0
+    if arch.qk_norm_full:
+        return _norm(arch, arch.q_dim) + _norm(arch, arch.kv_dim)
+    return 2 * _norm(arch, arch.head_dim)
+
+
 def count_params(arch: Arch) -> ParamCount:
     H, V, L = arch.hidden, arch.vocab, arch.layers
     embedding = V * H + arch.learned_positions * H + (_norm(arch, H) if arch.embedding_norm else 0)
@@ -92,8 +119,7 @@ def count_params(arch: Arch) -> ParamCount:
             ffn += dense_ffn
             active_ffn += dense_ffn
     norms = L * arch.norms_per_layer * _norm(arch, H) + _norm(arch, H)
-    if arch.qk_norm:
-        norms += L * 2 * _norm(arch, arch.head_dim)
+    norms += L * qk_norm_params(arch)
     lm_head = 0 if arch.tied_embeddings else V * H
     active = embedding + attention + active_ffn + norms + lm_head
     return ParamCount(embedding=embedding, attention=attention, ffn=ffn, norms=norms, lm_head=lm_head, active=active)
