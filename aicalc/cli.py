@@ -404,7 +404,9 @@ def train_mem(
     virtual_stages: Annotated[int, typer.Option("--virtual-stages", "--interleave",
                                                 help="virtual pipeline stages per device (interleaved 1F1B)")] = 1,
     microbatches: Annotated[int | None, typer.Option("--microbatches", help="micro-batches per step (pipeline in flight)")] = None,
-    recompute: Annotated[str, typer.Option("--recompute", help="none | selective | full")] = "none",
+    recompute: Annotated[str, typer.Option("--recompute", help="none | full | selective (megatron: the attention "
+                                           "core) | selective-op (hf: torchtitan op-level SAC) | every-N (hf: "
+                                           "checkpoint every N-th layer)")] = "none",
     framework: Annotated[str, typer.Option("--framework", help="hf | megatron (activation model)")] = "hf",
     attention: Annotated[str, typer.Option("--attention", help="eager | sdpa | flash (materialized = eager)")] = "sdpa",
     lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank (fine-tune adapters only)")] = None,

@@ -540,3 +540,78 @@ def test_progress_bar_only_on_a_terminal_for_long_work():
     with cli.progress_bar("x", min_total=10, env=Env(io.StringIO(), err2, False, stderr_isatty=False)) as p:
         p(10, 10)
     assert err2.getvalue() == ""  # never into a pipe or a log
+
+
+# ---------------------------------------------------------------- hf selective activation checkpointing (issue 13)
+
+
+def test_hf_selective_op_through_cli(cli):
+    """torchtitan's op-level SAC (``selective_ac_option = "op"``) on Llama-3.1-8B (H 4096, A 32, K 8, d 128,
+    F 14336, V 128,256, 32 layers), bf16, sdpa, B 1, S 4096, derived by hand from torchtitan's policy: each layer
+    keeps its input and the 1st, 3rd, 5th, 7th of its seven ``aten.mm`` outputs (q, v, gate, down; k, o, up are
+    recomputed) plus the SDPA output and fp32 log-sum-exp; outside the layers the token ids, the RoPE tables and
+    position ids the checkpoints hold, the final RMSNorm, the lm_head input and the fp32 log-softmax."""
+    B, S, H, A, K, d, F, V, L, a = 1, 4096, 4096, 32, 8, 128, 14336, 128256, 32, 2
+    layer = a * B * S * (H + A * d + K * d + F + H) + a * B * S * A * d + 4 * B * A * S
+    outside = (8 * B * S + 2 * a * S * d + 8 * S + (4 * B * S * H + 2 * a * B * S * H + 4 * B * S)
+               + 4 * B * S * V + 8 * B * (S + 1) + 4)
+    r = cli("train-mem", "llama-3.1-8b", "--precision", "bf16", "--seq", S, "--recompute", "selective-op",
+            "--json").json["rows"][0]
+    assert r["recompute"] == "selective-op"
+    assert r["activations_bytes"] == pytest.approx(L * layer + outside, rel=1e-9)
+    # the recompute workspace: one rebuilt layer plus its gradients, as with full recompute
+    full = cli("train-mem", "llama-3.1-8b", "--precision", "bf16", "--seq", S, "--recompute", "full",
+               "--json").json["rows"][0]
+    assert r["transient_bytes"] == pytest.approx(full["transient_bytes"])
+    assert full["activations_bytes"] < r["activations_bytes"]
+
+
+def test_hf_every_n_layers_through_cli(cli):
+    """``--recompute every-2`` (torchtitan ``selective_ac_option = "2"``): 16 of Llama-3.1-8B's 32 layers keep
+    only their input a·BSH, the other 16 everything (hf sdpa layer, by hand: two RMSNorms 4BSH + 2aBSH + 4BS
+    each, q and o a·BS·Ad, k and v a·BS·Kd, fp32 LSE 4·B·A·S, SwiGLU 4·a·BSF); the checkpoints also hold the
+    int64 position ids (8S). ``every-4`` checkpoints 8 layers, ``every-1`` is full recompute, ``every-64``
+    (more than the layers) none."""
+    B, S, H, A, K, d, F, a = 1, 4096, 4096, 32, 8, 128, 14336, 2
+    hf_layer = (2 * (4 * B * S * H + 2 * a * B * S * H + 4 * B * S) + a * B * S * (2 * A * d + 2 * K * d)
+                + 4 * B * A * S + 4 * a * B * S * F)
+
+    def act(rc):
+        r = cli("train-mem", "llama-3.1-8b", "--precision", "bf16", "--seq", S, "--recompute", rc, "--json")
+        assert r.code == 0, r.err
+        return r.json["rows"][0]["activations_bytes"]
+
+    none = act("none")
+    assert none - act("every-2") == pytest.approx(16 * (hf_layer - a * B * S * H) - 8 * S, rel=1e-9)
+    assert none - act("every-4") == pytest.approx(8 * (hf_layer - a * B * S * H) - 8 * S, rel=1e-9)
+    assert act("every-1") == act("full")
+    assert act("every-64") == none
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--recompute", "selective"], "selective-op"),
+        (["--recompute", "every-0"], "every-N"),
+        (["--recompute", "everytwo"], "every-N"),
+        (["--recompute", "every-N"], "N ≥ 1"),
+        (["--recompute", "selective-op", "--framework", "megatron"], "--framework megatron"),
+        (["--recompute", "every-2", "--framework", "megatron"], "--framework megatron"),
+        (["--recompute", "selective-op", "--lora-rank", "8"], "--lora-rank"),
+    ],
+)
+def test_hf_selective_bad_input_exit_2(cli, argv, needle):
+    r = cli("train-mem", "llama-3.1-8b", *argv)
+    assert r.code == 2, r.err
+    assert needle in r.err and "Traceback" not in r.err
+
+
+def test_search_tries_the_selective_modes():
+    import aicalc
+
+    res = aicalc.search_layouts("llama-3.1-8b", "h100-sxm", 8, seq=4096, max_batch=4, top=10_000)
+    assert set(res.columns["recompute"]) == {"none", "full", "selective-op", "every-2"}
+    res = aicalc.search_layouts("llama-3.1-8b", "h100-sxm", 8, seq=4096, max_batch=4, top=10_000, lora_rank=8)
+    assert set(res.columns["recompute"]) == {"none", "full", "every-2"}
+    res = aicalc.search_layouts("llama-3.1-8b", "h100-sxm", 8, seq=4096, max_batch=4, top=10_000, framework="megatron")
+    assert set(res.columns["recompute"]) == {"none", "full", "selective"}

@@ -2,7 +2,8 @@
 
 ``tests/data/validation/activations.json`` holds the bytes autograd saved (``saved_tensors_hooks``, distinct
 storages, parameters excluded) for transformers models of several families, shapes, attention
-implementations, dtypes and with/without gradient checkpointing, recorded on the CPU by
+implementations, dtypes and with/without gradient checkpointing (transformers' on every layer; torchtitan's
+op-level selective checkpointing and every-2nd-layer checkpointing, issue 13), recorded on the CPU by
 ``validation/record_activations.py``. The estimator must land within 5 % of every record (issue 4).
 
 The CPU differs from CUDA in two documented element sizes, which the estimator takes as parameters: dropout
@@ -38,8 +39,10 @@ def estimate(rec: dict) -> float:
     a = 2.0 if rec["dtype"] == "bf16" else 4.0
     dropout = float(cfg.get("resid_pdrop", 0.0))
     attn_dropout = float(cfg.get("attn_pdrop", 0.0))
-    return float(hf_activations(rec["batch"], rec["seq"], arch, a, rec["attention"],
-                                "full" if rec["gradient_checkpointing"] else "none", dropout=dropout,
+    # selective checkpoints (torchtitan's op-level SAC, every N-th layer) name their mode; the others are
+    # transformers' gradient checkpointing on every layer or none
+    recompute = rec.get("recompute") or ("full" if rec["gradient_checkpointing"] else "none")
+    return float(hf_activations(rec["batch"], rec["seq"], arch, a, rec["attention"], recompute, dropout=dropout,
                                 attn_dropout=attn_dropout, mask_bytes=a, stat_bytes=a))
 
 
@@ -52,6 +55,19 @@ def test_records_exist_and_cover_the_matrix():
     assert {r["gradient_checkpointing"] for r in RECORDS} == {False, True}
     lora = [r for r in RECORDS if r.get("lora")]
     assert {r["lora"]["targets"] for r in lora} == {"q,v", "all"} and {r["dtype"] for r in lora} == {"bf16", "fp32"}
+
+
+def test_selective_checkpointing_records_cover_both_modes():
+    """torchtitan's op-level SAC and every-2nd-layer AC: bf16 and fp32, sdpa and eager, bias-free linears
+    (Llama/Mistral), q/k/v biases (Qwen2) and GPT-2's Conv1D, 3-layer models for every-2 (1 of 3 checkpointed)."""
+    sac = [r for r in RECORDS if r.get("recompute")]
+    assert {r["recompute"] for r in sac} == {"selective-op", "every-2"}
+    for mode in ("selective-op", "every-2"):
+        rows = [r for r in sac if r["recompute"] == mode]
+        assert {r["attention"] for r in rows} == {"eager", "sdpa"} and {r["dtype"] for r in rows} >= {"fp32"}
+        assert len({r["config"]["model_type"] for r in rows}) >= 3
+    assert {r["dtype"] for r in sac} == {"bf16", "fp32"}
+    assert any(r["recompute"] == "every-2" and r["config"].get("num_hidden_layers") == 3 for r in sac)
 
 
 @pytest.mark.parametrize("rec", RECORDS, ids=[r["name"] for r in RECORDS])

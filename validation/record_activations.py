@@ -12,8 +12,34 @@ Backward is not run: what is saved is fully known when the forward returns.
 
 Variants per point: ``attn_implementation`` ``eager`` and ``sdpa``; parameters in bf16 and in fp32;
 without and with gradient checkpointing (``use_reentrant=True``, so the checkpoint's saved layer inputs go
-through ``ctx.save_for_backward`` and are seen by the hooks; with the non-reentrant variant they would be
-held by a closure instead, the same bytes).
+through ``ctx.save_for_backward`` and are seen by the hooks).
+
+Selective activation checkpointing (``SAC_CASES``), as torchtitan applies it to each transformer block
+(``torchtitan/parallelisms/parallelize_llama.py``, later ``torchtitan/distributed/activation_checkpoint.py``):
+
+* ``selective-op`` (``ac_mode = "selective"``, ``selective_ac_option = "op"``): every decoder layer runs under
+  ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False, context_fn=...)`` whose context is
+  ``create_selective_checkpoint_contexts(policy)``; the policy is torchtitan's: ``MUST_SAVE`` the outputs of
+  the ops in its ``_save_list`` (``aten.mm``, SDPA's flash/efficient kernels, ``reduce_scatter``) except every
+  second ``aten.mm`` of the layer (a counter per checkpoint call), ``PREFER_RECOMPUTE`` everything else. On the
+  CPU, ``F.scaled_dot_product_attention`` runs ``aten._scaled_dot_product_flash_attention_for_cpu`` (out + fp32
+  log-sum-exp, like CUDA's flash kernel), so that op joins the list as the CPU stand-in.
+* ``every-N`` (``selective_ac_option = "N"``): torchtitan wraps every N-th block in a full checkpoint (its
+  ``count % N == 0`` with the count starting at 1: layers N-1, 2N-1, ... from 0); the others keep everything.
+  (transformers' ``activation_checkpointing_enable(every_n_layers=N)`` checkpoints layers 0, N, 2N, ...
+  instead: the same number of layers when N divides L.)
+
+How those are counted: with ``use_reentrant=False`` the checkpoint's positional inputs are saved as
+``SavedTensor``s and do go through the outer ``saved_tensors_hooks`` (the hooks see them), but what autograd
+saves inside the checkpointed region goes to the checkpoint's own inner hook (a placeholder, recomputed in
+backward) and is correctly not seen; two things the checkpoint keeps are invisible to the hooks and are
+counted here directly: (1) the outputs SAC caches (``MUST_SAVE``), held in the storage dictionary of the
+``_CachingTorchDispatchMode`` that ``create_selective_checkpoint_contexts`` returns (the harness keeps a
+reference to each one and walks it after the forward); (2) the tensors passed to the layer as keyword
+arguments (transformers calls ``checkpoint(partial(forward, self, **kwargs), *args)``: RoPE cos/sin,
+position ids, the eager causal mask), held by the recompute closure until backward. Both are deduplicated
+with the hook-seen storages by ``data_ptr``, parameters excluded. Not counted: the RNG states the checkpoint
+keeps (``preserve_rng_state``; a few KiB).
 
 Every number in the output comes from torch; nothing here is computed by formula, and aicalc is not
 imported. ``tests/test_train_mem_hf.py`` compares aicalc's ``--framework hf`` estimate with the records.
@@ -83,6 +109,25 @@ DTYPES = ("bf16", "fp32")
 CHECKPOINTING = (False, True)
 
 
+# Selective activation checkpointing (torchtitan's op policy and every-N-th-layer AC): a few points per mode,
+# bf16 and fp32, sdpa and eager, on models with bias-free linears (Llama/Mistral: q, k, v, o, gate, up, down all
+# ``aten.mm``), with q/k/v biases (Qwen2: those are ``aten.addmm``, not in the list) and GPT-2 (Conv1D: all addmm).
+SAC_CASES = [
+    ("llama2-style", "sdpa", "bf16", "selective-op", [(1, 128), (2, 256)]),
+    ("llama2-style", "sdpa", "fp32", "selective-op", [(1, 512)]),
+    ("llama2-style", "eager", "fp32", "selective-op", [(2, 256)]),
+    ("llama3-style", "sdpa", "fp32", "selective-op", [(2, 256)]),
+    ("mistral-style", "eager", "bf16", "selective-op", [(1, 256)]),
+    ("qwen2-style", "sdpa", "bf16", "selective-op", [(2, 256)]),
+    ("qwen2-style", "eager", "fp32", "selective-op", [(1, 512)]),
+    ("gpt2-sdpa-style", "sdpa", "fp32", "selective-op", [(2, 256)]),
+    ("llama2-style", "sdpa", "bf16", "every-2", [(2, 256)]),
+    ("llama3-style", "eager", "fp32", "every-2", [(1, 512)]),
+    ("qwen2-style", "sdpa", "fp32", "every-2", [(2, 256)]),
+    ("gpt2-style", "eager", "fp32", "every-2", [(2, 256)]),
+]
+
+
 # LoRA (PEFT ``get_peft_model``, r 16, alpha 32, lora_dropout 0, adapters autocast to fp32 as PEFT does by
 # default): the base weights are frozen, so their linears keep no inputs, and the adapters keep theirs.
 LORA_TARGETS = {"q,v": ["q_proj", "v_proj"],
@@ -111,23 +156,83 @@ def cases() -> list[dict[str, Any]]:
                     for batch, seq in points:
                         out.append({"model": model, "batch": batch, "seq": seq, "attention": attn,
                                     "dtype": dtype, "gradient_checkpointing": ckpt})
+    for model, attn, dtype, recompute, points in SAC_CASES:
+        for batch, seq in points:
+            out.append({"model": model, "batch": batch, "seq": seq, "attention": attn, "dtype": dtype,
+                        "gradient_checkpointing": True, "recompute": recompute})
     return out
 
 
 def case_name(c: dict[str, Any]) -> str:
     gc = "+gc" if c["gradient_checkpointing"] else ""
+    if c.get("recompute"):
+        gc = f"+{c['recompute']}"
     lora = f"+lora[{c['lora']['targets']}]" if c.get("lora") else ""
     return f"{c['model']}/{c['attention']}/{c['dtype']}{gc}{lora}/b{c['batch']}s{c['seq']}"
 
 
 _models: dict[tuple, Any] = {}
+# What the selective checkpoints hold outside autograd's saved tensors, filled during one forward (see the
+# module docstring): the SAC caches' storage dictionaries and the layers' keyword-argument tensors.
+_held: dict[str, list] = {"sac": [], "kwargs": []}
 
 
-def build(model: str, attn: str, dtype: str, gc: bool, lora: str | None = None):
+def _sac_context_fn():
+    """torchtitan's op-level SAC context: ``_save_list`` outputs are MUST_SAVE except every second ``aten.mm``
+    of the block (``meta`` counts per checkpoint call), everything else PREFER_RECOMPUTE. The CPU's SDPA kernel
+    stands in for CUDA's flash/efficient ones."""
+    from collections import defaultdict
+
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    save_list = {aten.mm.default, aten._scaled_dot_product_efficient_attention.default,
+                 aten._scaled_dot_product_flash_attention.default,
+                 aten._scaled_dot_product_flash_attention_for_cpu.default}
+    meta: dict[str, int] = defaultdict(int)
+
+    def policy(ctx, func, *args, **kwargs):
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == aten.mm.default:
+            meta[f"{mode}_mm_count"] += 1
+        to_save = func in save_list and not (func == aten.mm.default and meta[f"{mode}_mm_count"] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if to_save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    caching, cached = create_selective_checkpoint_contexts(policy)
+    _held["sac"].append(caching.storage)
+    return caching, cached
+
+
+def _enable_selective(m, recompute: str) -> None:
+    """Non-reentrant checkpoints on the decoder layers through transformers' own hook
+    (``GradientCheckpointingLayer`` calls ``_gradient_checkpointing_func(partial(forward, self, **kwargs), *args)``),
+    with torchtitan's op policy (``selective-op``) or on every N-th layer (``every-N``)."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    op = recompute == "selective-op"
+
+    def ckpt(function, *args, **kwargs):
+        kw = getattr(function, "keywords", None) or {}
+        _held["kwargs"].extend(t for t in torch.utils._pytree.tree_leaves(kw) if isinstance(t, torch.Tensor))
+        extra = {"context_fn": _sac_context_fn} if op else {}
+        return checkpoint(function, *args, use_reentrant=False, **extra, **kwargs)
+
+    m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    every = 1 if op else int(recompute.split("-")[1])
+    layers = [mod for mod in m.modules() if isinstance(mod, GradientCheckpointingLayer)]
+    for i, mod in enumerate(layers):
+        mod._gradient_checkpointing_func = ckpt
+        mod.gradient_checkpointing = (i + 1) % every == 0  # torchtitan: count % N == 0, count from 1
+
+
+def build(model: str, attn: str, dtype: str, gc: bool, lora: str | None = None, recompute: str | None = None):
     import torch
     from transformers import AutoModelForCausalLM
 
-    key = (model, attn, dtype, gc, lora)
+    key = (model, attn, dtype, gc, lora, recompute)
     if key not in _models:
         torch.manual_seed(0)
         cfg = rp.build_config(MODELS[model])
@@ -138,7 +243,9 @@ def build(model: str, attn: str, dtype: str, gc: bool, lora: str | None = None):
 
             m = get_peft_model(m, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
                                              target_modules=LORA_TARGETS[lora]))
-        if gc:
+        if recompute:
+            _enable_selective(m, recompute)
+        elif gc:
             m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
         m.train()
         _models.clear()  # keep one model alive at a time
@@ -150,10 +257,11 @@ def measure(c: dict[str, Any], explain: bool = False) -> dict[str, Any]:
     import torch
 
     m = build(c["model"], c["attention"], c["dtype"], c["gradient_checkpointing"],
-              c["lora"]["targets"] if c.get("lora") else None)
+              c["lora"]["targets"] if c.get("lora") else None, c.get("recompute"))
     param_ptrs = {p.untyped_storage().data_ptr() for p in m.parameters()}
     seen: dict[int, int] = {}
     listing: list[tuple] = []
+    source = ["saved"]  # what holds the tensor, for --explain: autograd, a SAC cache, a checkpoint's kwargs
 
     def pack(t):
         # Return a detached alias: same storage, no grad_fn. Returning ``t`` itself would make a reference
@@ -165,15 +273,32 @@ def measure(c: dict[str, Any], explain: bool = False) -> dict[str, Any]:
         seen[ptr] = st.nbytes()
         if explain:
             listing.append((tuple(t.shape), str(t.dtype).replace("torch.", ""), st.nbytes(),
-                            t.grad_fn.name() if t.grad_fn is not None else "-"))
+                            t.grad_fn.name() if t.grad_fn is not None else "-", source[0]))
         return t.detach()
 
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, m.config.vocab_size, (c["batch"], c["seq"]), generator=g)
     torch.manual_seed(2)
+    _held["sac"].clear()
+    _held["kwargs"].clear()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = m(input_ids=ids, labels=ids)
     assert out.loss.requires_grad
+    # held by the selective checkpoints outside the hooks' view: SAC-cached op outputs, keyword-argument tensors
+    for storage in _held["sac"]:
+        for op, entries in storage.items():
+            source[0] = f"sac-cache {op}"
+            for entry in entries.values():
+                for w in torch.utils._pytree.tree_leaves(entry):
+                    if isinstance(getattr(w, "val", None), torch.Tensor):
+                        pack(w.val)
+    source[0] = "checkpoint kwargs"
+    for t in _held["kwargs"]:
+        pack(t)
+    if c.get("recompute") == "selective-op":
+        assert _held["sac"], "the selective checkpoints did not run"
+    _held["sac"].clear()
+    _held["kwargs"].clear()
     del out
     gc.collect()
     if explain:
@@ -222,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         return rp.check_envelope(path, records, ("name",))
     rp.write_envelope(path, GENERATED_BY, records,
-                      method="autograd saved_tensors_hooks, distinct storages, parameters excluded, forward+loss")
+                      method="autograd saved_tensors_hooks, distinct storages, parameters excluded, forward+loss; "
+                             "selective checkpoints: + SAC-cached outputs and layers' keyword tensors")
     print(f"wrote {path.relative_to(rp.ROOT)} ({len(records)} records)")
     return 0
 

@@ -53,7 +53,7 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
             "activations_bytes": best["activations_bytes"]}
     try:
         t = train_time(model, chip, tokens, seq=seq, global_batch=max(n, 8) * 8, tp=best["tp"], pp=best["pp"],
-                       dp=best["dp"], recompute="full" if best["recompute"] == "full" else "selective",
+                       dp=best["dp"], recompute=_time_recompute(best["recompute"]),
                        zero=int(best["zero"])).rows()[0]
     except AicalcError as e:
         warnings.append(f"no training time on {chip.id}: {e}")
@@ -203,3 +203,9 @@ def _objects(values):
     a = np.empty(len(values), dtype=object)
     a[:] = values
     return a
+
+
+def _time_recompute(memory_mode: str) -> str:
+    """The step model's recompute for a train-mem layout's: none and full as they are; a partial mode
+    (Megatron's selective, torchtitan's selective-op, every-N layers) as the step model's partial one."""
+    return memory_mode if memory_mode in ("none", "full") else "selective"

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from aicalc.api.results import Table
 
+# --recompute: none, Megatron's selective (attention core), full; for hf also torchtitan's op-level selective AC
+# and every-N (checkpoint every N-th layer, any N ≥ 1; "every-2" is the one the layout search tries)
+RECOMPUTE = ("none", "selective", "full", "selective-op")
+
 
 class TrainMemory(Table):
     """Columns: ``batch`` (micro-batch per device), ``seq``, ``dp``, ``tp``, ``pp``, ``cp``, ``zero``,
@@ -16,13 +20,19 @@ class TrainMemory(Table):
 
 def setup_of(**kw):
     """A :class:`aicalc.core.train_peak.TrainSetup` from keyword options, each checked by name."""
+    from dataclasses import replace
+
+    from aicalc.core import activations as act
     from aicalc.core import train_memory as tm
     from aicalc.core.dtypes import QLORA_QUANT
     from aicalc.core.train_peak import ATTENTION, FRAMEWORKS, LORA_DTYPES, LOSSES, OFFLOAD, TrainSetup
     from aicalc.errors import ParameterError, check_choice
 
     s = TrainSetup(**kw)
-    check_choice("recompute", s.recompute, ("none", "selective", "full"))
+    if act.parse_every(s.recompute) is None and s.recompute not in RECOMPUTE:
+        raise ParameterError("recompute", s.recompute, f"is not one of {', '.join(RECOMPUTE)}, every-N (N ≥ 1)")
+    if act.parse_every(s.recompute) == 1:
+        s = replace(s, recompute="full")  # every-1: every layer checkpointed, i.e. full recompute
     check_choice("framework", s.framework, FRAMEWORKS)
     check_choice("attention", s.attention, ATTENTION)
     check_choice("offload", s.offload, OFFLOAD)
@@ -48,8 +58,15 @@ def setup_of(**kw):
         raise ParameterError("optimizer_in_backward", True, "steps each parameter as its gradient is ready, so it "
                              "cannot accumulate gradients over {microbatches} > 1")
     if s.framework == "hf" and s.recompute == "selective":
-        raise ParameterError("recompute", "selective", "is Megatron's; with {framework=hf} use none or full "
-                             "(gradient checkpointing)")
+        raise ParameterError("recompute", "selective", "is Megatron's (recompute the attention core); "
+                             + act.HF_RECOMPUTE_CHOICES)
+    if s.framework == "megatron" and (s.recompute == act.SELECTIVE_OP or act.parse_every(s.recompute)):
+        raise ParameterError("recompute", s.recompute, "is torchtitan/FSDP selective activation checkpointing, "
+                             "modelled for {framework=hf}; with {framework=megatron} use none, selective or full")
+    if s.recompute == act.SELECTIVE_OP and s.lora_rank is not None:
+        raise ParameterError("recompute", s.recompute, "is not modelled with {lora_rank} (the adapters' matmuls "
+                             "shift which outputs torchtitan's every-second-mm policy keeps); use none, full or "
+                             "every-N")
     if s.framework == "hf" and (s.sp or s.virtual_stages > 1):
         raise ParameterError("framework", "hf", "has no sequence parallelism or virtual pipeline stages; use "
                              "{framework=megatron}")
@@ -155,7 +172,8 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     cps = sorted({int(c) for c in inputs.positive("cp", cp, whole=True).reshape(-1)})
     if st.attention == "eager":
         cps = [1]  # eager attention has no context-parallel path
-    recomputes = ("none", "full") + (("selective",) if st.framework == "megatron" else ())
+    recomputes = ("none", "full") + (("selective",) if st.framework == "megatron" else
+                                     ("every-2",) if st.lora_rank else ("selective-op", "every-2"))
     chips = inputs.whole("chips", chips)
     sel, fit, n = layout_search.search(spec.arch, st, chips, lim, seqs, inputs.whole("max_batch", max_batch), cps,
                                        recomputes, inputs.whole("top", top), progress)

@@ -140,6 +140,11 @@ def megatron_lm_activation(s, b, h, L, v, F=None, t=1, p=1, sp=True, selective=T
 # Hugging Face transformers
 # --------------------------------------------------------------------------------------------------
 
+HF_RECOMPUTE_CHOICES = ("with {framework=hf} use none, full (gradient checkpointing), selective-op (torchtitan's "
+                        "op-level selective AC: keep matmul and attention outputs) or every-N (checkpoint every N-th "
+                        "layer)")
+HF_RECOMPUTE_HELP = HF_RECOMPUTE_CHOICES + "; selective is Megatron's (recompute the attention core)"
+
 # Activations whose backward is the tanh approximation written out in Python (transformers'
 # ``NewGELUActivation``/``FastGELUActivation``): x, tanh(...), 1 + tanh(...), 0.5·x are all saved.
 _PYTHON_GELU = ("gelu_new", "gelu_fast", "gelu_python", "quick_gelu")
@@ -227,6 +232,123 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     return norms + attn + mlp + resid
 
 
+# Recompute modes of ``--framework hf`` besides "none" and "full" (docs/train-mem.md "Selective checkpointing"):
+# torchtitan's op-level selective AC and checkpointing every N-th layer.
+SELECTIVE_OP = "selective-op"
+EVERY_PREFIX = "every-"
+
+
+def parse_every(text: str) -> int | None:
+    """N of ``every-N`` (N ≥ 1), else None."""
+    if isinstance(text, str) and text.startswith(EVERY_PREFIX) and text[len(EVERY_PREFIX):].isdigit():
+        n = int(text[len(EVERY_PREFIX):])
+        return n if n >= 1 else None
+    return None
+
+
+def recompute_every(recompute):
+    """Checkpoint period per element of ``recompute`` (a string or an array of them): 1 for "full", N for
+    "every-N", 0 where no layer is fully checkpointed ("none", "selective-op", Megatron's "selective")."""
+    import numpy as np
+
+    def one(x: str) -> float:
+        return 1.0 if x == "full" else float(parse_every(x) or 0)
+
+    rc = np.asarray(recompute)
+    if rc.ndim == 0:
+        return np.float64(one(str(rc)))
+    if rc.size and np.all(rc == rc.flat[0]):  # the usual case (a search slice has one recompute mode): no sort
+        return np.full(rc.shape, one(str(rc.flat[0])))
+    values, inverse = np.unique(rc, return_inverse=True)
+    return np.array([one(str(v)) for v in values], dtype=np.float64)[inverse].reshape(rc.shape)
+
+
+def checkpointed_layers(recompute, layers):
+    """Of ``layers`` decoder layers, how many run under a full checkpoint (keeping only their input): all with
+    "full"; with "every-N", torchtitan's ``selective_ac_option = "N"`` (``_apply_layer_sac``: a block is wrapped
+    when its running count, from 1, is a multiple of N), ``floor(layers/N)``; none otherwise. transformers'
+    ``activation_checkpointing_enable(every_n_layers=N)`` wraps layers 0, N, 2N, … instead, ``ceil(layers/N)``:
+    the same when N divides the layers, one more layer checkpointed otherwise."""
+    import numpy as np
+
+    every = recompute_every(recompute)
+    if np.ndim(every) == 0 and every == 0:
+        return np.float64(0.0)
+    L = np.asarray(layers, dtype=np.float64)
+    return np.where(every > 0, np.floor(L / np.maximum(every, 1.0)), 0.0)
+
+
+def _pick(cond, x, y):
+    """``np.where(cond, x, y)``, without building arrays when ``cond`` is one boolean (the usual scalar mode)."""
+    import numpy as np
+
+    if np.ndim(cond) == 0:
+        return x if cond else y
+    return np.where(cond, x, y)
+
+
+def _mm_widths(arch: Arch, t=1) -> list:
+    """Output widths (per token) of one decoder layer's linears that PyTorch dispatches as ``aten.mm``, in
+    forward order. ``nn.Linear`` without bias decomposes (``aten::linear`` → ``matmul``, folding [B, S, in] to
+    2-D) into ``aten.mm``; with a bias and a contiguous 3-D input it becomes ``aten.addmm``
+    (``_flatten_nd_linear``), and GPT-2's ``Conv1D`` calls ``torch.addmm`` itself: those are not ``aten.mm``.
+    Llama/Mistral: q, k, v, o, gate, up, down; Qwen2 (q/k/v biases): o, gate, up, down; GPT-2: none.
+    Column-parallel outputs are split over t; the row-parallel o/down outputs are full-width partial sums."""
+    import numpy as np
+
+    H, A, K, d, F = arch.hidden, arch.heads, arch.kv_heads, arch.head_dim, arch.ffn
+    if arch.moe is not None and arch.layers:
+        frac = arch.n_moe_layers / arch.layers
+        F = frac * arch.moe.expert_ffn * (arch.moe.experts_per_token + arch.moe.shared_experts) + (1 - frac) * F
+    t = np.asarray(t, dtype=np.float64)
+    Kd = np.maximum(K / t, 1) * d
+    widths: list = []
+    if not arch.qkv_bias:
+        widths += [A * d / t, Kd, Kd]
+    if not arch.o_bias:
+        widths.append(H)
+    if not arch.mlp_bias:
+        widths += [F / t, F / t, H] if arch.gated_ffn else [F / t, H]
+    return widths
+
+
+def hf_selective_op_layer(B, S, arch: Arch, a, attention="sdpa", t=1):
+    """Bytes one decoder layer keeps under torchtitan's op-level selective activation checkpointing
+    (``activation_checkpoint.mode = "selective"``, ``selective_ac_option = "op"``).
+
+    torchtitan (``torchtitan/parallelisms/parallelize_llama.py`` → ``torchtitan/distributed/activation_checkpoint.py``,
+    ``_apply_ac_to_transformer_block``) wraps each block in ``checkpoint_wrapper(..., context_fn=...)`` whose
+    context is ``torch.utils.checkpoint.create_selective_checkpoint_contexts(policy)``; its ``_custom_policy``
+    returns ``CheckpointPolicy.MUST_SAVE`` for the ops in ``_save_list`` — ``aten.mm``,
+    ``aten._scaled_dot_product_flash_attention``/``_efficient_attention`` (``reduce_scatter`` with SP) —
+    "except every second mm" (a counter reset per block call), and ``PREFER_RECOMPUTE`` for everything else.
+    PyTorch's checkpoint docs (``torch.utils.checkpoint``, "selective activation checkpoint"): the caching
+    dispatch mode stores the MUST_SAVE outputs during the forward and hands them back during the recompute
+    instead of running the op; everything else autograd would save inside the block is recomputed. So a block
+    keeps:
+
+    * its input hidden state, ``a·BSH`` (the non-reentrant checkpoint saves its positional inputs);
+    * the 1st, 3rd, 5th, … ``aten.mm`` outputs (:func:`_mm_widths`): Llama/Mistral q (``a·BS·Ad``), v
+      (``a·BS·Kd``), gate (``a·BSF``) and down (``a·BSH``); Qwen2 (biased q/k/v are ``addmm``) o and up;
+      GPT-2 (``Conv1D`` is ``addmm``) none;
+    * with sdpa/flash attention the kernel's outputs: the attention output ``a·BS·Ad`` and the fp32
+      log-sum-exp ``4·B·A·S`` (eager attention is ``bmm``/``softmax``: recomputed).
+
+    Checked with saved-tensor hooks plus the SAC cache itself (``validation/record_activations.py``,
+    ``selective-op`` cases; the CPU's ``_scaled_dot_product_flash_attention_for_cpu`` stands in for CUDA's
+    flash kernel). Not checked: the flash-attn package's own op (transformers' ``flash_attention_2``) is not in
+    torchtitan's list and would be recomputed; MoE experts are counted like the dense MLP over the routed width.
+    """
+    import numpy as np
+
+    B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
+    BS = B * S
+    widths = _mm_widths(arch, t)
+    mm = sum(widths[0::2]) if widths else 0.0
+    attn = 0.0 if attention == "eager" else a * BS * arch.heads * arch.head_dim / t + 4 * B * (arch.heads / t) * S
+    return a * BS * arch.hidden + a * BS * mm + attn
+
+
 def hf_frozen_saving(B, S, arch: Arch, a, attention="sdpa", t=1):
     """Bytes of :func:`hf_layer` a layer does not save when its base weights are frozen (LoRA, QLoRA).
 
@@ -266,7 +388,7 @@ def hf_frozen_outside(B, S, arch: Arch, a, stat_bytes=4, stage="all"):
 
 
 def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4, recompute="none",
-               attention="sdpa", loss="full", stage="all"):
+               attention="sdpa", loss="full", stage="all", layers=None):
     """Bytes saved outside the decoder layers, loss included (``labels=input_ids``).
 
     * embedding: the int64 token ids (8BS); learned positions (GPT-2) also the position ids (8S);
@@ -280,6 +402,10 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
     * with full recompute the RoPE tables live inside the checkpoints (not saved), and GPT-2's eager path
       saves its [B, 1, S, S] causal mask once as a checkpoint input. The 16-bit logits themselves
       are not saved (transient; see ``train_memory.transient_bytes``).
+    * with selective checkpoints (``recompute="selective-op"``, or "every-N" when some of the device's
+      ``layers`` are checkpointed) the non-reentrant checkpoints hold the layers' keyword arguments until
+      backward: the RoPE tables and the int64 position ids (8S), and with eager attention the [B, 1, S, S]
+      causal mask (a·B·S², one storage for all layers).
     With t > 1 the vocabulary is split (Megatron's vocab-parallel loss): 4·BS·V/t.
 
     ``stage``: under pipeline parallelism the embedding terms live on the first stage ("first") and the
@@ -297,17 +423,29 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
 
     B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
     H, V = arch.hidden, arch.vocab
+    every = recompute_every(recompute)
+    full = every == 1
+    L = np.asarray(arch.layers if layers is None else layers, dtype=np.float64)
+    # selective checkpoints (non-reentrant, torch.utils.checkpoint with use_reentrant=False) on this device:
+    # selective-op on every layer, or every-N (N > 1) with at least N layers here
+    selective = np.asarray(recompute) == SELECTIVE_OP
+    if np.any(every > 1):
+        selective = selective | ((every > 1) & (L >= every))
     emb = 8 * B * S
     if arch.learned_positions:
         emb = emb + 8 * S
     if dropout > 0:
         emb = emb + mask_bytes * B * S * H
     else:
-        # RoPE cos and sin, [1, S, d] each, shared by all layers; inside the checkpoints with full recompute
-        emb = emb + np.where(np.asarray(recompute) == "full", 0.0, 2 * a * S * arch.head_dim)
-    if arch.family == "gpt2" and attention == "eager":
-        # GPT-2 eager builds a [B, 1, S, S] causal mask; checkpointed layers keep it as an input (one storage)
-        emb = emb + np.where(np.asarray(recompute) == "full", a * B * S * S, 0.0)
+        # RoPE cos and sin, [1, S, d] each, shared by all layers; inside the checkpoints with full recompute.
+        # Selective checkpoints hold them (keyword arguments of the layer) with the int64 position ids.
+        emb = emb + _pick(full, 0.0, 2 * a * S * arch.head_dim) + _pick(selective, 8 * S, 0.0)
+    if attention == "eager":
+        # the eager [B, 1, S, S] causal mask (one storage): GPT-2 passes it positionally, so any checkpoint keeps
+        # it; Llama-family layers take it as a keyword argument, kept by the non-reentrant selective checkpoints
+        # (the reentrant full-recompute closure keeps it too, but the harness does not see it there)
+        kept = (full | selective) if arch.family == "gpt2" else selective
+        emb = emb + _pick(kept, a * B * S * S, 0.0)
     if stage == "first":
         return emb
     final = hf_norm(B, S, H, a, arch.norm, stat_bytes)
@@ -323,17 +461,25 @@ def hf_activations(B, S, arch: Arch, a, attention="sdpa", recompute="none", t=1,
     ``recompute="full"`` is ``gradient_checkpointing_enable()``: each checkpointed layer keeps only its
     input hidden state (a·BSH; checked with ``use_reentrant=True``, where it goes through
     ``ctx.save_for_backward``); the embedding and the loss are outside the checkpoints and keep theirs.
+    ``"every-N"`` checkpoints ``floor(L/N)`` of the layers that way and leaves the others whole
+    (:func:`checkpointed_layers`); ``"selective-op"`` is torchtitan's op-level SAC on every layer
+    (:func:`hf_selective_op_layer`).
     """
     import numpy as np
 
     L = arch.layers if layers is None else layers
-    if recompute == "full":
-        per_layer = a * np.asarray(B, dtype=np.float64) * S * arch.hidden
-    elif recompute == "none":
-        per_layer = hf_layer(B, S, arch, a, attention, t, dropout, attn_dropout, mask_bytes, stat_bytes)
+    if recompute == "none" or recompute == SELECTIVE_OP:
+        if recompute == "none":
+            per_layer = hf_layer(B, S, arch, a, attention, t, dropout, attn_dropout, mask_bytes, stat_bytes)
+        else:
+            per_layer = hf_selective_op_layer(B, S, arch, a, attention, t)
+        total = L * per_layer
+    elif recompute == "full" or parse_every(recompute):
+        n = checkpointed_layers(recompute, L)
+        layer = hf_layer(B, S, arch, a, attention, t, dropout, attn_dropout, mask_bytes, stat_bytes)
+        total = n * a * np.asarray(B, dtype=np.float64) * S * arch.hidden + (L - n) * layer
     else:
         from aicalc.errors import ParameterError
 
-        raise ParameterError("recompute", recompute, "is Megatron's; with {framework=hf} use none or full "
-                             "(gradient checkpointing)")
-    return L * per_layer + hf_outside(B, S, arch, a, t, dropout, mask_bytes, stat_bytes, recompute, attention)
+        raise ParameterError("recompute", recompute, HF_RECOMPUTE_HELP)
+    return total + hf_outside(B, S, arch, a, t, dropout, mask_bytes, stat_bytes, recompute, attention, layers=L)

@@ -319,7 +319,11 @@ def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", 
     * the largest layer's workspace in backward: with full recompute, one layer's activations are
       rebuilt (``layer_bytes``) plus their gradients (the same again); without, the gradients of the
       largest intermediates of one layer: the MLP's up/gate gradients ``3·a·BSF/t`` or, with eager
-      attention, the fp32 score gradient and its input ``8·B·A·S²/t``.
+      attention, the fp32 score gradient and its input ``8·B·A·S²/t``. The hf selective modes rebuild a
+      layer too and take the same ``2 × layer_bytes``: "every-N" for its checkpointed layers; "selective-op"
+      (torchtitan's op-level SAC) recomputes every op but the cached matmul/attention outputs, which are
+      already counted in the activations, so for it this is an upper bound (high by at most those outputs
+      of one layer, ``activations.hf_selective_op_layer``).
     * ZeRO-3 gathers the largest layer's 16-bit params and grads, ``4 × largest layer``
       (DeepSpeed's ``LL``, TM-10).
     * context parallelism (``cp`` > 1): each rank sees S/cp tokens, so the loss and MLP terms use S/cp;
@@ -340,7 +344,11 @@ def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", 
     mlp = 3 * a * BS * F / t
     eager = 8 * B * (A / t) * S * S if attention == "eager" else 0.0
     workspace = np.maximum(mlp, eager)
-    workspace = np.where(recompute == "full", 2 * np.asarray(layer_bytes, dtype=np.float64), workspace)
+    from aicalc.core.activations import SELECTIVE_OP, recompute_every
+
+    # a layer rebuilt in backward: full recompute, every-N's checkpointed layers, selective-op's recomputed ops
+    rebuilt = (recompute_every(recompute) > 0) | (np.asarray(recompute) == SELECTIVE_OP)
+    workspace = np.where(rebuilt, 2 * np.asarray(layer_bytes, dtype=np.float64), workspace)
     workspace = np.maximum(workspace, kv)
     gather = np.where(np.asarray(zero) >= 3, 4.0 * largest_layer_params, 0.0)
     return loss, workspace, gather

@@ -102,14 +102,25 @@ def evaluate(arch, o, g: dict):
         kw = dict(dropout=dropout, attn_dropout=dropout if arch.family == "gpt2" else 0.0)
         layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
         inflight = np.minimum(pp, o.microbatches) if o.microbatches else pp
-        per_layer = np.where(np.asarray(recompute) == "full", a * B * S_loc * arch.hidden, layer)
         if o.lora_rank:  # frozen base: its linears keep no inputs; the adapters keep theirs
             layer = layer + lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp, o.lora_dtype == "fp32",
                                        o.attention) - act.hf_frozen_saving(B, S_loc, arch, a, o.attention, tp)
-            per_layer = np.where(np.asarray(recompute) == "full", per_layer, layer)
+        # full / every-N: checkpointed layers keep their input, the others everything (act.checkpointed_layers);
+        # selective-op: torchtitan's op-level SAC on every layer (act.hf_selective_op_layer)
+        op = np.asarray(recompute) == act.SELECTIVE_OP
+        per_layer = layer
+        if np.any(op):
+            per_layer = np.where(op, act.hf_selective_op_layer(B, S_loc, arch, a, o.attention, tp), layer)
+        every = act.recompute_every(recompute)
+        if np.ndim(every) == 0 and every == 1:  # full recompute everywhere (the common case): no mixing
+            per_layer = a * B * S_loc * arch.hidden
+        elif np.any(every > 0):
+            ckpt = act.checkpointed_layers(recompute, layers_dev) / layers_dev
+            per_layer = ckpt * a * B * S_loc * arch.hidden + (1 - ckpt) * per_layer
         activ = per_layer * layers_dev * inflight
         outside = {st: act.hf_outside(B, S_loc, arch, a, tp, kw["dropout"], recompute=recompute,
-                                      attention=o.attention, loss=o.loss, stage=st) for st in ("first", "last")}
+                                      attention=o.attention, loss=o.loss, stage=st, layers=layers_dev)
+                   for st in ("first", "last")}
         if o.lora_rank:
             outside = {st: v - np.where(np.asarray(recompute) == "full", 0.0,
                                         act.hf_frozen_outside(B, S_loc, arch, a, stage=st))
