@@ -388,7 +388,8 @@ def train_mem(
     batch: Annotated[str, typer.Option("--micro-batch", "--batch", help="sequences per micro-batch per device; "
                                                                         "list 1,2,4 or range 1:8:x2")] = "1",
     seq: Annotated[str, typer.Option("--seq", help="sequence length in tokens (2048, 4Ki, 1Ki:8Ki:x2)")] = "2048",
-    precision: Annotated[str, typer.Option("--precision", help="fp32 | bf16 | bf16-mixed | fp16-mixed")] = "bf16-mixed",
+    precision: Annotated[str, typer.Option("--precision", help="fp32 | bf16 | bf16-mixed | fp16-mixed | fp8-mixed "
+                                           "(TransformerEngine FP8 GEMMs with --framework megatron)")] = "bf16-mixed",
     optimizer: Annotated[str, typer.Option("--optimizer", help="adamw | adam | adam8bit | sgd | sgd-momentum | adafactor | lion")] = "adamw",
     grad_dtype: Annotated[str | None, typer.Option("--grad-dtype", help="gradient dtype (fp32 for Megatron/DeepSpeed's 18 B/param)")] = None,
     optimizer_dtype: Annotated[str | None, typer.Option("--optimizer-dtype", help="optimizer state dtype (pure bf16: bf16 or fp32)")] = None,

@@ -615,3 +615,24 @@ def test_search_tries_the_selective_modes():
     assert set(res.columns["recompute"]) == {"none", "full", "every-2"}
     res = aicalc.search_layouts("llama-3.1-8b", "h100-sxm", 8, seq=4096, max_batch=4, top=10_000, framework="megatron")
     assert set(res.columns["recompute"]) == {"none", "full", "selective"}
+
+
+def test_fp8_training_memory_transformer_engine(cli):
+    """FP8 GEMMs through TransformerEngine (Megatron): the states are bf16-mixed's, each Linear caches an FP8 copy
+    of its weight and of its transpose (2 B per linear weight), and saves its input in FP8: per layer with SP
+    27·sbh/t instead of 34·sbh/t (Korthikanti's 34 = 10 LayerNorm inputs, dropout masks, Q, K, V + 24 linear
+    inputs and MLP tensors, of which QKV input 2, proj input 2, FC1 input 2, FC2 input 8 halve)."""
+    args = ("llama-2-70b", "--framework", "megatron", "--tp", "8", "--pp", "1", "--sp", "--attention", "flash",
+            "--seq", "4096", "--batch", "1", "--json")
+    bf = cli("train-mem", *args, "--precision", "bf16-mixed").json["rows"][0]
+    f8 = cli("train-mem", *args, "--precision", "fp8-mixed").json["rows"][0]
+    from aicalc.api.catalog import load_model
+    from aicalc.core.train_memory import split_params
+
+    arch = load_model("llama-2-70b").arch
+    linear = split_params(arch).linear
+    assert f8["weights_bytes"] - bf["weights_bytes"] == pytest.approx(2.0 * linear / 8)
+    assert (f8["gradients_bytes"], f8["optimizer_bytes"]) == (bf["gradients_bytes"], bf["optimizer_bytes"])
+    sbh = 4096 * 1 * arch.hidden
+    per_layer = (bf["activations_bytes"] - f8["activations_bytes"]) / arch.layers
+    assert per_layer == pytest.approx(7 * sbh / 8, rel=1e-9)

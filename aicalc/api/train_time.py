@@ -159,7 +159,7 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
 
 
 def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute, framework: str = "megatron",
-                  interleave: int = 1, cp: int = 1, ep: int = 1):
+                  interleave: int = 1, cp: int = 1, ep: int = 1, precision: str = "bf16"):
     """``(peak_reserved_bytes, fits)`` of a training layout (arrays broadcast) from
     :func:`aicalc.api.train_memory.train_memory`: Megatron's activation model for the ``megatron`` framework,
     transformers' (``hf``) for FSDP and DeepSpeed, mixed precision with fp32 master weights and flash
@@ -172,7 +172,9 @@ def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute,
     mem_framework = "megatron" if framework == "megatron" else "hf"
     if recompute == "selective" and mem_framework != "megatron":
         return None, None
+    mixed = {"fp8": "fp8-mixed", "fp16": "fp16-mixed"}.get(precision, "bf16-mixed")  # the math dtype's recipe
     mem = train_memory(model, batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp, zero=zero, chip=chip,
+                       precision=mixed,
                        recompute=recompute, framework=mem_framework, attention="flash",
                        sp=mem_framework == "megatron", virtual_stages=int(interleave), cp=cp, ep=int(ep))
     return np.asarray(mem["peak_reserved_bytes"], dtype=np.float64), np.asarray(mem["fits"], dtype=bool)
@@ -222,7 +224,7 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
         for rc in recompute:
             for z in zero:
                 peak, fits = layout_memory(spec.id, c.id, micro_batch=mb, seq=seq, dp=dp, tp=tp, pp=pp, zero=z,
-                                           recompute=rc, framework=framework, ep=ep)
+                                           recompute=rc, framework=framework, ep=ep, precision=precision)
                 if peak is None:
                     continue  # selective recompute is Megatron's
                 t = train_time(spec.id, c.id, tokens, seq=seq, global_batch=gb, micro_batch=mb, tp=tp, pp=pp,

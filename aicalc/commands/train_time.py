@@ -73,7 +73,7 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
     c = r.columns
     peak, fits = layout_memory(spec.id, chip_obj.id, micro_batch=c["micro_batch"], seq=c["seq"], dp=c["dp"],
                                tp=c["tp"], pp=c["pp"], zero=int(zero), recompute=recompute, framework=framework,
-                               interleave=int(interleave), cp=int(cp), ep=int(ep))
+                               interleave=int(interleave), cp=int(cp), ep=int(ep), precision=precision)
     if peak is not None:
         for i, row in enumerate(rows):
             row["peak_reserved_bytes"], row["fits"] = float(peak[i]), bool(fits[i])

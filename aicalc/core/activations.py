@@ -24,7 +24,7 @@ from aicalc.catalog.arch import Arch
 # --------------------------------------------------------------------------------------------------
 
 
-def korthikanti_layer(s, b, h, a, t=1, sp=False, recompute="none", flash=False):
+def korthikanti_layer(s, b, h, a, t=1, sp=False, recompute="none", flash=False, fp8=False):
     """Activation bytes of one transformer layer, Korthikanti et al. 2022 Table 2 (TM-15).
 
     16-bit activations, 1-byte dropout masks, layernorm statistics ignored, F = 4h:
@@ -36,6 +36,14 @@ def korthikanti_layer(s, b, h, a, t=1, sp=False, recompute="none", flash=False):
     * full recompute keeps only the layer input, ``2sbh`` (Table 2 last row; divided by t with SP).
 
     ``sp`` and ``flash`` may be boolean arrays. ``recompute`` is "none", "selective" or "full".
+
+    ``fp8``: FP8 GEMMs through TransformerEngine (Megatron ``--fp8-format``): each ``Linear`` /
+    ``LayerNormLinear`` saves its input for the weight gradient in FP8, 1 byte per element (the FP8 cast or its
+    transpose, ``saved_inputmat``/``saved_inputmat_t`` in ``transformer_engine/pytorch/module/linear.py``)
+    instead of 2: the QKV and FC1 inputs (LayerNorm outputs, 2sbh → sbh each), the projection input
+    (2sbh → sbh) and the FC2 input (GeLU output, 8sbh → 4sbh); attention (Q, K, V, softmax) stays 16-bit.
+    So ``34 → 27`` with SP, ``10 + 24/t → 8 + 19/t`` without. The full-recompute checkpoint (the layer
+    input) stays 16-bit.
     """
     import numpy as np
 
@@ -44,7 +52,8 @@ def korthikanti_layer(s, b, h, a, t=1, sp=False, recompute="none", flash=False):
     flash = np.asarray(flash, dtype=bool)
     sbh = s * b * h
     attn_core = np.where(flash | (recompute == "selective"), 0.0, 5 * a * s / (h * t))
-    linear = np.where(sp, 34 / t, 10 + 24 / t)
+    f = np.asarray(fp8, dtype=np.float64)
+    linear = np.where(sp, (34 - 7 * f) / t, (10 - 2 * f) + (24 - 5 * f) / t)
     per_layer = sbh * (linear + attn_core)
     full = 2 * sbh / np.where(sp, t, 1.0)
     return np.where(np.asarray(recompute) == "full", full, per_layer)
@@ -59,7 +68,7 @@ def interleave_factor(p, m=1):
 
 
 def korthikanti_first_stage(s, b, h, a, L, t=1, p=1, sp=False, recompute="none", flash=False,
-                            virtual_stages=1, microbatches=None):
+                            virtual_stages=1, microbatches=None, fp8=False):
     """Layers' activations on the first pipeline stage (TM-16, TM-19).
 
     With 1F1B the first stage keeps ``min(p, microbatches)`` micro-batches in flight over its L/p
@@ -70,7 +79,7 @@ def korthikanti_first_stage(s, b, h, a, L, t=1, p=1, sp=False, recompute="none",
 
     p = np.asarray(p, dtype=np.float64)
     inflight = p if microbatches is None else np.minimum(p, np.asarray(microbatches, dtype=np.float64))
-    layer = korthikanti_layer(s, b, h, a, t, sp, recompute, flash)
+    layer = korthikanti_layer(s, b, h, a, t, sp, recompute, flash, fp8)
     return layer * (np.asarray(L, dtype=np.float64) / p) * inflight * interleave_factor(p, virtual_stages)
 
 

@@ -13,7 +13,7 @@ from aicalc.catalog.arch import Arch
 from aicalc.core.dtypes import qlora_bytes_per_param
 from aicalc.errors import ParameterError, check_choice
 
-PRECISIONS = ("fp32", "bf16", "bf16-mixed", "fp16-mixed")
+PRECISIONS = ("fp32", "bf16", "bf16-mixed", "fp16-mixed", "fp8-mixed")
 OPTIMIZERS = ("adamw", "adam", "adam8bit", "sgd", "sgd-momentum", "adafactor", "lion")
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
 # Per-device framework overhead added to the allocator's peak: CUDA context + cuBLAS/cuDNN workspaces
@@ -51,6 +51,8 @@ def state_bytes(precision: str, optimizer: str = "adamw", grad_dtype: str | None
       with ``optimizer_dtype='fp32'``.
     * ``bf16-mixed``/``fp16-mixed``: 2 w + 2 g + 4 fp32 master + fp32 states → Adam 16 B, the ZeRO form
       ``2 + 2 + K`` with K = 12 (TM-02); ``grad_dtype='fp32'`` gives Megatron/DeepSpeed's 18 B (TM-03).
+    * ``fp8-mixed``: the same states as ``bf16-mixed`` (FP8 recipes keep bf16 weights and an fp32 master;
+      the FP8 weight copies are a cache, see :func:`fp8_weight_cache_bytes`).
     * optimizer states: Adam/AdamW two (m, v); 8-bit Adam two of 1 B (bitsandbytes; block absmax
       scales, 4 B per 2048-value block, not counted; TM-06); SGD none, with momentum one (TM-07); Lion one
       (Chen et al. 2023, momentum only); Adafactor: factored second moment, counted per matrix by
@@ -352,3 +354,12 @@ def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", 
     workspace = np.maximum(workspace, kv)
     gather = np.where(np.asarray(zero) >= 3, 4.0 * largest_layer_params, 0.0)
     return loss, workspace, gather
+
+
+def fp8_weight_cache_bytes(linear_params):
+    """TransformerEngine's FP8 weight cache for FP8 GEMMs (Megatron ``--fp8-format``): every ``Linear`` keeps
+    an FP8 copy of its weight and of its transpose between micro-batches (``weight_fp8`` and ``weight_t_fp8``
+    in ``transformer_engine/pytorch/module/linear.py``; Hopper's FP8 GEMMs take only the TN layout, so the
+    backward needs the transposed copy), 2 bytes per linear weight. The amax histories (fp32, default length
+    1024, a few tensors per GEMM) are kilobytes per layer and not counted."""
+    return 2.0 * linear_params

@@ -93,9 +93,14 @@ def evaluate(arch, o, g: dict):
     layers_dev = arch.layers / pp
     if o.framework == "megatron":
         # one layer without recompute: what a recomputed layer rebuilds in backward (workspace)
-        layer = act.korthikanti_layer(S_loc, B, arch.hidden, arch.heads, tp, o.sp, "none", o.attention != "eager")
+        fp8 = o.precision == "fp8-mixed"  # TransformerEngine: FP8 linear inputs saved, FP8 weight cache
+        layer = act.korthikanti_layer(S_loc, B, arch.hidden, arch.heads, tp, o.sp, "none", o.attention != "eager",
+                                      fp8)
         activ = act.korthikanti_first_stage(S_loc, B, arch.hidden, arch.heads, arch.layers, tp, pp, o.sp,
-                                            recompute, o.attention != "eager", o.virtual_stages, o.microbatches)
+                                            recompute, o.attention != "eager", o.virtual_stages, o.microbatches,
+                                            fp8)
+        if fp8:
+            weights = weights + tm.fp8_weight_cache_bytes(split.linear * frac)
         activ = activ + act.korthikanti_outside(S_loc, B, arch.hidden, arch.vocab, tp, pp, o.sp)
     else:
         dropout = o.dropout if o.dropout is not None else (0.1 if arch.family == "gpt2" else 0.0)
