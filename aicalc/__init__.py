@@ -24,6 +24,7 @@ _API = {
     "train_memory": "aicalc.api.train_memory", "search_layouts": "aicalc.api.train_memory",
     "TrainMemory": "aicalc.api.train_memory",
     "train_time": "aicalc.api.train_time", "TrainTime": "aicalc.api.train_time",
+    "search_train_layouts": "aicalc.api.train_time",
     "compare": "aicalc.api.compare", "Comparison": "aicalc.api.compare",
     "Table": "aicalc.api.results",
     "AicalcError": "aicalc.errors", "ParameterError": "aicalc.errors",
