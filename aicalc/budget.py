@@ -187,10 +187,9 @@ def _references(data: Any, base: Path):
 
 
 def _exists(path: Path) -> bool:
-    try:
-        return path.exists()
-    except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte
-        return False
+    from aicalc.catalog.store import path_is
+
+    return path_is(path)
 
 
 class BudgetInvalid(AicalcError):

@@ -73,12 +73,7 @@ def _from_files(name: str):
     from aicalc.catalog.hf_config import arch_from_config
 
     path = Path(name)
-
-    def exists(p) -> bool:
-        try:
-            return p.exists()
-        except (OSError, ValueError):  # a name too long or otherwise impossible as a path
-            return False
+    exists = store.path_is  # False for names the file system cannot hold
 
     if name.endswith(".gguf"):
         if not exists(path) or not path.is_file():

@@ -35,15 +35,21 @@ def builtin_root() -> Path:
     return shipped if shipped.is_dir() else here.parent / "presets"
 
 
+def path_is(path, kind: str = "exists") -> bool:
+    """``Path(path).exists()`` / ``.is_file()`` / ``.is_dir()`` (``kind``), False for a name the file system
+    cannot hold (too long, a NUL byte) instead of an OSError or ValueError."""
+    try:
+        p = Path(path)
+        return p.is_file() if kind == "file" else p.is_dir() if kind == "dir" else p.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _roots() -> list[Path]:
     env = [Path(p) for p in os.environ.get("AICALC_PRESETS", "").split(os.pathsep) if p]
     roots = [builtin_root(), *env, *_extra_dirs]
     for r in roots[1:]:
-        try:
-            found = r.is_dir()
-        except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte
-            found = False
-        if not found:
+        if not path_is(r, "dir"):
             raise AicalcError(f"presets folder '{_short(r)}' does not exist")
     return roots
 
@@ -361,8 +367,8 @@ class InterconnectRecord(Record):
         return (bw / 2 if self._data.get("direction", "bidirectional") == "bidirectional" else bw) * 1e9
 
 
-class ChipRecord(Record):
-    """A chip preset (fields of :class:`aicalc.catalog.schema.Chip`, the same derived properties)."""
+class _Linked(Record):
+    """A preset with an ``interconnect`` block (chips and nodes), read as an :class:`InterconnectRecord`."""
 
     __slots__ = ()
 
@@ -371,6 +377,12 @@ class ChipRecord(Record):
         if isinstance(data.get("interconnect"), dict):
             data["interconnect"] = InterconnectRecord(data["interconnect"])
         super().__init__(data)
+
+
+class ChipRecord(_Linked):
+    """A chip preset (fields of :class:`aicalc.catalog.schema.Chip`, the same derived properties)."""
+
+    __slots__ = ()
 
     @property
     def memory_bytes(self) -> int:
@@ -385,14 +397,10 @@ class ChipRecord(Record):
         return None if tf is None else float(round(tf * 1e12))
 
 
-class NodeRecord(Record):
-    __slots__ = ()
+class NodeRecord(_Linked):
+    """A node preset: ``count`` chips of id ``chip`` on its interconnect."""
 
-    def __init__(self, data: dict):
-        data = dict(data)
-        if isinstance(data.get("interconnect"), dict):
-            data["interconnect"] = InterconnectRecord(data["interconnect"])
-        super().__init__(data)
+    __slots__ = ()
 
 
 RECORDS = {"chip": ChipRecord, "node": NodeRecord, "model": Record}
@@ -612,11 +620,7 @@ def resolve_model(name: str) -> ModelSpec:
     if is_path:
         path = Path(name)
         file = path / "config.json" if is_dir else path
-        try:
-            found = file.is_file()
-        except (OSError, ValueError):
-            found = False
-        if not found:
+        if not path_is(file, "file"):
             raise AicalcError(f"no config.json at '{_short(name)}'")
         cfg = load_json(file)
         label = cfg.get("_name_or_path") if isinstance(cfg, dict) else None

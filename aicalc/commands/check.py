@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from aicalc.budget import LIMITS, load, parse_limit
-from aicalc.catalog.store import looks_like_path
+from aicalc.catalog.store import looks_like_path, path_is
 from aicalc.errors import AicalcError, ExitCode, ParameterError
 from aicalc.result import Result
 
@@ -19,11 +19,8 @@ def _call(check, base: Path) -> Result:
     from aicalc.flags import cli_message
 
     model = check.model
-    try:
-        if looks_like_path(model) and (base / model).exists():
-            model = str(base / model)
-    except (OSError, ValueError):  # a name the file system cannot hold: the command reports it
-        pass
+    if looks_like_path(model) and path_is(base / model):  # else the command reports the name
+        model = str(base / model)
     run = command(check.command)
     kwargs = {k.replace("-", "_"): v for k, v in check.args.items()}
     params = inspect.signature(run).parameters
@@ -107,14 +104,10 @@ def _convert(check, key: str, value):
 
 
 def run(path: str, fail_on_warn: bool = False) -> Result:
-    from aicalc.catalog.store import _short
+    from aicalc.catalog.store import _short, path_is
 
     file = Path(path)
-    try:
-        found = file.is_file()
-    except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte
-        found = False
-    if not found:
+    if not path_is(file, "file"):
         raise AicalcError(f"no budget file at '{_short(path)}'")
     budget = load(file)
     base = file.parent
