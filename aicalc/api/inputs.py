@@ -123,7 +123,12 @@ def fraction(param: str, value) -> float:
     from aicalc.units import parse_fraction
 
     if isinstance(value, str):
-        return parse_fraction(value, param)
+        from aicalc.errors import AicalcError
+
+        try:
+            return parse_fraction(value, param)
+        except AicalcError:  # named as a parameter, so the command line names its flag
+            raise ParameterError(param, _safe(value), "is not a fraction in (0, 1] (examples: 0.9, 90%)") from None
     v = _number(param, value)
     if not 0 < v <= 1:
         raise ParameterError(param, _safe(value), "must lie in (0, 1]")
