@@ -18,6 +18,16 @@ class MoE:
     shared_expert_ffn: int | None = None  # intermediate size of one shared expert (default F_e)
     shared_gate: bool = False  # a learned sigmoid gate H→1 on the shared expert's output (Qwen-MoE)
     router_bias: bool = False  # a learned per-expert bias parameter on the router
+    # group-limited routing (DeepSeek-V2 "device-limited", V3 "node-limited"): the E experts split into n_group
+    # groups of consecutive experts, each token picks its k experts inside the topk_group best groups
+    # (transformers ``n_group`` / ``topk_group``); 1 / 1: no limit
+    n_group: int = 1
+    topk_group: int = 1
+
+    @property
+    def group_limited(self) -> bool:
+        """Whether a token's experts are confined to fewer groups than there are."""
+        return self.topk_group < self.n_group
 
     @property
     def shared_ffn(self) -> int:

@@ -35,7 +35,7 @@ MAX_DIM = {
     "intermediate_size": _FFN, "n_inner": _FFN, "ffn_hidden_size": _FFN, "moe_intermediate_size": _FFN,
     "shared_expert_intermediate_size": _FFN, "vocab_size": 2**24,
     "num_local_experts": _EXPERTS, "num_experts": _EXPERTS, "n_routed_experts": _EXPERTS,
-    "num_experts_per_tok": _EXPERTS, "n_shared_experts": _EXPERTS,
+    "num_experts_per_tok": _EXPERTS, "n_shared_experts": _EXPERTS, "n_group": _EXPERTS, "topk_group": _EXPERTS,
     "max_position_embeddings": _TOKENS, "n_positions": _TOKENS, "seq_length": _TOKENS, "sliding_window": _TOKENS,
     "intermediate_size_mlp": _FFN, "interleave_moe_layer_step": _LAYERS, "no_rope_layer_interval": _LAYERS,
     "attention_chunk_size": _TOKENS, "sliding_window_pattern": _LAYERS,
@@ -435,9 +435,13 @@ def _deepseek_v2(r):
     L = r.get("num_hidden_layers", default=32)
     A = r.get("num_attention_heads", default=32)
     dense = r.get("first_k_dense_replace", default=0, minimum=0)
-    moe = MoE(experts=r.get("n_routed_experts", default=64), experts_per_token=r.get("num_experts_per_tok"),
+    experts = r.get("n_routed_experts", default=64)
+    # DeepseekV2Config: n_group / topk_group default to None and only topk_method "group_limited_greedy" uses them
+    limited = r.get("topk_method", default="greedy", kind=str) == "group_limited_greedy"
+    moe = MoE(experts=experts, experts_per_token=r.get("num_experts_per_tok"),
               expert_ffn=r.get("moe_intermediate_size", default=1407),
-              shared_experts=r.get("n_shared_experts", default=2, minimum=0))
+              shared_experts=r.get("n_shared_experts", default=2, minimum=0),
+              **(_expert_groups(r, experts, r.get("n_group"), r.get("topk_group")) if limited else {}))
     bias = r.get("attention_bias", default=False, kind=bool)
     return Arch(
         family="deepseek_v2", hidden=r.get("hidden_size", default=4096), layers=L, heads=A, kv_heads=A,
@@ -459,8 +463,11 @@ def _deepseek_v3(r):
         v_head_dim=r.get("v_head_dim"),
     )
     dense = r.get("first_k_dense_replace", default=0, minimum=0)
-    moe = MoE(experts=r.get("n_routed_experts"), experts_per_token=r.get("num_experts_per_tok"),
-              expert_ffn=r.get("moe_intermediate_size"), shared_experts=r.get("n_shared_experts", default=0, minimum=0))
+    experts = r.get("n_routed_experts")
+    # DeepseekV3Config: n_group 8, topk_group 4 by default; the router always picks the topk_group best groups
+    moe = MoE(experts=experts, experts_per_token=r.get("num_experts_per_tok"),
+              expert_ffn=r.get("moe_intermediate_size"), shared_experts=r.get("n_shared_experts", default=0, minimum=0),
+              **_expert_groups(r, experts, r.get("n_group", default=8), r.get("topk_group", default=4)))
     bias = r.get("attention_bias", default=False, kind=bool)
     return Arch(
         family="deepseek_v3", hidden=H, layers=L, heads=A, kv_heads=A,
@@ -469,6 +476,20 @@ def _deepseek_v3(r):
         max_context=r.get("max_position_embeddings", default=4096), qkv_bias=bias, o_bias=bias, moe=moe,
         moe_layers=tuple(i >= dense for i in range(L)), mla=mla,
     )
+
+
+def _expert_groups(r: _Reader, experts: int, n_group: int, topk_group: int) -> dict:
+    """Group-limited routing fields, checked as the router uses them: the experts split evenly into ``n_group``
+    groups (``scores.view(-1, n_group, E // n_group)``), of which ``topk_group`` are kept."""
+    if experts % n_group:
+        raise AicalcError(f"{r.origin}: n_group ({n_group}) does not divide the {experts} routed experts")
+    if topk_group > n_group:
+        raise AicalcError(f"{r.origin}: topk_group ({topk_group}) exceeds n_group ({n_group})")
+    k = r.get("num_experts_per_tok")
+    if k > topk_group * (experts // n_group):
+        raise AicalcError(f"{r.origin}: {k} experts per token exceed the {topk_group * (experts // n_group)} experts "
+                          f"of the topk_group ({topk_group}) groups a token may use")
+    return {"n_group": n_group, "topk_group": topk_group}
 
 
 def _positive_or_none(r: _Reader, key: str, value: Any) -> int | None:

@@ -158,12 +158,14 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     backward pass for the gradient all-reduce (DDP buckets, Megatron's ``--overlap-grad-reduce``), against every
     micro-batch for the FSDP / ZeRO-3 parameter all-gathers (prefetch) and gradient reduce-scatters;
     ``tp_overlap`` against the layer GEMMs for the TP collectives; ``ep_overlap`` against the layer compute
-    (another micro-batch's, in 1F1B / DualPipe schedules) for the MoE all-to-alls."""
+    (another micro-batch's, in 1F1B / DualPipe schedules) for the MoE all-to-alls, which group-limited routing
+    (DeepSeek's node-limited routing) sends across domains once per destination domain
+    (:func:`aicalc.core.collectives.moe_alltoall_copies`)."""
     from dataclasses import replace
 
     import numpy as np
 
-    from aicalc.core.collectives import allreduce_seconds
+    from aicalc.core.collectives import allreduce_seconds, moe_alltoall_seconds
     from aicalc.core.forward import ACT_BYTES, formats, forward_ops
     from aicalc.core.pricing import Roofs, op_times
 
@@ -223,11 +225,15 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     # MoE: dispatch and combine all-to-alls per MoE layer, in every pass but the last backward's weight grads
     t_a2a = 0.0
     if s.moe_layers:
-        # each rank dispatches its own tokens (M/tp with sequence parallelism) to the experts of the other EP ranks
-        a2a_bytes = M / split * s.experts_per_token * s.H * 2.0 * np.maximum(ep - 1.0, 0.0) / np.maximum(ep, 1.0)
+        # each rank dispatches its own tokens (M/tp with sequence parallelism, 16-bit) to the experts of the other
+        # EP ranks (ranks tp apart); group-limited routing sends a token across the network once per destination
+        # domain and forwards it inside (aicalc.core.collectives.moe_alltoall_copies)
+        moe = s.arch.moe
+        t_one = moe_alltoall_seconds(M / split * s.H * ACT_BYTES, s.experts_per_token, ep, tp, chip.domain,
+                                     chip.link_bytes_per_s, chip.dp_bytes_per_s, eff.link,
+                                     moe.n_group if moe else 1, moe.topk_group if moe else 1)
         n_a2a = 2.0 * (passes - 1.0) * s.moe_layers
-        t_a2a = np.where(ep > 1, n_a2a * (a2a_bytes / (span_bandwidth(chip, tp * ep) * eff.link)
-                                          + eff.collective_latency_s), 0.0)
+        t_a2a = np.where(ep > 1, n_a2a * (t_one + eff.collective_latency_s), 0.0)
         t_a2a = exposed(t_a2a, t_layers, eff.ep_overlap)
     # pipeline: activations (and their gradients) cross each stage boundary once per micro-batch
     t_p2p = np.where(pp > 1, 2.0 * M * s.H * 2.0 / split / (span_bandwidth(chip, tp * cp * dp * pp) * eff.link), 0.0)
