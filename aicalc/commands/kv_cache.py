@@ -38,7 +38,7 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
                "total_bytes_per_device"]
     chip_obj = m["chip"]
     if chip_obj is not None:
-        columns += ["max_batch", "fits"]
+        columns += ["max_batch", "fits"] + (["shortfall_bytes"] if not np.all(cols["fits"]) else [])
         ok = cols["fits"]
         if solve == "max-context":
             columns = ["batch", "max_context", "kv_budget_bytes_per_device", "weights_bytes_per_device"]
