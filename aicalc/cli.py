@@ -3,8 +3,6 @@
 Nothing here computes; every command lives in ``aicalc.commands.<name>`` and returns a Result.
 """
 
-from __future__ import annotations
-
 import sys
 from contextlib import contextmanager
 from contextvars import ContextVar
