@@ -351,3 +351,11 @@ def test_group_limited_alltoall_in_the_training_step():
     n = 2 * 2 * 3  # dispatch + combine, forward and backward (2 of the 3 passes), 3 MoE layers
     assert float(limited) == pytest.approx(n * max(1.5 * payload / 50e9, 7 * payload / 400e9))
     assert float(plain) == pytest.approx(n * 8 * 31 / 32 * payload / 50e9)
+
+
+def test_search_on_a_node_lays_out_its_chips(cli):
+    node = cli("train-time", "llama-3.1-8b", "--chip", "dgx-h100", "--search", "--top", "3", "--json").json
+    chips = cli("train-time", "llama-3.1-8b", "--chip", "h100-sxm", "--chips", "8", "--search", "--top", "3",
+                "--json").json
+    assert [r["total_time_s"] for r in node["rows"]] == [r["total_time_s"] for r in chips["rows"]]
+    assert all(r["chips"] == 8 for r in node["rows"])

@@ -24,13 +24,13 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
         from aicalc.catalog import profiles
 
         zero = int(profiles.load("framework", framework).options.get("default_zero", 0))
-    if search:
-        return _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, precision, dp_bandwidth,
-                       framework, top)
-    if chips is None and dp is None:  # a node: a data-parallel job over its chips
+    if chips is None and dp is None:  # a node: a data-parallel job over its chips (or the chips to search)
         from aicalc.api.catalog import node_count
 
         chips = str(node_count(chip)) if node_count(chip) > 1 else None
+    if search:
+        return _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, precision, dp_bandwidth,
+                       framework, top)
     tps, pps = int_sweep(tp, "--tp"), int_sweep(pp, "--pp")
     dps = int_sweep(dp, "--dp") if dp is not None else ([1] if chips is None else [0])
     g = grid(tp=tps, pp=pps, dp=dps, seq=int_sweep(seq, "--seq"), global_batch=int_sweep(global_batch, "--global-batch"),
@@ -99,7 +99,10 @@ def _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, prec
     from aicalc.units import parse_count, parse_int
 
     if chips is None:
-        raise ParameterError("chips", None, "is needed with --search: the number of chips to lay the model out on")
+        from aicalc.errors import AicalcError
+
+        raise AicalcError("--search needs --chips N, the number of chips to lay the model out on (or a node id as "
+                          "--chip)")
     n = parse_int(str(chips), "--chips")
     r = search_train_layouts(model, chip, n, parse_count(str(tokens), "--tokens"), seq=int_sweep(seq, "--seq")[0],
                              global_batch=int_sweep(global_batch, "--global-batch")[0], precision=precision,
