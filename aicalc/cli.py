@@ -58,10 +58,9 @@ Chip = Annotated[list[str] | None, typer.Option("--chip", help="chip or node pre
 
 def per_chip(chips, run):
     """``run(chip)`` for every chip given (repeated ``--chip`` or a comma list), stacked into one table."""
-    from aicalc.commands.merge import over
+    from aicalc.commands.merge import over_chips
 
-    flat = [c.strip() for x in chips for c in str(x).split(",") if c.strip()]
-    return over("chip", flat, run)
+    return over_chips(chips, run)
 
 
 def per_value(key: str, text, run):
@@ -494,14 +493,17 @@ def serve(
     """
     from aicalc.commands.serve import run
 
+    def one(c, t=tp, n=chips):
+        return run(model, c, chips=n, tp=t, prompt=prompt, gen=gen, concurrency=concurrency, max_ttft=max_ttft,
+                   max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine, draft=draft,
+                   draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate,
+                   requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot)
+
     chip = chip or ["h100-sxm"]
-    if search:  # the search ranks every chip itself
-        chip = [",".join(chip)]
-    return emit(per_chip(chip, lambda c: per_value("tp", tp, lambda t: per_value("chips", chips, lambda n: run(
-        model, c, chips=n, tp=t, prompt=prompt, gen=gen, concurrency=concurrency, max_ttft=max_ttft,
-        max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine, draft=draft,
-        draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate, requests=requests,
-        num_requests=num_requests, seed=seed, search=search, plot=plot)))), fmt, json_, columns)
+    if search:  # the search ranks every chip, TP degree and format in one table itself
+        return emit(one(",".join(chip)), fmt, json_, columns)
+    return emit(per_chip(chip, lambda c: per_value("tp", tp, lambda t: per_value("chips", chips, lambda n: one(
+        c, t, n)))), fmt, json_, columns)
 
 
 @app.command("compare")

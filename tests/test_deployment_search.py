@@ -46,3 +46,16 @@ def test_cli_search_contract_keys(cli):
     assert r.code == 0
     for k in ("chip", "chips", "tp", "replicas", "dtype", "kv_dtype", "usd_per_million_output_tokens", "meets_slo"):
         assert k in r.json["rows"][0]
+
+
+def test_cli_search_ranks_all_chips_in_one_table(cli):
+    """--chip A,B (or --chip A --chip B) with --search is one search over both chips, ranked together like
+    the library's search_deployments, not one search per chip stacked."""
+    import aicalc
+
+    lib = aicalc.search_deployments("llama-3.1-8b", ["l4", "h100-sxm"], 8, max_tpot=0.05)
+    for chips in (["--chip", "l4,h100-sxm"], ["--chip", "l4", "--chip", "h100-sxm"]):
+        rows = cli("serve", "llama-3.1-8b", *chips, "--chips", "8", "--max-tpot", "50ms", "--search",
+                   "--json").json["rows"]
+        assert [(r["chip"], r["mode"], r["tp"], r["replicas"]) for r in rows] == \
+            [(r["chip"], r["mode"], r["tp"], r["replicas"]) for r in lib.meta["row_dicts"]][:len(rows)]

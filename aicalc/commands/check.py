@@ -33,11 +33,9 @@ def _call(check, base: Path) -> Result:
     try:
         if check.command != "compare" and isinstance(chips, (list, str)) and \
                 (isinstance(chips, list) or "," in chips):  # several chips: one table, as the command line does
-            from aicalc.commands.merge import over
+            from aicalc.commands.merge import over_chips
 
-            flat = [c.strip() for x in (chips if isinstance(chips, list) else [chips]) for c in str(x).split(",")
-                    if c.strip()]
-            return over("chip", flat, lambda chip: run(model, **{**kwargs, "chip": chip}))
+            return over_chips(chips, lambda chip: run(model, **{**kwargs, "chip": chip}))
         return run(model, **kwargs)
     except ParameterError as e:
         raise AicalcError(f"check '{check.name}': {cli_message(e)}") from None

@@ -31,3 +31,10 @@ def over(key: str, values: list, run: Callable[[object], Result]) -> Result:
     inputs = {**first.inputs, key: values}
     return Result(first.command, inputs, rows, warnings=warnings, exit_code=max(r.exit_code for r in parts),
                   title=(first.title or "") + f" — {key} {', '.join(map(str, values))}", notes=first.notes, columns=columns)
+
+
+def over_chips(chips, run: Callable[[str], Result]) -> Result:
+    """``run(chip)`` for every chip given (a repeated ``--chip``, a comma list, or both), stacked into one
+    table with the chip as the first column."""
+    chips = chips if isinstance(chips, (list, tuple)) else [chips]
+    return over("chip", [c.strip() for x in chips for c in str(x).split(",") if c.strip()], run)

@@ -131,17 +131,18 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
     from aicalc.api.deployment import search_deployments
     from aicalc.chart import scatter
     from aicalc.errors import ExitCode
+    from aicalc.sweep import int_sweep
     from aicalc.units import parse_int
 
     chip_ids = [c for c in (chip if isinstance(chip, (list, tuple)) else str(chip).split(",")) if c]
-    n = int(chips) if chips else None
+    n = parse_int(str(chips), "--chips") if chips else None
     if n is None:
         from aicalc.api.catalog import load_node_or_chip
 
         n = max(load_node_or_chip(chip_ids[0])[1], 8)
     spec = {"draft": draft, "draft_tokens": int(draft_tokens), "acceptance": float(_share(acceptance))} if draft \
         else None
-    tps = None if str(tp) in ("1", "None") else [int(t) for t in str(tp).split(",")]
+    tps = None if str(tp) in ("1", "None") else int_sweep(str(tp), "--tp")
     r = search_deployments(model, chip_ids, n, prompt=parse_int(str(prompt), "--prompt"),
                            gen=parse_int(str(gen), "--gen"), dtypes=str(dtype).split(","),
                            kv_dtypes=str(kv_dtype).split(","), tps=tps, max_ttft=max_ttft, max_tpot=max_tpot,
