@@ -41,8 +41,9 @@ def node_count(chip) -> int:
 
 def node_split(chip, tp=None, chips=None) -> tuple[int, int | None]:
     """``(tp, chips)`` of a serving deployment with the node defaults: no ``tp``, one replica across a node's
-    chips (TP = its count; a chip: 1); no ``chips``, the node's chips (a chip: None, one replica)."""
-    count = node_count(chip)
+    chips (TP = its count; a chip: 1); no ``chips``, the node's chips (a chip: None, one replica). ``chip``: an
+    id, a chip object, or the chip count already resolved."""
+    count = chip if isinstance(chip, int) else node_count(chip)
     return (count if tp is None else tp), (count if count > 1 else None) if chips is None else chips
 
 

@@ -27,7 +27,7 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, node_count, resident_weights
+    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, resident_weights
     from aicalc.core import capacity
     from aicalc.core.geometry import check_tp
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
@@ -36,9 +36,8 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     spec = load_model(model)
     arch = spec.arch
     kv_dtype = kv_format(spec, kv_dtype)
-    if tp is None:
-        tp = node_count(chip) if chip is not None else 1
-    tp = inputs.whole("tp", tp)
+    chip_obj, count = load_node_or_chip(chip) if chip is not None else (None, 1)
+    tp = inputs.whole("tp", count if tp is None else tp)  # a node: one TP group over its chips
     check_tp(arch, tp)
     g = inputs.broadcast(batch=inputs.positive("batch", batch, whole=True),
                          context=inputs.positive("context", context, whole=True))
@@ -46,7 +45,6 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     if block_size is not None and not block_size >= 1:
         raise ParameterError("block_size", block_size, "must be at least 1")
     utilization = inputs.fraction("utilization", utilization)
-    chip_obj, count = load_node_or_chip(chip) if chip is not None else (None, 1)
     if count > 1 and tp > count:
         raise ParameterError("tp", tp, f"exceeds the {count} chips of '{chip}'")
     if max_context and chip_obj is None:

@@ -29,8 +29,8 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
     spec = load_model(model)
     arch = spec.arch
     kv_dtype = kv_format(spec, kv_dtype)
-    chip_obj, _ = load_node_or_chip(chip)
-    tp, chips = node_split(chip, tp, chips)
+    chip_obj, count = load_node_or_chip(chip)
+    tp, chips = node_split(count, tp, chips)
     tp = inputs.whole("tp", tp)
     replicas = (inputs.whole("chips", chips) if chips is not None else tp) // tp
     weights = resident_weights(spec, dtype, tp)

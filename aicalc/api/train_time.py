@@ -174,8 +174,7 @@ def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute,
         return None, None
     mixed = {"fp8": "fp8-mixed", "fp16": "fp16-mixed"}.get(precision, "bf16-mixed")  # the math dtype's recipe
     mem = train_memory(model, batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp, zero=zero, chip=chip,
-                       precision=mixed,
-                       recompute=recompute, framework=mem_framework, attention="flash",
+                       precision=mixed, recompute=recompute, framework=mem_framework, attention="flash",
                        sp=mem_framework == "megatron", virtual_stages=int(interleave), cp=cp, ep=int(ep))
     return np.asarray(mem["peak_reserved_bytes"], dtype=np.float64), np.asarray(mem["fits"], dtype=bool)
 

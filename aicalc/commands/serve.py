@@ -14,7 +14,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     import numpy as np
 
     if search:
-        return _search(model, chip, chips, 1 if tp is None else tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft,
+        return _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft,
                        draft_tokens, acceptance, plot)
     from aicalc.commands.merge import choices, over
 
