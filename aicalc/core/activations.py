@@ -174,6 +174,16 @@ def hf_norm(B, S, H, a, norm="rms", stat_bytes=4):
     return 2 * a * B * S * H + 2 * stat_bytes * B * S
 
 
+def token_ffn(arch: Arch) -> float:
+    """The FFN width one token's activations span: F for a dense model; for a MoE (not harness-checked) each
+    token runs k routed (+ shared) experts of size F_e, so a MoE layer counts F_e·(k + shared), averaged with
+    the dense layers."""
+    if arch.moe is None or not arch.layers:
+        return arch.ffn
+    frac = arch.n_moe_layers / arch.layers
+    return frac * arch.moe.expert_ffn * (arch.moe.experts_per_token + arch.moe.shared_experts) + (1 - frac) * arch.ffn
+
+
 def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropout=0.0,
              mask_bytes=1, stat_bytes=4):
     """Bytes one decoder layer of transformers saves for backward (no recompute).
@@ -206,12 +216,7 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     import numpy as np
 
     B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
-    H, A, K, d, F = arch.hidden, arch.heads, arch.kv_heads, arch.head_dim, arch.ffn
-    if arch.moe is not None and arch.layers:
-        # MoE (not harness-checked): each token runs k routed (+ shared) experts of size F_e, so a MoE
-        # layer saves the MLP terms over F_e·(k + shared); averaged with the dense layers.
-        frac = arch.n_moe_layers / arch.layers
-        F = frac * arch.moe.expert_ffn * (arch.moe.experts_per_token + arch.moe.shared_experts) + (1 - frac) * F
+    H, A, K, d, F = arch.hidden, arch.heads, arch.kv_heads, arch.head_dim, token_ffn(arch)
     Ad = A * d / t
     Kd = np.maximum(K / t, 1) * d  # kv heads replicated when t > K
     BS = B * S
@@ -305,10 +310,7 @@ def _mm_widths(arch: Arch, t=1) -> list:
     Column-parallel outputs are split over t; the row-parallel o/down outputs are full-width partial sums."""
     import numpy as np
 
-    H, A, K, d, F = arch.hidden, arch.heads, arch.kv_heads, arch.head_dim, arch.ffn
-    if arch.moe is not None and arch.layers:
-        frac = arch.n_moe_layers / arch.layers
-        F = frac * arch.moe.expert_ffn * (arch.moe.experts_per_token + arch.moe.shared_experts) + (1 - frac) * F
+    H, A, K, d, F = arch.hidden, arch.heads, arch.kv_heads, arch.head_dim, token_ffn(arch)
     t = np.asarray(t, dtype=np.float64)
     Kd = np.maximum(K / t, 1) * d
     widths: list = []
@@ -372,10 +374,7 @@ def hf_frozen_saving(B, S, arch: Arch, a, attention="sdpa", t=1):
     import numpy as np
 
     B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
-    H, F = arch.hidden, arch.ffn
-    if arch.moe is not None and arch.layers:
-        frac = arch.n_moe_layers / arch.layers
-        F = frac * arch.moe.expert_ffn * (arch.moe.experts_per_token + arch.moe.shared_experts) + (1 - frac) * F
+    H, F = arch.hidden, token_ffn(arch)
     BS = B * S
     norms = 2 * (2 if arch.norm == "rms" else 1) * a * BS * H
     o_in = a * BS * arch.heads * arch.head_dim / t if attention == "eager" else 0.0
