@@ -22,13 +22,15 @@ HEADS = ("mtp", "eagle")
 
 
 def expected_tokens(acceptance, draft_tokens):
-    """Tokens per sequence one verification round yields (Leviathan et al. 2023, eq. 1)."""
+    """Tokens per sequence one verification round yields (Leviathan et al. 2023, eq. 1), (1 - A^(K+1)) / (1 - A).
+    The numerator is taken as -expm1((K+1) log1p(A - 1)), so that it keeps its digits as A nears 1 (where
+    1 - A^(K+1) would cancel to a few significant figures); 1 - A is exact there."""
     import numpy as np
 
     a = np.asarray(acceptance, dtype=np.float64)
     k = np.asarray(draft_tokens, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(a < 1.0, (1.0 - a ** (k + 1.0)) / (1.0 - a), k + 1.0)
+        return np.where(a < 1.0, -np.expm1((k + 1.0) * np.log1p(a - 1.0)) / (1.0 - a), k + 1.0)
 
 
 def head_arch(target: Arch) -> Arch:
