@@ -96,7 +96,6 @@ Acceptance = Annotated[str, typer.Option("--acceptance", help="per-token accepta
 
 
 def emit(result, fmt: str, json_flag: bool, columns: str | None = None) -> int:
-    from dataclasses import replace
 
     from aicalc.render import FORMATS, render
 
@@ -110,7 +109,7 @@ def emit(result, fmt: str, json_flag: bool, columns: str | None = None) -> int:
         unknown = [k for k in keys if k not in known]
         if unknown:
             raise AicalcError(f"--columns: no column {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-        env = replace(env, columns=keys)
+        env = env._replace(columns=keys)
     render(result, fmt, env)
     return int(result.exit_code)
 
@@ -552,8 +551,24 @@ def main(argv: list[str] | None = None, env: Env | None = None) -> int:
     finally:
         _ENV.reset(token)
     if argv is None:
-        sys.exit(code)
+        _leave(code)
     return code
+
+
+def _leave(code: int) -> None:
+    """Exit the console script with ``code``: flush the output, run the atexit handlers, and leave without the
+    interpreter's teardown (freeing every module and stopping numpy's BLAS threads costs 10-20 ms of a ~110 ms
+    one-off query, docs/robustness.md; nothing aicalc holds needs it). A library caller never comes here."""
+    import atexit
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`aicalc … | head`) or a closed stream: nothing to keep
+            pass
+    atexit._run_exitfuncs()
+    os._exit(code)
 
 
 def _no_repeats(command, args: list[str]) -> None:

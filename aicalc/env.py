@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 
-@dataclass
-class Env:
+class Env(NamedTuple):
+    """The console a command writes to: streams, whether they are terminals, colour and width."""
+
     stdout: TextIO
     stderr: TextIO
     stdout_isatty: bool

@@ -12,6 +12,8 @@ SCHEMA_VERSION = 1
 
 @dataclass
 class Result:
+    """What a command computed: its inputs, rows, warnings and exit code, before any rendering."""
+
     command: str
     inputs: dict[str, Any]
     rows: list[dict[str, Any]]

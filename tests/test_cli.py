@@ -85,6 +85,26 @@ def test_version(cli):
     assert r.returncode == 0 and r.stdout.strip() == f"aicalc {__version__}"
 
 
+def test_console_script_keeps_exit_code_and_output_without_teardown(cli):
+    """The console script leaves without the interpreter's teardown (cli._leave): what it printed must still
+    arrive whole, in a pipe, with the command's exit code, and a reader that stops early is no error."""
+    import json
+
+    run = [sys.executable, "-m", "aicalc"]
+    r = subprocess.run([*run, "kv-cache", "llama-3.1-8b", "--chip", "l4", "--context", "1m", "--batch", "64",
+                        "--json"], capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr  # does not fit: the contract's exit 1
+    assert json.loads(r.stdout)["rows"][0]["fits"] is False  # the whole document arrived
+    r = subprocess.run([*run, "kv-cache", "no-such-model"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stdout == ""
+    p = subprocess.Popen([*run, "presets", "list", "--format", "csv"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.read(10)
+    p.stdout.close()  # the reader goes away after 10 bytes, as `| head -c 10` does
+    err = p.stderr.read().decode()
+    # 0 when the output was in the pipe before the reader left; 1 (click's answer to EPIPE) when a write failed
+    assert p.wait(timeout=30) in (0, 1) and "Traceback" not in err and "Exception ignored" not in err
+
+
 def one_line_error(r, code=2):
     assert r.code == code
     assert r.out == ""

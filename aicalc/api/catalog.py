@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aicalc.catalog.store import ModelSpec
 from aicalc.errors import AicalcError
@@ -56,13 +56,6 @@ def load_node_or_chip(chip):
     return store.resolve_chip(chip)
 
 
-@dataclass(frozen=True)
-class LoadedModel(ModelSpec):
-    """A model whose files were read: its checkpoint's exact bytes come with it."""
-
-    checkpoint: object = None  # aicalc.catalog.checkpoint.Checkpoint
-
-
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
@@ -82,13 +75,13 @@ def _from_files(name: str):
         from aicalc.catalog import checkpoint
 
         cfg, ck = checkpoint.from_gguf(path)
-        return LoadedModel(id=path.name, name=path.stem, source=str(path), arch=arch_from_config(cfg, str(path)),
+        return ModelSpec(id=path.name, name=path.stem, source=str(path), arch=arch_from_config(cfg, str(path)),
                            checkpoint=ck)
     if len(name) <= 200 and not exists(path) and _HUB_ID.fullmatch(name) and not name.endswith(".json"):
         from aicalc.catalog import checkpoint
 
         cfg, ck = checkpoint.from_hub(name)
-        return LoadedModel(id=name, name=name, source=f"hf://{name}", arch=arch_from_config(cfg, name),
+        return ModelSpec(id=name, name=name, source=f"hf://{name}", arch=arch_from_config(cfg, name),
                            checkpoint=ck, hf_repo=name)
     spec = store.resolve_model(name)
     if exists(path):
@@ -99,12 +92,11 @@ def _from_files(name: str):
 
         ck = checkpoint.from_folder(folder, cfg if isinstance(cfg, dict) else {})
         if ck is not None:
-            return LoadedModel(id=spec.id, name=spec.name, source=spec.source, arch=spec.arch, checkpoint=ck)
+            return ModelSpec(id=spec.id, name=spec.name, source=spec.source, arch=spec.arch, checkpoint=ck)
     return spec
 
 
-@dataclass(frozen=True)
-class WeightFormat:
+class WeightFormat(NamedTuple):
     """A weight format as the estimators take it: a dtype name (its math and coverage rule) and, for a
     checkpoint read from files, the exact bytes per parameter of its block linears and of its embedding/head."""
 

@@ -7,10 +7,12 @@ F ffn size, V vocab, E experts, k experts per token.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class MoE:
+class MoE(NamedTuple):
+    """Routed (and shared) experts of a mixture-of-experts FFN."""
+
     experts: int  # E routed experts per MoE layer
     experts_per_token: int  # k
     expert_ffn: int  # F_e, intermediate size of one expert
@@ -35,8 +37,7 @@ class MoE:
         return self.shared_experts * (self.shared_expert_ffn or self.expert_ffn)
 
 
-@dataclass(frozen=True)
-class MLA:
+class MLA(NamedTuple):
     """Multi-head latent attention (DeepSeek-V2/V3): K/V compressed to one latent per token."""
 
     q_lora_rank: int | None  # None: q projected directly from H
@@ -48,6 +49,8 @@ class MLA:
 
 @dataclass(frozen=True)
 class Arch:
+    """A transformer's shape as every estimator reads it, in aicalc's notation (module docstring)."""
+
     family: str  # Hugging Face model_type
     hidden: int  # H
     layers: int  # L

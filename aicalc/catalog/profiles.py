@@ -25,6 +25,8 @@ DEFAULT_ENGINE = "generic"
 
 @dataclass(frozen=True)
 class Profile:
+    """An efficiency profile (chip class, engine or framework) read from presets, each factor with its source."""
+
     id: str
     name: str
     factors: dict[str, float]

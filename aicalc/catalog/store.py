@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from aicalc.catalog.arch import Arch
 from aicalc.errors import AicalcError, UnknownPreset
@@ -545,14 +544,17 @@ def load(kind: str, preset_id: str):
     return _record(kind, index[found])
 
 
-@dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(NamedTuple):
+    """A model: its architecture, where its figures come from and, for a model whose files were read (a GGUF
+    file, a Hub id, a folder beside safetensors files), its checkpoint's exact bytes."""
+
     id: str
     name: str
     source: str
     arch: Arch
     official_params: str | None = None
     hf_repo: str | None = None
+    checkpoint: object = None  # aicalc.catalog.checkpoint.Checkpoint
 
 
 def looks_like_path(name: str) -> bool:

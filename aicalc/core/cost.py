@@ -17,6 +17,8 @@ J_PER_KWH = 3.6e6
 
 @dataclass(frozen=True)
 class PowerModel:
+    """Facility power under load: the fraction of TDP chips draw and the data centre's PUE."""
+
     power_fraction: float = 0.8
     pue: float = 1.2
 

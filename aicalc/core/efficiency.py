@@ -35,6 +35,8 @@ from aicalc.errors import ParameterError
 
 @dataclass(frozen=True)
 class Efficiency:
+    """The fractions of datasheet peaks kernels reach, per regime (presets/profiles give the values)."""
+
     flop_max: float = 0.85  # large-GEMM fraction of dense peak (OP-01: 0.93 on a bare A100 GEMM)
     gemm_half_dim: float = 48.0  # a GEMM dimension of this size halves the efficiency (OP-01/OP-02)
     low_precision_flop_factor: float = 0.60  # 8-bit compute efficiency relative to 16-bit (PF-03/04, SV-05…12)

@@ -9,7 +9,7 @@ arrays of the TP degree where it takes one. Pure numpy, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aicalc.catalog.arch import Arch
 from aicalc.core.dtypes import (
@@ -118,8 +118,7 @@ def attention_params_per_device(arch: Arch, tp=1):
     return (total - kv) / tp + kv * kv_heads_per_device(arch, tp) / arch.kv_heads
 
 
-@dataclass(frozen=True)
-class WeightBytes:
+class WeightBytes(NamedTuple):
     """Resident weight bytes on one device, per tensor class (arrays where ``tp`` is one)."""
 
     embedding: object  # token (+ position) table

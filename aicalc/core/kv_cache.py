@@ -9,14 +9,13 @@ context. Paged allocation (vLLM, IM-10/IM-11) rounds every sequence up to whole 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aicalc.catalog.arch import Arch
 from aicalc.core.geometry import kv_bytes_per_token_layer, tokens_held
 
 
-@dataclass(frozen=True)
-class KVShape:
+class KVShape(NamedTuple):
     """Per-device cache geometry of one model under one kv dtype and TP degree."""
 
     bytes_per_token_layer: float  # one token, one layer, one device

@@ -9,13 +9,14 @@ gated FFN 3·H·F, plain 2·H·F; RMSNorm H, LayerNorm 2H).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aicalc.catalog.arch import Arch
 
 
-@dataclass(frozen=True)
-class ParamCount:
+class ParamCount(NamedTuple):
+    """Parameters of a model by part, and those one token touches."""
+
     embedding: int  # token embedding (+ learned positions, + embedding norm)
     attention: int  # all layers
     ffn: int  # all layers: dense FFNs, routed experts, shared experts, routers

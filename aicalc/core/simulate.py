@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 @dataclass
 class StepCost:
+    """Step times the serving simulator interpolates: decode by batch and context, prefill by tokens."""
+
     decode_s: list  # [max_batch + 1][bins] seconds of a decode step (row 0: zeros)
     context_bins: list  # upper edges of the context bins, tokens
     prefill_s_per_token: float

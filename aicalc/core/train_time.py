@@ -83,6 +83,8 @@ def time_from_rate(tokens, flops_per_token_counted, chips, achieved_flop_per_s_p
 
 @dataclass(frozen=True)
 class TrainChip:
+    """What training time reads of a chip: peaks, links and the size of its scale-up domain."""
+
     peak_flop_per_s: float
     bandwidth_bytes_per_s: float
     link_bytes_per_s: float  # per direction, scale-up link (NVLink, ICI, Infinity Fabric)
