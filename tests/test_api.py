@@ -81,3 +81,17 @@ def test_train_time_from_a_given_mfu():
     r = aicalc.train_time("llama-3.1-8b", "h100-sxm", 1e12, dp=8, mfu=0.4)
     assert r.tokens_per_s[0] == pytest.approx(8 * 0.4 * 989.4e12 / r.model_flop_per_token[0], rel=1e-3)
     assert r.total_time_s[0] == pytest.approx(1e12 / r.tokens_per_s[0])
+
+
+@pytest.mark.parametrize("call", [
+    lambda: aicalc.train_time("llama-3.1-8b", "h100-sxm", [1e12, 2e12], dp=8),
+    lambda: aicalc.train_time("llama-3.1-8b", "h100-sxm", 1e12, dp=8, cp=[1, 2]),
+    lambda: aicalc.compare("llama-3.1-8b", ["h100-sxm"], seq=[2048, 4096]),
+    lambda: aicalc.compare("llama-3.1-8b", ["h100-sxm"], years=[1, 3]),
+    lambda: aicalc.disaggregated("llama-3.1-8b", "h100-sxm", 8, prompt=[512, 1024]),
+    lambda: aicalc.serve("llama-3.1-8b", "h100-sxm", price=[1.0, 2.0]),
+])
+def test_a_sweep_where_one_value_is_taken_is_refused_not_read_as_its_first(call):
+    """A list where the estimate takes one number used to be read as its first element, silently."""
+    with pytest.raises(ParameterError, match="takes one number, not a sweep"):
+        call()

@@ -168,12 +168,12 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
         kv_bytes_per_element(kv_dtype, 128)
     spec = load_model(model)
     n = count_params(spec.arch)
-    tokens = float(inputs.positive("tokens", tokens).reshape(-1)[0]) if tokens is not None else \
+    tokens = inputs.single("tokens", tokens) if tokens is not None else \
         cost.chinchilla_tokens(n.total)
-    seq, prompt, gen = (int(inputs.positive(k, v, whole=True).reshape(-1)[0])
+    seq, prompt, gen = (inputs.whole(k, v)
                         for k, v in (("seq", seq), ("prompt", prompt), ("gen", gen)))
-    requests_per_day = float(inputs.positive("requests_per_day", requests_per_day).reshape(-1)[0])
-    years = float(inputs.positive("years", years).reshape(-1)[0])
+    requests_per_day = inputs.single("requests_per_day", requests_per_day)
+    years = inputs.single("years", years)
     max_ttft, max_tpot = inputs.seconds("max_ttft", max_ttft), inputs.seconds("max_tpot", max_tpot)
     warnings: list[str] = []
     rows = []

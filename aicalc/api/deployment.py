@@ -34,8 +34,8 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
     from aicalc.core.geometry import check_tp, kv_bytes_per_token_layer
     from aicalc.core.serving import TOKEN_BUDGET
 
-    P = int(inputs.positive("prompt", prompt, whole=True).reshape(-1)[0])
-    G = int(inputs.positive("gen", gen, whole=True).reshape(-1)[0])
+    P = inputs.whole("prompt", prompt)
+    G = inputs.whole("gen", gen)
     ttft_cap = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else np.inf
     tpot_cap = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else np.inf
     pre = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=prefill_tp > 1, engine=engine)

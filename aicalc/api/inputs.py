@@ -112,10 +112,16 @@ def positive(param: str, value, whole: bool = False, parser=None, minimum: float
 
 def whole(param: str, value) -> int:
     """One whole number >= 1 within the cap of ``param`` (a device count, a batch, ``top``)."""
-    arr = positive(param, value, whole=True)
+    return int(single(param, value, whole=True))
+
+
+def single(param: str, value, whole: bool = False) -> float:
+    """One finite number above zero within the cap of ``param``: a sweep where the estimate takes one value is
+    refused, never read as its first value."""
+    arr = positive(param, value, whole=whole)
     if arr.size != 1:
         raise ParameterError(param, _safe(value), "takes one number, not a sweep")
-    return int(arr.reshape(-1)[0])
+    return float(arr.reshape(-1)[0])
 
 
 def fraction(param: str, value) -> float:

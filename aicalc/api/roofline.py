@@ -159,7 +159,7 @@ def draft_setup(draft, cs: CostSetup, tp, draft_tokens, acceptance):
     from aicalc.core.speculative import HEADS, expected_tokens, head_arch
     from aicalc.errors import ParameterError
 
-    k = int(inputs.positive("draft_tokens", draft_tokens, whole=True).reshape(-1)[0])
+    k = inputs.whole("draft_tokens", draft_tokens)
     if k > 16:
         raise ParameterError("draft_tokens", k, "is more than 16 drafted tokens per round")
     a = inputs.fraction("acceptance", acceptance)

@@ -93,7 +93,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     max_ttft = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else None
     max_tpot = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else None
     if price is not None:
-        price = float(inputs.positive("price", price).reshape(-1)[0])
+        price = inputs.single("price", price)
     utilization = inputs.fraction("utilization", utilization)
     from aicalc.api.catalog import resident_weights
 

@@ -98,11 +98,11 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
         p_list, g_list, a_list = read_requests(requests) if not isinstance(requests, dict) else (
             list(map(int, requests["prompt"])), list(map(int, requests["gen"])), requests.get("arrival_s"))
     else:
-        n = int(inputs.positive("num_requests", num_requests, whole=True).reshape(-1)[0])
+        n = inputs.whole("num_requests", num_requests)
         if n > MAX_REQUESTS:
             raise ParameterError("num_requests", n, f"is more than {MAX_REQUESTS:,}")
-        p0 = int(inputs.positive("prompt", prompt, whole=True).reshape(-1)[0])
-        g0 = int(inputs.positive("gen", gen, whole=True).reshape(-1)[0])
+        p0 = inputs.whole("prompt", prompt)
+        g0 = inputs.whole("gen", gen)
         p_list, g_list, a_list = [p0] * n, [g0] * n, None
     rates = inputs.positive("rate", rate).reshape(-1) if a_list is None else np.asarray([np.nan])
     for name, v in (("max_seqs", max_seqs), ("token_budget", token_budget)):

@@ -112,7 +112,7 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
             warnings.append(f"pp={int(p)} does not divide the {spec.arch.layers} layers; stages are unbalanced")
     if np.any(g["global_batch"] % (g["dp"] * g["micro_batch"])):
         warnings.append("global batch is not a multiple of dp × micro-batch at some points; micro-batches rounded")
-    D = float(inputs.positive("tokens", tokens).reshape(-1)[0])
+    D = inputs.single("tokens", tokens)
     achieved_v = parse_rate(achieved, "flop", "achieved") if isinstance(achieved, str) else achieved
     mfu_v = inputs.fraction("mfu", mfu) if mfu is not None else None
     from aicalc.catalog import profiles
@@ -125,8 +125,8 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     if efficiency:
         eff = efficiency if not isinstance(efficiency, dict) else eff.with_overrides(efficiency)
     goodput = inputs.fraction("goodput", goodput)
-    ep_v = int(inputs.positive("ep", ep, whole=True).reshape(-1)[0])
-    cp_v = int(inputs.positive("cp", cp, whole=True).reshape(-1)[0])
+    ep_v = inputs.whole("ep", ep)
+    cp_v = inputs.whole("cp", cp)
     if ep_v > 1 and (spec.arch.moe is None or spec.arch.moe.experts % ep_v or int(g["dp"].min()) * cp_v % ep_v):
         raise ParameterError("ep", ep_v, "must divide the experts and the data-parallel ranks (dp·cp)")
     s = shape_of(spec.arch)
@@ -197,8 +197,8 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
 
     spec = load_model(model)
     arch = spec.arch
-    n = int(inputs.positive("chips", chips, whole=True).reshape(-1)[0])
-    gb = int(inputs.positive("global_batch", global_batch, whole=True).reshape(-1)[0])
+    n = inputs.whole("chips", chips)
+    gb = inputs.whole("global_batch", global_batch)
     c = load_chip(chip)
     domain = (c.interconnect.domain if c.interconnect else None) or 8
     kv = arch.kv_heads or arch.heads
