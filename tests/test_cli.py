@@ -313,6 +313,10 @@ def test_repeated_chip_is_a_chip_sweep(cli):
                 ("train-mem", "llama-3.1-8b")):
         rows = cli(*cmd, "--chip", "l4", "--chip", "h100-sxm", "--json").json["rows"]
         assert {r["chip"] for r in rows} == {"l4", "h100-sxm"}, cmd
+        title = cli(*cmd, "--chip", "l4", "--chip", "h100-sxm", width=200).out.splitlines()[0]
+        # the title names both chips (it named the first chip's alone, above rows of both)
+        t = title.lower()
+        assert "l4" in t and "h100" in t and t.count("llama") == 1, (cmd, title)
 
 
 def test_one_vocabulary_aliases(cli):

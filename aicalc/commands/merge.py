@@ -30,7 +30,32 @@ def over(key: str, values: list, run: Callable[[object], Result]) -> Result:
     columns = [key] + [c for c in (first.columns or []) if c != key] if first.columns else None
     inputs = {**first.inputs, key: values}
     return Result(first.command, inputs, rows, warnings=warnings, exit_code=max(r.exit_code for r in parts),
-                  title=(first.title or "") + f" — {key} {', '.join(map(str, values))}", notes=first.notes, columns=columns)
+                  title=joint_title([r.title or "" for r in parts], key, values), notes=first.notes, columns=columns)
+
+
+def joint_title(titles: list[str], key: str, values: list) -> str:
+    """One title for stacked results: the same title once with the values after it, or, where the titles
+    differ (``… on 1 × NVIDIA L4 24GB (TP 1 …`` and ``… H100 SXM5 80GB …``), their common start and end around
+    the parts that differ, joined by " / " (each part with balanced brackets)."""
+    import re
+
+    if len(set(titles)) == 1:
+        return f"{titles[0]} — {key} {', '.join(map(str, values))}".lstrip(" —")
+    split = [re.findall(r"\w[\w.]*|\s+|[^\w\s]", t) for t in titles]
+    shortest = min(map(len, split))
+    head = next((i for i in range(shortest) if len({tuple(t[i:i + 1]) for t in split}) > 1), shortest)
+    tail = next((i for i in range(shortest - head) if len({t[len(t) - 1 - i] for t in split}) > 1),
+                shortest - head)
+
+    def excess(t: list[str]) -> int:  # opening minus closing brackets of a title's differing part
+        text = "".join(t[head:len(t) - tail])
+        return text.count("(") + text.count("[") - text.count(")") - text.count("]")
+
+    while any(excess(t) for t in split) and (head or tail):
+        grow_end = any(excess(t) > 0 for t in split) and tail
+        head, tail = (head, tail - 1) if grow_end else (head - 1, tail) if head else (head, tail - 1)
+    start, end = "".join(split[0][:head]), "".join(split[0][len(split[0]) - tail:])
+    return start + " / ".join("".join(t[head:len(t) - tail]).strip() for t in split) + end
 
 
 def over_chips(chips, run: Callable[[str], Result]) -> Result:
