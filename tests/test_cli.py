@@ -316,7 +316,9 @@ def test_repeated_chip_is_a_chip_sweep(cli):
         title = cli(*cmd, "--chip", "l4", "--chip", "h100-sxm", width=200).out.splitlines()[0]
         # the title names both chips (it named the first chip's alone, above rows of both)
         t = title.lower()
+        head = t.split(" — ")[0]  # the title proper, before any "— chip l4, h100-sxm"
         assert "l4" in t and "h100" in t and t.count("llama") == 1, (cmd, title)
+        assert ("l4" in head) == ("h100" in head), (cmd, title)
 
 
 def test_one_vocabulary_aliases(cli):
