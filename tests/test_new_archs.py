@@ -21,7 +21,7 @@ PARAMS = {r["name"]: r for r in json.loads((DATA / "validation" / "params.json")
           if r["kind"] == "preset"}
 KV = [r for r in json.loads((DATA / "validation" / "kv_cache.json").read_text())["records"] if r["kind"] == "preset"]
 
-NEW = ["gemma-3-27b", "qwen3-8b", "qwen3-30b-a3b", "qwen3-235b-a22b", "llama-4-scout", "llama-4-maverick",
+NEW = ["gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "qwen3-8b", "qwen3-30b-a3b", "qwen3-235b-a22b", "llama-4-scout", "llama-4-maverick",
        "gpt-oss-20b", "gpt-oss-120b", "deepseek-v2-lite", "deepseek-v2", "phi-4", "mistral-nemo-12b",
        "olmo-2-13b", "granite-3.3-8b", "command-r-v01", "command-r7b"]
 ENGINE = {"DynamicCache": "hf", "StaticCache": "vllm"}
@@ -95,9 +95,11 @@ def test_published_headline_sizes(name, total, rel, active, conv, active_rel):
 
 
 def test_published_non_embedding_counts():
-    # Gemma 3 report Table 1: 27B has 25,600M non-embedding parameters (text model; vision encoder separate)
-    n = count_params(_arch("gemma-3-27b"))
-    assert n.total - n.embedding == pytest.approx(25_600e6, rel=0.0005)
+    # Gemma 3 report Table 1: 4B, 12B, 27B have 3,209M, 10,759M, 25,600M non-embedding parameters (text model;
+    # vision encoder separate)
+    for name, published in (("gemma-3-4b", 3_209e6), ("gemma-3-12b", 10_759e6), ("gemma-3-27b", 25_600e6)):
+        n = count_params(_arch(name))
+        assert n.total - n.embedding == pytest.approx(published, rel=0.0005), name
     # Qwen3-8B model card: 6.95B non-embedding (untied: embedding and lm_head both excluded)
     n = count_params(_arch("qwen3-8b"))
     assert n.total - n.embedding - n.lm_head == pytest.approx(6.95e9, rel=0.001)
