@@ -56,6 +56,10 @@ Chip = Annotated[list[str] | None, typer.Option("--chip", help="chip or node pre
                                                    autocompletion=_complete(("chip", "node")))]
 
 
+Price = Annotated[str | None, typer.Option("--price", metavar="USD/h", help="USD per chip-hour, e.g. 2.5 or '$2.50/h' "
+                                                                      "(default: the chip preset's)")]
+
+
 def per_chip(chips, run):
     """``run(chip)`` for every chip given (repeated ``--chip`` or a comma list), stacked into one table."""
     from aicalc.commands.merge import over_chips
@@ -357,6 +361,7 @@ def train_time(
                                          "useful steps (restarts, evaluation); stretches time and chip-hours")] = "1",
     search: Annotated[bool, typer.Option("--search", help="rank the layouts of --chips that fit by time")] = False,
     top: Annotated[int, typer.Option("--top", help="layouts shown by --search")] = 10,
+    price: Price = None,
     fmt: Format = "table",
     json_: Json = False,
     columns: Columns = None,
@@ -374,7 +379,7 @@ def train_time(
             dp=dp, chips=n, mfu=mfu, achieved=achieved, recompute=recompute, attention=attention,
             sequence_parallel=sequence_parallel, interleave=interleave, zero=z, precision=precision,
             dp_bandwidth=dp_bandwidth, eff=eff, framework=framework, search=search, top=top, cp=cp, ep=ep,
-            goodput=goodput)))), fmt, json_,
+            goodput=goodput, price=price)))), fmt, json_,
                 columns)
 
 
@@ -462,8 +467,7 @@ def serve(
     max_tpot: Annotated[str | None, typer.Option("--max-tpot", help="latency target per output token, e.g. 50ms")] = None,
     dtype: WeightDtype = "bf16",
     kv_dtype: KvDtype = "bf16",
-    price: Annotated[str | None, typer.Option("--price", metavar="USD/h", help="USD per chip-hour, e.g. 2.5 or "
-                                                                         "'$2.50/h' (default: the chip preset's)")] = None,
+    price: Price = None,
     engine: Engine = None,
     draft: Draft = None,
     draft_tokens: DraftTokens = 4,

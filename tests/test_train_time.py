@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -359,3 +360,32 @@ def test_search_on_a_node_lays_out_its_chips(cli):
                 "--json").json
     assert [r["total_time_s"] for r in node["rows"]] == [r["total_time_s"] for r in chips["rows"]]
     assert all(r["chips"] == 8 for r in node["rows"])
+
+
+def test_train_time_shows_its_cost_and_where_the_price_comes_from(cli):
+    """cost = chip-hours × USD per chip-hour: the chip preset's on-demand price, or --price; a chip without a price
+    says so in a note instead of dropping the column silently."""
+    import yaml
+
+    preset = yaml.safe_load((Path(__file__).resolve().parents[1] / "presets/chips/h100-sxm.yaml").read_text())
+    run = ("train-time", "llama-3.1-8b", "--chips", "8", "--tokens", "1e10", "--zero", "3", "--json")
+    r = cli(*run, "--chip", "h100-sxm").json
+    row = r["rows"][0]
+    assert row["cost_usd"] == pytest.approx(row["chip_hours"] * preset["price_per_hour_usd"], rel=1e-12)
+    assert r["inputs"]["price_per_chip_hour_usd"] == preset["price_per_hour_usd"]
+    table = cli(*run[:-1], "--chip", "h100-sxm", width=400).out  # the footer says where the price is from
+    assert f"cost: ${preset['price_per_hour_usd']:,.2f} per chip-hour" in table and preset["price_source"] in table
+    given = cli(*run, "--chip", "h100-sxm", "--price", "$2.50/h").json["rows"][0]
+    assert given["cost_usd"] == pytest.approx(given["chip_hours"] * 2.5, rel=1e-12)
+    none = cli(*run, "--chip", "gaudi3").json  # no sourced on-demand price in the preset
+    assert "cost_usd" not in none["rows"][0] and none["inputs"]["price_per_chip_hour_usd"] is None
+    assert "give --price" in cli(*run[:-1], "--chip", "gaudi3", width=400).out
+    searched = cli(*run, "--chip", "h100-sxm", "--search", "--top", "2").json["rows"]
+    assert all(s["cost_usd"] == pytest.approx(s["chip_hours"] * preset["price_per_hour_usd"]) for s in searched)
+    assert cli(*run, "--chip", "h100-sxm", "--search", "--seq", "2048,4096").code == 2  # not its first value
+
+
+def test_serve_says_when_no_price_is_known(cli):
+    r = cli("serve", "llama-3.1-8b", "--chip", "gaudi3", "--concurrency", "8", "--json").json
+    assert "usd_per_million_output_tokens" not in r["rows"][0]
+    assert "give --price" in cli("serve", "llama-3.1-8b", "--chip", "gaudi3", "--concurrency", "8", width=400).out

@@ -147,7 +147,7 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     for k in ("pipeline_s", "bubble_s", "tp_comm_s", "dp_comm_s", "ep_comm_s", "pp_comm_s", "optimizer_s"):
         if k in r:
             cols[k] = r[k] + 0.0 * r["mfu"]
-    price = float(price) if price is not None else chip_obj.price_per_hour_usd
+    price = inputs.single("price", price) if price is not None else chip_obj.price_per_hour_usd
     if price:
         cols["cost_usd"] = r["chip_hours"] * price
     source = "given" if mfu_v is not None else ("from achieved FLOP/s" if achieved_v is not None
@@ -182,11 +182,12 @@ def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute,
 def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=4096, global_batch=1024,
                          micro_batches=(1, 2, 4, 8), recompute=("none", "selective", "full"), zero=(1, 3),
                          framework: str = "megatron", precision: str = "bf16", dp_bandwidth=None,
-                         top: int = 10) -> TrainTime:
+                         top: int = 10, price=None) -> TrainTime:
     """The fastest layouts of ``chips`` chips that fit in memory: every TP (a power of two inside the chip's
     scale-up domain that divides the heads and the FFN) × PP (dividing the layers) × DP, for a MoE every EP
     (a power of two dividing the experts and DP), micro-batch dividing
-    the per-replica batch, recompute and ZeRO stage, its peak memory from :func:`aicalc.api.train_memory.
+    the per-replica batch, recompute and ZeRO stage (``price``: USD per chip-hour, default the chip preset's, for
+    ``cost_usd``), its peak memory from :func:`aicalc.api.train_memory.
     train_memory` (``fits``: the reserved peak within the chip's memory) and its time from :func:`train_time`,
     ranked by total time; the ``top`` fastest that fit (all of them, unranked by fit, when none does)."""
     import numpy as np
@@ -228,7 +229,7 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
                     continue  # selective recompute is Megatron's
                 t = train_time(spec.id, c.id, tokens, seq=seq, global_batch=gb, micro_batch=mb, tp=tp, pp=pp,
                                dp=dp, recompute=rc, zero=z, precision=precision, dp_bandwidth=dp_bandwidth,
-                               framework=framework, ep=ep)
+                               framework=framework, ep=ep, price=price)
                 cols = dict(t.columns)
                 cols["ep"] = np.full(len(t), ep, dtype=np.int64)
                 cols["recompute"] = np.full(len(t), rc)
@@ -243,4 +244,4 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
                        kind="stable")
     order = order[: int(top)] if not fit.any() else order[: min(int(top), int(fit.sum()))]
     return TrainTime({k: v[order] for k, v in allc.items()}, warnings, model=spec, chip=c, framework=framework,
-                     layouts=len(fit), layouts_fit=int(fit.sum()))
+                     layouts=len(fit), layouts_fit=int(fit.sum()), price=t.meta["price"])

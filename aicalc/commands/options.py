@@ -52,3 +52,12 @@ def price_per_hour(text) -> float | None:
     if not (math.isfinite(v) and 0 < v < 1e6):
         raise AicalcError(f"--price must be a positive USD per chip-hour below a million, got '{text}'")
     return v
+
+
+def cost_note(chip, price: float | None, given: bool) -> str:
+    """Where a table's cost column takes its price from, or why it has none."""
+    if not price:
+        return (f"cost: no on-demand price for {chip.id} in its preset (presets/chips/{chip.id}.yaml); "
+                "give --price, USD per chip-hour")
+    where = "--price" if given else f"{chip.id}'s preset, {getattr(chip, 'price_source', None) or 'no source'}"
+    return f"cost: ${price:,.2f} per chip-hour ({where})"

@@ -30,7 +30,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
                         requests, num_requests, seed)
 
     from aicalc.api.serving import max_concurrency, serve
-    from aicalc.commands.options import price_per_hour
+    from aicalc.commands.options import cost_note, price_per_hour
     from aicalc.core.serving import concurrency_ladder
     from aicalc.sweep import grid, int_sweep
 
@@ -79,7 +79,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     notes = ["continuous batching in steady state: TPOT = decode step + the batched prefills interleaved per step; "
              "TTFT = own batch's prefill + one running decode step (docs/serve.md)",
              f"efficiency: engine {cs.engine} (presets/engines/{cs.engine}.yaml), chip class {cs.chip_class} "
-             f"(presets/classes/{cs.chip_class}.yaml)"]
+             f"(presets/classes/{cs.chip_class}.yaml)", cost_note(cs.chip, price_v, price is not None)]
     return Result("serve", inputs, r.rows(), warnings=warnings, exit_code=exit_code, columns=columns, notes=notes,
                   title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} (TP {tp}, {m['replicas']} replica(s), "
                         f"{dtype})")

@@ -10,11 +10,11 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
         dp=None, chips=None, mfu="auto", achieved=None, recompute: str = "selective", attention: str = "flash",
         sequence_parallel: bool = True, interleave: int = 1, zero=None, precision: str = "bf16",
         dp_bandwidth=None, eff=None, framework: str = "megatron", search: bool = False, top: int = 10, cp: int = 1,
-        ep: int = 1, goodput="1") -> Result:
+        ep: int = 1, goodput="1", price=None) -> Result:
     import numpy as np
 
     from aicalc.api.train_time import train_time
-    from aicalc.commands.options import efficiency_overrides, time_attention
+    from aicalc.commands.options import cost_note, efficiency_overrides, price_per_hour, time_attention
     from aicalc.sweep import grid, int_sweep
     from aicalc.units import parse_count, parse_int
 
@@ -30,7 +30,7 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
         chips = str(node_count(chip)) if node_count(chip) > 1 else None
     if search:
         return _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, precision, dp_bandwidth,
-                       framework, top)
+                       framework, top, price)
     tps, pps = int_sweep(tp, "--tp"), int_sweep(pp, "--pp")
     dps = int_sweep(dp, "--dp") if dp is not None else ([1] if chips is None else [0])
     g = grid(tp=tps, pp=pps, dp=dps, seq=int_sweep(seq, "--seq"), global_batch=int_sweep(global_batch, "--global-batch"),
@@ -51,7 +51,7 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                    attention=attention, sequence_parallel=sequence_parallel, interleave=int(interleave),
                    zero=int(zero), precision=precision, dp_bandwidth=dp_bandwidth,
                    efficiency=efficiency_overrides(eff), framework=framework, cp=int(cp), ep=int(ep),
-                   goodput=goodput)
+                   goodput=goodput, price=price_per_hour(price))
     m = r.meta
     tc, spec, chip_obj = m["train_chip"], m["model"], m["chip"]
     inputs = {"model": spec.id, "chip": chip_obj.id, "tokens": float(r.tokens[0]), "seq": seq,
@@ -59,13 +59,14 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
               "mfu": mfu, "achieved": achieved, "recompute": recompute, "attention": attention,
               "sequence_parallel": sequence_parallel, "interleave": interleave, "zero": zero, "precision": precision,
               "dp_bandwidth_bytes_per_s": tc.dp_bytes_per_s, "efficiency": m["efficiency"].as_dict(), "cp": cp,
-              "ep": ep, "goodput": goodput}
+              "ep": ep, "goodput": goodput, "price_per_chip_hour_usd": m["price"]}
     notes = [f"MFU {m['mfu_source']}; model FLOPs = 6·N_mm + 12·L·s·A·d + 6·V·H per token (TT-01); ideal = bare "
              "roofline of the same layout (no efficiency factors)",
              f"peak {tc.peak_flop_per_s / 1e12:,.1f} TFLOP/s dense {precision} per chip; DP network "
-             f"{tc.dp_bytes_per_s / 1e9:,.0f} GB/s per chip per direction (--dp-bandwidth)"]
+             f"{tc.dp_bytes_per_s / 1e9:,.0f} GB/s per chip per direction (--dp-bandwidth)",
+             cost_note(chip_obj, m["price"], price is not None)]
     columns = ["tp", "pp", "dp", "chips", "global_batch", "mfu", "ideal_mfu", "model_flop_per_s_per_chip",
-               "tokens_per_s", "step_s", "total_time_s", "chip_hours"]
+               "tokens_per_s", "step_s", "total_time_s", "chip_hours"] + (["cost_usd"] if m["price"] else [])
     rows, warnings, code = r.rows(), list(r.warnings), 0
     # does each layout fit? train-mem's reserved peak of the same layout against the chip's memory
     from aicalc.api.train_time import layout_memory
@@ -92,9 +93,10 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
 
 
 def _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, precision, dp_bandwidth, framework,
-            top) -> Result:
+            top, price=None) -> Result:
     """``--search``: the fastest TP × PP × DP × micro-batch × recompute × ZeRO layouts of ``--chips`` that fit."""
     from aicalc.api.train_time import search_train_layouts
+    from aicalc.commands.options import cost_note, price_per_hour
     from aicalc.sweep import int_sweep
     from aicalc.units import parse_count, parse_int
 
@@ -104,17 +106,27 @@ def _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, prec
         raise AicalcError("--search needs --chips N, the number of chips to lay the model out on (or a node id as "
                           "--chip)")
     n = parse_int(str(chips), "--chips")
-    r = search_train_layouts(model, chip, n, parse_count(str(tokens), "--tokens"), seq=int_sweep(seq, "--seq")[0],
-                             global_batch=int_sweep(global_batch, "--global-batch")[0], precision=precision,
-                             dp_bandwidth=dp_bandwidth, framework=framework, top=int(top))
+    one = {}
+    for flag, text in (("--seq", seq), ("--global-batch", global_batch)):
+        values = int_sweep(text, flag)
+        if len(values) != 1:
+            from aicalc.errors import AicalcError
+
+            raise AicalcError(f"--search takes one {flag} (it searches the layouts of that run), got '{text}'")
+        one[flag] = values[0]
+    r = search_train_layouts(model, chip, n, parse_count(str(tokens), "--tokens"), seq=one["--seq"],
+                             global_batch=one["--global-batch"], precision=precision, dp_bandwidth=dp_bandwidth,
+                             framework=framework, top=int(top), price=price_per_hour(price))
     m = r.meta
     inputs = {"model": m["model"].id, "chip": m["chip"].id, "chips": n, "tokens": float(r.tokens[0]), "seq": seq,
               "global_batch": global_batch, "precision": precision, "framework": framework, "search": True,
               "recompute": recompute, "zero": zero}
     notes = [f"{m['layouts_fit']} of {m['layouts']} layouts fit (train-mem's reserved peak within the chip's memory); "
-             f"the {len(r)} fastest, ranked by total time (step model: docs/train-time.md)"]
+             f"the {len(r)} fastest, ranked by total time (step model: docs/train-time.md)",
+             cost_note(m["chip"], m["price"], price is not None)]
     columns = ["tp", "pp", "dp", *(["ep"] if m["model"].arch.moe is not None else []), "micro_batch", "recompute",
-               "zero", "mfu", "tokens_per_s", "step_s", "total_time_s", "chip_hours", "peak_reserved_bytes", "fits"]
+               "zero", "mfu", "tokens_per_s", "step_s", "total_time_s", "chip_hours",
+               *(["cost_usd"] if m["price"] else []), "peak_reserved_bytes", "fits"]
     return Result("train-time", inputs, r.rows(), warnings=r.warnings,
                   title=f"{m['model'].id} on {n} × {m['chip'].id}: fastest layouts that fit", notes=notes,
                   columns=columns)
