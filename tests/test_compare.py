@@ -81,3 +81,14 @@ def test_a_node_stands_for_its_chip(cli):
     chip = cli("compare", "gpt2", "--chip", "h100-sxm", "--json").json["rows"]
     assert [{k: v for k, v in r.items() if k != "chip"} for r in node] == \
         [{k: v for k, v in r.items() if k != "chip"} for r in chip]
+
+
+def test_narrow_terminal_keeps_the_answers_and_names_chips_without_a_price(cli):
+    """At 80 columns the columns that give way are the long layout/precision strings, not memory, time or cost;
+    a chip with no on-demand price is named in the footer instead of leaving its cost cells unexplained."""
+    out = cli("compare", "llama-3.1-8b", "--chip", "gaudi3", "--chip", "h100-sxm", tty=True, width=80).out
+    header = next(line for line in out.splitlines() if "chip" in line and "phase" in line)
+    assert all(h in header for h in ("chips", "memory", "time", "train cost")), header
+    assert "layout" not in header and "precision" not in header
+    assert "(none for gaudi3)" in cli("compare", "llama-3.1-8b", "--chip", "gaudi3", "--chip", "h100-sxm",
+                                      width=400).out

@@ -23,12 +23,22 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
               "training_tokens": m["tokens"], "training_seq": m["seq"], "prompt": m["prompt"], "gen": m["gen"],
               "dtype": dtype, "kv_dtype": kv_dtype, "requests_per_day": m["requests_per_day"], "years": m["years"],
               "max_ttft_s": m["max_ttft"], "max_tpot_s": m["max_tpot"]}
-    columns = ["chip", "phase", "precision", "layout", "chips_needed", "batch", "memory_bytes", "bound", "mfu",
-               "total_time_s", "ttft_s", "tpot_s", "output_tokens_per_s", "training_cost_usd",
-               "usd_per_million_output_tokens", "annual_inference_cost_usd"]
+    # the answers first: a narrow terminal gives way from the right (render.fit_columns), so the layout and
+    # precision strings, long and in JSON anyway, come last
+    columns = ["chip", "phase", "chips_needed", "memory_bytes", "total_time_s", "training_cost_usd", "ttft_s",
+               "tpot_s", "output_tokens_per_s", "usd_per_million_output_tokens", "annual_inference_cost_usd", "mfu",
+               "batch", "bound", "layout", "precision"]
     notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (TP ≤ 8 preferred), "
              f"{m['tokens']:.3g} tokens; inference: smallest TP that serves {m['prompt']}+{m['gen']}-token requests "
              f"within TTFT ≤ {m['max_ttft']:g} s, TPOT ≤ {m['max_tpot'] * 1e3:g} ms at the best concurrency",
-             f"cost: chip presets' on-demand prices; annual inference for {m['requests_per_day']:,.0f} requests/day"]
+             f"cost: chip presets' on-demand prices{_unpriced(m['row_dicts'])}; annual inference for "
+             f"{m['requests_per_day']:,.0f} requests/day"]
     return Result("compare", inputs, m["row_dicts"], warnings=r.warnings, columns=columns, notes=notes,
                   title=f"{m['model'].name}: training vs inference")
+
+
+def _unpriced(rows: list[dict]) -> str:
+    """" (none for gaudi3)": the chips whose presets give no on-demand price, so their cost cells are empty."""
+    missing = sorted({r["chip"] for r in rows if r.get("phase") == "training" and r.get("training_cost_usd") is None
+                      and r.get("chips_needed")})
+    return f" (none for {', '.join(missing)})" if missing else ""
