@@ -208,7 +208,7 @@ def fit_columns(rows: list[dict], cols: list[str], width: int | None) -> tuple[l
     dropped: list[str] = []
     if width:
         def need(ks):  # rich's heavy box: one border per column plus one, one space of padding each side
-            return 1 + sum(3 + max(len(header(k)), *(len(human(k, r.get(k))) for r in rows)) for k in ks)
+            return 1 + sum(3 + max([len(header(k)), *(len(human(k, r.get(k))) for r in rows)]) for k in ks)
 
         while len(shown) > 2 and need(shown) > width:
             dropped.insert(0, shown.pop())

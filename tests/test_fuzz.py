@@ -111,7 +111,7 @@ def test_command_lines(command):
     def fuzz(data):
         model = data.draw(st.sampled_from(MODELS[:10]) if data.draw(st.booleans()) else st.sampled_from(MODELS))
         argv = _argv([command], data.draw, [model])
-        assert_sane(run(*argv))
+        assert_sane(run(*argv, width=data.draw(st.sampled_from([None, None, 80, 120]))))  # a pipe or a terminal
 
     fuzz()
 

@@ -52,13 +52,15 @@ class Run:
         return f"exit {self.code}: {self.err[:300]!r} ← aicalc {' '.join(map(str, self.args))[:200]}"
 
 
-def run(*args) -> Run:
-    """aicalc in-process, numpy and Python warnings turned into errors (so that one shows as exit 3)."""
+def run(*args, width: int | None = None) -> Run:
+    """aicalc in-process, numpy and Python warnings turned into errors (so that one shows as exit 3); ``width``:
+    into a terminal of that many columns (tables fitted to it) instead of a pipe."""
     out, err = io.StringIO(), io.StringIO()
     start = time.perf_counter()
+    env = Env(stdout=out, stderr=err, stdout_isatty=width is not None, no_color=True, width=width)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        code = main([str(a) for a in args], env=Env(stdout=out, stderr=err, stdout_isatty=False))
+        code = main([str(a) for a in args], env=env)
     return Run(args, code, out.getvalue(), err.getvalue(), time.perf_counter() - start)
 
 
@@ -543,3 +545,11 @@ def test_chip_records_answer_as_the_schema_does():
         assert (ic is None) == (mic is None)
         assert ic is None or ic.per_direction_bytes_per_s == mic.per_direction_bytes_per_s
         assert record.model_dump() == model.model_dump(mode="json")
+
+
+def test_a_table_with_no_rows_draws_in_a_terminal():
+    """train-mem --search where no layout fits has no rows; fitting its columns to a terminal crashed (exit 3)."""
+    for width in (80, 120):
+        r = run("train-mem", "llama-3.1-8b", "--chip", "l4", "--chips", "1", "--search", width=width)
+        assert_sane(r)
+        assert r.code == 1 and "internal error" not in r.err

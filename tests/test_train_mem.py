@@ -356,7 +356,11 @@ def test_search(capsys):
     assert all(r["peak_bytes"] <= 80 * GiB for r in out["rows"])
     assert all(r["tp"] * r["pp"] * r["dp"] == 64 for r in out["rows"])
     code, out = _json(capsys, "llama-3.1-405b", "--search", "--chip", "rtx-4090", "--chips", "2")
-    assert code == 1 and out["rows"] == []
+    # nothing fits: the closest layouts, each with what it lacks (peak - memory), smallest first
+    assert code == 1 and out["rows"] and not any(r["fits"] for r in out["rows"])
+    short = [r["shortfall_bytes"] for r in out["rows"]]
+    assert short == sorted(short) and all(s > 0 for s in short)
+    assert all(r["shortfall_bytes"] == r["peak_reserved_bytes"] - 24 * GiB for r in out["rows"])  # RTX 4090: 24 GiB
 
 
 def test_vectorized_core_shapes():

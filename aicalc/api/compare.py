@@ -37,7 +37,8 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
         except AicalcError as e:
             warnings.append(f"no training estimate on {chip.id}: {e}")
             return row | {"fits": False, "chips_needed": None, "memory_bytes": None}
-        rows = [r for r in res.rows() if r["tp"] <= 8] or res.rows()
+        fitting = [r for r in res.rows() if r["fits"]]  # where none fits, search_layouts shows the closest
+        rows = [r for r in fitting if r["tp"] <= 8] or fitting
         if rows:
             best = rows[0]
             break

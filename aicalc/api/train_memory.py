@@ -183,6 +183,9 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
         sel[k] = sel[k].astype(np.int64)
     sel["params"] = np.broadcast_to(sel["params"], sel["batch"].shape).astype(np.int64)
     sel["trainable_params"] = np.broadcast_to(sel["trainable_params"], sel["batch"].shape).astype(np.int64)
-    warnings = [] if fit else [f"no layout of {chips} devices fits {lim:,.0f} B per device"]
+    from aicalc.units import fmt_bytes
+
+    warnings = [] if fit else [f"no layout of {chips} device{'s' if chips > 1 else ''} fits {fmt_bytes(lim)} per "
+                               "device; the closest are shown"]
     return TrainMemory(sel, warnings, model=spec, chip=chip_obj, setup=st, chips=int(chips), limit=lim,
                        layouts_fit=fit, layouts=n, cps=cps)

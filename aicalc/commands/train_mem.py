@@ -67,7 +67,9 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
             code = ExitCode.BUDGET
             what = f"{chip} memory" if budget is None else "the budget"
             rows = ", ".join(str(i + 1) for i in bad[:10]) + (" …" if bad.size > 10 else "")
-            warnings.append(f"peak memory per device exceeds {what} ({limit:,} B) in row(s) {rows}")
+            from aicalc.units import fmt_bytes
+
+            warnings.append(f"peak memory per device exceeds {what} ({fmt_bytes(limit)}) in row(s) {rows}")
     from aicalc.api.results import Table
 
     rows = Table(cols).rows()
@@ -106,10 +108,13 @@ def _search(model, chip, chips, budget, seqs, batches, cp, top, progress, setup,
     from aicalc.api.results import Table
 
     rows = Table(cols).rows() if len(r) else []
-    code = ExitCode.OK if rows else ExitCode.BUDGET
+    code = ExitCode.OK if m["layouts_fit"] else ExitCode.BUDGET
     columns = ["tp", "pp", *(["cp"] if max(m["cps"]) > 1 else []), "dp", "zero", "batch", "seq", "recompute",
-               "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes", "headroom_bytes"]
-    notes = [f"{m['layouts_fit']:,} of {m['layouts']:,} layouts fit; ranked by memory headroom (top {top})"]
+               "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes",
+               *(["headroom_bytes"] if m["layouts_fit"] else ["shortfall_bytes", "fits"])]
+    notes = [f"{m['layouts_fit']:,} of {m['layouts']:,} layouts fit; " +
+             (f"ranked by memory headroom (top {top})" if m["layouts_fit"] else
+              f"none does: the {len(rows)} closest, ranked by shortfall")]
     inputs_["chips"] = m["chips"]
     return Result("train-mem", inputs_, rows, r.warnings, code, title=f"train-mem --search {m['model'].id}",
                   notes=notes, columns=columns)

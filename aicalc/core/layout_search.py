@@ -25,7 +25,8 @@ def layouts(arch, chips: int, cps=(1,)) -> list[tuple[int, int, int, int]]:
 
 def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,), recomputes=("none", "full"),
            top: int = 20, progress=None):
-    """(columns of the ``top`` fitting layouts by headroom, layouts that fit, layouts evaluated)."""
+    """(columns of the ``top`` fitting layouts by headroom, layouts that fit, layouts evaluated). Where none
+    fits, the ``top`` closest to fitting (smallest shortfall), with ``fits`` false and their ``shortfall_bytes``."""
     import numpy as np
 
     from aicalc.core.train_peak import evaluate
@@ -50,6 +51,7 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
             valid = (sq % (2 * g["cp"]) == 0) | (g["cp"] == 1)
             if setup.sp:
                 valid &= (sq / g["cp"]) % g["tp"] == 0
+            valid &= (g["zero"] == 0) | (g["dp"] * g["cp"] > 1)  # one data-parallel rank: nothing to shard
             cols["valid"] = valid
             parts.append({k: np.broadcast_to(np.asarray(v), mb.shape) for k, v in cols.items()})
             done += mb.size
@@ -58,8 +60,11 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
     cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     headroom = limit - cols["peak_reserved_bytes"]  # what the allocator reserves must fit
     valid = cols.pop("valid")
-    keep = (headroom >= 0) & valid
+    fit = (headroom >= 0) & valid
+    keep = fit if fit.any() else valid
     order = np.argsort(-headroom[keep], kind="stable")[:top]
     sel = {k: v[keep][order] for k, v in cols.items()}
-    sel["headroom_bytes"] = headroom[keep][order]
-    return sel, int(keep.sum()), int(valid.sum())
+    room = headroom[keep][order]
+    sel["headroom_bytes"], sel["shortfall_bytes"] = np.maximum(room, 0.0), np.maximum(-room, 0.0)
+    sel["fits"] = room >= 0
+    return sel, int(fit.sum()), int(valid.sum())
