@@ -20,11 +20,11 @@ _SUFFIXES = (
     ("_bytes_per_s", lambda x: fmt_rate(x, "B/s")),
     ("_flop_per_s_per_chip", lambda x: fmt_rate(x, "FLOP/s")),
     ("_flop_per_s", lambda x: fmt_rate(x, "FLOP/s")),
-    ("_tokens_per_s", lambda x: f"{x:,.1f}"),
+    ("_tokens_per_s", lambda x: f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"),
     ("_requests_per_s", lambda x: f"{x:,.3g}/s"),
     ("_bytes", fmt_bytes),
     ("_flop", lambda x: fmt_rate(x, "FLOP")),
-    ("_usd", lambda x: f"${x:,.2f}" if abs(x) >= 1 else f"${x:.4g}"),
+    ("_usd", lambda x: money(x)),
     ("_kwh", lambda x: f"{x:,.4g} kWh"),
     ("_j", lambda x: f"{x:.4g} J"),
     ("_w", lambda x: f"{x:,.0f} W"),
@@ -82,6 +82,20 @@ def header(key: str) -> str:
     return key.replace("_", " ")
 
 
+def money(x: float) -> str:
+    """USD as people write it: $0.0123, $0.19, $2.31, $3,999.50, $24,193, $1.01 M, $2.4 B."""
+    a = abs(x)
+    if a >= 1e9:
+        return f"${x / 1e9:.3g} B"
+    if a >= 1e6:
+        return f"${x / 1e6:.3g} M"
+    if a >= 1e4:
+        return f"${x:,.0f}"
+    if a >= 0.1 or a == 0:
+        return f"${x:,.2f}"
+    return f"${x:.3g}"
+
+
 def human(key: str, value: Any) -> str:
     if value is None:
         return "—"
@@ -98,7 +112,7 @@ def human(key: str, value: Any) -> str:
     if key == "chip_hours":
         return fmt_count(value).replace("k", " k").replace("M", " M").replace("B", " B") + " chip-h"
     if key.endswith("_usd") or key.startswith("usd_per"):
-        return f"${value:,.2f}" if abs(value) >= 0.995 else f"${value:.3g}"
+        return money(value)
     key = _split(key)[0]
     for suffix, fmt in _SUFFIXES:
         if key.endswith(suffix) or key == suffix[1:]:
@@ -189,6 +203,7 @@ def console(env: Env, stream=None):
         width=env.width or (None if tty else 100_000),
         soft_wrap=not tty,
         highlight=False,
+        markup=False,  # names and notes are printed as they are: a "[x]" is text, not a style
     )
 
 
@@ -197,7 +212,8 @@ def fit_columns(rows: list[dict], cols: list[str], width: int | None) -> tuple[l
 
     A column whose value is the same in every row of a multi-row table says nothing per row: it goes to the
     caption. Then, if the table is wider than the terminal, the columns at the right give way (they stay in
-    JSON/CSV), so no value is ever cut or wrapped."""
+    JSON/CSV), so no value is ever cut or wrapped; the verdict columns (``fits``, ``meets_slo``, ``status``) stay,
+    since a row without them reads as an answer it is not."""
     shown, constant = list(cols), []
     if len(rows) > 1:
         for k in cols:
@@ -210,9 +226,28 @@ def fit_columns(rows: list[dict], cols: list[str], width: int | None) -> tuple[l
         def need(ks):  # rich's heavy box: one border per column plus one, one space of padding each side
             return 1 + sum(3 + max([len(header(k)), *(len(human(k, r.get(k))) for r in rows)]) for k in ks)
 
-        while len(shown) > 2 and need(shown) > width:
-            dropped.insert(0, shown.pop())
+        while need(shown) > width:
+            give = [k for k in shown[2:] if k not in VERDICTS]
+            if not give:
+                break
+            shown.remove(give[-1])
+            dropped.insert(0, give[-1])
     return shown, constant, dropped
+
+
+VERDICTS = ("fits", "meets_slo", "status")  # kept in a narrow table: they say whether a row's numbers hold
+
+
+def wrap_segments(parts: list[str], width: int | None, sep: str = " · ") -> list[str]:
+    """``parts`` joined by ``sep`` into lines of at most ``width`` characters, broken only between parts, so a
+    value never parts from its unit (``weights/dev 14.96 GiB`` stays on one line)."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and (not width or len(lines[-1]) + len(sep) + len(part) <= width):
+            lines[-1] += sep + part
+        else:
+            lines.append(part)
+    return lines
 
 
 def _table(result: Result, env: Env) -> None:
@@ -226,8 +261,11 @@ def _table(result: Result, env: Env) -> None:
         known = set(_all_keys(result.rows))
         cols = [c for c in env.columns if c in known]
     vertical = len(result.rows) == 1 and len(cols) > 3
-    table = Table(title=result.title, title_justify="left", header_style="bold")
+    # the title and the caption span the terminal, not the table's width (a narrow table split its title's
+    # values across lines), and the caption breaks only between its "key value" parts
+    table = Table(header_style="bold")
     dropped: list[str] = []
+    caption: list[str] = []
     if vertical:
         table.add_column("field", no_wrap=True)
         table.add_column("value", overflow="fold")
@@ -236,16 +274,18 @@ def _table(result: Result, env: Env) -> None:
     else:
         width = con.width if env.stdout_isatty or env.width else None
         shown, constant, dropped = fit_columns(result.rows, cols, width)
-        if constant:
-            table.caption = " · ".join(f"{header(k)} {human(k, result.rows[0].get(k))}" for k in constant)
-            table.caption_justify = "left"
+        caption = [f"{header(k)} {human(k, result.rows[0].get(k))}" for k in constant]
         first = result.rows[0] if result.rows else {}
         for k in shown:
             justify = "left" if isinstance(first.get(k), str) else "right"
             table.add_column(header(k), justify=justify, no_wrap=True)
         for row in result.rows:
             table.add_row(*(human(k, row.get(k)) for k in shown))
+    if result.title:
+        con.print(result.title, style="italic")
     con.print(table)
+    for line in wrap_segments(caption, con.width if env.stdout_isatty or env.width else None):
+        con.print(line, style="dim italic")
     if dropped:
         con.print(f"{len(dropped)} column(s) left out to fit {con.width} columns: {', '.join(dropped)} "
                   "(--columns chooses; --format json has all)", style="dim")

@@ -135,7 +135,9 @@ def fmt_seconds(s: float) -> str:
     for limit, scale, unit in ((1e-3, 1e6, "µs"), (1.0, 1e3, "ms"), (120.0, 1.0, "s"), (7200.0, 1 / 60, "min"), (172800.0, 1 / 3600, "h")):
         if abs(s) < limit:
             return f"{s * scale:.3g} {unit}"
-    return f"{s / 86400:.3g} d"
+    if abs(s) < 1000 * 86400:
+        return f"{s / 86400:.3g} d"
+    return f"{s / (365.25 * 86400):,.3g} y" if abs(s) < 1e4 * 365.25 * 86400 else f"{s / (365.25 * 86400):,.0f} y"
 
 
 def fmt_rate(x: float, unit: str) -> str:

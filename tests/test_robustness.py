@@ -458,7 +458,7 @@ def test_plain_tables_match_rich(monkeypatch, argv):
     plain = run(*argv)
     monkeypatch.setattr(render, "console", lambda env, stream=None: Console(
         file=stream or env.stdout, force_terminal=False, no_color=True, color_system=None, width=100_000,
-        soft_wrap=True, highlight=False))
+        soft_wrap=True, highlight=False, markup=False))
     rich = run(*argv)
     assert plain.code == rich.code and plain.out == rich.out and plain.err == rich.err
 

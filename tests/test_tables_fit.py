@@ -66,3 +66,38 @@ def test_one_row_prints_as_field_value(cli):
     main(["kv-cache", "llama-3.1-8b", "--chip", "h100-sxm"], env=Env(out, StringIO(), stdout_isatty=True,
                                                                     no_color=True, width=80))
     assert "field" in out.getvalue() and "value" in out.getvalue()
+
+
+@pytest.mark.parametrize("usd, text", [(0.0123, "$0.0123"), (0.189, "$0.19"), (0.6, "$0.60"), (2.311, "$2.31"),
+                                       (3999.5, "$3,999.50"), (24193.07, "$24,193"), (1006767.46, "$1.01 M"),
+                                       (2.4e9, "$2.4 B")])
+def test_money_reads_as_people_write_it(usd, text):
+    from aicalc.render import human
+
+    assert human("cost_usd", usd) == text and human("usd_per_million_output_tokens", usd) == text
+
+
+def test_long_times_in_years_and_rates_without_false_precision():
+    from aicalc.render import human
+
+    assert human("total_time_s", 6050 * 86400) == "16.6 y"
+    assert human("total_time_s", 999 * 86400) == "999 d"
+    assert human("output_tokens_per_s", 636768.6) == "636,769" and human("output_tokens_per_s", 16.94) == "16.9"
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_a_narrow_table_keeps_its_verdict_and_its_caption_keeps_values_whole(cli, width):
+    """The fits column is what says a row's numbers hold: it stays when other columns give way; a caption line
+    breaks between its "key value" parts, never inside one."""
+    import re
+
+    def plain(r):
+        return re.sub(r"\x1b\[[0-9;]*m", "", r.out)  # the terminal's colour codes take no columns
+
+    out = plain(cli("kv-cache", "llama-3.1-70b", "--chip", "l4", "--chip", "h100-sxm", "--tp", "1,2,4", "--dtype",
+                    "bf16,fp8,int4", "--batch", "1,8", tty=True, width=width))
+    header = next(line for line in out.splitlines() if "chip" in line and "tp" in line)
+    assert "fits" in header
+    assert all(len(line) <= width for line in out.splitlines())
+    out = plain(cli("kv-cache", "llama-3.1-8b", "--chip", "h200", "--batch", "1,8,64", tty=True, width=width))
+    assert any("weights/dev 14.96 GiB" in line for line in out.splitlines()), out

@@ -17,6 +17,8 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
                 gen=parse_int(str(gen), "--gen"), dtype=dtype, kv_dtype=kv_dtype,
                 requests_per_day=parse_count(str(requests_per_day), "--requests-per-day"), years=years,
                 max_ttft=max_ttft, max_tpot=max_tpot)
+    from aicalc.units import fmt_count
+
     m = r.meta
     n = m["params"]
     inputs = {"model": m["model"].id, "params": n.total, "active_params": n.active, "chips": chips,
@@ -29,7 +31,7 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
                "tpot_s", "output_tokens_per_s", "usd_per_million_output_tokens", "annual_inference_cost_usd", "mfu",
                "batch", "bound", "layout", "precision"]
     notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (TP ≤ 8 preferred), "
-             f"{m['tokens']:.3g} tokens; inference: smallest TP that serves {m['prompt']}+{m['gen']}-token requests "
+             f"{fmt_count(m['tokens'])} tokens (Chinchilla's 20 per parameter unless --tokens); inference: smallest TP that serves {m['prompt']}+{m['gen']}-token requests "
              f"within TTFT ≤ {m['max_ttft']:g} s, TPOT ≤ {m['max_tpot'] * 1e3:g} ms at the best concurrency",
              f"cost: chip presets' on-demand prices{_unpriced(m['row_dicts'])}; annual inference for "
              f"{m['requests_per_day']:,.0f} requests/day"]

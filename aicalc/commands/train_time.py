@@ -65,8 +65,10 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
              f"peak {tc.peak_flop_per_s / 1e12:,.1f} TFLOP/s dense {precision} per chip; DP network "
              f"{tc.dp_bytes_per_s / 1e9:,.0f} GB/s per chip per direction (--dp-bandwidth)",
              cost_note(chip_obj, m["price"], price is not None)]
-    columns = ["tp", "pp", "dp", "chips", "global_batch", "mfu", "ideal_mfu", "model_flop_per_s_per_chip",
-               "tokens_per_s", "step_s", "total_time_s", "chip_hours"] + (["cost_usd"] if m["price"] else [])
+    # the answers first: a narrow terminal gives way from the right (fits always stays)
+    columns = ["tp", "pp", "dp", "chips", "global_batch", "total_time_s", "chip_hours",
+               *(["cost_usd"] if m["price"] else []), "mfu", "tokens_per_s", "step_s", "ideal_mfu",
+               "model_flop_per_s_per_chip"]
     rows, warnings, code = r.rows(), list(r.warnings), 0
     # does each layout fit? train-mem's reserved peak of the same layout against the chip's memory
     from aicalc.api.train_time import layout_memory
