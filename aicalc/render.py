@@ -45,7 +45,7 @@ SHORT = {
     "weights_bytes": "weights", "gradients_bytes": "grads", "optimizer_bytes": "optimizer", "peak_reserved_bytes": "reserved",
     "activations_bytes": "activations", "transient_bytes": "transient",
     "batch_per_replica": "batch/rep", "concurrency": "conc", "arithmetic_intensity": "FLOP/B", "time_s": "time",
-    "ideal_time_s": "ideal", "chips_needed": "chips", "meets_slo": "SLO", "speculative_speedup": "spec ×",
+    "ideal_time_s": "ideal", "chips_needed": "min chips", "meets_slo": "SLO", "speculative_speedup": "spec ×",
     "goodput_requests_per_s": "goodput", "requests_per_s": "req/s", "prefill_replicas": "prefill rep",
     "model_flop_per_s_per_chip": "FLOP/s/chip", "total_time_s": "time", "chip_hours": "chip-h",
     "mfu": "MFU", "ideal_mfu": "ideal MFU", "hfu": "HFU", "max_batch": "max batch", "kv_budget_bytes_per_device": "KV budget",

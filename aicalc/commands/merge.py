@@ -30,7 +30,8 @@ def over(key: str, values: list, run: Callable[[object], Result]) -> Result:
     columns = [key] + [c for c in (first.columns or []) if c != key] if first.columns else None
     inputs = {**first.inputs, key: values}
     return Result(first.command, inputs, rows, warnings=warnings, exit_code=max(r.exit_code for r in parts),
-                  title=joint_title([r.title or "" for r in parts], key, values), notes=first.notes, columns=columns)
+                  title=joint_title([r.title or "" for r in parts], key, values),
+                  notes=list(dict.fromkeys(n for r in parts for n in r.notes)), columns=columns)
 
 
 def joint_title(titles: list[str], key: str, values: list) -> str:

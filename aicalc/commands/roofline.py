@@ -81,7 +81,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
               "peak_flop_per_s": cs.roofs.peak_flop_per_s,
               "memory_bandwidth_bytes_per_s": cs.roofs.bandwidth_bytes_per_s}
     columns = ["phase", "op", "batch", "prompt", "gen", "tp", "arithmetic_intensity", "bound", "time_s", "ideal_time_s",
-               "ttft_s", "tpot_s", "output_tokens_per_s", "ideal_output_tokens_per_s", "chips_needed"]
+               "ttft_s", "tpot_s", "output_tokens_per_s", "ideal_output_tokens_per_s", "chips_needed",
+               *([] if cs.dataflow else ["fits"])]
     if not ops:
         columns.remove("op")
     if draft is not None:
@@ -100,7 +101,7 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     # does not fit one device: exit 1 (a dataflow deployment is priced over chips_needed chips by design)
     code = ExitCode.OK if bool(c["fits"].all()) or cs.dataflow else ExitCode.BUDGET
     return Result("roofline", inputs, rows, warnings=r.warnings, exit_code=code,
-                  title=f"{cs.model.id} on {cs.chip.id} ({dtype}, {cs.compute_dtype} math)", notes=notes,
+                  title=f"{cs.model.id} on {_where(chip, cs.chip)} ({dtype}, {cs.compute_dtype} math)", notes=notes,
                   columns=columns, chart=chart)
 
 
@@ -120,3 +121,11 @@ def _op_rows(ops, i: int, phase: str, common: dict, tails: dict, ridge: float) -
                      "arithmetic_intensity": oai if math.isfinite(oai) else None, "bound": bound, "time_s": t,
                      "ideal_time_s": ti, "efficiency": ti / t if t else None, **tails})
     return rows
+
+
+def _where(given, chip) -> str:
+    """``dgx-h100 (8 × h100-sxm)`` for a node, the chip's id for a chip."""
+    from aicalc.api.catalog import node_count
+
+    n = node_count(given) if isinstance(given, str) else 1
+    return f"{given.lower()} ({n} × {chip.id})" if n > 1 else chip.id

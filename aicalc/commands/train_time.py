@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aicalc.errors import ParameterError
+from aicalc.errors import ExitCode, ParameterError
 from aicalc.result import Result
 
 
@@ -129,7 +129,9 @@ def _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, prec
     columns = ["tp", "pp", "dp", *(["ep"] if m["model"].arch.moe is not None else []), "micro_batch", "recompute",
                "zero", "mfu", "tokens_per_s", "step_s", "total_time_s", "chip_hours",
                *(["cost_usd"] if m["price"] else []), "peak_reserved_bytes", "fits"]
+    fit = m["layouts_fit"] > 0
     return Result("train-time", inputs, r.rows(), warnings=r.warnings,
-                  title=f"{m['model'].id} on {n} × {m['chip'].id}: fastest layouts that fit", notes=notes,
-                  columns=columns)
+                  title=f"{m['model'].id} on {n} × {m['chip'].id}: " +
+                        ("fastest layouts that fit" if fit else "no layout fits; the fastest shown"), notes=notes,
+                  columns=columns, exit_code=ExitCode.OK if fit else ExitCode.BUDGET)
 
