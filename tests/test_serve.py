@@ -94,3 +94,17 @@ def test_full_load_respects_the_engines_scheduler_cap():
     assert aicalc.max_concurrency("llama-3.2-3b", "h200", tp=1, chips=2, prompt=128, gen=128, engine="vllm") == 512
     r = aicalc.serve("llama-3.2-3b", "h200", concurrency="max", prompt=128, gen=128, engine="vllm")
     assert int(r.columns["concurrency"][0]) == 256
+
+
+def test_requests_that_leave_a_replica_idle_are_not_counted_twice(cli):
+    """Throughput is what the requests in flight emit: one request on two replicas is one stream (it was counted
+    as two), three requests run 2 + 1, each at most at the busier replica's TPOT."""
+    rows = cli("serve", "llama-3.1-70b", "--chip", "h100-sxm", "--chips", "8", "--tp", "4", "--concurrency",
+               "1,2,3,4", "--json").json["rows"]
+    by = {r["concurrency"]: r for r in rows}
+    assert by[1]["output_tokens_per_s"] == pytest.approx(1 / by[1]["tpot_s"])
+    assert by[2]["output_tokens_per_s"] == pytest.approx(2 * by[1]["output_tokens_per_s"])
+    assert by[3]["batch_per_replica"] == 2 and by[3]["output_tokens_per_s"] == pytest.approx(3 / by[3]["tpot_s"])
+    # the default ladder probes multiples of the replica count: every replica runs the same batch
+    ladder = cli("serve", "llama-3.1-70b", "--chip", "h100-sxm", "--chips", "8", "--tp", "4", "--json").json["rows"]
+    assert all(r["concurrency"] == 2 * r["batch_per_replica"] for r in ladder)

@@ -119,7 +119,7 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
                                               kv_dtype=kvd)
                         if top < 1:
                             continue
-                        r = serve(model, chip, concurrency_ladder(top), prompt, gen, tp=tp, chips=n, dtype=dt,
+                        r = serve(model, chip, concurrency_ladder(top, n // tp), prompt, gen, tp=tp, chips=n, dtype=dt,
                                   kv_dtype=kvd, max_ttft=max_ttft, max_tpot=max_tpot, engine=engine,
                                   **(speculation or {}))
                     except AicalcError:

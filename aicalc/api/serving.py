@@ -115,12 +115,15 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_rep, 1.0, P + G / 2.0, tp)
         t_pre, t_dec = pick(pre), pick(dec)
         ttft, tpot = steady_state(t_pre, t_dec, per_rep, G, k)
-        row = [ttft, tpot, replicas * per_rep / tpot]
+        # every request in flight yields a token per TPOT of its replica; the busiest replica's (ceil(C / R)
+        # sequences) bounds it: C / tpot, exact when R divides C (R × per_rep overcounted idle slots: one request
+        # on two replicas is one stream, not two)
+        row = [ttft, tpot, C / tpot]
         if spec is not None:  # a round: K draft passes and one target pass over K + 1 tokens per sequence
             t_tok, t_draft_pre = speculative.decode_times(cs.shape, spec["shape"], cs.roofs, cs.formats, eff,
                                                           per_rep, P, G, tp, spec["k"], spec["tokens"])[name]
             tpot_spec = t_tok + per_rep / G * t_pre / k
-            row = [ttft + t_draft_pre, tpot_spec, replicas * per_rep / tpot_spec, tpot / tpot_spec]
+            row = [ttft + t_draft_pre, tpot_spec, C / tpot_spec, tpot / tpot_spec]
         out[name] = row
     ttft, tpot, tps = out["est"][:3]
     shape_kv = kv_shape(arch, kv_dtype, tp)

@@ -41,7 +41,8 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
                                              kv_dtype=kv_dtype, engine=engine)))]
     elif concurrency is None:
         conc = concurrency_ladder(max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompts, gen=gens,
-                                                  dtype=dtype, kv_dtype=kv_dtype, engine=engine))
+                                                  dtype=dtype, kv_dtype=kv_dtype, engine=engine),
+                                  (int(chips) // tp) if chips is not None else 1)
     else:
         conc = int_sweep(concurrency, "--concurrency")
     g = grid(concurrency=conc, prompt=prompts, gen=gens)

@@ -35,10 +35,12 @@ def live_context(prompt, gen):
     return prompt + gen / 2.0
 
 
-def concurrency_ladder(top: int) -> list[float]:
-    """1, 2, 4, … up to ``top`` (and ``top`` itself): the concurrencies a deployment is probed at."""
+def concurrency_ladder(top: int, replicas: int = 1) -> list[float]:
+    """The concurrencies a deployment is probed at: ``replicas`` × 1, 2, 4, … up to ``top`` in all (and the
+    largest multiple of ``replicas`` within it), so that every replica runs the same batch."""
     import math
 
-    top = max(1, int(top))
+    replicas = max(1, int(replicas))
+    top = max(1, int(top) // replicas)
     ladder = [float(2**i) for i in range(int(math.log2(top)) + 1)]
-    return ladder + ([float(top)] if top & (top - 1) else [])
+    return [replicas * x for x in ladder + ([float(top)] if top & (top - 1) else [])]
