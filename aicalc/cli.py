@@ -512,7 +512,7 @@ def serve(
 @app.command("compare")
 def compare(
     model: Model,
-    chip: Annotated[list[str] | None, typer.Option("--chip", help="chip preset id (repeatable)")] = None,
+    chip: Chip = None,
     tokens: Annotated[str | None, typer.Option("--tokens", help="training tokens (default: 20 per parameter)")] = None,
     seq: Annotated[str, typer.Option("--seq", help="training sequence length")] = "4096",
     prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens per inference request")] = "1024",
@@ -523,6 +523,7 @@ def compare(
     years: Annotated[float, typer.Option("--years", help="inference lifetime for the cost split")] = 1.0,
     max_ttft: Annotated[str, typer.Option("--max-ttft", help="inference latency target (MLPerf llama2-70b: 2s)")] = "2s",
     max_tpot: Annotated[str, typer.Option("--max-tpot", help="inference latency target (MLPerf llama2-70b: 200ms)")] = "200ms",
+    price: Price = None,
     fmt: Format = "table",
     json_: Json = False,
     columns: Columns = None,
@@ -535,7 +536,8 @@ def compare(
     from aicalc.commands.compare import run
 
     return emit(run(model, chip, tokens=tokens, seq=seq, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype,
-                    requests_per_day=requests_per_day, years=years, max_ttft=max_ttft, max_tpot=max_tpot), fmt, json_, columns)
+                    requests_per_day=requests_per_day, years=years, max_ttft=max_ttft, max_tpot=max_tpot,
+                    price=price), fmt, json_, columns)
 
 
 def _one_line(message: str) -> str:

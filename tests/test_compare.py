@@ -92,3 +92,16 @@ def test_narrow_terminal_keeps_the_answers_and_names_chips_without_a_price(cli):
     assert "layout" not in header and "precision" not in header
     assert "(none for gaudi3)" in cli("compare", "llama-3.1-8b", "--chip", "gaudi3", "--chip", "h100-sxm",
                                       width=400).out
+
+
+def test_price_comma_chips_and_format_sweep_as_in_the_other_commands(cli):
+    base = cli("compare", "llama-3.1-8b", "--chip", "l4", "--chip", "h100-sxm", "--json").json["rows"]
+    comma = cli("compare", "llama-3.1-8b", "--chip", "l4,h100-sxm", "--json").json["rows"]
+    assert [(r["chip"], r["phase"]) for r in comma] == [(r["chip"], r["phase"]) for r in base]
+    priced = cli("compare", "llama-3.1-8b", "--chip", "l4,h100-sxm", "--price", "$2/h", "--json").json["rows"]
+    for r in priced:  # cost = chip-hours x the given price, whatever the presets say
+        if r["phase"] == "training":
+            assert r["training_cost_usd"] == pytest.approx(r["chip_hours"] * 2.0)
+    swept = cli("compare", "llama-3.1-8b", "--dtype", "bf16,fp8", "--json").json["rows"]
+    assert {r["dtype"] for r in swept} == {"bf16", "fp8"}
+    assert cli("compare", "llama-3.1-8b", "--dtype", "checkpoint").code == 2  # a preset has no files to read

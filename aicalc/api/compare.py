@@ -121,10 +121,10 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
     return row | {"fits": False, "chips_needed": None, "memory_bytes": None, "precision": dtypes[-1]}
 
 
-def _money(row: dict, chip, gen, requests_per_day) -> None:
+def _money(row: dict, chip, gen, requests_per_day, price=None) -> None:
     from aicalc.core import cost
 
-    price, tdp = chip.price_per_hour_usd, chip.tdp_w
+    price, tdp = price or chip.price_per_hour_usd, chip.tdp_w
     n = row.get("chips_needed")
     if not row.get("fits") or not n:
         return
@@ -148,9 +148,10 @@ def _money(row: dict, chip, gen, requests_per_day) -> None:
 
 def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt: int = 1024, gen: int = 256,
             dtype: str = "bf16", kv_dtype: str = "bf16", requests_per_day=1e6, years: float = 1.0, max_ttft=2.0,
-            max_tpot=0.2) -> Comparison:
+            max_tpot=0.2, price=None) -> Comparison:
     """Training (``tokens``, default 20 per parameter) and inference (``prompt`` + ``gen`` tokens per request,
-    ``requests_per_day`` for a year's cost) of ``model`` on each chip."""
+    ``requests_per_day`` for a year's cost) of ``model`` on each chip; ``price``: USD per chip-hour for every
+    chip (default: each chip preset's on-demand price)."""
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip
     from aicalc.core import cost
@@ -168,6 +169,10 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
     if kv_dtype != "auto":
         kv_bytes_per_element(kv_dtype, 128)
     spec = load_model(model)
+    from aicalc.api.catalog import weight_format
+
+    weight_format(spec, dtype)  # "checkpoint" needs a model read from its files
+    price = inputs.single("price", price) if price is not None else None
     n = count_params(spec.arch)
     tokens = inputs.single("tokens", tokens) if tokens is not None else \
         cost.chinchilla_tokens(n.total)
@@ -183,7 +188,7 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
         pair = [_training(spec, chip, seq, tokens, warnings),
                 _inference(spec, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings)]
         for row in pair:
-            _money(row, chip, gen, requests_per_day)
+            _money(row, chip, gen, requests_per_day, price)
         train, infer = pair
         if train.get("training_cost_usd") and infer.get("annual_inference_cost_usd"):
             share = cost.lifetime_split(train["training_cost_usd"], infer["annual_inference_cost_usd"], years)

@@ -7,16 +7,29 @@ from aicalc.result import Result
 
 
 def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256", dtype: str = "bf16",
-        kv_dtype: str = "bf16", requests_per_day="1M", years=1.0, max_ttft="2s", max_tpot="200ms") -> Result:
+        kv_dtype: str = "bf16", requests_per_day="1M", years=1.0, max_ttft="2s", max_tpot="200ms",
+        price=None) -> Result:
+    from aicalc.commands.merge import choices, over
+
+    if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # one table across formats
+        return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
+            model, chip, tokens, seq, prompt, gen, d, kd, requests_per_day, years, max_ttft, max_tpot, price)))
+
     from aicalc.api.compare import compare
+    from aicalc.commands.options import price_per_hour
     from aicalc.units import parse_count, parse_int
 
-    chips = [chip] if isinstance(chip, str) else list(chip or ["h100-sxm"])
+    given = [chip] if isinstance(chip, str) else list(chip or ["h100-sxm"])
+    chips = [c.strip() for x in given for c in str(x).split(",") if c.strip()]  # repeated --chip or a comma list
+    if not chips:
+        from aicalc.errors import ParameterError
+
+        raise ParameterError("chips", "", "names nothing: give at least one chip")
     r = compare(model, chips, tokens=parse_count(str(tokens), "--tokens") if tokens is not None else None,
                 seq=parse_int(str(seq), "--seq"), prompt=parse_int(str(prompt), "--prompt"),
                 gen=parse_int(str(gen), "--gen"), dtype=dtype, kv_dtype=kv_dtype,
                 requests_per_day=parse_count(str(requests_per_day), "--requests-per-day"), years=years,
-                max_ttft=max_ttft, max_tpot=max_tpot)
+                max_ttft=max_ttft, max_tpot=max_tpot, price=price_per_hour(price))
     from aicalc.units import fmt_count
 
     m = r.meta
@@ -24,7 +37,8 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
     inputs = {"model": m["model"].id, "params": n.total, "active_params": n.active, "chips": chips,
               "training_tokens": m["tokens"], "training_seq": m["seq"], "prompt": m["prompt"], "gen": m["gen"],
               "dtype": dtype, "kv_dtype": kv_dtype, "requests_per_day": m["requests_per_day"], "years": m["years"],
-              "max_ttft_s": m["max_ttft"], "max_tpot_s": m["max_tpot"]}
+              "max_ttft_s": m["max_ttft"], "max_tpot_s": m["max_tpot"],
+              "price_per_chip_hour_usd": price_per_hour(price)}
     # the answers first: a narrow terminal gives way from the right (render.fit_columns), so the layout and
     # precision strings, long and in JSON anyway, come last
     columns = ["chip", "phase", "chips_needed", "memory_bytes", "total_time_s", "training_cost_usd", "ttft_s",
@@ -33,7 +47,9 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
     notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (TP ≤ 8 preferred), "
              f"{fmt_count(m['tokens'])} tokens (Chinchilla's 20 per parameter unless --tokens); inference: smallest TP that serves {m['prompt']}+{m['gen']}-token requests "
              f"within TTFT ≤ {m['max_ttft']:g} s, TPOT ≤ {m['max_tpot'] * 1e3:g} ms at the best concurrency",
-             f"cost: chip presets' on-demand prices{_unpriced(m['row_dicts'])}; annual inference for "
+             (f"cost: ${price_per_hour(price):,.2f} per chip-hour (--price)" if price is not None else
+              f"cost: chip presets' on-demand prices{_unpriced(m['row_dicts'])}") + "; annual inference for "
+
              f"{m['requests_per_day']:,.0f} requests/day"]
     return Result("compare", inputs, m["row_dicts"], warnings=r.warnings, columns=columns, notes=notes,
                   title=f"{m['model'].name}: training vs inference")
