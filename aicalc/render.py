@@ -235,6 +235,7 @@ def fit_columns(rows: list[dict], cols: list[str], width: int | None) -> tuple[l
     return shown, constant, dropped
 
 
+FAIL = "fail: "  # a warning line that reports a failure (check), printed as it is rather than as "warning: …"
 VERDICTS = ("fits", "meets_slo", "status")  # kept in a narrow table: they say whether a row's numbers hold
 
 
@@ -295,7 +296,10 @@ def _table(result: Result, env: Env) -> None:
         con.print(note, style="dim")
     err = console(env, env.stderr)
     for w in result.warnings:
-        err.print(f"warning: {w}", style="yellow")
+        if w.startswith(FAIL):  # check's broken error-severity budgets
+            err.print(w, style="red")
+        else:
+            err.print(f"warning: {w}", style="yellow")
 
 
 class PlainConsole:

@@ -200,3 +200,10 @@ def test_tail_latency_limits_on_simulated_traffic(cli, tmp_path):
     rows = {x["limit_name"]: x for x in r.json["rows"]}
     assert rows["max_p99_ttft"]["status"] == "fail"  # 40 req/s overloads one H100: the queue grows
     assert rows["min_goodput"]["status"] == "fail" and rows["min_goodput"]["value"] < 10 and r.code == 1
+
+
+def test_a_broken_error_budget_reads_as_a_failure_and_a_warn_budget_as_a_warning(cli, tmp_path):
+    fail = cli("check", write(tmp_path, [kv_check({"max_memory_per_device": "1GB"})]))
+    assert fail.code == 1 and fail.err.startswith("fail: ") and "warning:" not in fail.err
+    warn = cli("check", write(tmp_path, [kv_check({"max_memory_per_device": "1GB"}, severity="warn")]))
+    assert warn.code == 0 and warn.err.startswith("warning: ")

@@ -139,8 +139,9 @@ def run(path: str, fail_on_warn: bool = False) -> Result:
                          "margin_pct": None if worst is None else 100.0 * margin / bound, "severity": c.severity})
             if status == "fail" or (status == "warn" and fail_on_warn):
                 exit_code = ExitCode.BUDGET
-            if status != "pass":
-                warnings.append(f"{c.name}: {key} {_show(key, worst)} breaks {limit} {raw}")
+            if status != "pass":  # a broken error-severity budget is a failure, not a warning (render.FAIL)
+                warnings.append(f"{'fail: ' if status == 'fail' else ''}{c.name}: {key} {_show(key, worst)} breaks "
+                                f"{limit} {raw}")
     return Result("check", {"file": str(file), "fail_on_warn": fail_on_warn}, rows, warnings=warnings,
                   exit_code=exit_code, title=f"aicalc check {file.name}",
                   columns=["name", "status", "limit_name", "actual", "allowed", "margin_pct"])
