@@ -670,7 +670,28 @@ def _click_error(e: Exception, env: Env) -> int | None:
     if name == "NoArgsIsHelpError":  # `aicalc` or `aicalc presets` alone: show the help, as --help would
         env.stdout.write(e.format_message() + "\n")
         return int(ExitCode.OK)
+    if name == "NoSuchOption" and getattr(e, "ctx", None) is not None:
+        known = {o for p in e.ctx.command.params for o in getattr(p, "opts", ())}
+        same = [o for o in SYNONYMS.get(e.option_name, ()) if o in known]
+        if same:  # another command's name for what this one calls differently
+            env.stderr.write(f"aicalc: error: no option {e.option_name} in {e.ctx.command.name}: it is "
+                             f"{' or '.join(same)} here (see --help)\n")
+            return int(ExitCode.BAD_INPUT)
     if hasattr(e, "format_message") and hasattr(e, "exit_code"):
         env.stderr.write(f"aicalc: error: {_one_line(e.format_message())} (see --help)\n")
         return int(ExitCode.BAD_INPUT)
     return None
+
+
+# What one command calls an option that another command names differently (docs/interface.md's table): an unknown
+# option gets this command's name for the same concept instead of click's spelling guess.
+SYNONYMS = {
+    "--seq": ("--context", "--prompt"), "--context": ("--seq", "--prompt"), "--prompt": ("--seq", "--context"),
+    "--sequence-length": ("--seq", "--context", "--prompt"),
+    "--batch": ("--concurrency", "--micro-batch"), "--concurrency": ("--batch",),
+    "--micro-batch": ("--batch",), "--batch-size": ("--batch", "--micro-batch", "--concurrency"),
+    "--dtype": ("--precision",), "--precision": ("--dtype",), "--quant": ("--dtype",),
+    "--chips": ("--tp", "--dp"), "--gpus": ("--chips", "--tp"), "--gpu": ("--chip",), "--device": ("--chip",),
+    "--schedule": ("--virtual-stages",), "--interleave": ("--virtual-stages",),
+    "--tensor-parallel": ("--tp",), "--pipeline-parallel": ("--pp",), "--data-parallel": ("--dp",),
+}

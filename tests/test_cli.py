@@ -407,3 +407,15 @@ def test_tp_chips_and_zero_sweep_as_one_table(cli):
     rows = cli("train-time", "llama-3.1-8b", "--chips", "8,64", "--zero", "0,3", "--json").json["rows"]
     assert [(r["chips"], r["zero"]) for r in rows] == [(8, 0), (8, 3), (64, 0), (64, 3)]
     assert cli("train-time", "llama-3.1-8b", "--zero", "4").code == 2
+
+
+@pytest.mark.parametrize("argv, named", [
+    (("roofline", "llama-3.1-8b", "--seq", "4k"), "--prompt"),
+    (("serve", "llama-3.1-8b", "--batch", "8"), "--concurrency"),
+    (("train-mem", "llama-3.1-8b", "--dtype", "fp8"), "--precision"),
+    (("kv-cache", "llama-3.1-8b", "--seq", "8k"), "--context"),
+])
+def test_another_commands_option_name_points_to_this_ones(cli, argv, named):
+    """Click guessed by spelling (roofline --seq → --eff, --gen, --ops); the concept's name here is the answer."""
+    r = cli(*argv)
+    assert r.code == 2 and named in r.err and r.err.count("\n") == 1
