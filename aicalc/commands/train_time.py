@@ -90,6 +90,9 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
             code = 1
     else:
         notes.append("fits: not judged (train-mem models selective recompute for Megatron only)")
+    if np.any(r.columns["ideal_mfu"] > 1.0):
+        notes.append("ideal MFU above 100 %: model FLOPs count every query against all s keys (Megatron's and "
+                     "PaLM's convention), while a causal kernel computes about half of the scores")
     return Result("train-time", inputs, rows, warnings=warnings, title=f"{spec.id} on {chip_obj.id}",
                   notes=notes, columns=columns, exit_code=code)
 
