@@ -80,9 +80,10 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
         columns.append("fits")
     notes = [f"{spec.id}: {rows[0]['params']:,} params; {st.precision} + {st.optimizer}; framework {st.framework}, "
              f"attention {st.attention}, recompute {st.recompute}",
-             "peak = weights + gradients + optimizer + activations + transients (loss, largest layer's workspace, "
-             f"ZeRO-3 gather) + {rows[0]['overhead_bytes'] / 2**30:.2g} GiB CUDA context/allocator overhead; "
-             "see docs/train-mem.md"]
+             "peak = weights + optimizer + activations + transients (loss, largest layer's workspace, ZeRO-3 "
+             "gather) + gradients where they coexist (one device without accumulation frees the activations as "
+             "its gradients appear: the larger of the two counts) + "
+             f"{rows[0]['overhead_bytes'] / 2**30:.2g} GiB CUDA context/allocator overhead; see docs/train-mem.md"]
     return Result("train-mem", inputs_, rows, warnings, code, title=f"train-mem {spec.id}", notes=notes,
                   columns=columns)
 
