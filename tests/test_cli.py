@@ -419,3 +419,16 @@ def test_another_commands_option_name_points_to_this_ones(cli, argv, named):
     """Click guessed by spelling (roofline --seq → --eff, --gen, --ops); the concept's name here is the answer."""
     r = cli(*argv)
     assert r.code == 2 and named in r.err and r.err.count("\n") == 1
+
+
+def test_presets_show_a_node_in_node_terms(cli):
+    """dgx-h100 is 8 × h100-sxm: memory and peaks summed (as presets list shows them), the chip's under
+    *_per_chip, the node's own power, link and source."""
+    node = cli("presets", "show", "dgx-h100", "--json").json["rows"][0]
+    chip = cli("presets", "show", "h100-sxm", "--json").json["rows"][0]
+    assert node["memory_bytes"] == 8 * chip["memory_bytes"] and node["memory_bytes_per_chip"] == chip["memory_bytes"]
+    assert node["peak_bf16_flop_per_s"] == 8 * chip["peak_bf16_flop_per_s"]
+    assert node["system_power_w"] == 10200 and "tdp_w" not in node  # the DGX H100 datasheet's 10.2 kW
+    assert node["price_per_hour_usd"] == pytest.approx(8 * chip["price_per_hour_usd"])
+    listed = {r["id"]: r for r in cli("presets", "list", "--kind", "node", "--json").json["rows"]}
+    assert listed["dgx-h100"]["memory_bytes"] == node["memory_bytes"]

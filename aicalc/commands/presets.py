@@ -53,14 +53,36 @@ def chip_row(chip, count: int = 1, node_id: str | None = None) -> dict:
     return row
 
 
+def _node_totals(row: dict, node, chip, count: int) -> dict:
+    """A node's row in node terms: memory, bandwidth and peaks summed over its chips, its own link, power and
+    price (a node without its own price: count × the chip's); the chip's figures stay under ``…_per_chip``."""
+    out = {**row, "name": node.name}
+    for k in [k for k in row if k == "memory_bytes" or k.endswith(("_bytes_per_s", "_flop_per_s"))
+              and not k.startswith("interconnect")]:
+        if row[k] is not None:
+            out[k], out[f"{k}_per_chip"] = row[k] * count, row[k]
+    ic = getattr(node, "interconnect", None)
+    if ic is not None:
+        out["interconnect"] = ic.name
+        out["interconnect_per_direction_bytes_per_s"] = ic.per_direction_bytes_per_s
+    out.pop("tdp_w", None)
+    out["system_power_w"] = getattr(node, "system_power_w", None)
+    out["source"] = getattr(node, "source", None) or row.get("source")
+    own = getattr(node, "price_per_hour_usd", None)
+    chip_price = row.get("price_per_hour_usd")
+    out["price_per_hour_usd"] = own or (chip_price * count if chip_price else None)
+    return out
+
+
 def show(name: str) -> Result:
     name = store.canonical("chip", name) or store.canonical("node", name) or store.canonical("model", name) or name
     if name in store.ids("chip") or name in store.ids("node"):
         chip, count = store.resolve_chip(name)
         row = chip_row(chip, count, name if name in store.ids("node") and name not in store.ids("chip") else None)
-        if row["kind"] == "node":
-            row["name"] = store.load("node", name).name
         notes = list(chip.notes)
+        if row["kind"] == "node":
+            row, notes = _node_totals(row, store.load("node", name), chip, count), \
+                [*store.load("node", name).notes, f"per chip: aicalc presets show {chip.id}"]
     else:
         from aicalc.api.catalog import load_model
         from aicalc.errors import UnknownPreset
