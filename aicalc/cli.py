@@ -19,6 +19,8 @@ ISSUES_URL = "https://github.com/aicalc/aicalc/issues"
 app = typer.Typer(
     name="aicalc",
     help="Sizing calculator for AI hardware: memory, chips, time and cost to train or serve a model.",
+    epilog="\b\nExample: aicalc serve llama-3.1-70b --chip h100-sxm --chips 8 --tp 4\n"
+           "Each command's --help has its own; docs/interface.md lists the shared options.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -166,7 +168,7 @@ def _root(
     store.set_user_dirs([Path(p) for p in presets_dir or []])
 
 
-@presets_app.command("list")
+@presets_app.command("list", short_help="List chips, nodes and models (--fits-on CHIP).")
 def presets_list(
     kind: Annotated[str | None, typer.Option("--kind", help="chip | node | model (default: all)")] = None,
     fits_on: Annotated[str | None, typer.Option("--fits-on", metavar="CHIP", help="the models that fit this chip "
@@ -190,7 +192,7 @@ def presets_list(
     return emit(presets.list_(kind), fmt, json_, columns)
 
 
-@presets_app.command("show")
+@presets_app.command("show", short_help="One chip, node or model in full.")
 def presets_show(
     name: Annotated[str, typer.Argument(metavar="ID_OR_PATH", help="chip, node or model id, or a config.json path")],
     fmt: Format = "table",
@@ -207,7 +209,7 @@ def presets_show(
     return emit(presets.show(name), fmt, json_, columns)
 
 
-@app.command("kv-cache")
+@app.command("kv-cache", short_help="KV cache and memory per device; max batch on a chip.")
 def kv_cache(
     model: Model,
     batch: Annotated[str, typer.Option("--batch", help="concurrent sequences; list 1,8,64 or range 1:64:x2")] = "1",
@@ -244,7 +246,7 @@ def kv_cache(
     return emit(per_chip(chip, one) if chip else one(None), fmt, json_, columns)
 
 
-@app.command("check")
+@app.command("check", short_help="Hold deployments to budgets in CI (exit 1 on a fail).")
 def check(
     budget_file: Annotated[str, typer.Argument(metavar="BUDGET_FILE", help="YAML file of named checks (version: 1)")],
     junit: Annotated[str | None, typer.Option("--junit", metavar="FILE", help="also write a JUnit XML report")] = None,
@@ -277,7 +279,7 @@ def check(
     return emit(result, fmt, json_, columns)
 
 
-@app.command("roofline")
+@app.command("roofline", short_help="Prefill and decode: bound, TTFT, TPOT, tokens/s.")
 def roofline(
     model: Model,
     chip: Chip = None,
@@ -324,7 +326,7 @@ def roofline(
     return emit(result, fmt, json_, columns)
 
 
-@app.command("train-time")
+@app.command("train-time", short_help="Training time, MFU, chip-hours and cost.")
 def train_time(
     model: Model,
     chip: Chip = None,
@@ -383,7 +385,7 @@ def train_time(
                 columns)
 
 
-@app.command("train-mem")
+@app.command("train-mem", short_help="Training memory per device; layouts that fit.")
 def train_mem(
     model: Model,
     batch: Annotated[str, typer.Option("--micro-batch", "--batch", help="sequences per micro-batch per device; "
@@ -451,7 +453,7 @@ def train_mem(
     return emit(result, fmt, json_, columns)
 
 
-@app.command("serve")
+@app.command("serve", short_help="A deployment under load: latency, throughput, cost.")
 def serve(
     model: Model,
     chip: Chip = None,
@@ -509,7 +511,7 @@ def serve(
         c, t, n)))), fmt, json_, columns)
 
 
-@app.command("compare")
+@app.command("compare", short_help="Training vs inference, chip by chip.")
 def compare(
     model: Model,
     chip: Chip = None,
