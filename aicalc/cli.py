@@ -426,7 +426,8 @@ def train_mem(
     budget: Annotated[str | None, typer.Option("--budget", help="fail (exit 1) when a row needs more per device")] = None,
     overhead: Annotated[str | None, typer.Option("--overhead", help="CUDA context + allocator overhead (default 1GiB)")] = None,
     search: Annotated[bool, typer.Option("--search", help="search TP×PP×DP×ZeRO×micro-batch×recompute that fit")] = False,
-    chips: Annotated[int | None, typer.Option("--chips", help="devices for --search")] = None,
+    chips: Annotated[int | None, typer.Option("--chips", help="devices: dp = chips / (tp·pp·cp) unless --dp; the "
+                                                             "devices to lay out with --search")] = None,
     top: Annotated[int, typer.Option("--top", help="layouts shown by --search")] = 20,
     fmt: Format = "table",
     json_: Json = False,

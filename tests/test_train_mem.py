@@ -640,3 +640,12 @@ def test_fp8_training_memory_transformer_engine(cli):
     sbh = 4096 * 1 * arch.hidden
     per_layer = (bf["activations_bytes"] - f8["activations_bytes"]) / arch.layers
     assert per_layer == pytest.approx(7 * sbh / 8, rel=1e-9)
+
+
+def test_chips_without_search_sets_the_data_parallel_size(cli):
+    """--chips was read only by --search and silently ignored otherwise (dp stayed 1)."""
+    a = cli("train-mem", "llama-3.1-8b", "--chips", "8", "--tp", "2", "--zero", "3", "--json").json["rows"][0]
+    b = cli("train-mem", "llama-3.1-8b", "--dp", "4", "--tp", "2", "--zero", "3", "--json").json["rows"][0]
+    assert a["dp"] == 4 and a["peak_bytes"] == b["peak_bytes"]
+    assert cli("train-mem", "llama-3.1-8b", "--chips", "6", "--tp", "4").code == 2
+    assert cli("train-mem", "llama-3.1-8b", "--chips", "8", "--dp", "2").code == 2

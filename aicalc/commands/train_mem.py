@@ -35,15 +35,28 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
     budget = inputs.nbytes("budget", budget) if budget is not None else None
     zero_list = _stages(zero)
     batches, seqs = sweep(batch, "--batch"), sweep(seq, "--seq")
-    if dp is None:  # a node: the chips not used by tp·pp·cp hold data-parallel replicas
+    if dp is None:  # --chips N or a node: the chips not used by tp·pp·cp hold data-parallel replicas
         dp = "1"
-        if chip is not None and not search:
+        if not search and (chips is not None or chip is not None):
             from aicalc.api.catalog import node_count
 
-            n, split = node_count(chip), [str(x).strip() for x in (tp, pp, cp)]
+            n = int(chips) if chips is not None else node_count(chip)
+            split = [str(x).strip() for x in (tp, pp, cp)]
             if n > 1 and all(x.isdigit() for x in split):
                 model_parallel = int(split[0]) * int(split[1]) * int(split[2])
+                if chips is not None and (not model_parallel or n % model_parallel):
+                    from aicalc.errors import ParameterError
+
+                    raise ParameterError("chips", n, "is not a multiple of tp × pp × cp")
                 dp = str(n // model_parallel) if model_parallel and n % model_parallel == 0 else "1"
+            elif chips is not None and n > 1:
+                from aicalc.errors import AicalcError
+
+                raise AicalcError("--chips with a --tp/--pp/--cp sweep: give --dp for each split instead")
+    elif chips is not None and not search:
+        from aicalc.errors import AicalcError
+
+        raise AicalcError("give --chips or --dp, not both (dp = chips / (tp × pp × cp))")
     inputs_ = {"model": model, "batch": batches, "seq": seqs, "zero": zero_list, "dp": dp, "tp": tp, "pp": pp,
                "cp": cp, "chip": chip, "budget": budget, "search": search, "chips": chips, "top": top,
                **{k: v for k, v in setup.items() if v is not None}}
