@@ -19,6 +19,8 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
     from aicalc.units import parse_count, parse_int
 
     attention = time_attention(attention)
+    if str(precision) in ("bf16-mixed", "fp16-mixed", "fp8-mixed"):  # train-mem's names: the same math dtype
+        precision = str(precision).removesuffix("-mixed")
 
     if zero is None:  # the framework's usual stage (presets/frameworks/: Megatron's distributed optimizer, FSDP)
         from aicalc.catalog import profiles
