@@ -353,7 +353,7 @@ def train_time(
                                                             "framework's, megatron 1, fsdp 3, deepspeed 1)")] = None,
     precision: Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8 (math dtype; train-mem's "
                                                                "bf16-mixed, fp16-mixed, fp8-mixed name the same)")] = "bf16",
-    dp_bandwidth: Annotated[str | None, typer.Option("--dp-bandwidth", help="inter-node bandwidth per chip per direction (default 25GB/s)")] = None,
+    dp_bandwidth: Annotated[str | None, typer.Option("--dp-bandwidth", help="inter-node bandwidth per chip per direction (default: the chip preset's scale-out figure, else 25GB/s)")] = None,
     eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
     framework: Annotated[str, typer.Option("--framework", help="megatron | fsdp | deepspeed: overlap profile "
                                                                "(presets/frameworks/)")] = "megatron",

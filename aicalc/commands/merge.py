@@ -41,7 +41,7 @@ def joint_title(titles: list[str], key: str, values: list) -> str:
     import re
 
     if len(set(titles)) == 1:
-        return f"{titles[0]} — {key} {', '.join(map(str, values))}".lstrip(" —")
+        return f"{titles[0]} — {key.replace('_', '-')} {', '.join(map(str, values))}".lstrip(" —")
     split = [re.findall(r"\w[\w.]*|\s+|[^\w\s]", t) for t in titles]
     shortest = min(map(len, split))
     head = next((i for i in range(shortest) if len({tuple(t[i:i + 1]) for t in split}) > 1), shortest)

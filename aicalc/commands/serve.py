@@ -82,7 +82,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
              f"efficiency: engine {cs.engine} (presets/engines/{cs.engine}.yaml), chip class {cs.chip_class} "
              f"(presets/classes/{cs.chip_class}.yaml)", cost_note(cs.chip, price_v, price is not None)]
     return Result("serve", inputs, r.rows(), warnings=warnings, exit_code=exit_code, columns=columns, notes=notes,
-                  title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} (TP {tp}, {m['replicas']} replica(s), "
+                  title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} (TP {tp}, {_replicas(m['replicas'])}, "
                         f"{dtype})")
 
 
@@ -122,8 +122,8 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
              "sequences, paged KV with recompute preemption), step times from the cost model (docs/serve.md)",
              "goodput: requests per second meeting --max-ttft and --max-tpot (all requests when none is given)"]
     return Result("serve", inputs, r.rows(), warnings=r.warnings, columns=columns, notes=notes,
-                  title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} under traffic (TP {tp}, {m['replicas']} "
-                        "replica(s))")
+                  title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} under traffic (TP {tp}, "
+                        f"{_replicas(m['replicas'])})")
 
 
 def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft, draft_tokens,
@@ -173,3 +173,7 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
               "kv_dtype": kv_dtype, "max_ttft": max_ttft, "max_tpot": max_tpot, "engine": engine, "search": True}
     return Result("serve", inputs, rows, exit_code=code, columns=columns, notes=notes, chart=chart,
                   title=f"{model}: serving deployments of {n} chips")
+
+
+def _replicas(n: int) -> str:
+    return f"{n} replica{'' if n == 1 else 's'}"
