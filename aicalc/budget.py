@@ -81,7 +81,11 @@ def models():
             problems = []
             for name, value in v.items():
                 if name not in LIMITS:
-                    problems.append(f"unknown limit '{name}' (known: {', '.join(LIMITS)})")
+                    from aicalc.errors import suggestions
+
+                    close = suggestions(str(name), list(LIMITS))
+                    problems.append(f"unknown limit '{name}'" + (f"; did you mean {', '.join(close)}?" if close else
+                                                                 f" (known: {', '.join(LIMITS)})"))
                     continue
                 try:
                     parse_limit(name, value)
@@ -165,25 +169,54 @@ def load(path: Path):
 
 
 def _references(data: Any, base: Path):
-    """(location, message) for every model/chip a check names that the catalog cannot resolve."""
+    """(location, message) for every model/chip a check names that the catalog cannot resolve, every ``args``
+    key its command has no option for, and every check name used twice."""
     from aicalc.catalog import store
+    from aicalc.errors import UnknownPreset
 
     checks = data.get("checks") if isinstance(data, dict) else None
+    seen: dict[str, int] = {}
     for i, c in enumerate(checks if isinstance(checks, list) else []):
         if not isinstance(c, dict):
             continue
+        name = c.get("name")
+        if isinstance(name, str):
+            if name in seen:
+                yield ("checks", i, "name"), f"'{store._short(name)}' names check {seen[name]} too: names must differ"
+            seen.setdefault(name, i)
         model = c.get("model")
         if isinstance(model, str):
             if store.looks_like_path(model):
                 if not _exists(base / model) and not _exists(Path(model)):
                     yield ("checks", i, "model"), f"no such file '{store._short(model)}'"
-            elif model not in store.ids("model"):
-                yield ("checks", i, "model"), f"unknown model '{store._short(model)}'"
+            elif store.canonical("model", model) is None:
+                yield ("checks", i, "model"), str(UnknownPreset("model", store._short(model), store.ids("model")))
         args = c.get("args")
+        for key in _unknown_args(c.get("command"), args):
+            yield ("checks", i, "args", key), f"{c.get('command')} has no option --{str(key).replace('_', '-')}"
         chip = args.get("chip") if isinstance(args, dict) else None
         for one in chip if isinstance(chip, list) else [chip] if chip else []:
-            if str(one) not in store.ids("chip") and str(one) not in store.ids("node"):
-                yield ("checks", i, "args", "chip"), f"unknown chip '{store._short(one)}'"
+            for part in str(one).split(","):
+                if part.strip() and store.canonical("chip", part) is None and store.canonical("node", part) is None:
+                    yield ("checks", i, "args", "chip"), str(UnknownPreset(
+                        "chip", store._short(part.strip()), [*store.ids("chip"), *store.ids("node")]))
+
+
+def _unknown_args(command, args) -> list:
+    """The keys of a check's ``args`` that its command takes no option for (``tpp`` for ``tp``)."""
+    import inspect
+
+    from aicalc.commands import command as registry
+
+    if not isinstance(args, dict) or not isinstance(command, str):
+        return []
+    try:
+        params = inspect.signature(registry(command)).parameters
+    except Exception:  # noqa: BLE001 - an unknown command is reported by the schema
+        return []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return []
+    return [k for k in args if str(k).replace("-", "_") not in params or str(k) in ("model", "progress")]
 
 
 def _exists(path: Path) -> bool:

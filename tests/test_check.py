@@ -207,3 +207,15 @@ def test_a_broken_error_budget_reads_as_a_failure_and_a_warn_budget_as_a_warning
     assert fail.code == 1 and fail.err.startswith("fail: ") and "warning:" not in fail.err
     warn = cli("check", write(tmp_path, [kv_check({"max_memory_per_device": "1GB"}, severity="warn")]))
     assert warn.code == 0 and warn.err.startswith("warning: ")
+
+
+def test_an_invalid_file_lists_unknown_args_duplicate_names_and_suggestions_together(cli, tmp_path):
+    a = kv_check({"max_memry": "80GB"}, chip="h100", tpp=2)
+    b = kv_check({"max_memory_per_device": "80GB"})  # the same name "c"
+    r = cli("check", write(tmp_path, [a, b]))
+    lines = r.err.splitlines()
+    assert r.code == 2 and len(lines) == 4, r.err
+    assert any("unknown limit 'max_memry'; did you mean max_memory_per_device" in x for x in lines)
+    assert any("kv-cache has no option --tpp" in x for x in lines)
+    assert any("unknown chip 'h100'; did you mean" in x and "h100-sxm" in x for x in lines)
+    assert any("names check 0 too" in x for x in lines)
