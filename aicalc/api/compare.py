@@ -33,7 +33,9 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
     n, best = 1, None
     while n <= MAX_CHIPS:
         try:
-            res = search_layouts(model, chip, n, seq=seq)
+            # Megatron's memory model (sequence parallelism, selective recompute, ZeRO): the framework the
+            # training time below assumes, and the one that lays a model out over many chips
+            res = search_layouts(model, chip, n, seq=seq, framework="megatron", sp=True, attention="flash")
         except AicalcError as e:
             warnings.append(f"no training estimate on {chip.id}: {e}")
             return row | {"fits": False, "chips_needed": None, "memory_bytes": None}

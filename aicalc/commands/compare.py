@@ -44,7 +44,8 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
     columns = ["chip", "phase", "chips_needed", "memory_bytes", "total_time_s", "training_cost_usd", "ttft_s",
                "tpot_s", "output_tokens_per_s", "usd_per_million_output_tokens", "annual_inference_cost_usd", "mfu",
                "batch", "bound", "layout", "precision"]
-    notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (TP ≤ 8 preferred), "
+    notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (Megatron: sequence "
+             "parallel, flash attention; TP ≤ 8 preferred), "
              f"{fmt_count(m['tokens'])} tokens (Chinchilla's 20 per parameter unless --tokens); inference: smallest TP that serves {m['prompt']}+{m['gen']}-token requests "
              f"within TTFT ≤ {m['max_ttft']:g} s, TPOT ≤ {m['max_tpot'] * 1e3:g} ms at the best concurrency",
              (f"cost: ${price_per_hour(price):,.2f} per chip-hour (--price)" if price is not None else
