@@ -432,3 +432,11 @@ def test_presets_show_a_node_in_node_terms(cli):
     assert node["price_per_hour_usd"] == pytest.approx(8 * chip["price_per_hour_usd"])
     listed = {r["id"]: r for r in cli("presets", "list", "--kind", "node", "--json").json["rows"]}
     assert listed["dgx-h100"]["memory_bytes"] == node["memory_bytes"]
+
+
+def test_a_title_that_differs_in_several_places_elides_them(cli):
+    """serve --tp 2,4,8: chips, TP and replicas all change; the title keeps what is common and names the sweep
+    (it joined three whole titles, or pieces of them, with " / ")."""
+    title = cli("serve", "llama-3.1-70b", "--chip", "h100-sxm", "--tp", "2,4,8", "--concurrency", "8",
+                width=300).out.splitlines()[0]
+    assert title.count("NVIDIA H100") == 1 and title.endswith("— tp 2, 4, 8") and "…" in title, title

@@ -56,7 +56,31 @@ def joint_title(titles: list[str], key: str, values: list) -> str:
         grow_end = any(excess(t) > 0 for t in split) and tail
         head, tail = (head, tail - 1) if grow_end else (head - 1, tail) if head else (head, tail - 1)
     start, end = "".join(split[0][:head]), "".join(split[0][len(split[0]) - tail:])
-    return start + " / ".join("".join(t[head:len(t) - tail]).strip() for t in split) + end
+    middles = ["".join(t[head:len(t) - tail]).strip() for t in split]
+    if len(middles) <= 3 and all("," not in m and len(m) <= 40 for m in middles):
+        return start + " / ".join(middles) + end
+    return _elided(split, key, values)
+
+
+def _elided(split: list[list[str]], key: str, values: list) -> str:
+    """Titles that differ in several places (``on 2 × … (TP 2, 1 replica …`` / ``on 8 × … (TP 8 …``): the
+    first title with every part that is not the same in all of them shown as "…", and the swept values after."""
+    import difflib
+    import re
+
+    first = split[0]
+    common = set(range(len(first)))
+    for other in split[1:]:
+        m = difflib.SequenceMatcher(None, first, other, autojunk=False)
+        common &= {i for a, _, n in m.get_matching_blocks() for i in range(a, a + n)}
+    out: list[str] = []
+    for i, tok in enumerate(first):
+        if i in common:
+            out.append(tok)
+        elif not out or out[-1] != "…":
+            out.append("…")
+    text = re.sub(r"…(\s*…)+", "…", "".join(out))  # elided words in a row: one "…"
+    return f"{text} — {key.replace('_', '-')} {', '.join(map(str, values))}"
 
 
 def over_chips(chips, run: Callable[[str], Result]) -> Result:
