@@ -429,7 +429,7 @@ def train_mem(
     search: Annotated[bool, typer.Option("--search", help="search TP×PP×DP×ZeRO×micro-batch×recompute that fit")] = False,
     chips: Annotated[int | None, typer.Option("--chips", help="devices: dp = chips / (tp·pp·cp) unless --dp; the "
                                                              "devices to lay out with --search")] = None,
-    top: Annotated[int, typer.Option("--top", help="layouts shown by --search")] = 20,
+    top: Annotated[int, typer.Option("--top", help="layouts shown by --search")] = 10,
     fmt: Format = "table",
     json_: Json = False,
     columns: Columns = None,

@@ -15,7 +15,7 @@ SETUP = ("precision", "optimizer", "grad_dtype", "optimizer_dtype", "ep", "sp", 
 
 
 def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp="1", chip=None, budget=None,
-        overhead=None, search: bool = False, chips=None, top: int = 20, progress=None, **setup) -> Result:
+        overhead=None, search: bool = False, chips=None, top: int = 10, progress=None, **setup) -> Result:
     import numpy as np
 
     from aicalc.api import inputs
