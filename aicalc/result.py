@@ -28,7 +28,7 @@ class Result:
         return {
             "schema_version": SCHEMA_VERSION,
             "command": self.command,
-            "inputs": self.inputs,
+            "inputs": {k: _axis(v) if k in AXES else v for k, v in self.inputs.items()},
             "rows": self.rows,
             "warnings": self.warnings,
         }
@@ -46,3 +46,30 @@ def rows_from_columns(columns: dict[str, Any]) -> list[dict[str, Any]]:
         arr = np.broadcast_to(np.asarray(v), (n,)) if np.ndim(v) <= 1 else np.asarray(v).ravel()
         cols.append(arr.tolist())
     return [dict(zip(names, values, strict=True)) for values in zip(*cols, strict=True)]
+
+
+# inputs that are sweep axes: echoed in JSON as a list of numbers in every command (``"batch": [1, 8]``), however
+# the command received them ("1,8", 8, [1.0, 8.0])
+AXES = ("batch", "seq", "context", "prompt", "gen", "tp", "pp", "dp", "cp", "chips", "concurrency", "micro_batch",
+        "global_batch", "zero")
+
+
+def _axis(value):
+    if value is None or isinstance(value, bool):
+        return value
+    values = value if isinstance(value, (list, tuple)) else [value]
+    out = []
+    for v in values:
+        if isinstance(v, str):
+            from aicalc.errors import AicalcError
+            from aicalc.sweep import sweep
+
+            try:
+                out += sweep(v, "input")
+            except AicalcError:  # not a count sweep ("max", "auto"): echoed as given
+                return value
+        elif hasattr(v, "item"):
+            out.append(v.item())
+        else:
+            out.append(v)
+    return [int(x) if isinstance(x, float) and x.is_integer() else x for x in out]

@@ -440,3 +440,19 @@ def test_a_title_that_differs_in_several_places_elides_them(cli):
     title = cli("serve", "llama-3.1-70b", "--chip", "h100-sxm", "--tp", "2,4,8", "--concurrency", "8",
                 width=300).out.splitlines()[0]
     assert title.count("NVIDIA H100") == 1 and title.endswith("— tp 2, 4, 8") and "…" in title, title
+
+
+@pytest.mark.parametrize("argv", [
+    ("kv-cache", "llama-3.1-8b", "--chip", "h100-sxm", "--batch", "1,8"),
+    ("roofline", "llama-3.1-8b", "--batch", "1,8"),
+    ("serve", "llama-3.1-8b", "--concurrency", "4"),
+    ("train-mem", "llama-3.1-8b", "--batch", "1,2"),
+    ("train-time", "llama-3.1-8b", "--chips", "8"),
+])
+def test_json_inputs_echo_sweep_axes_as_lists_of_numbers(cli, argv):
+    """kv-cache echoed "batch": [1.0], roofline "batch": "1", train-time "tp": "1": one shape for scripts."""
+    from aicalc.result import AXES
+
+    inputs = cli(*argv, "--json").json["inputs"]
+    axes = {k: v for k, v in inputs.items() if k in AXES and v is not None}
+    assert axes and all(isinstance(v, list) and v and all(type(x) is int for x in v) for v in axes.values()), axes
