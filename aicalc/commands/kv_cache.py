@@ -23,6 +23,14 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
 
     if solve not in (None, "max-context", "max-batch"):
         raise ParameterError("solve", solve, "is not one of max-context, max-batch")
+    if engine not in ("vllm", "hf"):
+        from aicalc.catalog import profiles
+
+        if str(engine) in profiles.ids("engine"):  # serve's and roofline's engine profiles
+            from aicalc.errors import AicalcError
+
+            raise AicalcError(f"--engine {engine} is a serving profile (serve, roofline); kv-cache counts the "
+                              "cache as vllm (paged blocks, --block-size) or hf (transformers' DynamicCache)")
     if block_size is None:
         block_size = 1 if engine == "hf" else 16
     batches, contexts = sweep(batch, "--batch"), sweep(context, "--context")
