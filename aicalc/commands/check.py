@@ -135,7 +135,8 @@ def run(path: str, fail_on_warn: bool = False) -> Result:
             margin = None if worst is None else (bound - worst if direction == "max" else worst - bound)
             rows.append({"name": c.name, "command": c.command, "model": c.model, "limit_name": limit, "key": key,
                          "status": status, "value": worst, "limit": bound, "margin": margin,
-                         "actual": _show(key, worst), "allowed": _show(key, bound),
+                         "actual": _show(key, worst),
+                         "allowed": ("≤ " if direction == "max" else "≥ ") + _show(key, bound),
                          "margin_pct": None if worst is None else 100.0 * margin / bound, "severity": c.severity})
             if status == "fail" or (status == "warn" and fail_on_warn):
                 exit_code = ExitCode.BUDGET
@@ -144,7 +145,7 @@ def run(path: str, fail_on_warn: bool = False) -> Result:
                                 f"{limit} {raw}")
     return Result("check", {"file": str(file), "fail_on_warn": fail_on_warn}, rows, warnings=warnings,
                   exit_code=exit_code, title=f"aicalc check {file.name}",
-                  columns=["name", "status", "limit_name", "actual", "allowed", "margin_pct"])
+                  columns=["name", "status", "actual", "allowed", "limit_name", "margin_pct"])
 
 
 def _plain(row: dict) -> dict:
