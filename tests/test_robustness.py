@@ -522,6 +522,54 @@ def test_a_corrupt_or_unwritable_index_is_rebuilt_in_memory(fresh_catalog, tmp_p
     assert store.load("chip", "l4").memory_bytes > 0
 
 
+def _hostile_index(tmp_path, make) -> None:
+    from aicalc.catalog import store
+
+    store.load("chip", "h100-sxm")
+    index = next((tmp_path / "cache").glob("catalog-*.json"))
+    index.unlink()
+    make(index)
+    for fn in (store._catalog, store._record):
+        fn.cache_clear()
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: os.mkfifo(p),  # reading it would block forever
+    lambda p: p.symlink_to("/dev/zero"),  # reading it would never end
+    lambda p: p.write_text('{"format": 2, "stamp": []}'),  # no checksum line
+], ids=["fifo", "dev-zero", "no-checksum"])
+def test_an_index_that_is_not_a_file_aicalc_wrote_is_never_read(fresh_catalog, tmp_path, make):
+    from aicalc.catalog import store
+
+    _hostile_index(tmp_path, make)
+    start = time.perf_counter()
+    assert store.load("chip", "l4").memory_bytes == 24 * 2**30  # the L4 preset: 24 GiB
+    assert time.perf_counter() - start < 10
+
+
+def test_an_edited_index_is_rebuilt_not_trusted(fresh_catalog, tmp_path):
+    """Valid JSON, the right stamp, hostile contents (a chip with 0 TFLOP/s, files as a list): the checksum no
+    longer matches, so the presets are compiled again instead of used."""
+    import json as js
+
+    from aicalc.catalog import store
+
+    def edit(path):
+        store._catalog.cache_clear()
+        index = store._catalog()
+        index = js.loads(js.dumps(index))
+        index["chip"]["h100-sxm"]["data"]["dense_tflops"]["bf16"] = 0
+        index["files"] = []
+        body = js.dumps(index).encode()
+        path.write_bytes(b"00000000\n" + body)
+
+    _hostile_index(tmp_path, edit)
+    assert store.load("chip", "h100-sxm").peak_flop_per_s("bf16") == 989.4e12
+    r = run("roofline", "llama-3.1-8b", "--chip", "h100-sxm", "--json")
+    assert_sane(r)
+    assert r.code == 0
+
+
 def test_a_broken_builtin_preset_fails_alone(fresh_catalog):
     from aicalc.catalog import store
 

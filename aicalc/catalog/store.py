@@ -408,7 +408,7 @@ RECORDS = {"chip": ChipRecord, "node": NodeRecord, "model": Record}
 # The built-in catalog compiled once into a JSON index in the user's cache folder (rebuilt when a built-in
 # file, the schema or this module changes): a one-off query reads it instead of parsing YAML and building
 # pydantic schemas. The test suite validates every built-in preset against the schema.
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2  # 2: a checksum line before the JSON body
 
 
 def _stamp(root: Path) -> list:
@@ -442,27 +442,57 @@ def _cache_file(root: Path) -> Path | None:
     return Path(base) / f"catalog-{__version__}-{zlib.crc32(str(root).encode()):08x}.json"
 
 
+MAX_INDEX_BYTES = 64 * 2**20  # the built-in index is ~0.2 MiB; anything far larger is not one
+
+
 @cache
 def _catalog() -> dict:
     """{"files": {relative path: {"data"|"error"}}, "chip": {id: {"data"|"error"}}, "node": {…}}."""
     root = builtin_root()
     stamp = _stamp(root)
     cache_file = _cache_file(root)
-    try:
-        with open(cache_file, encoding="utf-8") as f:
-            index = json.load(f)
-        if index.get("format") == INDEX_FORMAT and index.get("stamp") == stamp and stamp:
-            return index
-    except (OSError, ValueError, AttributeError):
-        pass
+    index = _read_index(cache_file, stamp)
+    if index is not None:
+        return index
     index = _compile(root, stamp)
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(index), encoding="utf-8")
+        body = json.dumps(index).encode("utf-8")
+        tmp.write_bytes(f"{_crc(body)}\n".encode() + body)
         os.replace(tmp, cache_file)
     except OSError:  # a read-only home: compile in memory on every run
         pass
+    return index
+
+
+def _crc(body: bytes) -> str:
+    import zlib
+
+    return f"{zlib.crc32(body):08x}"
+
+
+def _read_index(cache_file: Path, stamp: list) -> dict | None:
+    """The cached index, or None (compile it again) unless it is a regular file of bounded size whose body
+    matches the checksum on its first line and has the current format and stamp: a FIFO, a device, a truncated
+    or edited file is never trusted, so it can neither hang the run nor feed it malformed records."""
+    import stat as st_mode
+
+    try:
+        info = os.stat(cache_file)
+        if not st_mode.S_ISREG(info.st_mode) or info.st_size > MAX_INDEX_BYTES:
+            return None
+        with open(cache_file, "rb") as f:
+            raw = f.read(MAX_INDEX_BYTES + 1)
+        head, _, body = raw.partition(b"\n")
+        if head.decode("ascii", "replace") != _crc(body):
+            return None
+        index = json.loads(body)
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not (isinstance(index, dict) and index.get("format") == INDEX_FORMAT and index.get("stamp") == stamp and stamp
+            and all(isinstance(index.get(k), dict) for k in ("files", "chip", "node"))):
+        return None
     return index
 
 
