@@ -116,7 +116,12 @@ def emit(result, fmt: str, json_flag: bool, columns: str | None = None) -> int:
         if unknown:
             raise AicalcError(f"--columns: no column {', '.join(unknown)} (known: {', '.join(sorted(known))})")
         env = env._replace(columns=keys)
-    render(result, fmt, env)
+    try:
+        render(result, fmt, env)
+    except BrokenPipeError:
+        raise
+    except OSError as e:  # the output cannot be written (/dev/full): the user's stream, not a bug
+        raise AicalcError(f"cannot write the output: {e.strerror or e}") from None
     return int(result.exit_code)
 
 
@@ -574,11 +579,26 @@ def _leave(code: int) -> None:
 
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe (`aicalc … | head`) or a closed stream: nothing to keep
+            if stream is not None:
+                stream.flush()
+        except BrokenPipeError:  # `aicalc … | head`: the reader has what it wanted
             pass
+        except (OSError, ValueError) as e:  # the output did not arrive (/dev/full, a closed stream)
+            if stream is sys.stdout and code in (0, 1):
+                _say(f"aicalc: error: cannot write the output: {getattr(e, 'strerror', None) or e}\n")
+                code = int(ExitCode.BAD_INPUT)
     atexit._run_exitfuncs()
     os._exit(code)
+
+
+def _say(line: str) -> None:
+    """A line on stderr, when there is one to write to."""
+    try:
+        if sys.stderr is not None:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _no_repeats(command, args: list[str]) -> None:
@@ -642,26 +662,46 @@ def _main(args: list[str], debug: bool, env: Env) -> int:
     except ParameterError as e:  # the library names its parameter; the command line names the flag
         from aicalc.flags import cli_message
 
-        env.stderr.write(f"aicalc: error: {_one_line(cli_message(e))[:2000]}\n")
+        _write(env.stderr, f"aicalc: error: {_one_line(cli_message(e))[:2000]}\n")
         code = int(e.exit_code)
     except AicalcError as e:
         for line in getattr(e, "problems", None) or [str(e)]:
-            env.stderr.write(f"aicalc: error: {_one_line(line)[:2000]}\n")
+            _write(env.stderr, f"aicalc: error: {_one_line(line)[:2000]}\n")
         code = int(e.exit_code)
     except (KeyboardInterrupt, BrokenPipeError):
         code = 130 if not isinstance(sys.exc_info()[1], BrokenPipeError) else 0
+    except SystemExit as e:  # click answers a closed pipe (EPIPE) with sys.exit(1): the reader left, no failure
+        if not isinstance(e.__context__, BrokenPipeError):
+            raise
+        code = 0
     except Exception as e:  # noqa: BLE001 - click's usage errors, then genuine bugs
         code = _click_error(e, env)
+        if code is None and isinstance(e, OSError) and e.errno in _OUTPUT_ERRNOS:  # --help into /dev/full
+            _write(env.stderr, f"aicalc: error: cannot write the output: {e.strerror}\n")
+            code = int(ExitCode.BAD_INPUT)
         if code is None:
             if debug:
                 import traceback
 
-                traceback.print_exc(file=env.stderr)
-            env.stderr.write(f"aicalc: internal error: {type(e).__name__}: {_one_line(e)}; this is a bug, "
+                _write(env.stderr, traceback.format_exc())
+            _write(env.stderr, f"aicalc: internal error: {type(e).__name__}: {_one_line(e)}; this is a bug, "
                               f"please report it with the command line at {ISSUES_URL} (rerun with --debug "
                               "for a traceback)\n")
             code = int(ExitCode.INTERNAL)
     return code
+
+
+_OUTPUT_ERRNOS = (28, 27, 122, 5)  # ENOSPC, EFBIG, EDQUOT, EIO: the output stream's device, not aicalc
+
+
+def _write(stream, text: str) -> None:
+    """Write an error line; a stream that cannot take it (``2>/dev/full``, closed) loses it, the exit code
+    still says what happened."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _click_error(e: Exception, env: Env) -> int | None:
@@ -672,17 +712,17 @@ def _click_error(e: Exception, env: Env) -> int | None:
     if name == "Abort":
         return 130
     if name == "NoArgsIsHelpError":  # `aicalc` or `aicalc presets` alone: show the help, as --help would
-        env.stdout.write(e.format_message() + "\n")
+        _write(env.stdout, e.format_message() + "\n")
         return int(ExitCode.OK)
     if name == "NoSuchOption" and getattr(e, "ctx", None) is not None:
         known = {o for p in e.ctx.command.params for o in getattr(p, "opts", ())}
         same = [o for o in SYNONYMS.get(e.option_name, ()) if o in known]
         if same:  # another command's name for what this one calls differently
-            env.stderr.write(f"aicalc: error: no option {e.option_name} in {e.ctx.command.name}: it is "
+            _write(env.stderr, f"aicalc: error: no option {e.option_name} in {e.ctx.command.name}: it is "
                              f"{' or '.join(same)} here (see --help)\n")
             return int(ExitCode.BAD_INPUT)
     if hasattr(e, "format_message") and hasattr(e, "exit_code"):
-        env.stderr.write(f"aicalc: error: {_one_line(e.format_message())} (see --help)\n")
+        _write(env.stderr, f"aicalc: error: {_one_line(e.format_message())} (see --help)\n")
         return int(ExitCode.BAD_INPUT)
     return None
 

@@ -20,10 +20,33 @@ class Env(NamedTuple):
 
     @classmethod
     def from_system(cls) -> Env:
+        """The process's own streams. A closed stream (``>&-``: Python's ``None``) is a sink that keeps nothing;
+        a stream whose encoding cannot spell "×" or "µ" (``PYTHONIOENCODING=ascii``) writes "?" instead of
+        failing."""
+        out, err = (_usable(s) for s in (sys.stdout, sys.stderr))
         return cls(
-            stdout=sys.stdout,
-            stderr=sys.stderr,
-            stdout_isatty=sys.stdout.isatty(),
+            stdout=out,
+            stderr=err,
+            stdout_isatty=_isatty(out),
             no_color="NO_COLOR" in os.environ and os.environ["NO_COLOR"] != "",
-            stderr_isatty=sys.stderr.isatty(),
+            stderr_isatty=_isatty(err),
         )
+
+
+def _usable(stream) -> TextIO:
+    if stream is None:
+        return open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+    if encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+        try:
+            stream.reconfigure(errors="replace")
+        except (ValueError, OSError):
+            pass
+    return stream
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (ValueError, OSError, AttributeError):
+        return False
