@@ -550,7 +550,8 @@ def compare(
 
 
 def _one_line(message: str) -> str:
-    return " ".join(str(message).split())
+    """A message on one line, control characters (a name's escape sequences) shown as ``?``."""
+    return "".join(c if c >= " " and c != "\x7f" else "?" for c in " ".join(str(message).split()))
 
 
 def main(argv: list[str] | None = None, env: Env | None = None) -> int:

@@ -104,7 +104,7 @@ def human(key: str, value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value)
     if not isinstance(value, (int, float)):
-        return str(value)
+        return _printable(str(value))  # a name from a user's file may carry terminal escape sequences
     if isinstance(value, float) and not math.isfinite(value):
         return "—"
     if key in PERCENT:
@@ -168,22 +168,31 @@ def _csv(result: Result, env: Env) -> None:
 
 
 def _csv_cell(v: Any) -> Any:
-    return ";".join(map(str, v)) if isinstance(v, list) else ("" if v is None else v)
+    if isinstance(v, list):
+        v = ";".join(map(str, v))
+    if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + v  # a spreadsheet would run "=cmd|…" as a formula (OWASP's CSV injection guard)
+    return "" if v is None else v
+
+
+def _md(text: str) -> str:
+    """A markdown table cell: a "|" would end the cell, a newline the row."""
+    return " ".join(str(text).replace("|", "\\|").split())
 
 
 def _markdown(result: Result, env: Env) -> None:
     cols = _columns(result)
     out = []
     if result.title:
-        out.append(f"**{result.title}**\n")
+        out.append(f"**{_md(result.title)}**\n")
     if len(result.rows) == 1 and len(cols) > 6:
         out += ["| field | value |", "|---|---|"]
-        out += [f"| {header(k)} | {human(k, result.rows[0].get(k))} |" for k in cols]
+        out += [f"| {header(k)} | {_md(human(k, result.rows[0].get(k)))} |" for k in cols]
     else:
         out.append("| " + " | ".join(header(k) for k in cols) + " |")
         out.append("|" + "---|" * len(cols))
-        out += ["| " + " | ".join(human(k, row.get(k)) for k in cols) + " |" for row in result.rows]
-    out += [f"\n> {w}" for w in result.warnings]
+        out += ["| " + " | ".join(_md(human(k, row.get(k))) for k in cols) + " |" for row in result.rows]
+    out += [f"\n> {_md(w)}" for w in result.warnings]
     env.stdout.write("\n".join(out) + "\n")
 
 
@@ -224,7 +233,8 @@ def fit_columns(rows: list[dict], cols: list[str], width: int | None) -> tuple[l
     dropped: list[str] = []
     if width:
         def need(ks):  # rich's heavy box: one border per column plus one, one space of padding each side
-            return 1 + sum(3 + max([len(header(k)), *(len(human(k, r.get(k))) for r in rows)]) for k in ks)
+            return 1 + sum(3 + max([_cell_len(header(k)), *(_cell_len(human(k, r.get(k))) for r in rows)])
+                           for k in ks)
 
         while need(shown) > width:
             give = [k for k in shown[2:] if k not in VERDICTS]
@@ -283,7 +293,7 @@ def _table(result: Result, env: Env) -> None:
         for row in result.rows:
             table.add_row(*(human(k, row.get(k)) for k in shown))
     if result.title:
-        con.print(result.title, style="italic")
+        con.print(_printable(result.title), style="italic")
     con.print(table)
     for line in wrap_segments(caption, con.width if env.stdout_isatty or env.width else None):
         con.print(line, style="dim italic")
@@ -293,13 +303,13 @@ def _table(result: Result, env: Env) -> None:
     if result.chart is not None and env.stdout_isatty:
         result.chart(con)
     for note in result.notes:
-        con.print(note, style="dim")
+        con.print(_printable(note), style="dim")
     err = console(env, env.stderr)
     for w in result.warnings:
         if w.startswith(FAIL):  # check's broken error-severity budgets
-            err.print(w, style="red")
+            err.print(_printable(w), style="red")
         else:
-            err.print(f"warning: {w}", style="yellow")
+            err.print(f"warning: {_printable(w)}", style="yellow")
 
 
 class PlainConsole:

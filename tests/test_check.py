@@ -219,3 +219,27 @@ def test_an_invalid_file_lists_unknown_args_duplicate_names_and_suggestions_toge
     assert any("kv-cache has no option --tpp" in x for x in lines)
     assert any("unknown chip 'h100'; did you mean" in x and "h100-sxm" in x for x in lines)
     assert any("names check 0 too" in x for x in lines)
+
+
+def test_a_check_name_cannot_forge_a_workflow_command(cli, tmp_path, monkeypatch):
+    """GitHub runs every stdout line that starts with "::" as a command: a name holding a newline and
+    "::error …" must stay inside its own annotation (escaped as %0A, as actions/toolkit does)."""
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    check = kv_check({"max_memory_per_device": "1GB"}) | {"name": "c\n::error file=x::injected"}
+    r = cli("check", write(tmp_path, [check]))
+    commands = [line for line in r.out.splitlines() if line.startswith("::")]
+    assert r.code == 1 and len(commands) == 1 and "%0A%3A%3Aerror" in commands[0]
+
+
+def test_markdown_and_csv_cells_stay_cells(cli, tmp_path):
+    """A name with "|" or a newline kept its markdown row whole; one starting with "=" is not a formula."""
+    import json as js
+
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64,
+           "_name_or_path": "=HYPERLINK(\"x\")|a\nb"}
+    (tmp_path / "config.json").write_text(js.dumps(cfg))
+    md = cli("presets", "show", str(tmp_path / "config.json"), "--format", "markdown").out
+    assert all(line.count("|") - line.count("\\|") == 3 for line in md.splitlines() if line.startswith("| "))
+    csv = cli("presets", "show", str(tmp_path / "config.json"), "--format", "csv").out
+    assert ",'=HYPERLINK" in csv or "\"'=HYPERLINK" in csv

@@ -601,3 +601,19 @@ def test_a_table_with_no_rows_draws_in_a_terminal():
         r = run("train-mem", "llama-3.1-8b", "--chip", "l4", "--chips", "1", "--search", width=width)
         assert_sane(r)
         assert r.code == 1 and "internal error" not in r.err
+
+
+def test_escape_sequences_in_names_never_reach_a_terminal(tmp_path):
+    """A config.json name or a command-line id with ESC/BEL sequences (set the window title, colour the
+    screen) is shown with "?" in their place, on a terminal as in a pipe, in tables and in error lines."""
+    import json as js
+
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64,
+           "_name_or_path": "\x1b]0;PWNED\x07\x1b[31mRED"}
+    (tmp_path / "config.json").write_text(js.dumps(cfg))
+    for width in (None, 120):
+        r = run("presets", "show", str(tmp_path / "config.json"), width=width)
+        assert r.code == 0 and "PWNED" in r.out and "\x1b]" not in r.out and "\x07" not in r.out
+    r = run("kv-cache", "\x1b]0;PWNED\x07\x1b[31mX")
+    assert r.code == 2 and "\x1b" not in r.err and "\x07" not in r.err

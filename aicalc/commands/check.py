@@ -200,6 +200,14 @@ def github_annotations(result: Result) -> list[str]:
     for r in result.rows:
         if r["status"] != "pass":
             level = "error" if r["status"] == "fail" else "warning"
-            out.append(f"::{level} file={file},title=aicalc {r['name']}::{r['key']} {_show(r['key'], r['value'])} "
-                       f"breaks {r['limit_name']} (limit {_show(r['key'], r['limit'])})")
+            title, message = f"aicalc {r['name']}", (f"{r['key']} {_show(r['key'], r['value'])} breaks "
+                                                     f"{r['limit_name']} (limit {_show(r['key'], r['limit'])})")
+            out.append(f"::{level} file={_gh(file, True)},title={_gh(title, True)}::{_gh(message)}")
     return out
+
+
+def _gh(text, prop: bool = False) -> str:
+    """GitHub Actions' workflow-command escaping (actions/toolkit command.ts): a check name holding a newline
+    and "::error …" would otherwise print a command of its own."""
+    out = str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return out.replace(":", "%3A").replace(",", "%2C") if prop else out
