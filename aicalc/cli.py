@@ -109,8 +109,10 @@ def emit(result, fmt: str, json_flag: bool, columns: str | None = None) -> int:
     if fmt not in FORMATS:
         raise AicalcError(f"--format must be one of {', '.join(FORMATS)}, got '{fmt}'")
     env = _env_now()
-    if columns:
-        keys = [c.strip() for c in columns.split(",") if c.strip()]
+    if columns is not None:
+        keys = list(dict.fromkeys(c.strip() for c in columns.split(",") if c.strip()))  # each column once
+        if not keys:
+            raise AicalcError("--columns names no column (give row keys, comma-separated)")
         known = {k for row in result.rows for k in row}
         unknown = [k for k in keys if k not in known]
         if unknown:
@@ -170,6 +172,8 @@ def _root(
 
     from aicalc.catalog import store
 
+    if any(not str(p).strip() for p in presets_dir or []):  # "" would make the current folder a preset root
+        raise AicalcError("--presets-dir names no folder")
     store.set_user_dirs([Path(p) for p in presets_dir or []])
 
 

@@ -15,7 +15,7 @@ MAX_POINTS = 100_000  # values of one sweep, and points of the grid of all of th
 
 
 def _too_many(what: str, text: str, n: float) -> AicalcError:
-    count = f"{n:,.0f}" if n < 1e18 else "more than 10^18"
+    count = f"{n:,.0f}" if n < 1e18 else "more than 10^18"  # NaN compares False: "more than"
     return AicalcError(f"{what}: '{text}' has {count} points; a sweep is limited to {MAX_POINTS:,} points")
 
 
@@ -52,10 +52,11 @@ def parse_sweep(text: str, parse: Callable[[str], float], what: str) -> list[flo
             step = parse(step_text)
             if not step > 0:
                 raise AicalcError(f"{what}: an arithmetic step must be positive, got '{text}'")
-            n = (stop - start) / step + 1e-9 + 1
-            if not n <= MAX_POINTS:
-                raise _too_many(what, text, n)
-            values = [start + i * step for i in range(int(n))]
+            n = (stop - start) / step
+            if not n < MAX_POINTS:  # also NaN and inf
+                raise _too_many(what, text, math.floor(n + 1e-9) + 1 if math.isfinite(n) else math.inf)
+            n = math.floor(n + 1e-9) + 1
+            values = [start + i * step for i in range(n)]
         return values
     if text.count(",") >= MAX_POINTS:
         raise _too_many(what, text[:40] + "…", text.count(",") + 1)

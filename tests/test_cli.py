@@ -482,3 +482,14 @@ def test_an_encoding_that_cannot_spell_the_symbols_writes_question_marks():
     r = subprocess.run([sys.executable, "-m", "aicalc", "serve", "llama-3.1-8b", "--concurrency", "1"], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 0 and "1 ? NVIDIA H100" in r.stdout and "Traceback" not in r.stderr
+
+
+def test_empty_or_repeated_names_in_options(cli):
+    assert cli("kv-cache", "llama-3.1-8b", "--columns", "").code == 2  # was ignored silently
+    assert cli("--presets-dir", "", "kv-cache", "llama-3.1-8b").code == 2  # "" made "." a preset root
+    out = cli("kv-cache", "llama-3.1-8b", "--batch", "1,2", "--columns", "batch,batch,context", width=200).out
+    header = next(line for line in out.splitlines() if "batch" in line)
+    assert header.count("batch") == 1
+    assert cli("kv-cache", "llama-3.1-8b", "--batch", "1:100000:+1", "--json").code == 0  # exactly the cap
+    r = cli("kv-cache", "llama-3.1-8b", "--batch", "1:100001:+1")
+    assert r.code == 2 and "100,001 points" in r.err
