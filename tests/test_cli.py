@@ -493,3 +493,21 @@ def test_empty_or_repeated_names_in_options(cli):
     assert cli("kv-cache", "llama-3.1-8b", "--batch", "1:100000:+1", "--json").code == 0  # exactly the cap
     r = cli("kv-cache", "llama-3.1-8b", "--batch", "1:100001:+1")
     assert r.code == 2 and "100,001 points" in r.err
+
+
+def test_ctrl_c_while_importing_exits_130_without_a_traceback(monkeypatch):
+    import builtins
+
+    from aicalc import __main__ as entry
+
+    real = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "aicalc.cli":
+            raise KeyboardInterrupt
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    with pytest.raises(SystemExit) as e:
+        entry.run()
+    assert e.value.code == 130
