@@ -9,10 +9,26 @@ then the engine's, then the caller's overrides. Each profile is one YAML file::
     factors:
       bandwidth: {value: 0.8, source: "llama.cpp discussion #4167: …"}
     pipeline_over_chips: false      # dataflow chips: a token crosses every chip that holds a share of the weights
+
+Every profile may hold ``id`` (the file's name), ``name``, ``description``, ``factors`` (each a factor of
+:class:`~aicalc.core.efficiency.Efficiency` with a ``value`` within its range in
+:data:`aicalc.core.efficiency.FACTOR_RANGES` and a ``source``) and ``extends`` (the id of a profile of the same
+kind whose factors and options it starts from; at most MAX_EXTENDS deep, no loops). Each kind has its options
+(:data:`OPTIONS`), each with an optional ``KEY_source`` text:
+
+- class: ``pipeline_over_chips`` (true/false);
+- engine: ``kv_shared`` (true/false), ``gguf_compute`` (a compute dtype) with ``gguf_compute_vendors`` (a list of
+  vendor names), ``max_num_seqs`` (a whole number of sequences, 1 to 2^24), ``by_class`` (chip class id →
+  ``{factors: …}``);
+- framework: ``default_zero`` (a ZeRO stage, 0 to 3).
+
+Anything else, or a value of the wrong type or range, is an error naming the file and the key (exit 2).
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -21,6 +37,10 @@ from aicalc.errors import AicalcError, ParameterError
 
 KINDS = {"class": "classes", "engine": "engines", "framework": "frameworks"}
 DEFAULT_ENGINE = "generic"
+MAX_EXTENDS = 16  # profiles in one ``extends`` chain (the built-in ones use 2)
+_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+# the compute dtypes a chip lists (aicalc.catalog.schema.DTYPES, not imported: pydantic stays off a query's path)
+COMPUTE_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4", "int4")
 
 
 @dataclass(frozen=True)
@@ -40,58 +60,229 @@ def _folders(kind: str) -> list[Path]:
     return [r / KINDS[kind] for r in _roots() if (r / KINDS[kind]).is_dir()]
 
 
-@cache
+def _roots_key() -> tuple[str, ...]:
+    """The preset roots now (built-in, AICALC_PRESETS, --presets-dir): the caches below are per set of roots, so a
+    second in-process run with another --presets-dir reads its own profiles."""
+    from aicalc.catalog.store import _roots
+
+    return tuple(map(str, _roots()))
+
+
 def ids(kind: str) -> tuple[str, ...]:
+    return _ids(_roots_key(), kind)
+
+
+@cache
+def _ids(roots: tuple[str, ...], kind: str) -> tuple[str, ...]:
     return tuple(sorted({f.stem for d in _folders(kind) for f in d.glob("*.yaml")}))
 
 
-@cache
+# --- what a profile file may hold -----------------------------------------------------------------------------
+# Every key of a profile, by kind, with the check of its value: the options are what the code reads
+# (aicalc.api.roofline: pipeline_over_chips, kv_shared, gguf_compute, gguf_compute_vendors, by_class;
+# aicalc.api.serving: max_num_seqs; aicalc.commands.train_time: default_zero), each with an optional
+# ``KEY_source`` text. A key no code reads is refused rather than silently ignored (a typo would change nothing).
+
+def _show(v) -> str:
+    from aicalc.catalog.store import _short
+
+    return _short(repr(v) if not isinstance(v, str) else f"'{v}'", 60)
+
+
+def _text(v) -> str | None:
+    return None if isinstance(v, str) else f"must be text, got {_show(v)}"
+
+
+def _flag(v) -> str | None:
+    return None if isinstance(v, bool) else f"must be true or false, got {_show(v)}"
+
+
+def _compute_dtype(v) -> str | None:
+    return None if isinstance(v, str) and v in COMPUTE_DTYPES else \
+        f"must be one of {', '.join(COMPUTE_DTYPES)}, got {_show(v)}"
+
+
+def _texts(v) -> str | None:
+    if isinstance(v, list) and len(v) <= 256 and all(isinstance(x, str) and x for x in v):
+        return None
+    return f"must be a list of texts (vendor names, e.g. [NVIDIA]), got {_show(v)}"
+
+
+def _sequences(v) -> str | None:
+    from aicalc.api.inputs import CAPS
+
+    cap = int(CAPS["concurrency"][0])
+    if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= cap:
+        return None
+    return f"must be a whole number of sequences from 1 to {cap:,}, got {_show(v)}"
+
+
+def _zero_stage(v) -> str | None:
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 3:
+        return None
+    return f"must be a ZeRO stage, 0, 1, 2 or 3, got {_show(v)}"
+
+
+COMMON_KEYS = ("id", "name", "description", "factors", "extends")
+OPTIONS = {
+    "class": {"pipeline_over_chips": _flag},
+    "engine": {"kv_shared": _flag, "gguf_compute": _compute_dtype, "gguf_compute_vendors": _texts,
+               "max_num_seqs": _sequences, "by_class": None},  # by_class: read by _read_by_class
+    "framework": {"default_zero": _zero_stage},
+}
+
+
 def load(kind: str, profile_id: str) -> Profile:
-    """The profile ``profile_id`` of ``kind`` (``class`` or ``engine``); a user folder overrides a built-in."""
-    import re
+    """The profile ``profile_id`` of ``kind`` (``class``, ``engine`` or ``framework``); a user folder overrides a
+    built-in. Every file of its ``extends`` chain is validated (keys, option types, factor ranges); a chain that
+    loops or is longer than MAX_EXTENDS is an error naming the file."""
+    if kind not in KINDS:
+        raise AicalcError(f"'{kind}' is not a kind of profile (known: {', '.join(KINDS)})")
+    if not isinstance(profile_id, str):
+        _find(kind, profile_id)  # refuses it, naming the parameter
+    return _load(_roots_key(), kind, profile_id)
 
-    from aicalc.catalog.store import _short, load_yaml
-    from aicalc.core.efficiency import Efficiency, factor_problem
 
-    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", str(profile_id)):
-        raise ParameterError({"class": "efficiency_class"}.get(kind, kind), _short(str(profile_id), 64),
+def _find(kind: str, profile_id) -> Path:
+    from aicalc.catalog.store import _short
+
+    param = {"class": "efficiency_class"}.get(kind, kind)
+    if not isinstance(profile_id, str) or not _ID.fullmatch(profile_id):
+        raise ParameterError(param, _short(str(profile_id), 64),
                              f"is not a profile id (known: {', '.join(ids(kind))})")
     files = [d / f"{profile_id}.yaml" for d in _folders(kind) if (d / f"{profile_id}.yaml").is_file()]
     if not files:
-        raise ParameterError({"class": "efficiency_class"}.get(kind, kind), profile_id,
-                             f"is not a known {kind} profile (known: {', '.join(ids(kind))})")
-    path = files[-1]
-    data = load_yaml(path)
-    if not isinstance(data, dict) or data.get("id") != profile_id:
-        raise AicalcError(f"{path}: expected a mapping whose id is '{profile_id}'")
-    known = set(Efficiency.__dataclass_fields__)
-    def read(block, where: str):
-        factors, sources = {}, {}
-        for name, entry in (block or {}).items():
-            if name not in known:
-                raise AicalcError(f"{path}: {where}factor '{name}' is not an efficiency factor (known: "
-                                  f"{', '.join(sorted(known))})")
-            if not isinstance(entry, dict) or "value" not in entry or not entry.get("source"):
-                raise AicalcError(f"{path}: {where}factor '{name}' needs a value and a source")
-            v = entry["value"]
-            problem = factor_problem(name, v)
-            if problem:
-                raise AicalcError(f"{path}: {where}factor '{name}' {problem}")
-            factors[name], sources[name] = float(v), str(entry["source"])
-        return factors, sources
+        raise ParameterError(param, profile_id, f"is not a known {kind} profile (known: {', '.join(ids(kind))})")
+    return files[-1]
 
-    factors, sources = read(data.get("factors"), "")
-    by_class = {}
-    for cls, block in (data.get("by_class") or {}).items():  # an engine's kernels differ per backend (CUDA, Metal)
-        by_class[cls] = read((block or {}).get("factors"), f"by_class.{cls}: ")
-    options = {k: v for k, v in data.items() if k not in ("id", "name", "factors", "description", "by_class",
-                                                          "extends")}
+
+@cache
+def _load(roots: tuple[str, ...], kind: str, profile_id: str) -> Profile:
+    from aicalc.catalog.store import _short
+
+    chain: list[tuple[str, Path, dict]] = []  # the profile, then what it extends, and so on
+    pid, path = profile_id, _find(kind, profile_id)
+    while True:
+        data = _read(kind, pid, path)
+        chain.append((pid, path, data))
+        base = data.get("extends")
+        if base is None:
+            break
+        where = f"{_short(path)}: 'extends'"
+        if not isinstance(base, str) or not _ID.fullmatch(base):
+            raise AicalcError(f"{where} must be a {kind} profile id (a-z, 0-9, '.', '-', '_'; at most 64 "
+                              f"characters), got {_show(base)}")
+        seen = [c[0] for c in chain]
+        if base in seen:
+            loop = " → ".join([*seen[seen.index(base):], base])
+            raise AicalcError(f"{where} makes a loop of profiles: {loop}")
+        if len(chain) >= MAX_EXTENDS:
+            raise AicalcError(f"{where}: a chain of profiles is limited to {MAX_EXTENDS} (from {profile_id})")
+        try:
+            path = _find(kind, base)
+        except ParameterError:
+            raise AicalcError(f"{where} names '{base}', which is not a known {kind} profile (known: "
+                              f"{', '.join(ids(kind))})") from None
+        pid = base
+    factors, sources, options, by_class = {}, {}, {}, {}
+    for _, _, data in reversed(chain):  # the base first; each profile overrides what it extends
+        factors.update(data["factors"][0])
+        sources.update(data["factors"][1])
+        options.update(data["options"])
+        by_class.update(data["by_class"])
     options["by_class"] = by_class
-    if data.get("extends"):  # a profile that differs from another in a few factors states only those
-        base = load(kind, str(data["extends"]))
-        factors, sources = {**base.factors, **factors}, {**base.sources, **sources}
-        options = {**base.options, **options, "by_class": {**base.options.get("by_class", {}), **by_class}}
-    return Profile(profile_id, str(data.get("name", profile_id)), factors, sources, options)
+    return Profile(profile_id, chain[0][2]["name"], factors, sources, options)
+
+
+def _read(kind: str, profile_id: str, path: Path) -> dict:
+    """One profile file, checked: {"name", "extends", "factors": (factors, sources), "options", "by_class"}."""
+    from aicalc.catalog.store import _short, load_yaml
+
+    data = load_yaml(path)
+    file = _short(path)
+    if not isinstance(data, dict) or data.get("id") != profile_id:
+        raise AicalcError(f"{file}: expected a mapping whose id is '{profile_id}'")
+    known = OPTIONS[kind]
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise AicalcError(f"{file}: key {_show(key)} is not a text")
+        if key.endswith("_source") and key.removesuffix("_source") in known:
+            problem = _text(value)
+        elif key in known:
+            problem = known[key](value) if known[key] else None
+        elif key in ("name", "description"):
+            problem = _text(value)
+        elif key in COMMON_KEYS:
+            continue  # id above, factors and extends below
+        else:
+            raise AicalcError(f"{file}: '{_short(key, 60)}' is not a key of a {kind} profile (known: "
+                              f"{', '.join([*COMMON_KEYS, *known])}, and KEY_source for an option)")
+        if problem:
+            raise AicalcError(f"{file}: '{key}' {problem}")
+    return {"name": data.get("name", profile_id), "extends": data.get("extends"),
+            "factors": _read_factors(file, data.get("factors"), "factors"),
+            "options": {k: v for k, v in data.items() if k not in (*COMMON_KEYS, "by_class")},
+            "by_class": _read_by_class(file, data.get("by_class")) if "by_class" in known else {}}
+
+
+def _read_factors(file: str, block, where: str) -> tuple[dict[str, float], dict[str, str]]:
+    """A ``factors:`` mapping: each a known factor with a value in its range and a source."""
+    from aicalc.catalog.store import _short
+    from aicalc.core.efficiency import FACTOR_RANGES, factor_problem
+
+    if block is None:
+        return {}, {}
+    if not isinstance(block, dict):
+        raise AicalcError(f"{file}: '{where}' must be a mapping of efficiency factors to {{value, source}}, got "
+                          f"{_show(block)}")
+    factors, sources = {}, {}
+    for name, entry in block.items():
+        if name not in FACTOR_RANGES:
+            raise AicalcError(f"{file}: {where}: '{_short(str(name), 60)}' is not an efficiency factor (known: "
+                              f"{', '.join(sorted(FACTOR_RANGES))})")
+        if not isinstance(entry, dict) or "value" not in entry or not entry.get("source"):
+            raise AicalcError(f"{file}: {where}.{name} needs a value and a source")
+        extra = sorted(map(str, set(entry) - {"value", "source"}))
+        if extra:
+            raise AicalcError(f"{file}: {where}.{name}: '{_short(extra[0], 60)}' is not a key of a factor (value, "
+                              "source)")
+        if not isinstance(entry["source"], str):
+            raise AicalcError(f"{file}: {where}.{name}.source must be text, got {_show(entry['source'])}")
+        v = entry["value"]
+        problem = factor_problem(name, v)
+        if problem:
+            shown = f"{v:g}" if isinstance(v, float) and math.isfinite(v) else _show(v)
+            raise AicalcError(f"{file}: {where}.{name} = {shown} {problem}")
+        factors[name], sources[name] = float(v), entry["source"]
+    return factors, sources
+
+
+def _read_by_class(file: str, block) -> dict[str, tuple[dict[str, float], dict[str, str]]]:
+    """An engine's ``by_class:`` (its kernels differ per backend: CUDA, Metal): class id → {factors: …}."""
+    from aicalc.catalog.store import _short
+
+    if block is None:
+        return {}
+    if not isinstance(block, dict):
+        raise AicalcError(f"{file}: 'by_class' must be a mapping of chip class ids to {{factors: …}}, got "
+                          f"{_show(block)}")
+    out = {}
+    classes = ids("class")
+    for cls, entry in block.items():
+        if not isinstance(cls, str) or cls not in classes:
+            raise AicalcError(f"{file}: by_class: {_show(cls)} is not a chip class (known: {', '.join(classes)})")
+        if entry is None:
+            entry = {}
+        if not isinstance(entry, dict):
+            raise AicalcError(f"{file}: by_class.{cls} must be a mapping holding 'factors', got {_show(entry)}")
+        extra = sorted(map(str, set(entry) - {"factors", "description"}))
+        if extra:
+            raise AicalcError(f"{file}: by_class.{cls}: '{_short(extra[0], 60)}' is not a key (known: factors, "
+                              "description)")
+        if not isinstance(entry.get("description", ""), str):
+            raise AicalcError(f"{file}: by_class.{cls}.description must be text")
+        out[cls] = _read_factors(file, entry.get("factors"), f"by_class.{cls}.factors")
+    return out
 
 
 def chip_class(chip) -> str:

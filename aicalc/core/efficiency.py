@@ -15,7 +15,8 @@ measured 16.1 ms, PF-09). This module holds one general correction, the same for
    quantized formats (int8, int4, GGUF; dequantized in the kernel) reach ``quant_bandwidth`` of it
    (gpt-fast: bf16 1397 GB/s vs int8 1069 and int4 863 GB/s effective on the same A100, DE-01…DE-03).
 4. **Overlap** of compute and memory inside one kernel: ``t = (t_c^p + t_m^p)^(1/p)`` with
-   ``overlap_p`` (p → ∞ is the ideal max(); p = 1 is no overlap). Matters only near the ridge point.
+   ``overlap_p`` in [1, 64] (p → ∞ is the ideal max(), which IDEAL uses; p = 1 is no overlap). Matters only near
+   the ridge point. Computed without forming t^p (:func:`combine`), so no time overflows or vanishes.
 5. **Per-kernel launch overhead** ``kernel_overhead_s`` for every kernel of the step, and a **per-step
    overhead** ``step_overhead_s`` (host work, sampling, synchronisation of one forward pass).
 6. **Collectives**: a latency floor ``collective_latency_s`` per all-reduce plus the ring volume at
@@ -23,12 +24,14 @@ measured 16.1 ms, PF-09). This module holds one general correction, the same for
 
 The defaults were calibrated once, by a grid search that minimised the geometric-mean error over all scored
 DE/PF/SV/TT rows (``validation/perf_cases.py``, ``docs/validation-perf.md``), and are applied unchanged to
-every case. Every factor can be overridden per call (``efficiency={"bandwidth": 0.8}``).
+every case. Every factor can be overridden per call (``efficiency={"bandwidth": 0.8}``), within its range in
+:data:`FACTOR_RANGES` (the same table holds the profile files and ``--eff KEY=VALUE``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import NamedTuple
 
 from aicalc.errors import ParameterError
 
@@ -78,10 +81,10 @@ class Efficiency:
     train_link: float = 0.825
 
     def with_overrides(self, overrides: dict[str, float]) -> Efficiency:
-        known = {f.name for f in fields(self)}
+        """These factors replaced, each checked against its range (:data:`FACTOR_RANGES`)."""
         for k, v in overrides.items():
-            if k not in known:
-                raise ParameterError("efficiency", k, f"is not a known factor (known: {', '.join(sorted(known))})")
+            if k not in FACTOR_RANGES:
+                raise ParameterError("efficiency", k, f"is not a known factor (known: {', '.join(sorted(FACTOR_RANGES))})")
             problem = factor_problem(k, v)
             if problem:
                 raise ParameterError("efficiency", f"{k}={v}", problem)
@@ -91,29 +94,70 @@ class Efficiency:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-# The range each factor may take: a share of a peak is in (0, 1]; a share where 0 means "not modelled" is in
-# [0, 1]; the overlap exponent is >= 1 (inf: ideal max()); latencies, sizes and op counts are >= 0.
-_SHARE = {"flop_max", "bandwidth", "quant_bandwidth", "link", "low_precision_flop_factor", "train_gemm_sustained",
-          "vector_fraction"}
-_SHARE_OR_OFF = {"gemv_efficiency", "dp_overlap", "ep_overlap", "tp_overlap", "train_gemm_plateau",
-                 "train_gemm_plateau_8bit", "train_attention_efficiency", "train_link"}
+class Range(NamedTuple):
+    """The values an efficiency factor may take: ``lo`` to ``hi``, ``lo`` itself only where ``lo_open`` is False."""
+
+    lo: float
+    hi: float
+    lo_open: bool
+    what: str  # what the factor is, as an error message says it
+
+    def describe(self) -> str:
+        return f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}]"
+
+
+_SHARE = "a share of a peak"
+_OFF = "a share (0: not modelled)"
+_SECONDS = "a time in seconds"
+# The one table of the range of every factor, for profile files (aicalc.catalog.profiles), chip presets'
+# ``efficiency:`` blocks and ``--eff KEY=VALUE`` / ``efficiency={...}`` (Efficiency.with_overrides) alike. A share
+# of a peak is in (0, 1] (0 would make a time infinite); a share where 0 means "not modelled" is in [0, 1];
+# latencies and overheads are in [0, 1 s] (the built-in profiles use 0 to 3.5 ms; one second per kernel or
+# forward pass is no engine); sizes and op counts are bounded ~100x beyond the fitted values. ``overlap_p`` is in
+# [1, 64]: 1 is no overlap (t_c + t_m), 2 the calibrated default (every built-in profile keeps it); at 64 the
+# p-norm is within 2^(1/64) - 1 = 1.1 % of the ideal max(), so a larger exponent adds nothing (the ideal roofline,
+# p = inf, is IDEAL's own). :func:`combine` is overflow-safe for any p >= 1 all the same.
+FACTOR_RANGES: dict[str, Range] = {
+    "flop_max": Range(0.0, 1.0, True, _SHARE),
+    "gemm_half_dim": Range(0.0, 16384.0, False, "a GEMM dimension (0: no size curve)"),
+    "low_precision_flop_factor": Range(0.0, 1.0, True, _SHARE),
+    "bandwidth": Range(0.0, 1.0, True, _SHARE),
+    "quant_bandwidth": Range(0.0, 1.0, True, _SHARE),
+    "overlap_p": Range(1.0, 64.0, False, "the overlap exponent (1: no overlap; 64: within 1.1 % of max())"),
+    "kernel_overhead_s": Range(0.0, 1.0, False, _SECONDS),
+    "step_overhead_s": Range(0.0, 1.0, False, _SECONDS),
+    "collective_latency_s": Range(0.0, 1.0, False, _SECONDS),
+    "link": Range(0.0, 1.0, True, _SHARE),
+    "gemv_efficiency": Range(0.0, 1.0, False, _OFF),
+    "vector_fraction": Range(0.0, 1.0, True, _SHARE),
+    "dequant_ops_per_weight": Range(0.0, 1024.0, False, "ALU operations per weight"),
+    "layer_latency_s": Range(0.0, 1.0, False, _SECONDS),
+    "hop_latency_s": Range(0.0, 1.0, False, _SECONDS),
+    "train_elementwise_bytes": Range(0.0, 16384.0, False, "bytes per token per layer, in units of the hidden size"),
+    "dp_overlap": Range(0.0, 1.0, False, _OFF),
+    "ep_overlap": Range(0.0, 1.0, False, _OFF),
+    "train_gemm_plateau": Range(0.0, 1.0, False, _OFF),
+    "train_gemm_plateau_8bit": Range(0.0, 1.0, False, _OFF),
+    "train_gemm_sustained": Range(0.0, 1.0, True, _SHARE),
+    "train_attention_efficiency": Range(0.0, 1.0, False, _OFF),
+    "tp_overlap": Range(0.0, 1.0, False, _OFF),
+    "train_link": Range(0.0, 1.0, False, _OFF),
+}
 
 
 def factor_problem(name: str, value) -> str | None:
-    """Why ``value`` cannot be efficiency factor ``name`` (None when it can)."""
+    """Why ``value`` cannot be efficiency factor ``name`` (None when it can): not a number, not finite, or outside
+    its range in :data:`FACTOR_RANGES`."""
     import math
 
+    r = FACTOR_RANGES.get(name)
+    if r is None:
+        return f"is not a known factor (known: {', '.join(sorted(FACTOR_RANGES))})"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "must be a number"
+        return f"must be a number ({r.what}, in {r.describe()})"
     v = float(value)
-    if name == "overlap_p":
-        return None if v >= 1 else "must be >= 1 (1: no overlap; inf: ideal max())"
-    if not math.isfinite(v) or v < 0:
-        return "must be a finite, non-negative number"
-    if name in _SHARE and not 0 < v <= 1:
-        return "is a share of a peak: it must lie in (0, 1]"
-    if name in _SHARE_OR_OFF and v > 1:
-        return "is a share: it must lie in [0, 1] (0: not modelled)"
+    if not math.isfinite(v) or v < r.lo or v > r.hi or (r.lo_open and v == r.lo):
+        return f"is {r.what}: it must lie in {r.describe()}"
     return None
 
 
@@ -153,7 +197,8 @@ def _hypot(a, b):
 
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
-    s = a * a + b * b
+    with np.errstate(over="ignore", under="ignore"):  # those points are hypot's below
+        s = a * a + b * b
     r = np.sqrt(s)
     if np.ndim(r) == 0:
         return r[()] if _NORMAL_MIN <= s <= _FINITE_MAX else np.hypot(a, b)
@@ -165,7 +210,12 @@ def _hypot(a, b):
 
 
 def combine(t_compute, t_memory, p: float):
-    """Kernel time from its compute and memory times: the p-norm (p = inf is the ideal roofline max)."""
+    """Kernel time from its compute and memory times: the p-norm (p = inf is the ideal roofline max).
+
+    Computed as ``hi · (1 + (lo/hi)^p)^(1/p)`` with hi, lo the larger and smaller time: (lo/hi)^p lies in [0, 1]
+    (at worst it underflows to 0, which is what it is worth), so the result lies between max() and 2^(1/p)·max()
+    and never overflows or vanishes, whatever p >= 1 and however large or small the times (t^p itself would
+    overflow for t = 1e3 s and p = 103, and underflow to a zero time for t = 1 µs and p = 60)."""
     import numpy as np
 
     if not np.isfinite(p):
@@ -174,4 +224,10 @@ def combine(t_compute, t_memory, p: float):
         return _hypot(t_compute, t_memory)
     if p == 1.0:
         return t_compute + t_memory
-    return (np.asarray(t_compute) ** p + np.asarray(t_memory) ** p) ** (1.0 / p)
+    a = np.asarray(t_compute, dtype=np.float64)
+    b = np.asarray(t_memory, dtype=np.float64)
+    hi, lo = np.maximum(a, b), np.minimum(a, b)
+    with np.errstate(under="ignore"):
+        ratio = np.divide(lo, hi, out=np.zeros(np.broadcast(lo, hi).shape), where=hi > 0)
+        out = hi * (1.0 + ratio**p) ** (1.0 / p)
+    return out[()] if np.ndim(out) == 0 else out
