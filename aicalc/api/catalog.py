@@ -117,6 +117,9 @@ def weight_format(spec, dtype: str) -> WeightFormat:
     if ck is None:
         raise ParameterError("dtype", "checkpoint", "needs a model read from its files: a folder with safetensors, "
                              "a .gguf file or a Hugging Face Hub id")
+    if not ck.bytes_by_class.get("linear", 0) > 0:  # its bytes per weight would be 0: every figure from it wrong
+        raise ParameterError("dtype", "checkpoint", f"needs the model's block weights, and {ck.source} holds "
+                             f"{ck.tensors:,} tensor(s) of embeddings and norms only")
     n = count_params(spec.arch)
     edge_params = n.embedding + n.lm_head or n.embedding
     linear_params = max(n.total - n.embedding - n.lm_head - n.norms, 1)
