@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -100,3 +101,211 @@ def test_ten_thousand_requests_simulate_quickly():
     t = time.perf_counter()
     aicalc.simulate("llama-3.1-8b", "h100-sxm", rate=20, num_requests=10_000)
     assert time.perf_counter() - t < 10
+
+
+# --- robustness: every input refused up front or simulated within seconds (docs/robustness.md) -------------------
+
+def _aicalc(*args, timeout=60):
+    """aicalc in a fresh process, killed if it runs past ``timeout`` (a hang fails the test instead of the
+    suite): (exit code, stderr, seconds)."""
+    import subprocess
+    import sys
+    import time
+
+    t = time.perf_counter()
+    try:
+        r = subprocess.run([sys.executable, "-m", "aicalc", *map(str, args)], capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"aicalc {' '.join(map(str, args))} ran past {timeout} s")
+    return r.returncode, r.stderr, time.perf_counter() - t
+
+
+def _capacity(model="llama-3.1-8b", chip="h100-sxm") -> int:
+    """Tokens one replica's KV cache holds (16-token blocks)."""
+    return aicalc.simulate(model, chip, rate=1, num_requests=1, prompt=1, gen=1).meta["kv_blocks"] * 16
+
+
+def test_request_longer_than_the_kv_cache_is_refused_not_recomputed_forever(tmp_path):
+    """It used to be preempted and recomputed without end: --gen 600000 never returned."""
+    cap = _capacity()
+    assert 400_001 < cap < 600_001  # the audited cases straddle it
+    code, err, took = _aicalc("serve", "llama-3.1-8b", "--gen", 600000, "--rate", 1, "--num-requests", 1)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err and took < 10
+    assert "--gen 600000" in err and f"prompt + gen can be at most {cap:,} tokens" in err
+    trace = tmp_path / "t.csv"
+    trace.write_text("prompt,gen\n10,20\n1,600000\n")
+    code, err, took = _aicalc("serve", "llama-3.1-8b", "--requests", trace)
+    assert code == 2 and err.count("\n") == 1 and f"{trace} line 3:" in err and f"at most {cap:,} tokens" in err
+    assert took < 10
+
+
+def test_the_largest_request_that_fits_runs_and_one_token_more_is_refused():
+    import time
+
+    cap = _capacity()
+    t = time.perf_counter()
+    r = aicalc.simulate("llama-3.1-8b", "h100-sxm", rate=1, num_requests=2, prompt=1, gen=cap - 1)
+    assert time.perf_counter() - t < 5  # ~cap decode steps, taken in leaps (nothing else happens meanwhile)
+    assert r.requests[0] == 2 and math.isfinite(r.p99_tpot_s[0])  # each needs all of the cache: they take turns
+    with pytest.raises(aicalc.errors.ParameterError, match=f"at most {cap:,} tokens"):
+        aicalc.simulate("llama-3.1-8b", "h100-sxm", rate=1, num_requests=1, prompt=1, gen=cap)
+    with pytest.raises(aicalc.errors.ParameterError, match="request 2: a request of 5 prompt"):
+        aicalc.simulate("llama-3.1-8b", "h100-sxm", requests={"prompt": [1, 5], "gen": [1, cap]})
+
+
+def _tiny_cost():
+    return StepCost([[0.0], [1e-3]], [1e9], 1e-4, [0.0, 1.0, 1e8], [0.0, 1e-3, 1e4])
+
+
+def test_simulator_stops_instead_of_looping_whatever_it_is_given():
+    """The loop terminates on its own, without the up-front checks: a request that outgrows the cache alone, a
+    queue whose head can never be admitted, a bound on the work, and arrivals that would stall the clock."""
+    import time
+
+    from aicalc.core.simulate import SimulationError
+
+    t = time.perf_counter()
+    with pytest.raises(SimulationError, match="does not fit the 160-token KV cache") as e:
+        run([0.0], [1], [600_000], _tiny_cost(), kv_blocks=10, block=16)
+    assert e.value.reason == "fit"
+    with pytest.raises(SimulationError, match="can never be admitted") as e:
+        run([0.0, 1.0], [500, 1], [1, 1], _tiny_cost(), kv_blocks=10, block=16)
+    assert e.value.reason == "admit"
+    with pytest.raises(SimulationError, match="1,000 units of work") as e:
+        run([0.0] * 300, [50] * 300, [400] * 300, _tiny_cost(), kv_blocks=40, block=16, max_work=1000)
+    assert e.value.reason == "work"
+    for stalling in ([math.nan, 1.0], [-1.0, 1.0], [2.0, 1.0]):  # NaN once stalled the clock for good
+        with pytest.raises(ValueError, match="arrival times"):
+            run(stalling, [1, 1], [1, 1], _tiny_cost(), kv_blocks=10)
+    assert time.perf_counter() - t < 5
+
+
+def test_requests_of_one_token_free_their_blocks():
+    """A request with gen = 1 leaked its prompt's blocks: once they filled the cache the simulation waited for
+    a block forever (--prompt 8192 --gen 1 with 100 requests hung)."""
+    stats = {}
+    ttft, _, finish, _ = run([0.1 * i for i in range(500)], [40] * 500, [1] * 500, _tiny_cost(), kv_blocks=10,
+                             block=16, stats=stats)
+    assert stats["free_blocks"] == 10 and all(math.isfinite(f) for f in finish)
+    code, err, took = _aicalc("serve", "llama-3.1-8b", "--prompt", 8192, "--gen", 1, "--rate", 1,
+                              "--num-requests", 1000, timeout=30)
+    assert code == 0 and took < 10, err
+
+
+def test_quiet_steps_taken_at_once_match_steps_taken_one_by_one(monkeypatch):
+    """The leap over steps where only decodes happen changes no result: same preemptions, same latencies (to
+    float rounding of the clock), with preemptions, queueing and bin changes in the run."""
+    from aicalc.api.roofline import cost_setup
+    from aicalc.api.traffic import _step_cost
+    from aicalc.core import simulate as sim
+
+    cs = cost_setup("llama-3.1-8b", "h100-sxm", "bf16", "bf16", tp_needs_link=False, engine=None)
+    rng = np.random.default_rng(3)
+    for kv_blocks, max_seqs, rate in ((300, 64, 20.0), (10**5, 256, 0.3), (260, 8, 2.0)):  # >= 4,000 tokens
+        n = 300
+        prompt = rng.integers(1, 1500, n).tolist()
+        gen = rng.integers(1, 2500, n).tolist()
+        arrival = np.cumsum(rng.exponential(1 / rate, n)).tolist()
+        cost = _step_cost(cs, 1, max_seqs, 2048, max(p + g for p, g in zip(prompt, gen, strict=True)))
+        args = (arrival, prompt, gen, cost, kv_blocks, 16, max_seqs, 2048)
+        leaps = {}
+        fast = run(*args, stats=leaps)
+        with monkeypatch.context() as m:
+            m.setattr(sim, "_quiet_steps", lambda *a: (0, 0.0))
+            steps = {}
+            slow = run(*args, stats=steps)
+        assert fast[3] == slow[3] and leaps["steps"] == steps["steps"] and leaps["work"] < steps["work"]
+        for a, b in zip(fast[:3], slow[:3], strict=True):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-9 * max(arrival[-1], 1.0))
+
+
+def test_long_generations_at_light_load_simulate_in_seconds():
+    """10^8 decode steps (1,000 requests of 100,000 tokens, one at a time) took minutes one step at a time."""
+    code, err, took = _aicalc("serve", "llama-3.1-8b", "--gen", 100000, "--rate", 0.001, "--num-requests", 1000,
+                              timeout=60)
+    assert code == 0 and took < 10, err
+
+
+def test_a_preemption_storm_stops_within_seconds():
+    """300 requests of 100,000 tokens on an L40S thrash (admitted, preempted, recomputed): 81 million
+    preemptions and 10 minutes before; now a bounded amount of work, then one line and exit 2."""
+    code, err, took = _aicalc("serve", "llama-3.1-8b", "--chip", "l40s", "--prompt", 1, "--gen", 100000, "--rate",
+                              1000, "--num-requests", 300, timeout=60)
+    assert code == 2 and err.count("\n") == 1 and "units of scheduler work" in err and took < 20, err
+
+
+def test_a_fifo_device_or_folder_is_refused_before_it_is_opened(tmp_path):
+    import os
+
+    fifo = tmp_path / "t.csv"
+    os.mkfifo(fifo)  # reading it would wait forever for a writer
+    for path, kind in ((fifo, "a FIFO"), (tmp_path, "a folder"), ("/dev/zero", "a device")):
+        if not os.path.exists(path):
+            continue
+        code, err, took = _aicalc("serve", "llama-3.1-8b", "--requests", path, timeout=30)
+        assert code == 2 and err.count("\n") == 1 and f"is not a regular file ({kind})" in err and took < 10
+
+
+HOSTILE_TRACES = [  # (file, its text, what the one-line error says)
+    ("deep.jsonl", "[" * 100_000 + "\n", "line 1: is longer than 65,536 characters"),  # RecursionError before
+    ("deep2k.jsonl", '{"prompt": 1, "gen": ' + "[" * 2000 + "\n", "line 1: is not a flat JSON object"),
+    ("nested.jsonl", '{"prompt": 1, "gen": 2}\n{"prompt": {"a": 1}, "gen": 2}\n', "line 2: is not a flat JSON"),
+    ("digits.jsonl", '{"prompt": ' + "9" * 5000 + ', "gen": 1}\n', "line 1: prompt is an integer of 5,000 digits"),
+    ("e400.jsonl", '{"prompt": 1, "gen": 1' + "0" * 400 + "}\n", "line 1: gen is an integer of 401 digits"),
+    ("e400.csv", "prompt,gen\n1,1" + "0" * 400 + "\n", "line 2: gen is 401 characters long"),
+    ("inf.csv", "prompt,gen\n1e400,2\n", "line 2: prompt is 1e400, not a finite number"),
+    ("nan.jsonl", '{"prompt": NaN, "gen": 1}\n', "line 1: prompt is nan, not a finite number"),
+    ("bool.jsonl", '{"prompt": true, "gen": true}\n', "line 1: prompt is true, not a number"),
+    ("dup.jsonl", '{"prompt": 1, "prompt": 900, "gen": 1}\n', "line 1: key 'prompt' appears twice"),
+    ("arrival.csv", "prompt,gen,arrival_s\n10,10,1e300\n10,10,1e300\n", "line 2: arrival_s 1e+300 is not a time"),
+    ("arrival_nan.csv", "prompt,gen,arrival_s\n10,10,nan\n", "line 2: arrival_s 'nan' is not a number"),
+    ("untimed.jsonl", '{"prompt": 1, "gen": 1, "arrival_s": 0}\n{"prompt": 1, "gen": 1}\n',
+     "line 2: no arrival_s, while line 1 has one"),
+    ("big.csv", "prompt,gen\n" + "1,1\n" * 200_001, "holds more than 200,000 requests"),
+    ("blank.jsonl", "\n" * 800_001, "has more than 800,000 lines"),
+    ("cols.csv", "prompt,gen,gen\n1,2,3\n", "line 1: column 'gen' appears twice"),
+    ("fields.csv", "prompt,gen\n1,2,3\n", "line 2: 3 fields, the header has 2"),
+    ("tokens.csv", "prompt,gen\n1,2000000000\n", "line 2: gen 2e+09 is above aicalc's cap of 1,073,741,824"),
+]
+
+
+@pytest.mark.parametrize("name, body, says", HOSTILE_TRACES, ids=[h[0] for h in HOSTILE_TRACES])
+def test_hostile_traces_are_one_line_naming_file_and_line(cli, tmp_path, name, body, says):
+    path = tmp_path / name
+    path.write_text(body)
+    r = cli("serve", "llama-3.1-8b", "--requests", str(path))
+    assert r.code == 2 and r.err.count("\n") == 1 and "Traceback" not in r.err
+    assert f"--requests {path} {says}" in r.err, r.err
+
+
+def test_a_flat_line_may_hold_brackets_in_its_strings(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"prompt": "12", "gen": 3, "note": "a [b] {c} \\" ["}\n')
+    from aicalc.api.traffic import read_requests
+
+    assert read_requests(str(path)) == ([12], [3], None)
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--rate", "1:100:+1", "--num-requests", "200000"), "simulates 20,000,000 requests; the limit is 1,000,000"),
+    (("--rate", "1e-9"), "beyond the 1e+09 s a simulation resolves"),
+    (("--chips", "1048576", "--rate", "1", "--num-requests", "200000"), "(1,048,576 replicas)"),
+    (("--rate", "1", "--seed", "-1"), "--seed -1 must be a whole number >= 0"),
+])
+def test_traffic_options_are_bounded_before_work_starts(cli, args, says):
+    r = cli("serve", "llama-3.1-8b", *args)
+    assert r.code == 2 and r.err.count("\n") == 1 and says in r.err, r.err
+
+
+def test_library_traces_are_held_to_the_same_bounds():
+    for requests, says in (({"prompt": [10**400], "gen": [1]}, "request 1: prompt is an integer above"),
+                           ({"prompt": [1, 2], "gen": [1]}, "lists of different lengths"),
+                           ({"prompt": [1], "gen": [1], "arrival_s": [math.inf]}, "not a finite number"),
+                           ({"prompt": [np.int64(5)], "gen": [True]}, "gen is true, not a number"),
+                           (3, "is neither a file path nor a dict")):
+        with pytest.raises(aicalc.errors.ParameterError, match=re.escape(says)):
+            aicalc.simulate("llama-3.1-8b", "h100-sxm", requests=requests)
+    r = aicalc.simulate("llama-3.1-8b", "h100-sxm", requests={"prompt": np.array([100, 200]), "gen": [5, 6],
+                                                              "arrival_s": [1e9 - 1, 1e9]})
+    assert r.requests[0] == 2 and np.isfinite(r.p99_ttft_s[0]) and r.makespan_s[0] > 1

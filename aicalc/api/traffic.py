@@ -3,10 +3,22 @@ scheduler (:mod:`aicalc.core.simulate`) priced by the cost model: tail latency, 
 
 from __future__ import annotations
 
+import re
+
 from aicalc.api.results import Table
 
-MAX_REQUESTS = 200_000
-MAX_TOKENS = 10_000_000  # per request, prompt or output
+MAX_REQUESTS = 200_000  # requests in one trace or one --num-requests
+MAX_TOKENS = 2**30  # per request, prompt or output: the cap of --prompt and --gen (aicalc.api.inputs.CAPS)
+MAX_ARRIVAL_S = 1e9  # an arrival time, and the span of arrivals one replica sees (about 32 years): beyond it a
+#                      float64 clock no longer resolves a step
+MAX_FILE_BYTES = 64 << 20
+MAX_NUMBER_CHARS = 64  # the text of one number in a trace
+MAX_LINE_CHARS = 65_536  # one JSON line (a request takes ~50)
+MAX_LINES = 4 * MAX_REQUESTS  # lines of a trace, blank ones too
+MAX_SIMULATED = 1_000_000  # requests one call simulates, every rate together
+MAX_SEQS = 2**14  # max_seqs: sequences one replica batches (vLLM's default is 256)
+MAX_WORK = 10_000_000  # units of scheduler work one call may take, every rate together (aicalc.core.simulate):
+#                        4-7 s at the worst here; a preemption-bound or very long run stops with an error instead
 
 
 class Traffic(Table):
@@ -18,53 +30,224 @@ class Traffic(Table):
 
 
 def read_requests(path):
-    """A trace: CSV with a header or JSON lines, each request with ``prompt`` and ``gen`` token counts and
-    optionally ``arrival_s``. Returns (prompt, gen, arrival or None) as lists."""
+    """A trace: CSV with a header or JSON lines (``.jsonl``, ``.ndjson``, ``.json``: one flat object a line), each
+    request with ``prompt`` and ``gen`` token counts and optionally ``arrival_s`` (seconds, given for every
+    request or for none). Returns (prompt, gen, arrival or None) as lists. Only a regular file of at most 64 MiB is
+    read; a number is at most 64 characters and finite, prompt and gen whole numbers from 1 to
+    :data:`MAX_TOKENS`, arrival_s from 0 to :data:`MAX_ARRIVAL_S`; anything else is a ParameterError naming the
+    file and line."""
+    prompt, gen, arrival, _ = _read_trace(path)
+    return prompt, gen, arrival
+
+
+def _read_trace(path):
+    """(prompt, gen, arrival or None, line of each request) of a trace file (see :func:`read_requests`)."""
     import csv
-    import json
-    import math
-    from pathlib import Path
+    import io
+    import os
+    import stat
 
     from aicalc.errors import ParameterError
 
-    p = Path(path)
+    shown = str(path) if len(str(path)) <= 160 else str(path)[:159] + "…"
+
+    def bad(problem: str):
+        return ParameterError("requests", shown, problem)
+
+    def refuse_unless_regular(mode: int) -> None:
+        if not stat.S_ISREG(mode):  # a FIFO would wait forever for a writer, a device never end
+            kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket"
+                    if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special")
+            raise bad(f"is not a regular file ({kind})")
+
     try:
-        if p.stat().st_size > 64 << 20:
-            raise ParameterError("requests", path, "is larger than 64 MiB")
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ParameterError("requests", path, f"cannot be read ({getattr(e, 'strerror', None) or e})") from None
-    rows: list[dict] = []
+        refuse_unless_regular(os.stat(path).st_mode)
+        # opened without blocking and checked again through the descriptor: a swap between the two is caught
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except (OSError, ValueError, TypeError) as e:
+        raise bad(f"cannot be read ({getattr(e, 'strerror', None) or e})") from None
     try:
-        if p.suffix.lower() in (".jsonl", ".json", ".ndjson"):
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            rows = list(csv.DictReader(text.splitlines()))
-    except (json.JSONDecodeError, csv.Error) as e:
-        raise ParameterError("requests", path, f"is not valid {'JSON lines' if p.suffix != '.csv' else 'CSV'}: "
-                             f"{e}") from None
-    if not rows:
-        raise ParameterError("requests", path, "holds no request")
-    if len(rows) > MAX_REQUESTS:
-        raise ParameterError("requests", path, f"holds more than {MAX_REQUESTS:,} requests")
-    prompt, gen, arrival = [], [], []
-    timed = isinstance(rows[0], dict) and "arrival_s" in rows[0]
-    for i, row in enumerate(rows, 1):
-        if not isinstance(row, dict) or "prompt" not in row or "gen" not in row:
-            raise ParameterError("requests", path, f"request {i} has no 'prompt' and 'gen' columns")
         try:
-            pr, g = float(row["prompt"]), float(row["gen"])
-            t = float(row["arrival_s"]) if timed else 0.0
-        except (TypeError, ValueError):
-            raise ParameterError("requests", path, f"request {i}: prompt, gen and arrival_s must be numbers") from None
-        if not (math.isfinite(pr) and math.isfinite(g) and math.isfinite(t)) or pr < 1 or g < 1 or t < 0 \
-                or pr > MAX_TOKENS or g > MAX_TOKENS or pr != int(pr) or g != int(g):
-            raise ParameterError("requests", path, f"request {i}: prompt and gen must be whole numbers from 1 to "
-                                 f"{MAX_TOKENS:,} and arrival_s a non-negative time")
-        prompt.append(int(pr))
-        gen.append(int(g))
+            st = os.fstat(fd)
+            refuse_unless_regular(st.st_mode)
+            if st.st_size > MAX_FILE_BYTES:
+                raise bad(f"is larger than {MAX_FILE_BYTES >> 20} MiB")
+            f = os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+        with f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise bad(f"cannot be read ({e.strerror or e})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise bad(f"is larger than {MAX_FILE_BYTES >> 20} MiB")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise bad(f"cannot be read (not UTF-8 text at byte {e.start:,})") from None
+    del data
+    if text.count("\n") > MAX_LINES:  # counted in C: the loops below stay short whatever the file holds
+        raise bad(f"has more than {MAX_LINES:,} lines (a trace holds at most {MAX_REQUESTS:,} requests)")
+
+    rows: list[tuple[int, dict]] = []  # (line, fields)
+
+    def add(line: int, row: dict) -> None:
+        if len(rows) == MAX_REQUESTS:
+            raise bad(f"holds more than {MAX_REQUESTS:,} requests")
+        rows.append((line, row))
+
+    if str(path).lower().endswith((".jsonl", ".json", ".ndjson")):
+        for line, raw in enumerate(text.split("\n"), 1):
+            if raw.strip():
+                if len(raw) > MAX_LINE_CHARS:
+                    raise bad(f"line {line}: is longer than {MAX_LINE_CHARS:,} characters")
+                try:
+                    add(line, _json_row(raw))
+                except ValueError as e:
+                    raise bad(f"line {line}: {e}") from None
+    else:
+        reader = csv.reader(io.StringIO(text, newline=""))
+        try:
+            header = next(reader, None)
+            while header == []:  # blank lines before the header
+                header = next(reader, None)
+            head_line = reader.line_num
+            names = [h.strip() for h in header or ()]
+            twice = next((h for i, h in enumerate(names) if h in names[:i]), None)
+            if twice is not None:
+                raise bad(f"line {head_line}: column '{_short(twice)}' appears twice in the header")
+            for fields in reader:
+                if not fields:
+                    continue  # a blank line
+                if len(fields) != len(names):
+                    raise bad(f"line {reader.line_num}: {len(fields)} fields, the header has {len(names)}")
+                add(reader.line_num, dict(zip(names, fields, strict=True)))
+        except csv.Error as e:
+            raise bad(f"line {reader.line_num}: is not valid CSV ({e})") from None
+    if not rows:
+        raise bad("holds no request")
+    first_line, first = rows[0]
+    timed = "arrival_s" in first
+    prompt, gen, arrival, lines = [], [], [], []
+    for line, row in rows:
+        if "prompt" not in row or "gen" not in row:
+            raise bad(f"line {line}: a request needs 'prompt' and 'gen' (it has {_keys(row)})")
+        if ("arrival_s" in row) != timed:
+            raise bad(f"line {line}: {'no' if timed else 'an'} arrival_s, while line {first_line} has "
+                      f"{'one' if timed else 'none'}: give every request an arrival time or none")
+        try:
+            p = _whole(row["prompt"], "prompt")
+            g = _whole(row["gen"], "gen")
+            t = _time(row["arrival_s"]) if timed else 0.0
+        except ValueError as e:
+            raise bad(f"line {line}: {e}") from None
+        prompt.append(p)
+        gen.append(g)
         arrival.append(t)
-    return prompt, gen, (arrival if timed else None)
+        lines.append(line)
+    return prompt, gen, (arrival if timed else None), lines
+
+
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)  # a decimal number as text
+_MAX_DIGITS = 30  # an integer in a JSON line: no token count or time is longer (docs/robustness.md)
+
+
+class _LongInteger(str):
+    """A JSON integer of more than _MAX_DIGITS digits, kept as its text (Python's int() refuses 4,300 digits and
+    float() overflows): an error only where it is read as a number."""
+
+
+def _json_int(text: str):
+    return _LongInteger(text) if len(text.lstrip("-")) > _MAX_DIGITS else int(text)
+
+
+def _json_pairs(pairs) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"key '{_short(k)}' appears twice")
+        out[k] = v
+    return out
+
+
+def _json_row(raw: str) -> dict:
+    """One JSON line: a flat object (no object or array inside it, so nothing nests: 10^5 '[' once overflowed
+    the parser's stack)."""
+    import json
+
+    if raw.count("{") + raw.count("[") == 1:  # nothing can nest
+        bare = raw.strip()
+    else:  # the line without its strings (unrolled: one repeat per escape, not per character)
+        bare = re.sub(r'"[^"\\]*(?:\\.[^"\\]*)*"', '""', raw).strip()
+    if not bare.startswith("{") or bare.count("{") + bare.count("[") > 1:
+        raise ValueError('is not a flat JSON object of numbers like {"prompt": 512, "gen": 128}')
+    try:
+        return json.loads(raw, object_pairs_hook=_json_pairs, parse_int=_json_int)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"is not valid JSON ({e.msg} at column {e.colno:,})") from None
+    except RecursionError:  # not reachable after the check above; kept so a parser change cannot crash
+        raise ValueError("is nested too deeply") from None
+
+
+def _number(value, name: str) -> float:
+    """A field as a finite number: a JSON number, or text of at most MAX_NUMBER_CHARS ASCII characters that
+    reads as a decimal number (a CSV field, a JSON string)."""
+    import math
+    import numbers
+
+    if isinstance(value, _LongInteger):
+        raise ValueError(f"{name} is an integer of {len(value.lstrip('-')):,} digits, above aicalc's caps "
+                         "(see docs/robustness.md)")
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) > MAX_NUMBER_CHARS:
+            raise ValueError(f"{name} is {len(text):,} characters long, not a number of at most "
+                             f"{MAX_NUMBER_CHARS} characters")
+        if not (text.isascii() and text.isdigit()) and not _NUMBER.fullmatch(text):  # no "nan", "1_0", "٣"
+            raise ValueError(f"{name} '{_short(text)}' is not a number")
+        v = float(text)
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):  # numpy's numbers too
+        try:
+            v = float(value)
+        except OverflowError:  # an int of more than 308 digits (a JSON line's are at most _MAX_DIGITS)
+            raise ValueError(f"{name} is an integer above aicalc's caps (see docs/robustness.md)") from None
+    else:
+        raise ValueError(f"{name} is {_short(value)}, not a number")
+    if not math.isfinite(v):
+        raise ValueError(f"{name} is {_short(value)}, not a finite number")
+    return v
+
+
+def _whole(value, name: str) -> int:
+    """A token count: a whole number from 1 to MAX_TOKENS."""
+    v = _number(value, name)
+    if v > MAX_TOKENS:
+        raise ValueError(f"{name} {v:.6g} is above aicalc's cap of {MAX_TOKENS:,} tokens (see docs/robustness.md)")
+    if v < 1 or v != int(v):
+        raise ValueError(f"{name} {v:g} is not a whole number of tokens from 1 to {MAX_TOKENS:,}")
+    return int(v)
+
+
+def _time(value) -> float:
+    """An arrival time: seconds from 0 to MAX_ARRIVAL_S."""
+    v = _number(value, "arrival_s")
+    if not 0 <= v <= MAX_ARRIVAL_S:
+        raise ValueError(f"arrival_s {v:.6g} is not a time from 0 to {MAX_ARRIVAL_S:.0e} s")
+    return v
+
+
+def _short(value, n: int = 40) -> str:
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value) if value is None or isinstance(value, bool) \
+        else type(value).__name__ if isinstance(value, (list, dict)) else str(value)
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _keys(row: dict) -> str:
+    keys = [_short(k, 20) for k in list(row)[:6]]
+    return ", ".join(f"'{k}'" for k in keys) + (", …" if len(row) > 6 else "") if keys else "no field"
 
 
 def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, gen=256, num_requests: int = 1000,
@@ -74,7 +257,12 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
     """Requests arriving at ``rate`` per second (Poisson; an array sweeps it) over the whole deployment, spread
     evenly over its replicas, with ``prompt`` / ``gen`` tokens each, or a trace (``requests``: a CSV/JSONL path,
     or a dict of ``prompt``, ``gen`` and optional ``arrival_s`` lists; a trace's own arrival times replace
-    ``rate``). One row per rate."""
+    ``rate``). One row per rate.
+
+    Bounded before any work (docs/robustness.md): at most :data:`MAX_REQUESTS` requests and
+    :data:`MAX_SIMULATED` over all rates; every request's prompt + gen within one replica's KV cache (a bigger
+    one would be preempted and recomputed forever); arrivals spanning at most :data:`MAX_ARRIVAL_S` of one
+    replica's time; and the scheduler's work over all rates within :data:`MAX_WORK` (else a SimulationError)."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -95,18 +283,25 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
     arch = cs.model.arch
     check_tp(arch, tp)
     if requests is not None:
-        p_list, g_list, a_list = read_requests(requests) if not isinstance(requests, dict) else (
-            list(map(int, requests["prompt"])), list(map(int, requests["gen"])), requests.get("arrival_s"))
+        p_list, g_list, a_list, lines = _requests(requests)
+        n = len(p_list)
     else:
         n = inputs.whole("num_requests", num_requests)
         if n > MAX_REQUESTS:
             raise ParameterError("num_requests", n, f"is more than {MAX_REQUESTS:,}")
         p0 = inputs.whole("prompt", prompt)
         g0 = inputs.whole("gen", gen)
-        p_list, g_list, a_list = [p0] * n, [g0] * n, None
+        p_list, g_list, a_list, lines = [p0] * n, [g0] * n, None, None
     rates = inputs.positive("rate", rate).reshape(-1) if a_list is None else np.asarray([np.nan])
-    for name, v in (("max_seqs", max_seqs), ("token_budget", token_budget)):
-        inputs.positive(name, v, whole=True)
+    if rates.size * n > MAX_SIMULATED:  # bounded before any work: each simulated request costs time
+        raise ParameterError("rate", f"{rates.min():g}…{rates.max():g}", f"sweeps {rates.size:,} rates: with "
+                             f"{n:,} requests each that simulates {rates.size * n:,} requests; the limit is "
+                             f"{MAX_SIMULATED:,} per call")
+    for name, v, most in (("max_seqs", max_seqs, MAX_SEQS), ("token_budget", token_budget, MAX_TOKENS)):
+        if inputs.single(name, v, whole=True) > most:
+            raise ParameterError(name, v, f"is above the cap of {most:,}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ParameterError("seed", inputs._safe(seed), "must be a whole number >= 0")
     max_ttft = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else np.inf
     max_tpot = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else np.inf
     # KV blocks one replica holds: the vLLM budget beside weights and overhead, per device, in blocks of 16
@@ -119,14 +314,26 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
     block = 16
     block_bytes = block * float(kv_bytes_per_token_layer(arch, kv_dtype, tp)) * arch.layers
     kv_blocks = int(max(budget, 0.0) // block_bytes)
-    if kv_blocks * block < max(p_list) + 1:
-        raise ParameterError("prompt", max(p_list), f"tokens do not fit the {kv_blocks * block:,}-token KV cache "
-                             f"of one replica on {cs.chip.id}")
+    _check_fit(p_list, g_list, lines, requests, kv_blocks * block, cs.chip.id)
+    if a_list is not None:  # the origin of time is arbitrary; one replica sees the trace slowed by `replicas`
+        first, last = min(a_list), max(a_list)
+        if (last - first) * replicas > MAX_ARRIVAL_S:
+            raise ParameterError("requests", _shown(requests), f"spans {last - first:.6g} s of arrivals; spread "
+                                 f"over {_replicas(replicas)}, one replica's share spans "
+                                 f"{(last - first) * replicas:.3g} s, beyond the {MAX_ARRIVAL_S:.0e} s a simulation "
+                                 "resolves")
+        a_list = [t - first for t in a_list]
+    elif n * replicas / float(rates.min()) > MAX_ARRIVAL_S:
+        lam = float(rates.min())
+        raise ParameterError("rate", lam, f"spreads {n:,} requests over about {n * replicas / lam:.3g} s of one "
+                             f"replica's time ({_replicas(replicas)}), beyond the {MAX_ARRIVAL_S:.0e} s a "
+                             "simulation resolves: raise the rate or simulate fewer requests")
     cost = _step_cost(cs, tp, int(max_seqs), int(token_budget), max(p + g for p, g in zip(p_list, g_list, strict=True)))
     rows = {k: [] for k in ("rate", "requests", "concurrency", "ttft_s", "tpot_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s", "p50_tpot_s", "p90_tpot_s",
                             "p99_tpot_s", "output_tokens_per_s", "requests_per_s", "goodput_requests_per_s",
                             "preemptions", "makespan_s")}
     rng = np.random.default_rng(seed)
+    work_left = MAX_WORK
     P, G = np.asarray(p_list), np.asarray(g_list)
     for lam in rates:
         if a_list is None:  # Poisson arrivals: exponential gaps at the per-replica rate
@@ -135,10 +342,25 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
             arr = np.asarray(a_list, dtype=np.float64)
             order = np.argsort(arr, kind="stable")
             arr, P, G = arr[order] * replicas, P[order], G[order]  # one replica sees 1/replicas of the stream
-        ttft, tpot, finish, pre = sim.run(arr.tolist(), P.tolist(), G.tolist(), cost, kv_blocks, block,
-                                          int(max_seqs), int(token_budget))
+        stats: dict = {}
+        try:
+            ttft, tpot, finish, pre = sim.run(arr.tolist(), P.tolist(), G.tolist(), cost, kv_blocks, block,
+                                              int(max_seqs), int(token_budget), max_work=work_left, stats=stats)
+        except sim.SimulationError as e:
+            if e.reason != "work":
+                raise
+            what = f"at rate {lam:g}/s" if a_list is None else "of the trace"
+            raise sim.SimulationError(
+                f"the simulation {what} needs more than the {MAX_WORK:,} units of scheduler work one call may take"
+                f"{', all rates together' if rates.size > 1 else ''} (stopped after {e.steps:,} steps and "
+                f"{e.preemptions:,} preemptions, a preemption counting {sim.PREEMPTION_WORK}): simulate fewer or "
+                "shorter requests", "work", e.steps, e.preemptions) from None
+        work_left -= stats["work"]
         ttft, tpot = np.asarray(ttft), np.asarray(tpot)
-        span = float(np.nanmax(finish) - arr[0]) if len(arr) else 0.0
+        span = float(np.nanmax(finish) - arr[0])
+        if not span > 0:  # steps shorter than the clock resolves at these times: no rate can be measured
+            raise sim.SimulationError(f"the simulated steps are too short to measure at arrival times of "
+                                      f"{arr[0]:.3g} s", "steps")
         good = (ttft <= max_ttft) & ((tpot <= max_tpot) | np.isnan(tpot))
         rows["rate"].append(float(lam) if a_list is None else len(P) / max(span, 1e-9) * replicas)
         rows["requests"].append(len(P))
@@ -156,6 +378,83 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
         rows["makespan_s"].append(span)
     return Traffic(rows, list(cs.warnings), setup=cs, replicas=replicas, chips=chips, kv_blocks=kv_blocks,
                    cost=cost)
+
+
+def _replicas(n: int) -> str:
+    return f"{n:,} replica{'s' if n != 1 else ''}"
+
+
+def _shown(requests) -> str:
+    return "(a dict)" if isinstance(requests, dict) else str(requests)[:159] + ("…" if len(str(requests)) > 159
+                                                                                else "")
+
+
+def _requests(requests):
+    """(prompt, gen, arrival or None, line of each request or None) of a trace: a file (see
+    :func:`read_requests`) or a dict of ``prompt``, ``gen`` and optional ``arrival_s`` sequences, held to the
+    same bounds."""
+    import os
+
+    from aicalc.errors import ParameterError
+
+    if isinstance(requests, (str, os.PathLike)):
+        return _read_trace(requests)
+    if not isinstance(requests, dict):
+        raise ParameterError("requests", type(requests).__name__, "is neither a file path nor a dict of "
+                             "'prompt', 'gen' and optional 'arrival_s' lists")
+    columns = {}
+    for key in ("prompt", "gen", "arrival_s"):
+        if key not in requests:
+            if key == "arrival_s":
+                continue
+            raise ParameterError("requests", "(a dict)", f"has no '{key}'")
+        try:
+            values = list(requests[key])
+        except TypeError:
+            raise ParameterError("requests", "(a dict)", f"'{key}' is not a list") from None
+        if len(values) > MAX_REQUESTS:
+            raise ParameterError("requests", "(a dict)", f"holds more than {MAX_REQUESTS:,} requests")
+        columns[key] = values
+    n = len(columns["prompt"])
+    if n == 0:
+        raise ParameterError("requests", "(a dict)", "holds no request")
+    if any(len(v) != n for v in columns.values()):
+        raise ParameterError("requests", "(a dict)", "has lists of different lengths: "
+                             + ", ".join(f"{k} {len(v):,}" for k, v in columns.items()))
+    prompt, gen, arrival = [], [], []
+    for i in range(n):
+        try:
+            prompt.append(_whole(columns["prompt"][i], "prompt"))
+            gen.append(_whole(columns["gen"][i], "gen"))
+            if "arrival_s" in columns:
+                arrival.append(_time(columns["arrival_s"][i]))
+        except ValueError as e:
+            raise ParameterError("requests", "(a dict)", f"request {i + 1}: {e}") from None
+    return prompt, gen, (arrival if "arrival_s" in columns else None), None
+
+
+def _check_fit(prompt, gen, lines, requests, capacity: int, chip: str) -> None:
+    """Every request's prompt + gen within the KV cache of one replica (``capacity`` tokens): a bigger one
+    would be preempted and recomputed forever, as no other sequence's blocks can make room for it."""
+    from aicalc.errors import ParameterError
+
+    too_big = [i for i, (p, g) in enumerate(zip(prompt, gen, strict=True)) if p + g > capacity]
+    if not too_big:
+        return
+    i = too_big[0]
+    p, g = prompt[i], gen[i]
+    fits = (f"prompt + gen can be at most {capacity:,} tokens" if capacity else
+            "the weights leave no memory for it")
+    where = f"the {capacity:,}-token KV cache of one replica on {chip}"
+    if requests is None:  # --prompt and --gen
+        if p >= capacity:
+            raise ParameterError("prompt", p, f"with {{gen={g}}} does not fit {where}: {fits}")
+        raise ParameterError("gen", g, f"with {{prompt={p}}} makes a request of {p + g:,} tokens, more than "
+                             f"{where} holds: {fits}")
+    more = f" (and {len(too_big) - 1:,} more requests)" if len(too_big) > 1 else ""
+    at = f"line {lines[i]}" if lines is not None else f"request {i + 1}"
+    raise ParameterError("requests", _shown(requests), f"{at}: a request of {p:,} prompt + {g:,} gen tokens does "
+                         f"not fit {where}{more}: {fits}")
 
 
 def _percentile(x, q: float) -> float:

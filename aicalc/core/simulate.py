@@ -17,12 +17,35 @@ Time to first token = arrival to the end of the step that completes the prompt; 
 of the generation over its gen − 1 tokens. Every decoding sequence advances one token per step, so finishes and
 block crossings are kept as events keyed by step number (a heap and 16 counters), and a step costs O(1) besides
 them. Pure Python over numpy-built tables; no I/O.
+
+The loop provably ends: a step processes at least one token (a decode or a prefill chunk), so a run that never
+preempts takes at most ``sum(prompt + gen)`` steps, and one past :data:`STEP_FACTOR` times that (room for
+recomputation; a step preempts at most ``max_seqs`` sequences) stops with a :class:`SimulationError`. The caller
+bounds the time with ``max_work``: units of work done by the loop, a step taken one by one as one unit, a run of
+quiet steps taken at once as one, a preemption (release, requeue, readmission) as :data:`PREEMPTION_WORK`. A
+request that alone outgrows the KV cache (it would be preempted and recomputed forever) is an error the moment it
+is preempted alone, and a queue whose head can never be admitted (nothing running, nothing left to arrive) is an
+error instead of a wait.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+
+from aicalc.errors import AicalcError
+
+STEP_FACTOR = 4  # steps allowed per token of the requests (prompt + gen): room to recompute
+PREEMPTION_WORK = 4  # a preemption, with the readmission and the stale finish event it brings, is a few steps' time
+
+
+class SimulationError(AicalcError):
+    """The simulation cannot finish: a request outgrows the KV cache (``reason`` "fit"), cannot be admitted
+    ("admit"), or the run went past ``max_work`` ("work") or its steps' bound ("steps")."""
+
+    def __init__(self, message: str, reason: str, steps: int = 0, preemptions: int = 0):
+        super().__init__(message)
+        self.reason, self.steps, self.preemptions = reason, steps, preemptions
 
 
 @dataclass
@@ -37,13 +60,32 @@ class StepCost:
 
 
 def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, max_seqs: int = 256,
-        token_budget: int = 8192):
-    """(ttft_s, tpot_s, finish_s, preemptions) per request (TPOT NaN where gen = 1)."""
+        token_budget: int = 8192, max_work: int | None = None, stats: dict | None = None):
+    """(ttft_s, tpot_s, finish_s, preemptions) per request (TPOT NaN where gen = 1). ``arrival``: finite,
+    non-decreasing seconds; ``prompt`` and ``gen``: whole numbers >= 1. ``max_work``: the most units of the
+    loop's work (a step 1, a preemption :data:`PREEMPTION_WORK`) before a :class:`SimulationError`, None for no
+    bound but the steps' (``STEP_FACTOR * sum(prompt + gen)`` plus a little). ``stats``: a dict given here
+    receives ``steps``, ``work`` and ``free_blocks`` (all of ``kv_blocks`` again at the end)."""
     import bisect
     import heapq
     import math
 
     n = len(arrival)
+    if len(prompt) != n or len(gen) != n:
+        raise ValueError(f"arrival, prompt and gen differ in length ({n}, {len(prompt)}, {len(gen)})")
+    if min(kv_blocks, block - 1, max_seqs - 1, token_budget - 1) < 0:
+        raise ValueError("kv_blocks must be >= 0 and block, max_seqs and token_budget >= 1")
+    last = 0.0
+    for t, p, g in zip(arrival, prompt, gen, strict=True):  # a NaN or a step back in time would stall the loop below
+        if not (math.isfinite(t) and t >= last) or p < 1 or g < 1 or p != int(p) or g != int(g):
+            raise ValueError("arrival times must be finite, non-negative and sorted; prompt and gen whole "
+                             "numbers >= 1")
+        last = t
+    capacity = kv_blocks * block
+    tokens = sum(prompt) + sum(gen)
+    max_steps = STEP_FACTOR * tokens + 1024
+    max_work = math.inf if max_work is None else max_work
+    work = 0
     nan = math.nan
     ttft, tpot, finish, first = [nan] * n, [nan] * n, [nan] * n, [0.0] * n
     waiting: deque[int] = deque()
@@ -85,15 +127,32 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
         if not order and not waiting:
             clock = arrival[nxt]
             continue
+        if decoding and not filling:  # only decodes: leap over the steps where nothing but time happens
+            m, dt = _quiet_steps(step, clock, ctx_sum, decoding, free, crossings, ends[0][0] if ends else step + 1,
+                                 arrival[nxt] if nxt < n else math.inf, bins, dec[min(decoding, top)], block,
+                                 0 if not waiting or len(order) >= max_seqs else min(prompt[waiting[0]],
+                                                                                     token_budget - decoding))
+            if m > 0:
+                cycles, part = divmod(m, block)
+                free -= cycles * decoding + sum(crossings[(step + i) % block] for i in range(part))
+                clock += m * dt
+                ctx_sum += m * decoding
+                step += m
         # decode: the sequences crossing a block boundary this step take a block each
         need = crossings[step % block]  # decoding sequences writing the first position of a new block
         while need > free and order:
             victim = order.pop()
+            if not order:  # preempted alone: it outgrows the whole cache and would be recomputed forever
+                raise SimulationError(
+                    f"a request of {prompt[victim]:,} prompt + {gen[victim]:,} gen tokens does not fit the "
+                    f"{capacity:,}-token KV cache of one replica; the largest that fits has prompt + gen = "
+                    f"{capacity:,} tokens", "fit")
             was_decoding = victim not in filling
             release(victim)
             epoch[victim] += 1
             waiting.appendleft(victim)
             preempt += 1
+            work += PREEMPTION_WORK
             if was_decoding and (cross_of[victim] - step) % block == 0:
                 need -= 1
         free -= min(need, free)
@@ -131,24 +190,36 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
             x0, x1 = pt[i - 1], pt[i]
             clock += ps[i - 1] + (ps[i] - ps[i - 1]) * (pre_tokens - x0) / (x1 - x0)
         else:  # nothing admissible: wait for the next arrival
-            clock = arrival[nxt] if nxt < n else clock + 1e-3
+            if nxt >= n:  # nothing running and nothing to come: the head of the queue can never be admitted
+                r = waiting[0]
+                raise SimulationError(
+                    f"a request of {prompt[r]:,} prompt tokens can never be admitted (a {capacity:,}-token KV "
+                    f"cache, {max_seqs:,} sequences, a {token_budget:,}-token step)", "admit")
+            clock = arrival[nxt]
             continue
         ctx_sum += b
         step += 1
+        work += 1
+        if work > max_work or step > max_steps:  # every step does a token of work, every preemption undoes some
+            raise SimulationError(
+                f"the scheduler simulation stopped after {step:,} steps and {preempt:,} preemptions with "
+                f"{finished:,} of {n:,} requests finished, past "
+                + (f"the {max_work:,} units of work it may take" if work > max_work
+                   else f"{max_steps:,} steps for its {tokens:,} tokens")
+                + "; simulate fewer or shorter requests", "work" if work > max_work else "steps", step, preempt)
         for r, c in chunks:
             filling[r] += c
-            if filling[r] >= prompt[r]:
-                held[r] = 0  # from now on its blocks follow its length  # the prompt is in: its first token comes out of this step
-                del filling[r]
+            if filling[r] >= prompt[r]:  # the prompt is in: its first token comes out of this step
                 ttft[r] = clock - arrival[r]
                 first[r] = clock
                 if gen[r] <= 1:
                     finish[r] = clock
-                    filling[r] = prompt[r]  # release() frees a prefilling sequence's blocks
-                    release(r)
+                    release(r)  # still prefilling: frees the blocks it holds (they used to leak here)
                     order.remove(r)
                     finished += 1
                     continue
+                held[r] = 0  # from now on its blocks follow its length
+                del filling[r]
                 decoding += 1
                 start_step[r] = step  # its decodes write positions prompt, prompt + 1, … from this step on
                 ctx_sum += prompt[r]
@@ -164,4 +235,40 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
             release(r)
             order.remove(r)
             finished += 1
+    if stats is not None:
+        stats.update(steps=step, work=work, free_blocks=free)
     return ttft, tpot, finish, preempt
+
+
+def _quiet_steps(step, clock, ctx_sum, b, free, crossings, next_end, next_arrival, bins, dec_row, block,
+                 head_chunk) -> tuple[int, float]:
+    """How many of the coming steps of ``b`` decoding sequences (none prefilling) change nothing but the clock,
+    the context and the free blocks, so the loop may take them at once and the step after them as usual: each
+    is at the same context bin, before the next finish (``next_end``) and the next arrival, needs no more blocks
+    than are free (every decoding sequence takes one each ``block`` steps), and the head of the queue
+    (``head_chunk`` tokens of prefill, 0 when none may be admitted) stays out: the free blocks only shrink.
+    Returns (steps, seconds each)."""
+    import bisect
+    import math
+
+    if free < 0:  # prefill took more blocks than were free: this step preempts
+        return 0, 0.0
+    j = min(bisect.bisect_left(bins, ctx_sum / b), len(bins) - 1)
+    m = next_end - step - 1  # the step after the last one taken finishes the first sequence
+    if j < len(bins) - 1:  # a context ctx_sum / b + i stays at bin j while it is at most bins[j]
+        m = min(m, (int(bins[j]) * b - ctx_sum) // b + 1)
+    if head_chunk > 0 and math.ceil(head_chunk / block) <= free - crossings[step % block]:
+        return 0, 0.0  # the head of the queue may be admitted at this step
+    dt = dec_row[j]
+    if math.isfinite(next_arrival) and dt > 0:  # the step after them must still start before the next arrival
+        m = min(m, math.ceil((next_arrival - clock) / dt) - 1)
+        while m > 0 and clock + m * dt >= next_arrival:
+            m -= 1
+    if m <= 0:
+        return 0, 0.0
+    cycles, left = divmod(free, b)  # blocks: b for every `block` steps, then the first steps of a cycle
+    part = 0
+    while part < block and crossings[(step + part) % block] <= left:
+        left -= crossings[(step + part) % block]
+        part += 1
+    return min(m, cycles * block + part), dt
