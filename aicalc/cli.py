@@ -555,7 +555,9 @@ def compare(
 
 def _one_line(message: str) -> str:
     """A message on one line, control characters (a name's escape sequences) shown as ``?``."""
-    return "".join(c if c >= " " and c != "\x7f" else "?" for c in " ".join(str(message).split()))
+    from aicalc.render import _printable
+
+    return _printable(" ".join(str(message).split()))
 
 
 def main(argv: list[str] | None = None, env: Env | None = None) -> int:

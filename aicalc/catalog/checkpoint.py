@@ -102,9 +102,10 @@ def kv_format(config: dict) -> str | None:
 
 
 def _show(text, n: int = 80) -> str:
-    """A name read from a file as a message shows it: at most ``n`` characters."""
-    text = str(text)
-    return text if len(text) <= n else text[: n // 2 - 1] + "…" + text[-(n // 2):]
+    """A name read from a file as a message shows it: at most ``n`` characters (store's _short)."""
+    from aicalc.catalog.store import _short
+
+    return _short(text, n)
 
 
 _KINDS = (("S_ISDIR", "a folder"), ("S_ISFIFO", "a FIFO"), ("S_ISCHR", "a character device"),
@@ -153,19 +154,12 @@ def _json_constant(name: str):
     raise ValueError(f"{name} is not a number")
 
 
-def _json_pairs(pairs):
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"duplicate key '{_show(k)}'")
-        out[k] = v
-    return out
-
-
 def _load_json(data: bytes, path, what: str):
     """A bounded JSON document: UTF-8, integers of at most 20 digits, finite numbers, no duplicate keys."""
+    from aicalc.catalog.store import _json_pairs as store_json_pairs
+
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=_json_pairs, parse_int=_json_int,
+        return json.loads(data.decode("utf-8"), object_pairs_hook=store_json_pairs, parse_int=_json_int,
                           parse_float=_json_float, parse_constant=_json_constant)
     except UnicodeDecodeError as e:
         raise AicalcError(f"{path}: cannot read {what} (not UTF-8 text at byte {e.start:,})") from None
