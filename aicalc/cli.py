@@ -88,9 +88,18 @@ def per_value(key: str, text, run):
     else:
         values = int_sweep(str(text), flag)
     return over(key, [int(v) for v in values], run)
-WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: bf16, fp16, fp8, fp4, int8, int4, nf4, q8_0, "
-                                                          "q4_0, q4_k_m, …, or checkpoint (the model files' own "
-                                                          "bytes); a comma list sweeps")]
+Ep = Annotated[int, typer.Option("--ep", help="expert parallelism (MoE): the experts split over N of a replica's tp "
+                                                "chips, each expert over tp/N (vLLM --enable-expert-parallel, SGLang "
+                                                "--ep, TensorRT-LLM moe_expert_parallel_size)")]
+AttentionDp = Annotated[int, typer.Option("--attention-dp", help="attention data parallelism: a replica's tp chips "
+                                                                "run attention as N groups of tp/N, each on its own "
+                                                                "sequences (SGLang --enable-dp-attention, "
+                                                                "TensorRT-LLM enable_attention_dp)")]
+WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: release (default: the official checkpoint's "
+                                                          "precision, e.g. gpt-oss's MXFP4 experts, DeepSeek-V3's "
+                                                          "fp8), bf16, fp16, fp8, fp4, mxfp4, int8, int4, nf4, q8_0, "
+                                                          "q4_0, q4_k_m, …, mxfp4-experts, or checkpoint (the model "
+                                                          "files' own bytes); a comma list sweeps")]
 KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16, fp16, fp8, int8, int4, or auto (the "
                                                          "checkpoint's quantization_config); a comma list sweeps")]
 Engine = Annotated[str | None, typer.Option("--engine", help="engine profile: generic (default), trtllm, vllm, "
@@ -183,7 +192,7 @@ def presets_list(
     fits_on: Annotated[str | None, typer.Option("--fits-on", metavar="CHIP", help="the models that fit this chip "
                                                 "or node (serving one sequence of --context tokens)")] = None,
     context: Annotated[str, typer.Option("--context", help="with --fits-on: tokens of the one sequence")] = "4k",
-    dtype: WeightDtype = "bf16",
+    dtype: WeightDtype = "release",
     lora: Annotated[bool, typer.Option("--lora", help="with --fits-on: also whether a LoRA fine-tune fits")] = False,
     fmt: Format = "table",
     json_: Json = False,
@@ -224,7 +233,7 @@ def kv_cache(
     batch: Annotated[str, typer.Option("--batch", help="concurrent sequences; list 1,8,64 or range 1:64:x2")] = "1",
     context: Annotated[str, typer.Option("--context", help="tokens per sequence (4k, 32k, 1k:128k:x2)")] = "4k",
     kv_dtype: KvDtype = "bf16",
-    dtype: WeightDtype = "bf16",
+    dtype: WeightDtype = "release",
     tp: Annotated[str | None, typer.Option("--tp", help="tensor-parallel devices (sweepable; default: a node's chips, "
                                                          "else 1)")] = None,
     chip: Annotated[list[str] | None, typer.Option("--chip", help="chip or node id: adds capacity and max_batch "
@@ -295,7 +304,7 @@ def roofline(
     batch: Annotated[str, typer.Option("--batch", help="sequences; sweeps: 1,8,64 or 1:256:x2")] = "1",
     prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens (sweepable)")] = "512",
     gen: Annotated[str, typer.Option("--gen", help="generated tokens (sweepable)")] = "256",
-    dtype: WeightDtype = "bf16",
+    dtype: WeightDtype = "release",
     kv_dtype: KvDtype = "bf16",
     tp: Annotated[str | None, typer.Option("--tp", help="tensor-parallel degree (sweepable; default: a node's chips, "
                                                          "else 1)")] = None,
@@ -305,6 +314,8 @@ def roofline(
                                                                   "scores; sdpa = a fused kernel, as flash)")] = "flash",
     kv_per_query_head: Annotated[bool, typer.Option("--kv-per-query-head", help="decode attention reads K/V once per query head (no GQA sharing)")] = False,
     engine: Engine = None,
+    ep: Ep = 1,
+    attention_dp: AttentionDp = 1,
     draft: Draft = None,
     draft_tokens: DraftTokens = 4,
     acceptance: Acceptance = "0.7",
@@ -326,7 +337,7 @@ def roofline(
         model, c, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, tp=tp,
         compute_dtype=compute_dtype, group_size=group_size, attention=attention, ops=ops, eff=eff,
         kv_per_query_head=kv_per_query_head, engine=engine, draft=draft, draft_tokens=draft_tokens,
-        acceptance=acceptance))
+        acceptance=acceptance, ep=ep, attention_dp=attention_dp))
     if plot:
         from aicalc.plot import write_plot
 
@@ -478,10 +489,12 @@ def serve(
                                                    "(sweepable; default 1, 2, 4, … up to what fits)")] = None,
     max_ttft: Annotated[str | None, typer.Option("--max-ttft", help="latency target for time to first token, e.g. 500ms")] = None,
     max_tpot: Annotated[str | None, typer.Option("--max-tpot", help="latency target per output token, e.g. 50ms")] = None,
-    dtype: WeightDtype = "bf16",
+    dtype: WeightDtype = "release",
     kv_dtype: KvDtype = "bf16",
     price: Price = None,
     engine: Engine = None,
+    ep: Ep = 1,
+    attention_dp: AttentionDp = 1,
     draft: Draft = None,
     draft_tokens: DraftTokens = 4,
     acceptance: Acceptance = "0.7",
@@ -513,7 +526,8 @@ def serve(
         return run(model, c, chips=n, tp=t, prompt=prompt, gen=gen, concurrency=concurrency, max_ttft=max_ttft,
                    max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine, draft=draft,
                    draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate,
-                   requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot)
+                   requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot, ep=ep,
+                   attention_dp=attention_dp)
 
     chip = chip or ["h100-sxm"]
     if search:  # the search ranks every chip, TP degree and format in one table itself
@@ -530,7 +544,7 @@ def compare(
     seq: Annotated[str, typer.Option("--seq", help="training sequence length")] = "4096",
     prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens per inference request")] = "1024",
     gen: Annotated[str, typer.Option("--gen", help="output tokens per inference request")] = "256",
-    dtype: WeightDtype = "bf16",
+    dtype: WeightDtype = "release",
     kv_dtype: KvDtype = "bf16",
     requests_per_day: Annotated[str, typer.Option("--requests-per-day", help="for the annual inference cost")] = "1M",
     years: Annotated[float, typer.Option("--years", help="inference lifetime for the cost split")] = 1.0,

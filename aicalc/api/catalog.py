@@ -98,18 +98,64 @@ def _from_files(name: str):
 
 class WeightFormat(NamedTuple):
     """A weight format as the estimators take it: a dtype name (its math and coverage rule) and, for a
-    checkpoint read from files, the exact bytes per parameter of its block linears and of its embedding/head."""
+    checkpoint read from files, the exact bytes per parameter of its block linears and of its embedding/head;
+    ``experts``: the routed experts' own format where it differs (gpt-oss's MXFP4 experts beside bf16 attention)."""
 
     name: str
     bytes_per_param: float | None = None
     edge_bytes_per_param: float | None = None
+    experts: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The name tables show: ``mxfp4-experts`` (experts in MXFP4, the rest bf16), else the dtype."""
+        if self.experts is None or self.experts == self.name:
+            return self.name
+        return f"{self.experts}-experts" if self.name == "bf16" else f"{self.name}+{self.experts}-experts"
+
+    @property
+    def expert_bytes_per_param(self) -> float | None:
+        from aicalc.core.dtypes import weight_bytes_per_param
+
+        return None if self.experts is None else weight_bytes_per_param(self.experts)
 
 
-def weight_format(spec, dtype: str) -> WeightFormat:
-    """``dtype`` as given, or ``"checkpoint"``: the bytes the model's own files store (safetensors headers, GGUF
-    tensor infos, Hub metadata), under the dtype name their bits per weight correspond to."""
+RELEASE = "release"  # the default weight format: the official checkpoint's (a preset's release:, a file's own)
+
+
+def split_label(dtype: str) -> tuple[str, str | None]:
+    """``mxfp4-experts`` → (bf16, mxfp4); ``fp8+mxfp4-experts`` → (fp8, mxfp4); a plain dtype → (dtype, None)."""
+    if dtype.endswith("-experts"):
+        head = dtype[: -len("-experts")]
+        base, _, experts = head.rpartition("+")
+        return (base or "bf16"), experts
+    return dtype, None
+
+
+def weight_format(spec, dtype: str | None) -> WeightFormat:
+    """``dtype`` as given (``mxfp4-experts``: routed experts in MXFP4, the rest bf16); ``"release"`` (or None, the
+    default): the official checkpoint's precision — the files' own for a model read from files, a preset's
+    ``release:`` block, else bf16; ``"checkpoint"``: the bytes the model's own files store (safetensors headers,
+    GGUF tensor infos, Hub metadata), under the dtype name their bits per weight correspond to."""
+    from aicalc.core.dtypes import WEIGHT_BITS
+    from aicalc.errors import ParameterError, check_choice
+
+    if dtype is None or dtype == RELEASE:
+        ck = getattr(spec, "checkpoint", None)
+        if ck is not None and ck.bytes_by_class.get("linear", 0) > 0:
+            return weight_format(spec, "checkpoint")
+        rel = getattr(spec, "release", None)
+        if rel is None:
+            return WeightFormat("bf16")
+        return WeightFormat(rel.dtype, experts=rel.experts if getattr(spec.arch, "moe", None) else None)
     if dtype != "checkpoint":
-        return WeightFormat(dtype)
+        base, experts = split_label(dtype)
+        if experts is not None:
+            check_choice("dtype", experts, tuple(WEIGHT_BITS))
+            if getattr(spec.arch, "moe", None) is None:
+                raise ParameterError("dtype", dtype, f"names the routed experts' format, and {spec.id} has no experts")
+        check_choice("dtype", base, tuple(WEIGHT_BITS))
+        return WeightFormat(base, experts=experts)
     from aicalc.core.params import count_params
     from aicalc.errors import ParameterError
 
@@ -148,11 +194,13 @@ def kv_format(spec, kv_dtype: str) -> str:
     return (ck.kv_dtype if ck is not None else None) or "bf16"
 
 
-def resident_weights(spec, dtype: str, tp=1, bytes_per_param: float | None = None):
+def resident_weights(spec, dtype: str | None, tp=1, bytes_per_param: float | None = None, *, ep=1, attention_dp=1):
     """Weight bytes one device holds (:func:`aicalc.core.geometry.weight_bytes_per_device`) under ``dtype``
-    (``"checkpoint"``: the files' own bytes)."""
+    (``"release"``: the official checkpoint's; ``"checkpoint"``: the files' own bytes); ``ep`` / ``attention_dp``:
+    expert and attention-data parallelism inside a replica of ``tp`` chips."""
     from aicalc.core.geometry import weight_bytes_per_device
 
     wf = weight_format(spec, dtype)
     return weight_bytes_per_device(spec.arch, wf.name, tp, bytes_per_param=bytes_per_param or wf.bytes_per_param,
-                                   edge_bpp=wf.edge_bytes_per_param)
+                                   edge_bpp=wf.edge_bytes_per_param, expert_bpp=wf.expert_bytes_per_param,
+                                   attention_dp=attention_dp)

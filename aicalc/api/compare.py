@@ -149,7 +149,7 @@ def _money(row: dict, chip, gen, requests_per_day, price=None) -> None:
 
 
 def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt: int = 1024, gen: int = 256,
-            dtype: str = "bf16", kv_dtype: str = "bf16", requests_per_day=1e6, years: float = 1.0, max_ttft=2.0,
+            dtype: str = "release", kv_dtype: str = "bf16", requests_per_day=1e6, years: float = 1.0, max_ttft=2.0,
             max_tpot=0.2, price=None) -> Comparison:
     """Training (``tokens``, default 20 per parameter) and inference (``prompt`` + ``gen`` tokens per request,
     ``requests_per_day`` for a year's cost) of ``model`` on each chip; ``price``: USD per chip-hour for every
@@ -164,16 +164,17 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
         chips = [chips]
     if not chips:
         raise ParameterError("chips", "[]", "is empty: give at least one chip")
-    from aicalc.core.dtypes import kv_bytes_per_element, weight_bytes_per_param
+    from aicalc.core.dtypes import kv_bytes_per_element
 
-    if dtype != "checkpoint":
-        weight_bytes_per_param(dtype)  # an unknown format is bad input here, not a blank inference row
     if kv_dtype != "auto":
         kv_bytes_per_element(kv_dtype, 128)
     spec = load_model(model)
     from aicalc.api.catalog import weight_format
 
-    weight_format(spec, dtype)  # "checkpoint" needs a model read from its files
+    # an unknown format is bad input here, not a blank inference row; "checkpoint" needs a model read from its
+    # files; "release" is the official checkpoint's precision, named as tables show it (mxfp4-experts)
+    wf = weight_format(spec, dtype)
+    dtype = wf.label if dtype in (None, "release") else dtype
     price = inputs.single("price", price) if price is not None else None
     n = count_params(spec.arch)
     tokens = inputs.single("tokens", tokens) if tokens is not None else \

@@ -17,7 +17,7 @@ class Deployments(Table):
 
 
 def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=256, prefill_tp: int = 1,
-                  decode_tp: int = 1, dtype="bf16", kv_dtype="bf16", max_ttft=None, max_tpot=None, engine=None,
+                  decode_tp: int = 1, dtype="release", kv_dtype="bf16", max_ttft=None, max_tpot=None, engine=None,
                   utilization=0.9):
     """Every split of ``chips`` into prefill replicas (TP ``prefill_tp``) and decode replicas (TP ``decode_tp``):
     prefill pools prefill prompts in batches within the token budget, no larger than meets ``max_ttft``, and ship
@@ -85,7 +85,7 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
     return rows
 
 
-def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prompt=1024, gen=256, dtypes=("bf16",),
+def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prompt=1024, gen=256, dtypes=("release",),
            kv_dtypes=("bf16",), tps=None, max_ttft=None, max_tpot=None, disaggregate: bool = True,
            engine=None, speculation: dict | None = None) -> Deployments:
     """Every deployment of ``total_chips`` chips of each kind in ``chips`` (TP degrees dividing it, each dtype

@@ -14,7 +14,7 @@ class KVCache(Table):
     ``max_context``."""
 
 
-def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str = "bf16", tp: int | None = None,
+def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str = "release", tp: int | None = None,
              chip=None, block_size: int | None = 16, engine: str = "vllm", utilization=0.9, overhead=None,
              max_context: bool = False) -> KVCache:
     """KV cache of ``batch`` sequences of ``context`` tokens each (arrays broadcast), per device under TP.
@@ -27,7 +27,7 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, resident_weights
+    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, resident_weights, weight_format
     from aicalc.core import capacity
     from aicalc.core.geometry import check_tp
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
@@ -51,6 +51,7 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
         raise ParameterError("max_context", True, "needs a chip")
     shape = kv_shape(arch, kv_dtype, tp, engine=engine)
     weights = resident_weights(spec, dtype, tp)
+    dtype = weight_format(spec, dtype).label  # "release" resolved: the format the weights were counted in
     over = capacity.runtime_overhead_bytes(arch, tp) if overhead is None else inputs.nbytes("overhead", overhead)
     exact = kv_cache_bytes(shape, B, S, None)
     paged = kv_cache_bytes(shape, B, S, block_size)

@@ -37,11 +37,16 @@ class CostSetup:
     engine: str = "generic"
     sources: tuple[str, ...] = ()  # "factor = value (profile: source)" for every profile figure used
     dataflow: bool = False  # weights spread over chips' SRAM, a token crosses them in turn
-    dtype: str = "bf16"  # the weight format's name ("checkpoint" resolved)
+    dtype: str = "bf16"  # the weight format's name ("release"/"checkpoint" resolved; the non-expert linears')
     kv_dtype: str = "bf16"  # the KV format ("auto" resolved)
+    weight_format: object = None  # aicalc.api.catalog.WeightFormat (its ``label`` is what tables show)
+
+    @property
+    def dtype_label(self) -> str:
+        return self.weight_format.label if self.weight_format is not None else self.dtype
 
 
-LOW_PRECISION = ("fp8", "int8", "fp4")
+LOW_PRECISION = ("fp8", "int8", "fp4", "mxfp4")
 
 
 def pick_compute(chip, dtype: str, compute_dtype: str | None, warnings: list[str],
@@ -63,9 +68,10 @@ def pick_compute(chip, dtype: str, compute_dtype: str | None, warnings: list[str
                                  f"has no throughput figure on {chip.id} (it lists: {', '.join(have)})")
         return compute_dtype, dtype not in (compute_dtype, "fp32") and not (dtype in SIXTEEN_BIT and
                                                                            compute_dtype in SIXTEEN_BIT)
-    if dtype in ("fp8", "fp4"):
-        if dtype in have:
-            return dtype, False
+    if dtype in ("fp8", "fp4", "mxfp4"):
+        native = "fp4" if dtype == "mxfp4" else dtype
+        if native in have:
+            return native, False
         warnings.append(f"{chip.id} has no {dtype} tensor math: {dtype} weights are dequantized and multiplied in "
                         "16-bit (weight-only)")
     if dtype in GGUF and opts.get("gguf_compute") in have and chip.vendor in opts.get("gguf_compute_vendors", ()):
@@ -106,13 +112,15 @@ def compose_efficiency(chip, engine: str | None = None, efficiency=None):
     return eff, cls, eng, ep.options, tuple(sources), bool(cp.options.get("pipeline_over_chips"))
 
 
-def cost_setup(model, chip="h100-sxm", dtype: str = "bf16", kv_dtype: str = "bf16", *,
+def cost_setup(model, chip="h100-sxm", dtype: str | None = "release", kv_dtype: str = "bf16", *,
                compute_dtype: str | None = None, group_size: int | None = None, attention: str = "flash",
                kv_shared: bool | None = None, tp_needs_link: bool = False, engine: str | None = None,
                efficiency=None) -> CostSetup:
     """Model, chip and engine → the cost model's view: shape, roofs (PCIe Gen4 x16 where a chip lists no
     interconnect and TP needs one, with a warning), formats and the composed efficiency. ``kv_shared`` None:
-    the engine's (a GQA kernel reads each kv head once for its query group)."""
+    the engine's (a GQA kernel reads each kv head once for its query group). ``dtype`` "release" (the default):
+    the official checkpoint's precision (:func:`aicalc.api.catalog.weight_format`); routed experts in their own
+    format (gpt-oss's MXFP4) compute in fp4 where the chip has fp4 tensor math, else dequantized (weight-only)."""
     from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, weight_format
     from aicalc.core.forward import formats, shape_of
     from aicalc.core.pricing import Roofs
@@ -128,19 +136,27 @@ def cost_setup(model, chip="h100-sxm", dtype: str = "bf16", kv_dtype: str = "bf1
     cdt, quantized = pick_compute(chip_obj, dtype, compute_dtype, warnings, opts)
     if kv_shared is None:
         kv_shared = bool(opts.get("kv_shared", True))
+    expert = {}
+    if wf.experts is not None and wf.experts != wf.name:
+        ew: list[str] = []
+        ecdt, equant = pick_compute(chip_obj, wf.experts, None, ew, opts)
+        expert = {"expert_bytes": wf.expert_bytes_per_param, "expert_quantized": equant,
+                  "expert_compute": ecdt if ecdt != cdt else None}
+        warnings += ew
     fm = formats(dtype, kv_dtype, group_size=group_size, quantized=quantized, flash=attention == "flash",
-                 kv_shared=kv_shared, weight_bytes=wf.bytes_per_param, edge_bytes=wf.edge_bytes_per_param)
+                 kv_shared=kv_shared, weight_bytes=wf.bytes_per_param, edge_bytes=wf.edge_bytes_per_param, **expert)
     ic = chip_obj.interconnect
     link = (ic.per_direction_bytes_per_s if ic else None) or 0.0
     if not link and tp_needs_link:
         warnings.append(f"{chip_obj.id} has no interconnect figure; TP collectives use PCIe Gen4 x16 "
                         f"({PCIE_FALLBACK_BYTES_PER_S / 1e9:.0f} GB/s per direction)")
         link = PCIE_FALLBACK_BYTES_PER_S
+    peaks = ((fm.expert_compute, chip_obj.peak_flop_per_s(fm.expert_compute)),) if fm.expert_compute else ()
     roofs = Roofs(peak_flop_per_s=chip_obj.peak_flop_per_s(cdt), bandwidth_bytes_per_s=chip_obj.memory_bandwidth_bytes_per_s,
                   link_bytes_per_s=link, low_precision=cdt in LOW_PRECISION,
-                  vector_flop_per_s=chip_obj.peak_flop_per_s("fp32") or 0.0)
+                  vector_flop_per_s=chip_obj.peak_flop_per_s("fp32") or 0.0, peaks=peaks)
     return CostSetup(spec, chip_obj, shape_of(spec.arch), roofs, fm, cdt, tuple(warnings), eff, cls, eng, sources,
-                     dataflow, dtype, kv_dtype)
+                     dataflow, dtype, kv_dtype, wf)
 
 
 def draft_setup(draft, cs: CostSetup, tp, draft_tokens, acceptance):
@@ -185,24 +201,30 @@ def efficiency_of(efficiency):
     return Efficiency().with_overrides(dict(efficiency))
 
 
-def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str = "bf16", kv_dtype: str = "bf16",
+def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str | None = "release",
+             kv_dtype: str = "bf16",
              tp=None, compute_dtype: str | None = None, group_size: int | None = None, attention: str = "flash",
              kv_shared: bool | None = None, engine: str | None = None, efficiency=None, draft=None,
-             draft_tokens: int = 4, acceptance=0.7) -> Roofline:
+             draft_tokens: int = 4, acceptance=0.7, ep: int = 1, attention_dp: int = 1) -> Roofline:
     """Prefill and decode of ``batch`` sequences of ``prompt`` + ``gen`` tokens on a TP group of ``chip``
     (arrays broadcast; ``tp`` defaults to a node's chips, else 1): FLOPs, bytes, bound, TTFT, TPOT and tokens/s,
     estimated and ideal. ``engine``: an engine
     profile (``presets/engines/``: trtllm, vllm, llama.cpp, …; default generic); ``efficiency``: overrides of
     single factors (``{"bandwidth": 0.8}``) on top of the chip class's and the engine's profiles. ``draft``,
     ``draft_tokens``, ``acceptance``: speculative decoding (:func:`draft_setup`): TTFT, TPOT and tokens/s are
-    then those of a speculative decode, with ``speculative_speedup`` against the plain one."""
+    then those of a speculative decode, with ``speculative_speedup`` against the plain one. ``ep``,
+    ``attention_dp``: expert and attention-data parallelism inside the replica of ``tp`` chips
+    (:func:`aicalc.core.geometry.check_parallel`): ``batch`` is the replica's, spread over the attention groups.
+    ``dtype`` "release" (default): the official checkpoint's precision."""
     import numpy as np
 
     from aicalc.api import inputs
     from aicalc.core import latency
-    from aicalc.core.geometry import check_tp, weight_bytes_per_device
+    from aicalc.core.geometry import check_parallel, weight_bytes_per_device
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
 
+    ep = inputs.whole("ep", ep)
+    attention_dp = inputs.whole("attention_dp", attention_dp)
     if tp is None:  # a node id is one TP group of its chips; a chip id is TP 1
         from aicalc.api.catalog import node_count
 
@@ -216,15 +238,23 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
                     efficiency=efficiency)
     arch = cs.model.arch
     for t in np.unique(TP):
-        check_tp(arch, int(t))
+        check_parallel(arch, int(t), ep, attention_dp)
     eff = cs.efficiency
+    D = float(attention_dp)
+    TPa, Ba = TP / D, B / D  # one attention group: its chips and its share of the sequences
     weights = weight_bytes_per_device(arch, cs.dtype, TP, bytes_per_param=cs.formats.weight_bytes,
-                                      edge_bpp=cs.formats.edge_bytes)
+                                      edge_bpp=cs.formats.edge_bytes, expert_bpp=cs.formats.expert_bytes,
+                                      attention_dp=attention_dp)
     kv_dtype = cs.kv_dtype
     kv = np.zeros_like(B)
-    for t in np.unique(TP):  # the cache geometry per TP degree
+    for t in np.unique(TP):  # the cache geometry per attention TP degree
         sel = TP == t
-        kv[sel] = kv_cache_bytes(kv_shape(arch, kv_dtype, int(t)), B[sel], S[sel] + G[sel])
+        kv[sel] = kv_cache_bytes(kv_shape(arch, kv_dtype, int(t) // attention_dp), Ba[sel], S[sel] + G[sel])
+    if draft is not None and (ep > 1 or attention_dp > 1):
+        from aicalc.errors import ParameterError
+
+        raise ParameterError("draft", draft, "is not modelled with --ep or --attention-dp (speculative decoding is "
+                             "priced on a plain TP replica)")
     spec = draft_setup(draft, cs, TP, draft_tokens, acceptance)
     if spec is not None:  # the draft's weights and cache sit beside the target's
         weights = weights + spec["weights"]
@@ -233,8 +263,11 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
             kv[sel] += kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, int(t)), B[sel], S[sel] + G[sel] + spec["k"])
     chips_needed = np.ceil((weights + kv) * TP / float(cs.chip.memory_bytes))
     # a dataflow deployment spreads the weights over chips_needed chips that every token crosses in turn
-    pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, B, S, G, TP,
-                                      chips_needed if cs.dataflow else 1.0)
+    par = latency.Par(float(ep), D)
+    pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, Ba, S, G, TPa,
+                                      chips_needed if cs.dataflow else 1.0, par)
+    for key in out:  # the replica's tokens/s: its attention groups run side by side
+        out[key]["output_tokens_per_s"] = out[key]["output_tokens_per_s"] * D
     need = weights + kv
     mem = float(cs.chip.memory_bytes)
     spec_cols = {}
@@ -254,7 +287,8 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
                      "tokens_per_target_pass": spec["tokens"], "speculative_speedup": out["est"]["speedup"]}
     e, ideal = out["est"], out["ideal"]
     cols = {"batch": B.astype(np.int64), "prompt": S.astype(np.int64), "gen": G.astype(np.int64),
-            "tp": TP.astype(np.int64), "ridge_point": cs.roofs.ridge_point,
+            "tp": TP.astype(np.int64), "ep": ep + 0 * TP.astype(np.int64),
+            "attention_dp": attention_dp + 0 * TP.astype(np.int64), "ridge_point": cs.roofs.ridge_point,
             "prefill_flop": pre.flop, "prefill_bytes": pre.bytes, "prefill_time_s": pre.t_est,
             "prefill_ideal_time_s": pre.t_ideal, "decode_flop": dec.flop, "decode_bytes": dec.bytes,
             "decode_time_s": dec.t_est, "decode_ideal_time_s": dec.t_ideal,
@@ -263,7 +297,8 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
             "ideal_output_tokens_per_s": ideal["output_tokens_per_s"],
             "weights_bytes_per_device": weights, "kv_cache_bytes_per_device": kv, "fits": need <= mem,
             "chips_needed": chips_needed.astype(np.int64),
-            "compute_bound_batch": latency.compute_bound_batch(cs.shape, cs.roofs, cs.formats, S + G / 2.0, TP),
+            "compute_bound_batch": D * latency.compute_bound_batch(cs.shape, cs.roofs, cs.formats, S + G / 2.0, TPa,
+                                                                   par),
             **spec_cols}
     warnings = list(cs.warnings)
     if not bool(np.all(cols["fits"])):

@@ -17,10 +17,12 @@ class Serving(Table):
 
 
 def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024, gen=256,
-                    dtype: str = "bf16", kv_dtype: str = "bf16", utilization=0.9, engine: str | None = None) -> int:
+                    dtype: str = "release", kv_dtype: str = "bf16", utilization=0.9, engine: str | None = None,
+                    ep: int = 1, attention_dp: int = 1) -> int:
     """Requests of ``prompt + gen`` tokens the whole deployment holds in its KV budget (0 when none), and no
-    more per replica than the ``engine``'s scheduler runs at once by default (its profile's ``max_num_seqs``:
-    vLLM 256)."""
+    more per scheduler than the ``engine``'s runs at once by default (its profile's ``max_num_seqs``: vLLM 256);
+    with attention DP each of a replica's ``attention_dp`` groups holds its own sequences' cache and runs its own
+    scheduler (SGLang's and vLLM's DP ranks)."""
     from aicalc.api import inputs
     from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, node_split, resident_weights
     from aicalc.core import capacity
@@ -33,25 +35,30 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
     tp, chips = node_split(count, tp, chips)
     tp = inputs.whole("tp", tp)
     replicas = (inputs.whole("chips", chips) if chips is not None else tp) // tp
-    weights = resident_weights(spec, dtype, tp)
+    ep, attention_dp = inputs.whole("ep", ep), inputs.whole("attention_dp", attention_dp)
+    from aicalc.core.geometry import check_parallel
+
+    check_parallel(arch, tp, ep, attention_dp)
+    weights = resident_weights(spec, dtype, tp, ep=ep, attention_dp=attention_dp)
     budget = float(capacity.kv_budget_bytes(chip_obj.memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp)))
     from aicalc.core.serving import live_context
 
     longest = float(live_context(inputs.positive("prompt", prompt).max(), inputs.positive("gen", gen).max()))
-    fit = int(capacity.max_batch(kv_shape(arch, kv_dtype, tp), budget, longest, BLOCK)[0]) if budget > 0 else 0
+    shape = kv_shape(arch, kv_dtype, tp // attention_dp)
+    fit = int(capacity.max_batch(shape, budget, longest, BLOCK)[0]) if budget > 0 else 0
     if engine is not None:
         from aicalc.catalog import profiles
 
         cap = profiles.load("engine", engine).options.get("max_num_seqs")
         fit = min(fit, int(cap)) if cap else fit
-    return fit * replicas
+    return fit * attention_dp * replicas
 
 
 def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: int | None = None, chips: int | None = None,
-          dtype: str = "bf16", kv_dtype: str = "bf16", max_ttft=None, max_tpot=None, price=None,
+          dtype: str = "release", kv_dtype: str = "bf16", max_ttft=None, max_tpot=None, price=None,
           utilization=0.9, engine: str | None = None, efficiency=None, draft=None, draft_tokens: int = 4,
-          acceptance=0.7, prefix_hit=0.0) -> Serving:
+          acceptance=0.7, prefix_hit=0.0, ep: int = 1, attention_dp: int = 1) -> Serving:
     """``concurrency`` requests of ``prompt`` + ``gen`` tokens over ``chips`` chips in replicas of TP ``tp``
     (arrays broadcast); ``concurrency="max"``: as many as the KV budget holds and the engine's scheduler runs
     (serving at full load).
@@ -61,7 +68,9 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     ``draft``: speculative decoding with a draft model (a model id, path or config) or head (``"mtp"``,
     ``"eagle"``) proposing ``draft_tokens`` tokens that the target accepts at rate ``acceptance`` each
     (:mod:`aicalc.core.speculative`). ``prefix_hit``: the share of every prompt found in the prefix cache: it is
-    not prefilled, and its KV blocks are held once per replica."""
+    not prefilled, and its KV blocks are held once per replica. ``ep`` / ``attention_dp``: expert and attention-data
+    parallelism inside each replica of ``tp`` chips (:func:`aicalc.core.geometry.check_parallel`): a replica's
+    sequences are spread over its attention groups, which step together through the shared experts."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -69,7 +78,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     from aicalc.api.roofline import cost_setup, draft_setup
     from aicalc.core import capacity, cost, latency, speculative
     from aicalc.core.efficiency import IDEAL
-    from aicalc.core.geometry import check_tp
+    from aicalc.core.geometry import check_parallel
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
     from aicalc.core.serving import live_context, prefill_batch, steady_state
     from aicalc.errors import ParameterError
@@ -79,13 +88,20 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     chips = inputs.whole("chips", chips) if chips is not None else tp
     cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=tp > 1, engine=engine, efficiency=efficiency)
     arch = cs.model.arch
-    check_tp(arch, tp)
+    ep, attention_dp = inputs.whole("ep", ep), inputs.whole("attention_dp", attention_dp)
+    check_parallel(arch, tp, ep, attention_dp)
+    if (ep > 1 or attention_dp > 1) and draft is not None:
+        raise ParameterError("draft", draft, "is not modelled with ep or attention_dp (speculative decoding is priced "
+                             "on a plain TP replica)")
+    D = float(attention_dp)
+    par = latency.Par(float(ep), D)
     if chips < 1 or chips % tp:
         raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}")
     replicas = chips // tp
     if isinstance(concurrency, str) and concurrency == "max":
         concurrency = max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompt, gen=gen, dtype=dtype,
-                                             kv_dtype=kv_dtype, utilization=utilization, engine=engine))
+                                             kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
+                                             attention_dp=attention_dp))
     g = inputs.broadcast(concurrency=inputs.positive("concurrency", concurrency, whole=True),
                          prompt=inputs.positive("prompt", prompt, whole=True),
                          gen=inputs.positive("gen", gen, whole=True))
@@ -97,8 +113,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     utilization = inputs.fraction("utilization", utilization)
     from aicalc.api.catalog import resident_weights
 
-    weights = resident_weights(cs.model, dtype, tp)
-    dtype, kv_dtype = cs.dtype, cs.kv_dtype
+    weights = resident_weights(cs.model, dtype, tp, ep=ep, attention_dp=attention_dp)
+    dtype, kv_dtype = cs.dtype_label, cs.kv_dtype
     overhead = capacity.runtime_overhead_bytes(arch, tp)
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, utilization, weights, overhead))
     per_rep = np.ceil(C / replicas)
@@ -111,8 +127,10 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     out = {}
     for name, eff in (("est", cs.efficiency), ("ideal", IDEAL)):
         pick = (lambda ph: ph.t_est) if name == "est" else (lambda ph: ph.t_ideal)
-        pre = latency.phase(cs.shape, cs.roofs, cs.formats, eff, k, P - cached, cached, tp, logits_tokens=1.0)
-        dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_rep, 1.0, P + G / 2.0, tp)
+        # one attention group of the replica (all of it without attention DP): its chips and its share of the work
+        pre = latency.phase(cs.shape, cs.roofs, cs.formats, eff, k / D, P - cached, cached, tp / D, logits_tokens=1.0,
+                            par=par)
+        dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_rep / D, 1.0, P + G / 2.0, tp / D, par=par)
         t_pre, t_dec = pick(pre), pick(dec)
         ttft, tpot = steady_state(t_pre, t_dec, per_rep, G, k)
         # every request in flight yields a token per TPOT of its replica; the busiest replica's (ceil(C / R)
@@ -126,8 +144,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
             row = [ttft + t_draft_pre, tpot_spec, C / tpot_spec, tpot / tpot_spec]
         out[name] = row
     ttft, tpot, tps = out["est"][:3]
-    shape_kv = kv_shape(arch, kv_dtype, tp)
-    kv_dev = kv_cache_bytes(shape_kv, per_rep, live_context(P, G) - cached, BLOCK) + \
+    shape_kv = kv_shape(arch, kv_dtype, tp // attention_dp)
+    kv_dev = kv_cache_bytes(shape_kv, np.ceil(per_rep / D), live_context(P, G) - cached, BLOCK) + \
         kv_cache_bytes(shape_kv, np.where(cached > 0, 1.0, 0.0), cached, BLOCK)  # the shared prefix, once
     if spec is not None:
         weights = weights + spec["weights"]
@@ -140,7 +158,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if max_tpot is not None:
         meets &= tpot <= max_tpot
     cols = {"concurrency": C.astype(np.int64), "prompt": P.astype(np.int64), "gen": G.astype(np.int64),
-            "replicas": replicas, "tp": tp, "chips": chips, "batch_per_replica": per_rep.astype(np.int64),
+            "replicas": replicas, "tp": tp, "ep": ep, "attention_dp": attention_dp, "chips": chips,
+            "batch_per_replica": per_rep.astype(np.int64),
             "prefill_batch": k, "prefix_cached_tokens": cached,
             "ttft_s": ttft, "tpot_s": tpot, "output_tokens_per_s": tps,
             "output_tokens_per_s_per_chip": tps / chips, "tokens_per_s_per_sequence": 1.0 / tpot,

@@ -251,7 +251,7 @@ def _keys(row: dict) -> str:
 
 
 def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, gen=256, num_requests: int = 1000,
-             tp: int | None = None, chips: int | None = None, dtype: str = "bf16", kv_dtype: str = "bf16", engine=None,
+             tp: int | None = None, chips: int | None = None, dtype: str = "release", kv_dtype: str = "bf16", engine=None,
              max_ttft=None, max_tpot=None, max_seqs: int = 256, token_budget: int = 8192, utilization=0.9,
              seed: int = 0) -> Traffic:
     """Requests arriving at ``rate`` per second (Poisson; an array sweeps it) over the whole deployment, spread

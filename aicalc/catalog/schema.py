@@ -104,6 +104,23 @@ class Node(_Strict):
     notes: list[str] = []
 
 
+class Release(_Strict):
+    """The weight precision of a model's official checkpoint, per tensor group, read from the release's
+    ``quantization_config`` (and checked against its published file sizes in tests/test_release.py)."""
+
+    dtype: str = Field(description="block linears not named below (attention, dense FFNs, shared experts)")
+    experts: str | None = Field(None, description="routed experts, where the release stores them differently")
+    source: str
+    checkpoint_bytes: PositiveInt | None = Field(None, description="the release's published weight bytes")
+
+    def model_post_init(self, _context) -> None:
+        from aicalc.core.dtypes import WEIGHT_BITS
+
+        for name in (self.dtype, self.experts):
+            if name is not None and name not in WEIGHT_BITS:
+                raise ValueError(f"release format '{name}' is not one of {', '.join(WEIGHT_BITS)}")
+
+
 class ModelPreset(_Strict):
     """A model: catalogue metadata plus its Hugging Face ``config.json`` fields under ``config``.
 
@@ -117,4 +134,5 @@ class ModelPreset(_Strict):
     official_params: str | None = Field(None, description="the vendor's nominal figure, e.g. '70B'; for display only")
     source: str
     notes: list[str] = []
+    release: Release | None = Field(None, description="the official checkpoint's precision; bf16 when absent")
     config: dict[str, Any]

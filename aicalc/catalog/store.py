@@ -585,6 +585,24 @@ class ModelSpec(NamedTuple):
     official_params: str | None = None
     hf_repo: str | None = None
     checkpoint: object = None  # aicalc.catalog.checkpoint.Checkpoint
+    release: object = None  # ReleaseFormat: the official checkpoint's precision (None: bf16)
+
+
+class ReleaseFormat(NamedTuple):
+    """A preset's ``release:`` block as plain values (see :class:`aicalc.catalog.schema.Release`)."""
+
+    dtype: str
+    experts: str | None = None
+    source: str = ""
+    checkpoint_bytes: int | None = None
+
+
+def _release(data) -> ReleaseFormat | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        data = data.model_dump()
+    return ReleaseFormat(**{k: data.get(k) for k in ReleaseFormat._fields if data.get(k) is not None})
 
 
 def looks_like_path(name: str) -> bool:
@@ -672,10 +690,12 @@ def resolve_model(name: str) -> ModelSpec:
         if not isinstance(data, dict):
             raise AicalcError(f"{path}: expected a mapping of fields")
         meta = {k: data.get(k) for k in ("id", "name", "source", "official_params", "hf_repo")}
+        meta["release"] = _release(data.get("release"))
         cfg = data.get("config")
     else:
         preset = load("model", name)
         meta = {k: getattr(preset, k) for k in ("id", "name", "source", "official_params", "hf_repo")}
+        meta["release"] = _release(preset.release)
         cfg = preset.config
     if not isinstance(cfg, dict):
         raise AicalcError(f"{path}: field 'config' must be a mapping of config.json fields")

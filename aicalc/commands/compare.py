@@ -6,7 +6,7 @@ from __future__ import annotations
 from aicalc.result import Result
 
 
-def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256", dtype: str = "bf16",
+def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256", dtype: str = "release",
         kv_dtype: str = "bf16", requests_per_day="1M", years=1.0, max_ttft="2s", max_tpot="200ms",
         price=None) -> Result:
     from aicalc.commands.merge import choices, over

@@ -6,7 +6,7 @@ from aicalc.errors import ExitCode, ParameterError
 from aicalc.result import Result
 
 
-def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str = "bf16", tp=None, chip=None,
+def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str = "release", tp=None, chip=None,
         budget=None, block_size=None, engine: str = "vllm", gpu_memory_utilization="0.9", overhead=None,
         solve=None) -> Result:
     from aicalc.commands.merge import choices, over
@@ -71,12 +71,13 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
             warnings.append(f"budget {_gib(budget)} per device exceeded by {over.size} row(s): {rows_txt}"
                             + (" …" if over.size > 5 else ""))
     spec, shape = m["model"], m["shape"]
-    inputs_ = {"model": spec.id, "batch": batches, "context": contexts, "kv_dtype": kv_dtype, "dtype": dtype,
+    inputs_ = {"model": spec.id, "batch": batches, "context": contexts, "kv_dtype": kv_dtype, "dtype": m["dtype"],
                "tp": m["tp"], "chip": chip, "budget": budget, "block_size": block_size,
                "utilization": m["utilization"], "overhead_bytes": m["overhead_bytes"], "solve": solve,
                "engine": engine}
     result = Result("kv-cache", inputs_, res.rows(), warnings=warnings, exit_code=code,
-                    title=f"{spec.name}: KV cache ({kv_dtype}, {spec.arch.attention_kind}, TP {m['tp']})"
+                    title=f"{spec.name}: KV cache ({kv_dtype}, {spec.arch.attention_kind}, TP {m['tp']}"
+                          + (f"; weights {m['dtype']})" if chip_obj else ")")
                           + (f" on {chip_obj.name}" if chip_obj else ""),
                     columns=columns, notes=_notes(shape, block_size))
     if len(batches) == 1 and len(contexts) > 1 and not solve:

@@ -121,7 +121,7 @@ def list_(kind: str | None) -> Result:
     return Result("presets list", {"kind": kind}, rows)
 
 
-def fits_on(chip: str, context="4k", dtype: str = "bf16", lora: bool = False) -> Result:
+def fits_on(chip: str, context="4k", dtype: str = "release", lora: bool = False) -> Result:
     """The model presets that fit on ``chip`` (a chip, or a node's chips): serving one sequence of ``context``
     tokens at ``dtype`` (vLLM's accounting, TP over a node's chips), and with ``lora`` a LoRA fine-tune (rank 16,
     q/v, bf16, full recompute, micro-batch 1 at the context) per chip."""

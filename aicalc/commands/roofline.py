@@ -11,15 +11,16 @@ import math
 from aicalc.result import Result
 
 
-def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: str = "bf16", kv_dtype: str = "bf16",
+def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: str = "release", kv_dtype: str = "bf16",
         tp=None, compute_dtype=None, group_size=None, attention: str = "flash", ops: bool = False, eff=None,
-        kv_per_query_head: bool = False, engine=None, draft=None, draft_tokens=4, acceptance="0.7") -> Result:
+        kv_per_query_head: bool = False, engine=None, draft=None, draft_tokens=4, acceptance="0.7", ep=1,
+        attention_dp=1) -> Result:
     from aicalc.commands.merge import choices, over
 
     if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # a table across formats
         return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
             model, chip, batch, prompt, gen, d, kd, tp, compute_dtype, group_size, attention, ops, eff,
-            kv_per_query_head, engine, draft, draft_tokens, acceptance)))
+            kv_per_query_head, engine, draft, draft_tokens, acceptance, ep, attention_dp)))
 
     from aicalc.api.roofline import roofline
     from aicalc.commands.options import efficiency_overrides, time_attention
@@ -36,7 +37,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     r = roofline(model, chip, g["batch"], g["prompt"], g["gen"], dtype=dtype, kv_dtype=kv_dtype, tp=g["tp"],
                  compute_dtype=compute_dtype, group_size=group_size, attention=attention,
                  kv_shared=False if kv_per_query_head else None, engine=engine,
-                 efficiency=efficiency_overrides(eff), draft=draft, draft_tokens=draft_tokens, acceptance=acceptance)
+                 efficiency=efficiency_overrides(eff), draft=draft, draft_tokens=draft_tokens, acceptance=acceptance,
+                 ep=ep, attention_dp=attention_dp)
     cs, effm = r.meta["setup"], r.meta["efficiency"]
     ridge = cs.roofs.ridge_point
     c = r.columns
@@ -44,7 +46,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     phases = (("prefill", r.meta["prefill"]), ("decode", r.meta["decode"]))
     for i in range(len(r)):
         common = {"batch": int(c["batch"][i]), "prompt": int(c["prompt"][i]), "gen": int(c["gen"][i]),
-                  "tp": int(c["tp"][i]), "ridge_point": ridge}
+                  "tp": int(c["tp"][i]), "ep": int(c["ep"][i]), "attention_dp": int(c["attention_dp"][i]),
+                  "ridge_point": ridge}
         mem_row = {"weights_bytes_per_device": float(c["weights_bytes_per_device"][i]),
                    "kv_cache_bytes_per_device": float(c["kv_cache_bytes_per_device"][i]), "fits": bool(c["fits"][i]),
                    "chips_needed": int(c["chips_needed"][i])}
@@ -72,8 +75,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
             rows.append(row)
             if ops:
                 rows += _op_rows(ph.ops, i, name, common, tails, ridge)
-    inputs = {"model": cs.model.id, "chip": cs.chip.id, "batch": batch, "prompt": prompt, "gen": gen, "dtype": dtype,
-              "kv_dtype": kv_dtype, "tp": tp, "compute_dtype": cs.compute_dtype, "attention": attention,
+    inputs = {"model": cs.model.id, "chip": cs.chip.id, "batch": batch, "prompt": prompt, "gen": gen, "dtype": cs.dtype_label,
+              "kv_dtype": cs.kv_dtype, "tp": tp, "ep": ep, "attention_dp": attention_dp, "compute_dtype": cs.compute_dtype, "attention": attention,
               "group_size": group_size, "kv_shared": cs.formats.kv_shared, "engine": cs.engine,
               "draft": draft, "draft_tokens": draft_tokens if draft else None,
               "acceptance": acceptance if draft else None,
@@ -83,6 +86,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     columns = ["phase", "op", "batch", "prompt", "gen", "tp", "arithmetic_intensity", "bound", "time_s", "ideal_time_s",
                "ttft_s", "tpot_s", "output_tokens_per_s", "ideal_output_tokens_per_s", "chips_needed",
                *([] if cs.dataflow else ["fits"])]
+    if ep > 1 or attention_dp > 1:
+        columns[columns.index("tp") + 1:columns.index("tp") + 1] = ["ep", "attention_dp"]
     if not ops:
         columns.remove("op")
     if draft is not None:
@@ -101,7 +106,7 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     # does not fit one device: exit 1 (a dataflow deployment is priced over chips_needed chips by design)
     code = ExitCode.OK if bool(c["fits"].all()) or cs.dataflow else ExitCode.BUDGET
     return Result("roofline", inputs, rows, warnings=r.warnings, exit_code=code,
-                  title=f"{cs.model.id} on {_where(chip, cs.chip)} ({dtype}, {cs.compute_dtype} math)", notes=notes,
+                  title=f"{cs.model.id} on {_where(chip, cs.chip)} ({cs.dtype_label}, {cs.compute_dtype} math)", notes=notes,
                   columns=columns, chart=chart)
 
 

@@ -8,11 +8,17 @@ from aicalc.result import Result
 
 
 def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="256", concurrency=None, max_ttft=None,
-        max_tpot=None, dtype: str = "bf16", kv_dtype: str = "bf16", price=None, engine=None, draft=None,
+        max_tpot=None, dtype: str = "release", kv_dtype: str = "bf16", price=None, engine=None, draft=None,
         draft_tokens=4, acceptance="0.7", prefix_hit="0", rate=None, requests=None, num_requests="1000",
-        seed=0, search: bool = False, plot=None) -> Result:
+        seed=0, search: bool = False, plot=None, ep=1, attention_dp=1) -> Result:
     import numpy as np
 
+    if (ep != 1 or attention_dp != 1) and (search or rate is not None or requests is not None):
+        from aicalc.errors import ParameterError
+
+        raise ParameterError("ep" if ep != 1 else "attention_dp", ep if ep != 1 else attention_dp,
+                             "is priced for a given deployment (serve without --search, --rate or --requests); the "
+                             "search and the traffic simulation run plain TP replicas")
     if search:
         return _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft,
                        draft_tokens, acceptance, plot)
@@ -21,7 +27,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # a table across formats
         return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
             model, chip, chips, tp, prompt, gen, concurrency, max_ttft, max_tpot, d, kd, price, engine, draft,
-            draft_tokens, acceptance, prefix_hit, rate, requests, num_requests, seed)))
+            draft_tokens, acceptance, prefix_hit, rate, requests, num_requests, seed, ep=ep, attention_dp=attention_dp)))
     from aicalc.api.catalog import node_split
 
     tp, chips = node_split(chip, tp, chips)  # a node: its chips, one TP group unless --tp splits it
@@ -38,10 +44,11 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     tp = int(tp)
     if str(concurrency).strip().lower() == "max":  # as many requests as the KV cache holds
         conc = [float(max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompts, gen=gens, dtype=dtype,
-                                             kv_dtype=kv_dtype, engine=engine)))]
+                                             kv_dtype=kv_dtype, engine=engine, ep=ep, attention_dp=attention_dp)))]
     elif concurrency is None:
         conc = concurrency_ladder(max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompts, gen=gens,
-                                                  dtype=dtype, kv_dtype=kv_dtype, engine=engine),
+                                                  dtype=dtype, kv_dtype=kv_dtype, engine=engine, ep=ep,
+                                                  attention_dp=attention_dp),
                                   (int(chips) // tp) if chips is not None else 1)
     else:
         conc = int_sweep(concurrency, "--concurrency")
@@ -49,7 +56,8 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     r = serve(model, chip, g["concurrency"], g["prompt"], g["gen"], tp=tp, chips=chips, dtype=dtype,
               kv_dtype=kv_dtype, max_ttft=max_ttft, max_tpot=max_tpot, price=price_per_hour(price), engine=engine,
               draft=draft,
-              draft_tokens=int(draft_tokens), acceptance=acceptance, prefix_hit=_share(prefix_hit))
+              draft_tokens=int(draft_tokens), acceptance=acceptance, prefix_hit=_share(prefix_hit), ep=ep,
+              attention_dp=attention_dp)
     m, c = r.meta, r.columns
     cs = m["setup"]
     warnings, exit_code = list(r.warnings), ExitCode.OK
@@ -69,7 +77,11 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
                "total_bytes_per_device", "fits"] + (["speculative_speedup"] if draft else []) + \
               (["meets_slo"] if slo else []) + \
               (["usd_per_million_output_tokens"] if price_v else [])
-    inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "replicas": m["replicas"],
+    if ep > 1 or attention_dp > 1:
+        columns[columns.index("batch_per_replica"):columns.index("batch_per_replica")] = ["ep", "attention_dp"]
+    dtype = cs.dtype_label
+    inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "ep": ep,
+              "attention_dp": attention_dp, "replicas": m["replicas"],
               "prompt": prompts, "gen": gens, "concurrency": None if concurrency is None else conc,
               "max_ttft_s": m["max_ttft"], "max_tpot_s": m["max_tpot"], "dtype": dtype, "kv_dtype": kv_dtype,
               "compute_dtype": cs.compute_dtype, "engine": cs.engine, "chip_class": cs.chip_class,
@@ -82,8 +94,9 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
              f"efficiency: engine {cs.engine} (presets/engines/{cs.engine}.yaml), chip class {cs.chip_class} "
              f"(presets/classes/{cs.chip_class}.yaml)", cost_note(cs.chip, price_v, price is not None)]
     return Result("serve", inputs, r.rows(), warnings=warnings, exit_code=exit_code, columns=columns, notes=notes,
-                  title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} (TP {tp}, {_replicas(m['replicas'])}, "
-                        f"{dtype})")
+                  title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} (TP {tp}"
+                        + (f", EP {ep}" if ep > 1 else "") + (f", attention DP {attention_dp}" if attention_dp > 1 else "")
+                        + f", {_replicas(m['replicas'])}, {dtype})")
 
 
 def _share(text) -> float:

@@ -4,7 +4,9 @@ Weight formats (``dtype``): bf16/fp16 2 B; fp8 1 B (per-tensor scale, negligible
 per-output-channel fp16 scale (negligible for large matrices, not counted; LLM.int8() likewise); int4 with
 group size G and an fp16 scale + fp16 zero-point per group (GPTQ/AWQ convention: 4 + 32/G bits, 4.25 at the
 default G = 128); fp4 is NVFP4 (Blackwell, TensorRT-LLM): E2M1 values with an FP8 scale per 16-element block,
-4 + 8/16 = 4.5 bits (NVIDIA, "Introducing NVFP4", 2025; MXFP4's E8M0 scale per 32 would be 4.25); GGUF formats by
+4 + 8/16 = 4.5 bits (NVIDIA, "Introducing NVFP4", 2025); mxfp4 is the OCP Microscaling FP4 (gpt-oss's released experts):
+E2M1 values with an E8M0 scale per 32-element block, 4 + 8/32 = 4.25 bits (OCP Microscaling Formats MX v1.0 §5;
+the gpt-oss checkpoint stores ``*_blocks`` U8 tensors of two values a byte and ``*_scales`` U8, one per 32); GGUF formats by
 their published bits per weight (llama.cpp ``ggml-common.h`` block layouts: q8_0 = 34 B per 32 weights =
 8.5 bits, q4_0 = 18 B per 32 = 4.5 bits, q4_k_m ≈ 4.85 bits as reported by llama.cpp for Llama-class
 models, q5_k_m ≈ 5.69, q6_k = 6.5625); nf4 (QLoRA, Dettmers et al. 2023 §3): 4 bits + an fp32 absmax per
@@ -23,12 +25,13 @@ from aicalc.errors import ParameterError, check_choice
 INT4_GROUP = 128
 WEIGHT_BITS = {
     "fp32": 32.0, "bf16": 16.0, "fp16": 16.0, "fp8": 8.0, "int8": 8.0, "int4": 4.0 + 32.0 / INT4_GROUP,
-    "fp4": 4.0 + 8.0 / 16,
+    "fp4": 4.0 + 8.0 / 16, "mxfp4": 4.0 + 8.0 / 32,
     "nf4": 4.0 + 32.0 / 64, "nf4-dq": 4.0 + 8 / 64 + 32 / (64 * 256),
     "q8_0": 8.5, "q6_k": 6.5625, "q5_k_m": 5.69, "q4_k_m": 4.85, "q4_0": 4.5,
 }
 GGUF = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0")
 FULL = ("fp32", "bf16", "fp16")  # formats that are not quantized
+FP4 = ("fp4", "mxfp4")  # formats fp4 tensor math runs natively (Blackwell: NVFP4 and MXFP4)
 KV_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
 INT4_KV_GROUP = 64
 QLORA_QUANT = ("none", "nf4", "nf4-dq", "int8")  # bitsandbytes base-weight formats for LoRA fine-tuning

@@ -20,8 +20,8 @@ Sources of the terms:
   and reads each cached K/V once.
 - KV reads and writes: :func:`aicalc.core.geometry.kv_bytes_per_token_layer` bytes per token and layer
   (IM-01, IM-06 for MLA).
-- MoE: a batch of n tokens with top-k routing over E experts touches ``E·(1 − (1 − k/E)^n)`` experts in
-  expectation (uniform routing); only those experts' weights are read.
+- MoE layers: :mod:`aicalc.core.moe` (experts reached, grouped GEMMs by tokens per expert, routing, permutation,
+  load imbalance, dispatch and combine under expert and attention-data parallelism).
 - TP all-reduce: two per layer (Megatron-LM, Shoeybi et al. 2019 §3) of the ``B·T·H`` activation.
 """
 
@@ -107,13 +107,21 @@ class Formats:
     flash: bool = True
     kv_shared: bool = True  # a GQA/MQA kernel reads each kv head once for its whole query group; False: once
     #                         per query head (TensorRT-LLM ≤ v0.6 masked MHA, gpt-fast's repeat_interleave)
+    expert_bytes: float | None = None  # bytes per routed-expert weight where the experts have their own format
+    expert_quantized: bool | None = None  # the experts' weights are weight-only quantized (None: as ``quantized``)
+    expert_compute: str | None = None  # the experts' math where it differs from the rest ("fp4": MXFP4 on Blackwell)
+
+    def __post_init__(self):
+        if self.expert_quantized is None:
+            object.__setattr__(self, "expert_quantized", self.quantized)
 
 
 def formats(dtype: str = "bf16", kv_dtype: str = "bf16", *, group_size: int | None = None, quantized=None,
             flash: bool = True, kv_shared: bool = True, weight_bytes: float | None = None,
-            edge_bytes: float | None = None) -> Formats:
+            edge_bytes: float | None = None, expert_bytes: float | None = None, expert_quantized=None,
+            expert_compute: str | None = None) -> Formats:
     """Formats of a weight dtype (``group_size`` for int4) and a KV dtype; ``weight_bytes`` / ``edge_bytes``
-    override the bytes per parameter (a checkpoint's measured bytes)."""
+    override the bytes per parameter (a checkpoint's measured bytes); ``expert_*`` the routed experts' own format."""
     from aicalc.core.dtypes import (
         edge_bytes_per_param,
         is_weight_only,
@@ -127,15 +135,18 @@ def formats(dtype: str = "bf16", kv_dtype: str = "bf16", *, group_size: int | No
     edge = edge_bytes if edge_bytes is not None else edge_bytes_per_param(dtype, wb)
     return Formats(weight_bytes=wb, edge_bytes=edge, norm_bytes=norm_bytes_per_param(dtype),
                    kv_dtype=kv_dtype, quantized=is_weight_only(dtype) if quantized is None else quantized,
-                   flash=flash, kv_shared=kv_shared)
+                   flash=flash, kv_shared=kv_shared, expert_bytes=expert_bytes, expert_quantized=expert_quantized,
+                   expert_compute=expert_compute)
 
 
 @dataclass
 class Op:
     """One operation summed over the layers it occurs in; every field an array (per device).
 
-    ``kind``: ``gemm`` (priced at the GEMM efficiency of ``dims`` = (m, n, k)), ``attention`` (the attention
-    core), ``stream`` (elementwise and memory-bound kernels) or ``collective``."""
+    ``kind``: ``gemm`` (priced at the GEMM efficiency of ``dims`` = (m, n, k); ``grouped``: a grouped GEMM whose
+    m is the rows per expert), ``attention`` (the attention core), ``stream`` (elementwise and memory-bound
+    kernels), ``collective`` (a ring all-reduce of ``comm_bytes``) or ``alltoall`` (``comm_bytes`` sent per
+    device). ``compute``: the op's math where it differs from the pass's (the chip's peak in that format)."""
 
     name: str
     kind: str
@@ -149,25 +160,28 @@ class Op:
     layers: float = 0.0  # transformer layers the op is summed over (0: outside the layers)
     quantized: bool = False  # its weights are in the (weight-only) quantized format
     bytes_per_weight: float = 2.0
+    grouped: bool = False
+    compute: str | None = None
 
 
 def experts_touched(s: Shape, tokens, ep=1.0):
-    """Experts of one MoE layer that a device reads in a pass of ``tokens`` tokens: its E/ep experts, reached by
-    the ep·tokens of its EP group (uniform top-k routing): (E/ep)·(1 − (1 − k/E)^(ep·tokens)), the power as an
-    exp."""
+    """Experts of one MoE layer a device reads in a pass of ``tokens`` tokens per EP rank
+    (:func:`aicalc.core.moe.experts_touched` over the ep·tokens of its EP group)."""
     import numpy as np
 
-    E, k = float(s.experts), float(s.experts_per_token)
-    ep = np.asarray(ep, dtype=np.float64)
-    M = np.asarray(tokens, dtype=np.float64)
-    return E / ep * (-np.expm1(ep * M * np.log1p(-k / E)) if k < E else 1.0 + 0.0 * M)
+    from aicalc.core.moe import experts_touched as touched
+
+    return touched(float(s.experts), float(s.experts_per_token), np.asarray(tokens, dtype=np.float64) * ep, ep)
 
 
-def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_tokens=None, ep=1.0) -> list[Op]:
-    """Operations of one forward pass over B sequences × T new tokens with P cached tokens, per device;
-    ``logits_tokens`` per sequence reach the LM head (default all T; 1 in a prefill that samples one token).
-    ``ep``: expert parallelism: each device holds E/ep experts and receives the tokens the ep ranks route to
-    them (the all-to-all itself is priced by the caller)."""
+def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_tokens=None, ep=1.0, *, etp=None,
+                moe_sources=None) -> list[Op]:
+    """Operations of one forward pass over B sequences × T new tokens with P cached tokens, per device of a
+    group of ``tp`` tensor-parallel ranks; ``logits_tokens`` per sequence reach the LM head (default all T; 1 in
+    a prefill that samples one token). MoE layers (:func:`aicalc.core.moe.moe_ops`): ``ep`` ranks share the
+    experts, each split over ``etp`` ranks (default tp), serving the tokens of ``moe_sources`` such groups
+    (default ep: training's EP over data-parallel ranks, whose all-to-all the caller prices; serving passes its
+    attention-DP degree)."""
     import numpy as np
 
     from aicalc.core import geometry as geo
@@ -237,20 +251,9 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
         stream("mlp_act", M / tp * (s.ffn_in + s.ffn) * ab * Ld, Ld, flop=M / tp * 4.0 * s.ffn * Ld, layers=Ld)
         gemm("mlp_down", M, H, s.ffn / tp, Ld, Ld * (s.ffn + bias) * H / tp * wb)
     if s.moe_layers:
-        Lm, E, k = float(s.moe_layers), float(s.experts), float(s.experts_per_token)
-        touched = experts_touched(s, M, ep) + zero
-        m_e = M * k / np.where(touched > 0, touched, 1.0)  # tokens per touched expert (M·k arrive per device)
-        gemm("moe_router", M, E, H, Lm, Lm * H * E * wb)
-        for name, n_, k_ in (("moe_up", s.expert_in, H), ("moe_down", H, s.expert_ffn)):
-            w = touched * Lm * n_ * k_ / tp * wb
-            ops.append(Op(name, "gemm", flop=M / tp * 2.0 * k * n_ * k_ * Lm,
-                          bytes=M / tp * k * (n_ + k_) * ab * Lm + w, weight_bytes=w, kernels=Lm + zero,
-                          dims=(m_e, n_ / tp + zero, k_ + zero), layers=Lm, quantized=fm.quantized,
-                          bytes_per_weight=wb))
-        stream("moe_act", M / tp * k * (s.expert_in + s.expert_ffn) * ab * Lm, Lm, layers=Lm)
-        if s.shared_ffn:
-            gemm("shared_up", M, s.shared_in / tp, H, Lm, Lm * H * s.shared_in / tp * wb)
-            gemm("shared_down", M, H, s.shared_ffn / tp, Lm, Lm * s.shared_ffn * H / tp * wb)
+        from aicalc.core.moe import moe_ops
+
+        ops += moe_ops(s, fm, M, tp, ep=ep, etp=etp, sources=moe_sources, zero=zero)
 
     # TP all-reduce after attention and after the MLP: payload B·T·H activations
     on = np.where(tp > 1, 1.0, 0.0)

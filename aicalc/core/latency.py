@@ -10,9 +10,26 @@ memory bandwidth (Williams et al. 2009); H100 SXM at dense bf16: 989.4e12 / 3.35
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from aicalc.core.efficiency import Efficiency
-from aicalc.core.forward import Formats, Shape, forward_ops
+from aicalc.core.forward import Formats, Shape
+from aicalc.core.forward import forward_ops as _forward_ops
 from aicalc.core.pricing import Roofs, chunked, price
+
+
+class Par(NamedTuple):
+    """Parallelism inside one serving replica beyond its attention TP: ``ep`` expert-parallel ranks and ``adp``
+    attention-data-parallel groups. The ``tp`` and batch the functions here take are one attention group's (tp/adp
+    chips, B/adp sequences); the routed experts are split over all tp·adp chips, ep ways × (tp·adp/ep) expert TP."""
+
+    ep: float = 1.0
+    adp: float = 1.0
+
+
+def forward_ops(s, fm, B, T, P, tp, logits_tokens=None, par: Par = Par()):
+    """:func:`aicalc.core.forward.forward_ops` of one attention group of a replica laid out as ``par``."""
+    return _forward_ops(s, fm, B, T, P, tp, logits_tokens, ep=par.ep, etp=tp * par.adp / par.ep, moe_sources=par.adp)
 
 
 class Phase:
@@ -75,41 +92,42 @@ def pass_overhead(s: Shape, eff: Efficiency, hops=0.0):
     return eff.step_overhead_s + eff.layer_latency_s * s.L + eff.hop_latency_s * hops
 
 
-def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, chips=1.0):
+def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, chips=1.0, par: Par = Par()):
     """(FLOPs, bytes, ideal time, estimated time) of one pass per device group; the estimate includes the pass
     overhead. ``chips``: a dataflow deployment's chip count (see :func:`dataflow`)."""
-    ops = forward_ops(s, fm, B, T, P, tp, logits_tokens)
-    price(ops, roofs, eff, tp, fm.quantized)
+    ops = forward_ops(s, fm, B, T, P, tp, logits_tokens, par)
+    price(ops, roofs, eff, tp, True)  # each op says whether its weights are quantized
     spread, hops = dataflow(s, chips)
     t_ideal, t_est = _dataflow_times(s, ops, B, T, spread)
     return sum(o.flop for o in ops), sum(o.bytes for o in ops), t_ideal, t_est + pass_overhead(s, eff, hops)
 
 
-def _timed_ops(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None):
-    ops = forward_ops(s, fm, B, T, P, tp, logits_tokens)
-    price(ops, roofs, eff, tp, fm.quantized)
+def _timed_ops(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, par: Par = Par()):
+    ops = forward_ops(s, fm, B, T, P, tp, logits_tokens, par)
+    price(ops, roofs, eff, tp, True)  # each op says whether its weights are quantized
     return ops
 
 
 def phase(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, new_tokens, past, tp,
-          logits_tokens=None, chips=1.0) -> Phase:
+          logits_tokens=None, chips=1.0, par: Par = Par()) -> Phase:
     """One forward pass, timed (ideal and estimate), over the broadcast of the array arguments."""
     args = [batch, new_tokens, past, tp, chips] + ([] if logits_tokens is None else [logits_tokens])
 
     def block(B, T, P, tp_, h, *lt):
-        return _sums(s, roofs, fm, eff, B, T, P, tp_, lt[0] if lt else None, h)
+        return _sums(s, roofs, fm, eff, B, T, P, tp_, lt[0] if lt else None, h, par)
 
     return Phase(*chunked(block, args, 4),
-                 make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, new_tokens, past, tp, logits_tokens))
+                 make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, new_tokens, past, tp, logits_tokens, par))
 
 
-def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, prompt, gen, tp, chips=1.0):
+def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, prompt, gen, tp, chips=1.0,
+              par: Par = Par()):
     """(prefill Phase, decode Phase, {"est"|"ideal": {ttft_s, tpot_s, total_s, output_tokens_per_s}}); ``chips``:
-    the chips a dataflow deployment spreads the weights over (1 otherwise)."""
+    the chips a dataflow deployment spreads the weights over (1 otherwise); tokens/s are one attention group's."""
 
     def block(B, S, G, tp_, h):
-        pre = _sums(s, roofs, fm, eff, B, S, 0.0, tp_, 1.0, h)
-        dec = _sums(s, roofs, fm, eff, B, 1.0, S + G / 2.0, tp_, None, h)
+        pre = _sums(s, roofs, fm, eff, B, S, 0.0, tp_, 1.0, h, par)
+        dec = _sums(s, roofs, fm, eff, B, 1.0, S + G / 2.0, tp_, None, h, par)
         res = [*pre, *dec]
         for ttft, tpot in ((pre[3], dec[3]), (pre[2], dec[2])):
             total = ttft + (G - 1.0) * tpot
@@ -120,8 +138,9 @@ def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, promp
     import numpy as np
 
     S, G = np.asarray(prompt, dtype=np.float64), np.asarray(gen, dtype=np.float64)
-    pre = Phase(*r[0:4], make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, S, 0.0 * S, tp, 1.0))
-    dec = Phase(*r[4:8], make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, 1.0 + 0 * S, S + G / 2.0, tp))
+    pre = Phase(*r[0:4], make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, S, 0.0 * S, tp, 1.0, par))
+    dec = Phase(*r[4:8], make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, 1.0 + 0 * S, S + G / 2.0, tp, None,
+                                                     par))
     out = {}
     for key, ttft, tpot, total, rate in (("est", pre.t_est, dec.t_est, r[8], r[9]),
                                           ("ideal", pre.t_ideal, dec.t_ideal, r[10], r[11])):
@@ -129,7 +148,7 @@ def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, promp
     return pre, dec, out
 
 
-def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp):
+def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp, par: Par = Par()):
     """Smallest batch at which a decode step's arithmetic intensity reaches the ridge point.
 
     Intensity(B) = a·B / (W + c·B) with a, c the FLOPs and bytes one more sequence adds and W the bytes
@@ -141,7 +160,7 @@ def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp):
     R = roofs.ridge_point
 
     def totals(B, C, tp_):
-        ops = forward_ops(s, fm, B, 1.0, C, tp_)
+        ops = forward_ops(s, fm, B, 1.0, C, tp_, None, par)
         return sum(o.flop for o in ops), sum(o.bytes for o in ops)
 
     def block(C, tp_):

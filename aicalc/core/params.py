@@ -124,3 +124,11 @@ def count_params(arch: Arch) -> ParamCount:
     lm_head = 0 if arch.tied_embeddings else V * H
     active = embedding + attention + active_ffn + norms + lm_head
     return ParamCount(embedding=embedding, attention=attention, ffn=ffn, norms=norms, lm_head=lm_head, active=active)
+
+
+def routed_expert_params(arch: Arch) -> int:
+    """Parameters of the routed experts of all MoE layers (routers and shared experts excluded): the tensors a
+    release may store in their own format and expert parallelism splits."""
+    if arch.moe is None:
+        return 0
+    return sum(arch.moe_layers) * arch.moe.experts * mlp_params(arch, arch.moe.expert_ffn)

@@ -29,6 +29,7 @@ class Roofs:
     link_bytes_per_s: float  # per direction, for collectives
     low_precision: bool = False  # compute in an 8-bit format (fp8/int8 tensor math)
     vector_flop_per_s: float = 0.0  # the vector (non-tensor) units' rate GEMV kernels use; 0: not listed
+    peaks: tuple = ()  # (dtype, dense FLOP/s) of other formats ops may compute in (Op.compute: MXFP4 experts)
 
     @property
     def ridge_point(self) -> float:
@@ -49,14 +50,26 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
     from aicalc.core.geometry import ring_factor
 
     peak, bw = roofs.peak_flop_per_s, roofs.bandwidth_bytes_per_s
+    low = roofs.low_precision
+    if op.compute is not None and op.compute in dict(roofs.peaks):  # the op's own math (MXFP4 experts on fp4 cores)
+        peak, low = dict(roofs.peaks)[op.compute], op.compute in ("fp8", "int8", "fp4")
     link = np.maximum(roofs.link_bytes_per_s, 1.0)
     vec = vector_rate(roofs, eff)
     if op.kind == "gemm":
-        g = gemm_efficiency(eff, *op.dims, low_precision=roofs.low_precision)
+        if op.grouped:  # grouped GEMM: each expert's rows padded to the row tile (aicalc.core.moe.padded_rows)
+            from aicalc.core.moe import padded_rows
+
+            m, n, k = op.dims
+            mp = padded_rows(m, eff.grouped_gemm_tile)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = np.where(mp > 0, np.asarray(m, dtype=np.float64) / np.where(mp > 0, mp, 1.0), 1.0)
+            g = gemm_efficiency(eff, mp, n, k, low_precision=low) * share * eff.grouped_gemm_efficiency
+        else:
+            g = gemm_efficiency(eff, *op.dims, low_precision=low)
         if eff.gemv_efficiency > 0:  # small M: a GEMV kernel on the vector units, when that is faster
             g = np.maximum(g, eff.gemv_efficiency * vec / peak)
     else:
-        g = eff.flop_max * (eff.low_precision_flop_factor if roofs.low_precision else 1.0)
+        g = eff.flop_max * (eff.low_precision_flop_factor if low else 1.0)
     q = op.quantized and quantized
     wq = eff.quant_bandwidth if q else eff.bandwidth
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -66,7 +79,10 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
             t_c = t_c + eff.dequant_ops_per_weight * op.weight_bytes / (op.bytes_per_weight * vec)
         t_m = op.weight_bytes / (bw * wq) + (op.bytes - op.weight_bytes) / (bw * eff.bandwidth)
     t_est = combine(t_c, t_m, eff.overlap_p) + op.kernels * eff.kernel_overhead_s
-    if op.kind == "collective":
+    if op.kind == "alltoall":  # comm_bytes already what one device sends
+        t_ideal = t_ideal + op.comm_bytes / link
+        t_est = t_est + op.comm_bytes / (link * eff.link) + op.collectives * eff.collective_latency_s
+    elif op.kind == "collective":
         comm = ring_factor(tp) * op.comm_bytes
         t_ideal = t_ideal + comm / link
         t_est = t_est + comm / (link * eff.link) + op.collectives * eff.collective_latency_s

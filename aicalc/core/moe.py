@@ -1,0 +1,135 @@
+"""The cost of a mixture-of-experts layer, per device, for inference and training alike: which experts a pass
+reaches, how many tokens each receives, the grouped GEMMs over them, routing, the token permutation around them,
+the load imbalance between expert-parallel ranks and the dispatch/combine exchange.
+
+Notation (:mod:`aicalc.core.forward`): M tokens of one attention group in this pass, E routed experts, k experts
+per token, H hidden, F_e an expert's FFN width. A replica's experts are split over ``ep`` ranks (expert
+parallelism) and each expert's matrices over ``etp`` ranks (expert tensor parallelism); the experts of one EP
+group serve the tokens of ``sources`` attention groups: in training the EP ranks are data-parallel ranks with M
+tokens each (Megatron-Core, sources = ep); in serving, a replica's attention-DP groups (SGLang/TensorRT-LLM
+attention DP, sources = attention_dp; 1 under plain TP, where every rank holds every token).
+
+Sources of the terms:
+
+- Experts reached by n tokens under uniform top-k routing: ``E·(1 − (1 − k/E)^n)`` (each expert is missed by a
+  token with probability 1 − k/E); only those experts' weights are read.
+- Grouped GEMM (CUTLASS grouped GEMM, DeepGEMM, TensorRT-LLM's MoE plugin, Megatron-Core's GroupedMLP): one
+  kernel runs every reached expert's m_e × n × k product, each expert's rows padded to the kernel's row tile;
+  the tile count, not the FLOPs, sets the work (:func:`padded_rows`). Priced like a GEMM of the padded per-expert
+  shape at ``grouped_gemm_efficiency`` of a dense GEMM's efficiency (:mod:`aicalc.core.pricing`).
+- Router: an H × E GEMM and a top-k over E scores per token; permutation: the k copies of each token gathered
+  into expert order before the up projection (read H, write k·H) and scattered back with the router weights
+  after the down projection (read k·H, write H) — Megatron-Core's ``moe_utils.permute``/``unpermute``, vLLM's
+  and TensorRT-LLM's fused-MoE ``moe_align``/``finalize`` kernels.
+- Load imbalance: the busiest of ``ep`` ranks sets the pace of the layer; with uniform routing a rank's load is
+  binomial, and the expected maximum of ep such loads is about the mean plus ``σ·√(2 ln ep)`` (the Gaussian
+  extreme-value bound, e.g. Kamath, "Bounds on the expectation of the maximum of samples from a Gaussian").
+- Dispatch and combine (GShard, Lepikhin et al. 2020 §2.2; DeepEP): each routed copy that leaves its rank crosses
+  the link once each way: ``k·(ep − 1)/ep`` copies of H activations per token of the rank, per direction. Under
+  plain TP attention the experts' partial outputs are summed by the layer's TP all-reduce instead (vLLM's
+  expert parallelism over TP ranks), so no exchange is added.
+"""
+
+from __future__ import annotations
+
+
+def experts_touched(E: float, k: float, tokens, ep=1.0):
+    """Experts of one MoE layer a device reads in a pass where ``tokens`` tokens are routed over the E experts
+    of its EP group: its E/ep experts, each reached with probability 1 − (1 − k/E)^tokens (the power as an exp)."""
+    import numpy as np
+
+    ep = np.asarray(ep, dtype=np.float64)
+    n = np.asarray(tokens, dtype=np.float64)
+    return E / ep * (-np.expm1(n * np.log1p(-k / E)) if k < E else 1.0 + 0.0 * n)
+
+
+def imbalance(copies, ep):
+    """Expected load of the busiest of ``ep`` EP ranks over the mean, when ``copies`` routed token copies are spread
+    uniformly: each rank's load is Binomial(copies, 1/ep); E[max] ≈ μ + σ·√(2 ln ep) (module doc); 1 for ep = 1."""
+    import numpy as np
+
+    ep = np.asarray(ep, dtype=np.float64)
+    n = np.maximum(np.asarray(copies, dtype=np.float64), 1e-9)
+    p = 1.0 / np.maximum(ep, 1.0)
+    mean = n * p
+    spread = np.sqrt(n * p * (1.0 - p) * 2.0 * np.log(np.maximum(ep, 1.0)))
+    return np.where(ep > 1.0, 1.0 + spread / np.maximum(mean, 1e-9), 1.0)
+
+
+def padded_rows(m, tile):
+    """Rows a grouped GEMM computes for an expert that receives ``m`` rows on average, with rows padded to the
+    kernel's row ``tile``: at least one tile per reached expert, and half a tile of padding on average beyond
+    (a uniform remainder); ``tile`` 0: no padding."""
+    import numpy as np
+
+    m = np.asarray(m, dtype=np.float64)
+    if not tile:
+        return m
+    return np.maximum(float(tile), m + tile / 2.0)
+
+
+def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0):
+    """The operations of the MoE layers of one pass on one device (see the module doc), as
+    :class:`aicalc.core.forward.Op`: router, top-k, permute, grouped up/down projections, activation, unpermute,
+    shared experts, and the dispatch/combine exchange where tokens are not already on every rank.
+
+    ``M`` tokens of this device's attention group, ``tp`` its attention TP; ``ep`` ranks share the experts, each
+    expert split over ``etp`` (default ``tp``); ``sources`` attention groups feed one EP group (default ``ep``:
+    training's EP over data-parallel ranks)."""
+    import numpy as np
+
+    from aicalc.core.forward import ACT_BYTES, Op
+
+    f64 = np.float64
+    ab = ACT_BYTES
+    H, Lm = float(s.H), float(s.moe_layers)
+    E, k = float(s.experts), float(s.experts_per_token)
+    ep = np.asarray(ep, dtype=f64)
+    etp = np.asarray(tp if etp is None else etp, dtype=f64)
+    src = ep if sources is None else np.asarray(sources, dtype=f64)
+    routed = M * src  # tokens routed over the EP group's experts
+    copies = routed * k / ep  # routed copies one EP rank receives on average
+    imb = imbalance(routed * k, ep)
+    touched = experts_touched(E, k, routed, ep) + zero
+    m_e = copies * imb / np.where(touched > 0, touched, 1.0)  # rows per reached expert on the busiest rank
+    wbe, wb = fm.expert_bytes or fm.weight_bytes, fm.weight_bytes
+    ops = []
+
+    def add(name, kind, flop, nbytes, weights=0.0, kernels=1.0, **kw):
+        ops.append(Op(name, kind, flop=flop + zero, bytes=nbytes + weights + zero, weight_bytes=weights + zero,
+                      kernels=kernels * Lm + zero, layers=Lm, **kw))
+
+    add("moe_router", "gemm", 2.0 * M * E * H * Lm, M * (E + H) * ab * Lm, Lm * H * E * wb,
+        dims=(M + zero, E + zero, H + zero), quantized=fm.quantized, bytes_per_weight=wb)
+    add("moe_topk", "stream", M * E * 4.0 * Lm, M * E * 4.0 * Lm)
+    # gather the copies this device's grouped GEMM runs into expert order (read H per token, write H per copy) and
+    # scatter them back weighted (read H per copy, write H per token); under TP attention every rank permutes all
+    # of its group's tokens (activations are replicated), under attention DP the copies it received
+    rows = copies * imb  # token copies on the busiest rank
+    perm = rows * H * (1.0 + 1.0 / k)
+    add("moe_permute", "stream", 0.0, perm * ab * Lm, kernels=2.0)
+    add("moe_unpermute", "stream", 2.0 * rows * H * Lm, perm * ab * Lm)
+    for name, n_, k_ in (("moe_up", s.expert_in, H), ("moe_down", H, s.expert_ffn)):
+        n_dev = (n_ / etp) if name == "moe_up" else n_ + 0.0 * etp
+        k_dev = k_ if name == "moe_up" else k_ / etp
+        w = touched * Lm * n_ * k_ / etp * wbe
+        ops.append(Op(name, "gemm", flop=2.0 * rows * n_dev * k_dev * Lm + zero,
+                      bytes=rows * (n_dev + k_dev) * ab * Lm + w + zero, weight_bytes=w + zero, kernels=Lm + zero,
+                      dims=(m_e, n_dev + zero, k_dev + zero), layers=Lm, quantized=fm.expert_quantized,
+                      bytes_per_weight=wbe, grouped=True, compute=fm.expert_compute))
+    add("moe_act", "stream", copies * imb * 4.0 * s.expert_ffn / etp * Lm,
+        copies * imb / etp * (s.expert_in + s.expert_ffn) * ab * Lm)
+    if s.shared_ffn:  # always-active experts: a dense FFN on the group's own tokens, split over its tp ranks
+        add("shared_up", "gemm", 2.0 * M * s.shared_in / tp * H * Lm, M * (s.shared_in / tp + H) * ab * Lm,
+            Lm * H * s.shared_in / tp * wb, dims=(M + zero, s.shared_in / tp + zero, H + zero),
+            quantized=fm.quantized, bytes_per_weight=wb)
+        add("shared_down", "gemm", 2.0 * M * H * s.shared_ffn / tp * Lm, M * (s.shared_ffn / tp + H) * ab * Lm,
+            Lm * s.shared_ffn * H / tp * wb, dims=(M + zero, H + zero, s.shared_ffn / tp + zero),
+            quantized=fm.quantized, bytes_per_weight=wb)
+    # dispatch + combine where the EP group gathers tokens from other groups (attention DP, training's EP over DP)
+    exchange = np.where((ep > 1.0) & (src > 1.0), 1.0, 0.0)
+    sent = M / tp * k * (ep - 1.0) / np.maximum(ep, 1.0) * H * ab  # bytes per direction per layer per device
+    ops.append(Op("moe_alltoall", "alltoall", flop=zero, bytes=zero, weight_bytes=zero, kernels=zero,
+                  comm_bytes=2.0 * sent * Lm * exchange + zero, collectives=2.0 * Lm * exchange + zero, layers=Lm))
+    return ops
+

@@ -1,0 +1,96 @@
+"""Expert parallelism and attention data parallelism inside a serving replica (roofline, serve)."""
+
+import json
+
+import numpy as np
+import pytest
+
+import aicalc
+from aicalc.api.roofline import roofline
+from aicalc.core.moe import experts_touched, imbalance, padded_rows
+
+# DeepSeek-V3 from its config.json: 61 layers, the first 3 dense; 256 routed experts of FFN 2048, hidden 7168
+H, E, FE, LM = 7168, 256, 2048, 58
+ROUTED = LM * E * 3 * H * FE  # gate, up and down of every routed expert
+TOTAL = 671_026_404_352  # transformers' count (presets/models/deepseek-v3.yaml)
+VOCAB_TABLES = 2 * 129280 * H  # parameters of the embedding and the LM head, bf16 in the fp8 release
+
+
+def test_attention_dp_replicates_all_but_the_routed_experts():
+    """DEP8 on 8 chips: each chip holds 1/8 of the routed experts and a whole copy of everything else
+    (attention TP 1); fp8 linears at 1 byte, vocabulary tables at 2, norms at 2 (a rounding here)."""
+    r = roofline("deepseek-v3", "h200", 8, 1000, 1000, tp=8, ep=8, attention_dp=8)
+    rest = TOTAL - ROUTED
+    expected = ROUTED / 8 + rest + VOCAB_TABLES  # the vocabulary tables at 1 B in rest, + 1 B more
+    assert r.weights_bytes_per_device[0] == pytest.approx(expected, rel=0.002)
+    assert int(r.ep[0]) == 8 and int(r.attention_dp[0]) == 8
+
+
+def test_attention_dp_splits_the_mla_cache_over_the_groups():
+    """MLA caches one latent per token, replicated on every TP rank; with attention DP each rank holds only its
+    own sequences' latents: 1/8 of the TP8 cache per device for the same 64 sequences."""
+    tp8 = roofline("deepseek-v3", "h200", 64, 1000, 1000, tp=8)
+    dep8 = roofline("deepseek-v3", "h200", 64, 1000, 1000, tp=8, ep=8, attention_dp=8)
+    assert dep8.kv_cache_bytes_per_device[0] == pytest.approx(tp8.kv_cache_bytes_per_device[0] / 8, rel=1e-9)
+    per_token = (512 + 64) * 2 * 61  # kv_lora_rank + rope dims, bf16, every layer
+    assert tp8.kv_cache_bytes_per_device[0] == pytest.approx(64 * 2000 * per_token, rel=1e-9)
+
+
+def test_expert_flops_are_conserved_across_the_replica():
+    """However the experts are split, the replica computes every routed copy once: per-device FLOPs of the expert
+    GEMMs times the chips = tokens · k · 2 · (gate/up + down) (busiest-rank imbalance divided out)."""
+    B, T = 512, 1
+    r = roofline("deepseek-v3", "h200", B, 1000, 1000, tp=8, ep=8, attention_dp=8)
+    ops = {o.name: o for o in r.meta["decode"].ops}
+    per_device = float(np.ravel(ops["moe_up"].flop)[0] + np.ravel(ops["moe_down"].flop)[0])
+    imb = float(imbalance(B * T * 8, 8))
+    assert per_device * 8 / imb == pytest.approx(B * T * 8 * 2 * 3 * H * FE * LM, rel=1e-9)
+
+
+def test_imbalance_matches_a_simulation_of_uniform_routing():
+    """The expected busiest-rank load over the mean, against a Monte Carlo draw of multinomial loads."""
+    rng = np.random.default_rng(0)
+    for copies, ep in ((4096, 8), (512, 8), (2048, 64)):
+        loads = rng.multinomial(copies, [1 / ep] * ep, size=4000)
+        simulated = loads.max(axis=1).mean() / (copies / ep)
+        assert float(imbalance(copies, ep)) == pytest.approx(simulated, rel=0.08)
+    assert float(imbalance(1000, 1)) == 1.0
+
+
+def test_experts_touched_and_padding():
+    """All E experts are reached by many tokens, k of them by one; a reached expert computes at least one tile."""
+    assert float(experts_touched(256, 8, 1)) == pytest.approx(8.0)
+    assert float(experts_touched(256, 8, 10_000)) == pytest.approx(256.0)
+    assert float(experts_touched(256, 8, 10_000, 8)) == pytest.approx(32.0)
+    assert float(padded_rows(3, 64)) == 64 and float(padded_rows(1000, 64)) == 1032
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["deepseek-v3", "--ep", "3", "--tp", "3"], "does not divide the 256 experts"),
+    (["llama-3.1-8b", "--ep", "2", "--tp", "2"], "has no experts"),
+    (["deepseek-v3", "--tp", "8", "--attention-dp", "3"], "must divide the 8 chips"),
+    (["deepseek-v3", "--tp", "4", "--ep", "8"], "must divide the 4 chips"),
+])
+def test_layouts_no_engine_runs_are_one_line_and_exit_2(cli, args, needle):
+    r = cli("roofline", *args, "--chip", "h200")
+    assert r.code == 2 and needle in r.err and r.err.count("\n") == 1, r.err
+
+
+def test_rows_report_ep_and_attention_dp(cli):
+    for cmd in (["roofline", "--batch", "64"], ["serve", "--concurrency", "64"]):
+        r = cli(cmd[0], "deepseek-v3", "--chip", "h200", "--tp", "8", "--ep", "8", "--attention-dp", "8",
+                *cmd[1:], "--json")
+        assert r.code == 0, r.err
+        rows = json.loads(r.out)["rows"]
+        assert all(row["ep"] == 8 and row["attention_dp"] == 8 for row in rows)
+
+
+def test_dp_attention_raises_deepseek_decode_throughput_at_load():
+    """SGLang's DP attention for DeepSeek "achieves up to 1.9x decoding throughput improvement" over TP (LMSYS,
+    "SGLang v0.4", 2024-12-04): it removes the MLA cache's replication and its compute. At a large batch DEP8 must
+    beat TP8 on the same 8 chips, and by no more than about 2x."""
+    kw = dict(prompt=1000, gen=1000)
+    tp8 = aicalc.serve("deepseek-v3", "h200", 256, tp=8, **kw)
+    dep8 = aicalc.serve("deepseek-v3", "h200", 256, tp=8, ep=8, attention_dp=8, **kw)
+    ratio = dep8.output_tokens_per_s[0] / tp8.output_tokens_per_s[0]
+    assert 1.0 < ratio < 2.5

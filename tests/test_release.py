@@ -1,0 +1,64 @@
+"""Models as they are released: the official checkpoint's precision per tensor group is the default weight format.
+
+Expected figures come from the releases themselves: the gpt-oss model card (arXiv:2508.10925, Table 1: checkpoint
+12.8 GiB for gpt-oss-20b, 60.8 GiB for gpt-oss-120b, MXFP4 experts and bf16 elsewhere) and DeepSeek-V3's FP8
+release (671B parameters at one byte each plus bf16 embeddings: about 0.68 TB without the MTP module).
+"""
+
+import json
+
+import pytest
+
+import aicalc
+from aicalc.api.catalog import load_model, weight_format
+from aicalc.api.roofline import roofline
+
+
+@pytest.mark.parametrize("model, gib", [("gpt-oss-20b", 12.8), ("gpt-oss-120b", 60.8)])
+def test_gpt_oss_weights_are_the_released_mxfp4_checkpoint(model, gib):
+    r = roofline(model, "h100-sxm", 1, 128, 128)
+    assert r.meta["setup"].dtype_label == "mxfp4-experts"
+    assert r.weights_bytes_per_device[0] / 2**30 == pytest.approx(gib, rel=0.01)
+    spec = load_model(model)
+    assert spec.release.checkpoint_bytes / 2**30 == pytest.approx(gib, rel=0.005)
+
+
+def test_deepseek_v3_defaults_to_its_fp8_release():
+    """671,026,404,352 parameters; the 1.85B embedding and 0.93B LM-head parameters stay bf16 (2 B), the rest 1 B."""
+    r = roofline("deepseek-v3", "h200", 1, 128, 128, tp=1)  # one device holds it all (TP replicates MLA's down-proj)
+    expected = 671_026_404_352 + 2 * 129280 * 7168  # one byte each, one more for the two bf16 vocabulary tables
+    assert r.meta["setup"].dtype_label == "fp8"
+    assert r.weights_bytes_per_device[0] == pytest.approx(expected, rel=0.002)
+
+
+def test_a_bf16_release_stays_bf16_and_dtype_overrides_the_release():
+    assert roofline("llama-3.1-8b", "h100-sxm").meta["setup"].dtype_label == "bf16"
+    bf16 = roofline("gpt-oss-20b", "h100-sxm", dtype="bf16")
+    assert bf16.meta["setup"].dtype_label == "bf16"
+    assert bf16.weights_bytes_per_device[0] == pytest.approx(2 * 20_914_757_184, rel=0.002)  # keras-hub's count
+
+
+def test_experts_format_is_accepted_as_a_dtype_and_refused_for_dense_models():
+    spec = load_model("mixtral-8x7b")
+    wf = weight_format(spec, "mxfp4-experts")
+    assert (wf.name, wf.experts, wf.label) == ("bf16", "mxfp4", "mxfp4-experts")
+    assert weight_format(spec, "fp8+mxfp4-experts").label == "fp8+mxfp4-experts"
+    with pytest.raises(aicalc.ParameterError, match="no experts"):
+        weight_format(load_model("llama-3.1-8b"), "mxfp4-experts")
+
+
+def test_gpt_oss_20b_fits_one_l4_with_the_release_weights(cli):
+    """Made for 16 GB cards; an L4 has 24 GB. Before, bf16 weights (41.8 GB) did not fit."""
+    r = cli("kv-cache", "gpt-oss-20b", "--chip", "l4", "--context", "8k", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["inputs"]["dtype"] == "mxfp4-experts"
+    assert doc["rows"][0]["max_batch"] >= 1
+
+
+def test_mxfp4_experts_use_fp4_math_on_blackwell_and_are_dequantized_on_hopper():
+    b200 = roofline("gpt-oss-120b", "b200", 1, 128, 128).meta["setup"]
+    h100 = roofline("gpt-oss-120b", "h100-sxm", 1, 128, 128).meta["setup"]
+    assert b200.formats.expert_compute == "fp4" and not b200.formats.expert_quantized
+    assert h100.formats.expert_compute is None and h100.formats.expert_quantized
+    assert any("mxfp4" in w for w in h100.warnings)
