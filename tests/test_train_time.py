@@ -208,7 +208,7 @@ def test_published_training_runs_regression_guard():
     cases = json.loads((DATA / "validation" / "perf_cases.json").read_text())["cases"]  # as data, no import
     errs, held = [], []
     for c in cases:
-        if c["api"] == "train_time" and c["regime"].startswith("training-") and c["scored"]:
+        if c["api"] == "train_time" and c.get("collection") == "training" and c["scored"]:
             est = float(aicalc.train_time(**c["args"])[c["metric"]][0])
             errs.append(abs(est / c["measured"] - 1.0))
             if not c["calibration"]:

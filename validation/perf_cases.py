@@ -74,19 +74,36 @@ def published_cases() -> list[dict]:
     is in the calibration subset is said by validation/cases/calibration.yaml (the rest are held out)."""
     import yaml
 
-    path = CASES_DIR / "inference.yaml"
-    if not path.is_file():
-        return []
     calib = set()
     cpath = CASES_DIR / "calibration-inference.yaml"
     if cpath.is_file():
         calib = set(yaml.safe_load(cpath.read_text(encoding="utf-8")) or [])
     out = []
-    for e in yaml.safe_load(path.read_text(encoding="utf-8")) or []:
+    entries = []
+    for name in ("inference.yaml", "moe-serving.yaml"):  # moe-serving's rows name their split themselves
+        path = CASES_DIR / name
+        if path.is_file():
+            entries += [{**e, "collection": path.stem} for e in yaml.safe_load(path.read_text(encoding="utf-8")) or []]
+    calib |= {e["id"] for e in entries if e.get("split") == "calibration"}
+    for e in entries:
+        if e["metric"] not in TRANSFORMS:
+            e = {**e, "metric": "output_tokens_per_s",
+                 "unscored": e.get("unscored") or f"{e['metric']}: a prefill-only pool, not priced by this harness"}
+        if e.get("attention_dp"):  # the source's tp is the attention TP; aicalc's tp is the replica's chips
+            e = {**e, "tp": int(e.get("tp") or 1) * int(e["attention_dp"])}
+        if str(e.get("model", "")).startswith("gpt-oss") and e.get("dtype") in ("fp4", "fp8"):
+            e = {k: v for k, v in e.items() if k != "dtype"}  # the runs load OpenAI's release: MXFP4 experts
+        if e.get("prompt") == 0:
+            e = {**e, "prompt": 1}  # generation from an empty context: one token in
+        if e.get("redundant_experts") and not e.get("unscored"):
+            e = {**e, "unscored": "EPLB's redundant experts (E + r experts over the EP ranks) are not modelled"}
+        if e.get("chips") is None and e.get("regime") == "moe-serving" and not e.get("unscored"):
+            e = {**e, "unscored": "deployment size not published"}
         metric, transform = TRANSFORMS[e["metric"]]
         if e["metric"] in UNSCORED_METRICS.get(e["id"][:2], ()) or e["id"] in UNSCORED:
             e = {**e, "unscored": UNSCORED.get(e["id"]) or UNSCORED_METRICS[e["id"][:2]][e["metric"]]}
-        args = {k: e[k] for k in ("model", "chip", "dtype", "kv_dtype", "tp", "batch", "prompt", "gen", "engine")
+        args = {k: e[k] for k in ("model", "chip", "dtype", "kv_dtype", "tp", "batch", "prompt", "gen", "engine", "ep",
+                                  "attention_dp")
                 if e.get(k) is not None and e.get(k) != "other"}
         args.setdefault("tp", 1)
         assumed = [f"{k} {v}" for k, v in (("batch", 1), ("prompt", 128), ("gen", 128)) if k not in args]
@@ -97,7 +114,7 @@ def published_cases() -> list[dict]:
         if e.get("chips") and e["chip"] not in ("groq-lpu", "cerebras-wse3") and e.get("tp", 1) < e["chips"]:
             assumed.append(f"{e['chips'] // args['tp']} replicas")
         api = "roofline"
-        if e["regime"] in ("serving-load", "amd") and "batch" not in e:
+        if e["regime"] in ("serving-load", "amd", "moe-serving", "dense-fp8", "dense-fp4") and "batch" not in e:
             # throughput at full load: the scheduler keeps as many requests running as the KV cache holds
             api = "serve"
             args = {k: v for k, v in args.items() if k != "batch"} | {"concurrency": "max", "chips": args["tp"]}
@@ -111,8 +128,9 @@ def published_cases() -> list[dict]:
                 import aicalc
 
                 fit = aicalc.max_concurrency(args["model"], args["chip"], tp=args["tp"], chips=args["chips"],
-                                             prompt=args["prompt"], gen=args["gen"], dtype=args.get("dtype", "bf16"),
-                                             kv_dtype=args.get("kv_dtype", "bf16"))
+                                             prompt=args["prompt"], gen=args["gen"],
+                                             dtype=args.get("dtype", "release"), kv_dtype=args.get("kv_dtype", "bf16"),
+                                             ep=args.get("ep", 1), attention_dp=args.get("attention_dp", 1))
                 if fit > cap * (args["chips"] // args["tp"]):
                     assumed = [f"{cap} running sequences (the engine's default max_num_seqs)"
                                if x == "as many requests as fit" else x for x in assumed]
@@ -121,7 +139,7 @@ def published_cases() -> list[dict]:
                     "regime": e["regime"], "what": e["what"], "measured": float(e["measured"]), "unit": unit,
                     "api": api, "args": args, "metric": metric, "transform": transform, "per_gpu": False,
                     "scored": not e.get("unscored"), "why_not": e.get("unscored", ""), "source": e["source"],
-                    "calibration": e["id"] in calib, "assumed": ", ".join(assumed),
+                    "calibration": e["id"] in calib, "assumed": ", ".join(assumed), "collection": e["collection"],
                     "scale": float(e["chips"] // args["tp"]) if e["metric"] == "output_tokens_per_s" and e.get("chips")
                     and e["chip"] not in ("groq-lpu", "cerebras-wse3") else 1.0})
     return out
@@ -157,25 +175,28 @@ def published_training_cases() -> list[dict]:
     framework's default (written in the case's ``assumed``)."""
     import yaml
 
-    path = CASES_DIR / "training.yaml"
-    if not path.is_file():
-        return []
     calib = set()
     cpath = CASES_DIR / "calibration-training.yaml"
     if cpath.is_file():
         calib = set(yaml.safe_load(cpath.read_text(encoding="utf-8")) or [])
+    entries = []
+    for name in ("training.yaml", "moe-training.yaml"):  # moe-training's rows name their split themselves
+        path = CASES_DIR / name
+        if path.is_file():
+            entries += [{**e, "collection": path.stem} for e in yaml.safe_load(path.read_text(encoding="utf-8")) or []]
+    calib |= {e["id"] for e in entries if e.get("split") == "calibration"}
     out = []
-    for e in yaml.safe_load(path.read_text(encoding="utf-8")) or []:
+    for e in entries:
         fw = e.get("framework", "other")
         assumed = []
-        tp, pp, cp = e.get("tp", 1), e.get("pp", 1), e.get("cp", 1)
+        tp, pp, cp = e.get("tp") or 1, e.get("pp") or 1, e.get("cp") or 1
         chips = e.get("chips")
         dp = e.get("dp") or (chips // (tp * pp * cp) if chips else None)
         why = ""
         if dp is None:
             why = "no chip count or layout published"
             dp = 1
-        elif chips and chips > 1 and not any(k in e for k in ("tp", "pp", "dp")):
+        elif chips and chips > 1 and not any(e.get(k) is not None for k in ("tp", "pp", "dp")):
             why = "no layout published in text (TP, PP and DP unknown)"
         if e["group"] == "run-level":  # reported beside the step model, never scored against it
             why = why or ("run-level GPU-hours include restarts, evaluation and other stages no step model sees "
@@ -195,15 +216,15 @@ def published_training_cases() -> list[dict]:
         attention = "materialized" if any(w in what for w in ("BLOOM", "OPT-175B")) else "flash"
         args = dict(model=model_config(e), chip=e["chip"], tokens=float(e.get("tokens") or 1e12),
                     seq=e.get("seq", 2048), global_batch=gb, micro_batch=mb, tp=tp, pp=pp, dp=dp, cp=cp,
-                    ep=e.get("ep", 1), recompute=rc, attention=attention, zero=zero,
+                    ep=e.get("ep") or 1, recompute=rc, attention=attention, zero=zero,
                     precision="fp8" if e.get("precision") == "fp8" else "bf16", framework=FRAMEWORK[fw],
-                    interleave=e.get("vp", 1))
+                    interleave=e.get("vp") or 1)
         metric, scale, unit = TRAIN_METRICS[e["metric"]]
         out.append({"id": e["id"], "kind": "training", "regime": "training-" + e["group"], "what": what,
                     "measured": float(e["measured"]) / scale if scale != 1.0 else float(e["measured"]),
                     "unit": unit, "api": "train_time", "args": args, "metric": metric, "transform": None,
                     "per_gpu": False, "scored": not why, "why_not": why, "source": e["source"],
-                    "calibration": e["id"] in calib, "assumed": ", ".join(assumed)})
+                    "calibration": e["id"] in calib, "assumed": ", ".join(assumed), "collection": e["collection"]})
     return out
 
 
@@ -344,9 +365,18 @@ def geomean_error(errors: list[float]) -> float:
 
 
 def evaluate(cs: list[dict]) -> list[tuple[dict, float, float, float]]:
+    """(case, estimate, ideal, error) of every case; a case aicalc refuses (a layout or profile it does not have
+    yet) is reported, unscored, with the refusal as its reason."""
+    from aicalc.errors import AicalcError
+
     out = []
     for c in cs:
-        est, ideal = estimate(c)
+        try:
+            est, ideal = estimate(c)
+        except AicalcError as e:
+            c = {**c, "scored": False, "why_not": c.get("why_not") or f"refused by aicalc: {e}"}
+            out.append((c, math.nan, math.nan, math.nan))
+            continue
         out.append((c, est, ideal, error(est, c["measured"])))
     return out
 
@@ -420,9 +450,9 @@ def table(results, title: str = "Performance validation: estimates vs published 
 
 
 def main(argv: list[str]) -> int:
-    cs = cases()
+    results = evaluate(cases())
+    cs = [r[0] for r in results]  # refused cases carry the refusal as their reason
     data = json.dumps({"source": "shared/reference/validation-cases.md", "cases": cs}, indent=1) + "\n"
-    results = evaluate(cs)
     doc = table([r for r in results if r[0]["kind"] != "training"],
                 "Inference performance validation: estimates vs published measurements")
     train_doc = table([r for r in results if r[0]["kind"] == "training"],

@@ -65,6 +65,9 @@ class Efficiency:
     # per-expert shape (scheduling over groups, scattered rows); fitted on the MoE calibration cases
     grouped_gemm_tile: float = 64.0
     grouped_gemm_efficiency: float = 1.0
+    # small experts: a grouped GEMM's efficiency falls with the expert's narrower matrix dimension w (fine-grained
+    # experts: Qwen3-30B-A3B's 768, gpt-oss's 2880 against Mixtral's 4096 x 14336) as w / (w + this); 0: off
+    grouped_gemm_half_dim: float = 0.0
     # training only
     train_elementwise_bytes: float = 120.0  # bytes of non-matmul traffic per token per layer, in units of H
     dp_overlap: float = 0.0  # share of the compute beside a data-parallel collective that hides it (frameworks)
@@ -140,6 +143,7 @@ FACTOR_RANGES: dict[str, Range] = {
     "hop_latency_s": Range(0.0, 1.0, False, _SECONDS),
     "grouped_gemm_tile": Range(0.0, 1024.0, False, "rows per tile (0: no padding)"),
     "grouped_gemm_efficiency": Range(0.0, 1.0, True, _SHARE),
+    "grouped_gemm_half_dim": Range(0.0, 65536.0, False, "an expert matrix width (0: no size curve)"),
     "train_elementwise_bytes": Range(0.0, 16384.0, False, "bytes per token per layer, in units of the hidden size"),
     "dp_overlap": Range(0.0, 1.0, False, _OFF),
     "ep_overlap": Range(0.0, 1.0, False, _OFF),
@@ -172,7 +176,7 @@ IDEAL = Efficiency(flop_max=1.0, gemm_half_dim=0.0, low_precision_flop_factor=1.
                    quant_bandwidth=1.0, overlap_p=float("inf"), kernel_overhead_s=0.0, step_overhead_s=0.0,
                    collective_latency_s=0.0, link=1.0, train_elementwise_bytes=0.0, dp_overlap=1.0, ep_overlap=1.0,
                    gemv_efficiency=0.0, dequant_ops_per_weight=0.0, layer_latency_s=0.0, hop_latency_s=0.0,
-                   grouped_gemm_tile=0.0, grouped_gemm_efficiency=1.0,
+                   grouped_gemm_tile=0.0, grouped_gemm_efficiency=1.0, grouped_gemm_half_dim=0.0,
                    train_gemm_plateau=0.0, train_gemm_plateau_8bit=0.0, train_gemm_sustained=1.0,
                    train_attention_efficiency=0.0, tp_overlap=1.0,
                    train_link=0.0)
