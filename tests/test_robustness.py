@@ -582,6 +582,39 @@ def test_an_edited_index_is_rebuilt_not_trusted(fresh_catalog, tmp_path):
     assert r.code == 0
 
 
+@pytest.mark.parametrize("field, value", [("memory_bandwidth_gbs", 0), ("memory_bandwidth_gbs", float("nan")),
+                                          ("memory_bandwidth_gbs", -1), ("memory_bandwidth_gbs", "3350"),
+                                          ("memory", 1), ("dense_tflops", {"bf16": 1e300}), ("injected", 1)])
+def test_a_forged_index_with_a_recomputed_checksum_is_rebuilt(fresh_catalog, tmp_path, field, value):
+    """A cache anyone can write (a CI cache restored from another branch, a shared folder) with its checksum
+    recomputed: the records are checked against the preset files' types and ranges when read, so the numbers
+    come from the preset (H100 SXM: 3,350 GB/s, its datasheet) and never from the forged record."""
+    import json as js
+
+    from aicalc.catalog import store
+
+    def forge(path):
+        store._catalog.cache_clear()
+        index = js.loads(js.dumps(store._catalog()))
+        index["chip"]["h100-sxm"]["data"][field] = value
+        body = js.dumps(index).encode()
+        path.write_bytes(store._crc(body).encode() + b"\n" + body)
+
+    _hostile_index(tmp_path, forge)
+    assert store.load("chip", "h100-sxm").memory_bandwidth_bytes_per_s == 3350e9
+    r = run("roofline", "llama-3.1-8b", "--chip", "h100-sxm", "--json")
+    assert_sane(r)
+    assert r.code == 0
+
+
+def test_the_cache_check_knows_every_schema_field():
+    from aicalc.catalog import schema, store
+
+    assert set(store._RECORD_FIELDS["chip"]) == set(schema.Chip.model_fields)
+    assert set(store._RECORD_FIELDS["node"]) == set(schema.Node.model_fields)
+    assert store._DTYPES == schema.DTYPES
+
+
 def test_a_broken_builtin_preset_fails_alone(fresh_catalog):
     from aicalc.catalog import store
 
