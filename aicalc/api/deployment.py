@@ -36,6 +36,8 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
 
     P = inputs.whole("prompt", prompt)
     G = inputs.whole("gen", gen)
+    chips = inputs.whole("chips", chips)
+    prefill_tp, decode_tp = inputs.whole("prefill_tp", prefill_tp), inputs.whole("decode_tp", decode_tp)
     ttft_cap = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else np.inf
     tpot_cap = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else np.inf
     pre = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=prefill_tp > 1, engine=engine)
@@ -133,6 +135,7 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
     tokens/s per chip against tokens/s per user."""
     import numpy as np
 
+    from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip
     from aicalc.api.serving import max_concurrency, serve
     from aicalc.core.geometry import check_tp
@@ -141,6 +144,10 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
 
     if isinstance(chips, str):
         chips = [chips]
+    if total_chips is not None:
+        total_chips = inputs.whole("total_chips", total_chips)
+    if tps is not None:
+        tps = [inputs.whole("tp", t) for t in tps]
     configs, splits = search_size(chips, total_chips, tps, dtypes, kv_dtypes, disaggregate)
     try:
         check_search_size(configs, splits)
