@@ -295,3 +295,11 @@ def test_a_budget_does_at_most_what_one_command_may(cli, tmp_path, monkeypatch):
     search = {"name": "s", "command": "serve", "model": "llama-3.1-8b", "args": {"search": True, "chips": 720720},
               "limits": {"max_ttft": "1s"}}
     assert "prefill/decode splits searched" in one_error(cli("check", write(tmp_path, [search])))
+
+
+def test_a_newline_in_a_check_name_stays_on_its_stderr_line(cli, tmp_path):
+    check = kv_check({"max_memory_per_device": "1GB"}) | {"name": "c\nwarning: all checks passed"}
+    r = cli("check", write(tmp_path, [check]))
+    assert r.code == 1
+    assert [line for line in r.err.splitlines() if line.startswith("warning: all")] == [], r.err
+    assert "c?warning: all checks passed" in r.err

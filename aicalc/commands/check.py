@@ -222,11 +222,16 @@ def run(path: str, fail_on_warn: bool = False) -> Result:
             if status == "fail" or (status == "warn" and fail_on_warn):
                 exit_code = ExitCode.BUDGET
             if status != "pass":  # a broken error-severity budget is a failure, not a warning (render.FAIL)
-                warnings.append(f"{'fail: ' if status == 'fail' else ''}{c.name}: {key} {_show(key, worst)} breaks "
+                warnings.append(f"{'fail: ' if status == 'fail' else ''}{_one_line(c.name)}: {key} {_show(key, worst)} breaks "
                                 f"{limit} {raw}")
     return Result("check", {"file": str(file), "fail_on_warn": fail_on_warn}, rows, warnings=warnings,
                   exit_code=exit_code, title=f"aicalc check {file.name}",
                   columns=["name", "status", "actual", "allowed", "limit_name", "margin_pct"])
+
+
+def _one_line(name: str) -> str:
+    """A check's name as a stderr line shows it: a newline or tab in it is ``?`` (a name cannot forge a line)."""
+    return name.replace("\n", "?").replace("\t", "?")
 
 
 def _plain(row: dict) -> dict:
