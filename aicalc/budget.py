@@ -187,11 +187,18 @@ def _references(data: Any, base: Path):
         model = c.get("model")
         if isinstance(model, str):
             if store.looks_like_path(model):
-                if not _exists(base / model) and not _exists(Path(model)):
+                if not _inside(base, base / model):
+                    yield ("checks", i, "model"), (f"'{store._short(model)}' is outside the budget file's folder (a "
+                                                   "budget names model files under its own folder)")
+                elif not _exists(base / model):
                     yield ("checks", i, "model"), f"no such file '{store._short(model)}'"
             elif store.canonical("model", model) is None:
                 yield ("checks", i, "model"), str(UnknownPreset("model", store._short(model), store.ids("model")))
         args = c.get("args")
+        for key in args if isinstance(args, dict) else ():
+            if str(key).replace("-", "_") in WRITES_FILES:
+                yield ("checks", i, "args", key), (f"--{key} writes a file; a budget file cannot ask for one (run "
+                                                   f"aicalc {c.get('command')} --{key} yourself)")
         for key in _unknown_args(c.get("command"), args):
             yield ("checks", i, "args", key), f"{c.get('command')} has no option --{str(key).replace('_', '-')}"
         chip = args.get("chip") if isinstance(args, dict) else None
@@ -217,6 +224,17 @@ def _unknown_args(command, args) -> list:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return []
     return [k for k in args if str(k).replace("-", "_") not in params or str(k) in ("model", "progress")]
+
+
+WRITES_FILES = ("plot",)  # options that write a file where they are told: never from a budget file
+
+
+def _inside(base: Path, path: Path) -> bool:
+    """Whether ``path`` (symlinks followed) lies under the folder ``base``."""
+    try:
+        return path.resolve().is_relative_to(base.resolve())
+    except (OSError, ValueError, RuntimeError):  # a symlink loop, a name the OS cannot hold
+        return False
 
 
 def _exists(path: Path) -> bool:

@@ -8,6 +8,7 @@ RENAMED = {
     "efficiency": "--eff",
     "max_context": "--solve max-context",
     "interleave": "--interleave",
+    "total_chips": "--chips",  # search_deployments: the chips of each deployment
 }
 
 

@@ -204,7 +204,7 @@ def console(env: Env, stream=None):
         return PlainConsole(stream or env.stdout)
     from rich.console import Console
 
-    return Console(
+    con = Console(
         file=stream or env.stdout,
         force_terminal=tty,
         no_color=env.no_color or not tty,
@@ -214,6 +214,12 @@ def console(env: Env, stream=None):
         highlight=False,
         markup=False,  # names and notes are printed as they are: a "[x]" is text, not a style
     )
+    if con.width < MIN_WIDTH:  # COLUMNS=0 printed no table, COLUMNS=1 a character a line
+        con.width = MIN_WIDTH
+    return con
+
+
+MIN_WIDTH = 40  # the narrowest width a table is drawn at, whatever COLUMNS or the terminal says
 
 
 def fit_columns(rows: list[dict], cols: list[str], width: int | None) -> tuple[list[str], list[str], list[str]]:
@@ -377,8 +383,19 @@ class PlainTable:
 
 
 def _printable(text: str) -> str:
-    """Control characters (escape sequences a terminal would act on) shown as ``?``; newlines kept."""
-    return "".join(c if c == "\n" or c == "\t" or c >= " " and c != "\x7f" else "?" for c in str(text))
+    """Control characters (escape sequences a terminal would act on, C1 controls too) and Unicode format
+    characters (U+202E right-to-left override, zero-width and bidi marks: text that reads other than it is) shown
+    as ``?``; newlines and tabs kept."""
+    text = str(text)
+    if text.isascii():
+        return "".join(c if c == "\n" or c == "\t" or c >= " " and c != "\x7f" else "?" for c in text)
+    import unicodedata
+
+    return "".join(c if c == "\n" or c == "\t" or (c >= " " and c != "\x7f" and (
+        c.isascii() or unicodedata.category(c) not in _HIDDEN)) else "?" for c in text)
+
+
+_HIDDEN = ("Cc", "Cf", "Zl", "Zp", "Cs")  # controls, format characters, line/paragraph separators, surrogates
 
 
 def _cell_len(text: str) -> int:

@@ -243,3 +243,63 @@ def test_markdown_and_csv_cells_stay_cells(cli, tmp_path):
     assert all(line.count("|") - line.count("\\|") == 3 for line in md.splitlines() if line.startswith("| "))
     csv = cli("presets", "show", str(tmp_path / "config.json"), "--format", "csv").out
     assert ",'=HYPERLINK" in csv or "\"'=HYPERLINK" in csv
+
+
+# --- budget files as hostile input (issue 26): no file written, no file read outside the budget's folder, no
+# more work than one command may do -----------------------------------------------------------------------------
+
+
+def one_error(r):
+    assert r.code == 2 and r.err.count("\n") == 1 and r.err.startswith("aicalc: error: "), (r.code, r.err)
+    return r.err
+
+
+def test_a_budget_cannot_write_a_file(cli, tmp_path):
+    victim = tmp_path / "victim.svg"
+    victim.write_text("<svg/>")
+    (tmp_path / "b").mkdir()
+    check = {"name": "p", "command": "serve", "model": "llama-3.1-8b", "args": {"search": True, "plot": "../victim.svg"},
+             "limits": {"max_ttft": "1s"}}
+    err = one_error(cli("check", write(tmp_path / "b", [check])))
+    assert "args.plot: --plot writes a file; a budget file cannot ask for one" in err
+    assert victim.read_text() == "<svg/>"
+
+
+def test_a_budget_reads_model_files_only_under_its_folder(cli, tmp_path):
+    cfg = (ROOT / "tests/data/configs/llama-3.2-1b/config.json").read_text()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "config.json").write_text(cfg)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "link").symlink_to(tmp_path / "outside")
+    for model in ("../outside/config.json", str(tmp_path / "outside" / "config.json"), "link/config.json"):
+        check = {"name": "m", "command": "kv-cache", "model": model, "limits": {"max_memory_per_device": "80GB"}}
+        assert "is outside the budget file's folder" in one_error(cli("check", write(tmp_path / "b", [check])))
+    (tmp_path / "b" / "in").mkdir()
+    (tmp_path / "b" / "in" / "config.json").write_text(cfg)
+    check = {"name": "m", "command": "kv-cache", "model": "in/config.json", "limits": {"max_memory_per_device": "80GB"}}
+    assert cli("check", write(tmp_path / "b", [check])).code == 0
+
+
+def test_a_budget_does_at_most_what_one_command_may(cli, tmp_path, monkeypatch):
+    """200 traffic checks, each within its own cap, add up to 2·10^6 simulated requests: refused before any
+    runs (the simulator is never called), as is a search over 720,720 chips."""
+    import aicalc.api.traffic as traffic
+
+    calls = []
+    monkeypatch.setattr(traffic, "simulate", lambda *a, **k: calls.append(1))
+    checks = [{"name": f"t{i}", "command": "serve", "model": "llama-3.1-8b",
+               "args": {"rate": "1,2", "num_requests": 5000}, "limits": {"max_p99_ttft": "2s"}} for i in range(200)]
+    err = one_error(cli("check", write(tmp_path, checks)))
+    assert "its checks together make 2,000,000 simulated requests" in err and "1,000,000" in err
+    assert calls == []
+    search = {"name": "s", "command": "serve", "model": "llama-3.1-8b", "args": {"search": True, "chips": 720720},
+              "limits": {"max_ttft": "1s"}}
+    assert "prefill/decode splits searched" in one_error(cli("check", write(tmp_path, [search])))
+
+
+def test_a_newline_in_a_check_name_stays_on_its_stderr_line(cli, tmp_path):
+    check = kv_check({"max_memory_per_device": "1GB"}) | {"name": "c\nwarning: all checks passed"}
+    r = cli("check", write(tmp_path, [check]))
+    assert r.code == 1
+    assert [line for line in r.err.splitlines() if line.startswith("warning: all")] == [], r.err
+    assert "c?warning: all checks passed" in r.err

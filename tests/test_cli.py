@@ -511,3 +511,36 @@ def test_ctrl_c_while_importing_exits_130_without_a_traceback(monkeypatch):
     with pytest.raises(SystemExit) as e:
         entry.run()
     assert e.value.code == 130
+
+
+@pytest.mark.parametrize("columns", ["0", "1", "7"])
+def test_a_tiny_columns_still_draws_the_table(monkeypatch, columns):
+    """COLUMNS=0 printed only the warning line, COLUMNS=1 one character a line: a table is drawn at least
+    render.MIN_WIDTH wide, the columns that do not fit left out (they stay in --json)."""
+    from aicalc.cli import main
+    from aicalc.env import Env
+    from aicalc.render import MIN_WIDTH
+
+    monkeypatch.setenv("COLUMNS", columns)
+    out = io.StringIO()
+    code = main(["kv-cache", "llama-3.1-8b", "--batch", "1,8"], env=Env(stdout=out, stderr=io.StringIO(),
+                                                                      stdout_isatty=True, no_color=True))
+    lines = out.getvalue().splitlines()
+    assert code == 0
+    assert any(line.startswith("┏") for line in lines) and len([x for x in lines if x.startswith("│")]) == 2
+    assert max(len(x) for x in lines) <= MIN_WIDTH
+
+
+def test_unicode_format_characters_are_escaped_like_controls(tmp_path):
+    """A right-to-left override (U+202E) in a file name makes "cfg\u202enosj.json" read as "cfgjson.son":
+    error lines show format characters as "?", as they show control characters."""
+    from aicalc.cli import main
+    from aicalc.env import Env
+    from aicalc.render import _printable
+
+    err = io.StringIO()
+    name = str(tmp_path / "cfg\u202enosj\u200b\x9b.json")
+    code = main(["kv-cache", name], env=Env(stdout=io.StringIO(), stderr=err, stdout_isatty=False))
+    assert code == 2 and "\u202e" not in err.getvalue() and "\u200b" not in err.getvalue()
+    assert "cfg?nosj??.json" in err.getvalue()
+    assert _printable("naïve 中文 e\u0301") == "naïve 中文 e\u0301"  # letters and combining marks stay

@@ -59,3 +59,22 @@ def test_cli_search_ranks_all_chips_in_one_table(cli):
                    "--json").json["rows"]
         assert [(r["chip"], r["mode"], r["tp"], r["replicas"]) for r in rows] == \
             [(r["chip"], r["mode"], r["tp"], r["replicas"]) for r in lib.meta["row_dicts"]][:len(rows)]
+
+
+def test_the_search_counts_its_work_before_doing_it(cli):
+    """8 chips: TP 1, 2, 4, 8 (the divisors of 8 up to 16), one format: 4 configurations; a TP-t configuration
+    splits its 8/t groups into prefill and decode pools 8/t - 1 ways (7 + 3 + 1 + 0 = 11). The count bounds the
+    rows the search returns."""
+    from aicalc.api.deployment import search_deployments, search_size
+    from aicalc.errors import ParameterError
+
+    assert search_size(["h100-sxm"], 8) == (4, 11)
+    rows = search_deployments("llama-3.1-8b", ["h100-sxm"], 8).meta["row_dicts"]
+    assert sum(r["mode"] == "aggregated" for r in rows) <= 4 and sum(r["mode"] == "disaggregated" for r in rows) <= 11
+    with pytest.raises(ParameterError) as e:
+        search_deployments("llama-3.1-8b", ["h100-sxm"], 720720)
+    assert e.value.param == "total_chips"
+    r = cli("serve", "llama-3.1-8b", "--search", "--chips", "720720")
+    assert r.code == 2 and "--chips 720720 makes a deployment search of 1,396,390 prefill/decode splits" in r.err
+    # 720,720 = 2^4·3^2·5·7·11·13: TP 1, 2, 4, 8, 16 all divide it; the splits are Σ (720720/t - 1)
+    assert sum(720720 // t - 1 for t in (1, 2, 4, 8, 16)) == 1_396_390

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from aicalc.catalog.store import MAX_FILE_BYTES
 from aicalc.cli import main
 from aicalc.env import Env
 
 from conftest import DATA, ROOT
 
 HOSTILE = DATA / "hostile"
-FAST_S = 10.0  # wall-clock bound on any one run (generous for slow CI machines; typical runs take 0.3 s)
 MEMORY_BYTES = 2**30  # peak resident memory bound on any one run
 
 # Row keys of ../shared/CONTRACT.md that must hold a value in every row the command prints.
@@ -45,8 +45,9 @@ KNOWN_NEGATIVE = ()  # keys allowed below zero besides SIGNED: none
 
 
 class Run:
-    def __init__(self, args, code, out, err, seconds):
+    def __init__(self, args, code, out, err, seconds, read_bytes=None):
         self.args, self.code, self.out, self.err, self.seconds = args, code, out, err, seconds
+        self.read_bytes = read_bytes  # bytes the run read through system calls (Linux, in-process batches)
 
     def __repr__(self):
         return f"exit {self.code}: {self.err[:300]!r} ← aicalc {' '.join(map(str, self.args))[:200]}"
@@ -69,7 +70,6 @@ def assert_sane(r: Run) -> None:
     accepted input printed as JSON holds only finite, non-negative numbers and the contract's keys."""
     assert r.code in (0, 1, 2), r
     assert "Traceback" not in r.err and "internal error" not in r.err, r
-    assert r.seconds < FAST_S, r
     if r.code == 2:
         lines = r.err.splitlines()
         assert lines and all(line.startswith("aicalc: error: ") for line in lines), r
@@ -130,17 +130,25 @@ resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))
 from io import StringIO
 from aicalc.cli import main
 from aicalc.env import Env
+def read_bytes():  # bytes this process has read through system calls (Linux), or None
+    try:
+        with open("/proc/self/io") as f:
+            return int(next(line for line in f if line.startswith("rchar:")).split()[1])
+    except (OSError, StopIteration, ValueError):
+        return None
 results = []
 for args in json.load(open(sys.argv[1])):
     out, err = StringIO(), StringIO()
-    start = time.perf_counter()
+    start, before = time.perf_counter(), read_bytes()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         try:
             code = main(args, env=Env(stdout=out, stderr=err, stdout_isatty=False))
         except BaseException as e:  # a crash of main() itself
             code, err = -1, StringIO(f"Traceback: {type(e).__name__}: {e}")
-    results.append([args, code, out.getvalue()[:200000], err.getvalue()[:5000], time.perf_counter() - start])
+    after = read_bytes()
+    results.append([args, code, out.getvalue()[:200000], err.getvalue()[:5000], time.perf_counter() - start,
+                    None if before is None or after is None else after - before])
 json.dump({"runs": results, "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}, sys.stdout)
 """
 
@@ -156,7 +164,7 @@ def run_batch(argvs: list[list[str]], tmp_path: Path, timeout: float = 300) -> l
     assert p.returncode == 0, f"the batch died (exit {p.returncode}): {p.stderr[-3000:]}"
     report = json.loads(p.stdout)
     assert report["maxrss_kb"] * 1024 < MEMORY_BYTES, f"peak {report['maxrss_kb'] // 1024} MiB"
-    return [Run(args, code, out, err, seconds) for args, code, out, err, seconds in report["runs"]]
+    return [Run(args, code, out, err, seconds, read) for args, code, out, err, seconds, read in report["runs"]]
 
 
 def assert_all_sane(runs: list[Run]) -> None:
@@ -273,12 +281,16 @@ def _large(tmp_path: Path) -> dict[str, list[str]]:
 
 
 def test_large_hostile_files_are_refused_fast_and_small(tmp_path):
+    """Bounded by work, not by wall time: each file is refused having read at most the 4 MiB a file may hold
+    (the 50 MB comment is refused by its size, unread), within the batch's memory bound. The cases run twice in
+    one process and the second pass is measured, so the modules the first one imports are not counted."""
     cases = _large(tmp_path)
-    runs = run_batch(list(cases.values()), tmp_path)
+    runs = run_batch(list(cases.values()) * 2, tmp_path)[len(cases):]
     for (name, _), r in zip(cases.items(), runs, strict=True):
         assert r.code == 2, (name, r)
         assert_sane(r)
-        assert r.seconds < 3, (name, r.seconds)
+        if r.read_bytes is not None:
+            assert r.read_bytes <= MAX_FILE_BYTES + 2**20, (name, r.read_bytes)
 
 
 @pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "version: 1\nchecks:\n  " + "- " * 100_000 + "x\n"])
@@ -367,7 +379,7 @@ def test_a_sweep_of_ten_million_points_is_refused_at_once(option, sweep):
         assert "--pp 10,000,000 is above aicalc's cap of 1,048,576 devices" in one_error(r)
         return
     line = one_error(r)
-    assert "limited to 100,000 points" in line and r.seconds < 2, (line, r.seconds)
+    assert "limited to 100,000 points" in line, line  # counted, not built: run() bounds the memory
 
 
 def test_a_grid_over_the_cap_names_it():
@@ -377,7 +389,7 @@ def test_a_grid_over_the_cap_names_it():
 
 def test_a_quantity_text_cannot_stall_the_parser():
     r = run("kv-cache", "gpt2", "--context", "1" * 100_000 + "x")
-    assert "cannot read" in one_error(r) and r.seconds < 1
+    assert "cannot read" in one_error(r)
 
 
 def test_huge_accepted_inputs_give_finite_numbers():
@@ -568,6 +580,39 @@ def test_an_edited_index_is_rebuilt_not_trusted(fresh_catalog, tmp_path):
     r = run("roofline", "llama-3.1-8b", "--chip", "h100-sxm", "--json")
     assert_sane(r)
     assert r.code == 0
+
+
+@pytest.mark.parametrize("field, value", [("memory_bandwidth_gbs", 0), ("memory_bandwidth_gbs", float("nan")),
+                                          ("memory_bandwidth_gbs", -1), ("memory_bandwidth_gbs", "3350"),
+                                          ("memory", 1), ("dense_tflops", {"bf16": 1e300}), ("injected", 1)])
+def test_a_forged_index_with_a_recomputed_checksum_is_rebuilt(fresh_catalog, tmp_path, field, value):
+    """A cache anyone can write (a CI cache restored from another branch, a shared folder) with its checksum
+    recomputed: the records are checked against the preset files' types and ranges when read, so the numbers
+    come from the preset (H100 SXM: 3,350 GB/s, its datasheet) and never from the forged record."""
+    import json as js
+
+    from aicalc.catalog import store
+
+    def forge(path):
+        store._catalog.cache_clear()
+        index = js.loads(js.dumps(store._catalog()))
+        index["chip"]["h100-sxm"]["data"][field] = value
+        body = js.dumps(index).encode()
+        path.write_bytes(store._crc(body).encode() + b"\n" + body)
+
+    _hostile_index(tmp_path, forge)
+    assert store.load("chip", "h100-sxm").memory_bandwidth_bytes_per_s == 3350e9
+    r = run("roofline", "llama-3.1-8b", "--chip", "h100-sxm", "--json")
+    assert_sane(r)
+    assert r.code == 0
+
+
+def test_the_cache_check_knows_every_schema_field():
+    from aicalc.catalog import schema, store
+
+    assert set(store._RECORD_FIELDS["chip"]) == set(schema.Chip.model_fields)
+    assert set(store._RECORD_FIELDS["node"]) == set(schema.Node.model_fields)
+    assert store._DTYPES == schema.DTYPES
 
 
 def test_a_broken_builtin_preset_fails_alone(fresh_catalog):

@@ -36,6 +36,8 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
 
     P = inputs.whole("prompt", prompt)
     G = inputs.whole("gen", gen)
+    chips = inputs.whole("chips", chips)
+    prefill_tp, decode_tp = inputs.whole("prefill_tp", prefill_tp), inputs.whole("decode_tp", decode_tp)
     ttft_cap = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else np.inf
     tpot_cap = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else np.inf
     pre = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=prefill_tp > 1, engine=engine)
@@ -85,6 +87,45 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
     return rows
 
 
+# Bounds on one deployment search (docs/robustness.md), counted before any is evaluated: each configuration (chip ×
+# TP × dtype × KV dtype) costs a serving estimate over a concurrency ladder (~30 ms), each disaggregated split of a
+# configuration's chips a prefill/decode balance (~0.1 ms). A search of every chip preset, five TP degrees and four
+# formats is ~600 configurations of ~8 splits.
+MAX_SEARCH_CONFIGS = 2_000
+MAX_SEARCH_SPLITS = 200_000
+
+
+def search_size(chips, total_chips: int | None, tps=None, dtypes=("release",), kv_dtypes=("bf16",),
+                disaggregate: bool = True) -> tuple[int, int]:
+    """(configurations, disaggregated splits) a :func:`search_deployments` of these arguments evaluates at most,
+    counted from the arguments alone."""
+    from aicalc.api.catalog import load_node_or_chip
+
+    configs = splits = 0
+    formats = len(dtypes) * len(kv_dtypes)
+    for chip_id in [chips] if isinstance(chips, str) else chips:
+        n = total_chips or load_node_or_chip(chip_id)[1]
+        for tp in tps or [t for t in (1, 2, 4, 8, 16) if n % t == 0]:
+            configs += formats
+            if disaggregate and n >= 2:
+                splits += formats * max(0, n // max(int(tp), 1) - 1)
+    return configs, splits
+
+
+def check_search_size(configs: int, splits: int, param: str = "total_chips") -> None:
+    """Refuse a search (or the searches of a budget file together) above MAX_SEARCH_CONFIGS configurations or
+    MAX_SEARCH_SPLITS disaggregated splits, before any is evaluated."""
+    from aicalc.errors import ParameterError
+
+    if configs > MAX_SEARCH_CONFIGS:
+        raise ParameterError(param, "…", f"makes a deployment search of {configs:,} configurations (chip × TP × dtype "
+                             f"× KV dtype); a search is limited to {MAX_SEARCH_CONFIGS:,} (see docs/robustness.md)")
+    if splits > MAX_SEARCH_SPLITS:
+        raise ParameterError(param, "…", f"makes a deployment search of {splits:,} prefill/decode splits; a search is "
+                             f"limited to {MAX_SEARCH_SPLITS:,} (fewer chips or a larger TP; see "
+                             "docs/robustness.md)")
+
+
 def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prompt=1024, gen=256, dtypes=("release",),
            kv_dtypes=("bf16",), tps=None, max_ttft=None, max_tpot=None, disaggregate: bool = True,
            engine=None, speculation: dict | None = None) -> Deployments:
@@ -94,15 +135,25 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
     tokens/s per chip against tokens/s per user."""
     import numpy as np
 
+    from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip
     from aicalc.api.serving import max_concurrency, serve
     from aicalc.core.geometry import check_tp
     from aicalc.core.serving import concurrency_ladder
     from aicalc.errors import AicalcError, ParameterError
 
-    arch = load_model(model).arch
     if isinstance(chips, str):
         chips = [chips]
+    if total_chips is not None:
+        total_chips = inputs.whole("total_chips", total_chips)
+    if tps is not None:
+        tps = [inputs.whole("tp", t) for t in tps]
+    configs, splits = search_size(chips, total_chips, tps, dtypes, kv_dtypes, disaggregate)
+    try:
+        check_search_size(configs, splits)
+    except ParameterError as e:  # named by the value asked for
+        raise ParameterError("total_chips", total_chips, e.problem) from None
+    arch = load_model(model).arch
     rows: list[dict] = []
     for chip_id in chips:
         chip, count = load_node_or_chip(chip_id)

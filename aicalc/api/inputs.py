@@ -24,7 +24,8 @@ CAPS: dict[str, tuple[float, str]] = {
     "price": (1e6, "USD per chip-hour"), "years": (1e3, "years"),
     "overhead": (2.0**60, "bytes"), "budget": (2.0**70, "bytes"), "limit": (2.0**70, "bytes"),
     "max_ttft": (1e9, "seconds"), "max_tpot": (1e9, "seconds"), "dp_bandwidth": (1e18, "bytes/s"),
-    "achieved": (1e21, "FLOP/s"),
+    "achieved": (1e21, "FLOP/s"), "total_chips": (_DEVICES, "chips"), "prefill_tp": (_DEVICES, "devices"),
+    "decode_tp": (_DEVICES, "devices"),
 }
 INT_CAP = 2**40  # any other integer option
 # Least values of the command line's integer and float options (the library checks its own arguments).
@@ -72,13 +73,63 @@ def cap(param: str, value: float):
     return value
 
 
+# numpy kinds that are no numbers: the value would be read as something else (a date as days since 1970)
+_NOT_NUMBERS = {"c": "complex numbers", "M": "dates (datetime64)", "m": "time spans (timedelta64)",
+                "b": "true/false values", "U": "texts", "S": "bytes", "V": "records"}
+
+
+def _kind(param: str, value) -> None:
+    """Refuse what numpy would turn into numbers without meaning them: complex numbers, dates, booleans, masked
+    arrays (the mask would be ignored), arrays of objects other than plain numbers, arrays of more than one
+    dimension (a sweep is one-dimensional: a 3×3 array would be 9 rows)."""
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)):
+        raise ParameterError(param, str(bool(value)).lower(), "is true or false, not a number")
+    if isinstance(value, (int, float)):
+        return
+    if isinstance(value, np.ma.MaskedArray):
+        raise ParameterError(param, "a masked array", "is refused: its mask would be ignored (pass the values to use)")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        return  # a ragged or unreadable value: reported by the conversion
+    if arr.dtype.kind in _NOT_NUMBERS:
+        raise ParameterError(param, _safe(value), f"holds {_NOT_NUMBERS[arr.dtype.kind]}, not numbers")
+    if arr.dtype.kind == "O" and not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                         for x in arr.reshape(-1)[:MAX_POINTS + 1]):
+        raise ParameterError(param, _safe(value), "holds objects that are not plain numbers")
+    if arr.ndim > 1:
+        raise ParameterError(param, f"an array of shape {arr.shape}", "must be one number or a one-dimensional "
+                             "array (arrays broadcast together into rows)")
+
+
+def _library_problem(param: str, message: str) -> str:
+    """A text parser's message (``cannot read batch 'x' (examples: …)``) as the problem of a ParameterError."""
+    head = f"cannot read {param} '"
+    if message.startswith(head):
+        tail = message[len(head):].partition("' ")[2]
+        return f"cannot be read{' ' + tail if tail else ''}"
+    for lead in (f"{param}: ", f"{param} "):
+        if message.startswith(lead):
+            return message[len(lead):]
+    return message
+
+
 def _parse(param: str, value, parser):
     import numpy as np
 
     if isinstance(value, str):
+        from aicalc.errors import AicalcError
         from aicalc.sweep import parse_sweep
 
-        return np.asarray(parse_sweep(value, lambda t: parser(t, param), param), dtype=np.float64)
+        try:
+            return np.asarray(parse_sweep(value, lambda t: parser(t, param), param), dtype=np.float64)
+        except ParameterError:
+            raise
+        except AicalcError as e:  # named as a parameter, as every bad value of the library is
+            raise ParameterError(param, _safe(value), _library_problem(param, str(e))) from None
+    _kind(param, value)
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
@@ -122,6 +173,34 @@ def single(param: str, value, whole: bool = False) -> float:
     if arr.size != 1:
         raise ParameterError(param, _safe(value), "takes one number, not a sweep")
     return float(arr.reshape(-1)[0])
+
+
+def count(param: str, value, minimum: int = 1) -> int:
+    """One whole number of at least ``minimum`` within the cap of ``param`` (``lora_rank``, ``microbatches``), human
+    strings (``"4k"``) read as the command line reads them."""
+    arr = positive(param, value, whole=True, minimum=minimum)
+    if arr.size != 1:
+        raise ParameterError(param, _safe(value), "takes one number, not a sweep")
+    return int(arr.reshape(-1)[0])
+
+
+def share(param: str, value) -> float:
+    """A share in [0, 1) (``prefix_hit``, ``dropout``): a number, or text as the command line reads it
+    (``"0.75"``, ``"75%"``)."""
+    import math
+
+    if isinstance(value, str):
+        t = value.strip()
+        try:
+            v = float(t[:-1]) / 100 if t.endswith("%") else float(t) if len(t) <= 64 else math.nan
+        except ValueError:
+            raise ParameterError(param, _safe(value), "is not a share (examples: 0.75, 75%)") from None
+    else:
+        _kind(param, value)
+        v = _number(param, value)
+    if not 0 <= v < 1:  # False for nan
+        raise ParameterError(param, _safe(value), "must lie in [0, 1)")
+    return v
 
 
 def fraction(param: str, value) -> float:
@@ -169,9 +248,13 @@ def seconds(param: str, value) -> float:
 
 
 def _number(param: str, value) -> float:
-    """One plain number (not a bool, not an array, not text that is no number)."""
+    """One plain number (not a bool, not an array, not text that is no number, not a complex number or date)."""
+    import numpy as np
+
     try:
-        if isinstance(value, bool):
+        if isinstance(value, (bool, np.bool_, complex, np.complexfloating, np.datetime64, np.timedelta64)):
+            raise TypeError
+        if isinstance(value, np.ndarray) and (value.ndim or value.dtype.kind not in "iuf"):
             raise TypeError
         return float(value)
     except (TypeError, ValueError, OverflowError):

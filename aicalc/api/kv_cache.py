@@ -42,8 +42,8 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     g = inputs.broadcast(batch=inputs.positive("batch", batch, whole=True),
                          context=inputs.positive("context", context, whole=True))
     B, S = g["batch"], g["context"]
-    if block_size is not None and not block_size >= 1:
-        raise ParameterError("block_size", block_size, "must be at least 1")
+    if block_size is not None:
+        block_size = inputs.count("block_size", block_size)  # a whole number of tokens ≥ 1, as --block-size
     utilization = inputs.fraction("utilization", utilization)
     if count > 1 and tp > count:
         raise ParameterError("tp", tp, f"exceeds the {count} chips of '{chip}'")

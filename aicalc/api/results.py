@@ -31,8 +31,14 @@ class Table:
         return self.columns.keys()
 
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per configuration, plain Python numbers (JSON-ready)."""
-        cols = [(k, v.tolist()) for k, v in self.columns.items()]
+        """One dict per configuration, plain Python values, JSON-ready: a non-finite number (an infinite time of
+        a configuration that never runs, say) is None, as the command line's JSON writes it."""
+        import math
+
+        def plain(v):
+            return None if isinstance(v, float) and not math.isfinite(v) else v
+
+        cols = [(k, [plain(x) for x in v.tolist()]) for k, v in self.columns.items()]
         return [{k: v[i] for k, v in cols} for i in range(len(self))]
 
     def __repr__(self) -> str:

@@ -44,7 +44,8 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
                                             weights, capacity.runtime_overhead_bytes(arch, tp)))
     from aicalc.core.serving import live_context
 
-    longest = float(live_context(inputs.positive("prompt", prompt).max(), inputs.positive("gen", gen).max()))
+    longest = float(live_context(inputs.positive("prompt", prompt, whole=True).max(),
+                                 inputs.positive("gen", gen, whole=True).max()))  # whole tokens, as serve's
     shape = kv_shape(arch, kv_dtype, tp // attention_dp)
     fit = int(capacity.max_batch(shape, budget, longest, BLOCK)[0]) if budget > 0 else 0
     if engine is not None:
@@ -118,9 +119,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     overhead = capacity.runtime_overhead_bytes(arch, tp)
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, utilization, weights, overhead))
     per_rep = np.ceil(C / replicas)
-    hit = float(prefix_hit)
-    if not 0.0 <= hit < 1.0:
-        raise ParameterError("prefix_hit", prefix_hit, "must lie in [0, 1)")
+    hit = inputs.share("prefix_hit", prefix_hit)  # a number or "75%", as the command line reads it
     cached = np.floor(P * hit)  # prompt tokens found in the prefix cache
     k = prefill_batch(per_rep, G, P - cached)  # prompts prefilled together in one pass
     spec = draft_setup(draft, cs, tp, draft_tokens, acceptance)

@@ -40,17 +40,15 @@ def setup_of(**kw):
     check_choice("lora_dtype", s.lora_dtype, LORA_DTYPES)
     check_choice("quant", s.quant, QLORA_QUANT)
     tm.state_bytes(s.precision, s.optimizer, s.grad_dtype, s.optimizer_dtype)
+    from aicalc.api import inputs
+
+    # whole numbers and shares checked as the command line checks its options (aicalc.api.inputs), named
+    s = replace(s, ep=inputs.count("ep", s.ep), virtual_stages=inputs.count("virtual_stages", s.virtual_stages),
+                lora_rank=None if s.lora_rank is None else inputs.count("lora_rank", s.lora_rank),
+                microbatches=None if s.microbatches is None else inputs.count("microbatches", s.microbatches),
+                dropout=None if s.dropout is None else inputs.share("dropout", s.dropout))
     if s.lora_rank is not None:
-        if not s.lora_rank >= 1:
-            raise ParameterError("lora_rank", s.lora_rank, "must be at least 1")
         tm.lora_targets(s.lora_targets)
-    for name in ("ep", "virtual_stages"):
-        if not getattr(s, name) >= 1:
-            raise ParameterError(name, getattr(s, name), "must be at least 1")
-    if s.microbatches is not None and not s.microbatches >= 1:
-        raise ParameterError("microbatches", s.microbatches, "must be at least 1")
-    if s.dropout is not None and not 0 <= s.dropout < 1:
-        raise ParameterError("dropout", s.dropout, "must lie in [0, 1)")
     if s.framework == "megatron" and s.loss != "full":
         raise ParameterError("loss", s.loss, "is torchtune's chunked cross-entropy; Megatron's fused vocab-parallel "
                              "loss is {loss=full} with {framework=megatron}")

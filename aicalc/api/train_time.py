@@ -96,8 +96,7 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     check_choice("recompute", recompute, tt.RECOMPUTE)
     check_choice("attention", attention, ("flash", "materialized"))
     check_choice("zero", zero, (0, 1, 2, 3))
-    if not interleave >= 1:
-        raise ParameterError("interleave", interleave, "must be at least 1")
+    interleave = inputs.count("interleave", interleave)  # a whole number ≥ 1, as --interleave
     spec = load_model(model)
     warnings: list[str] = []
     chip_obj, tchip = training_chip(chip, precision, dp_bandwidth, warnings)

@@ -256,6 +256,28 @@ def _tensors(header, where, data_bytes: int | None = None) -> dict:
 INDEX = "model.safetensors.index.json"
 
 
+def shard_names(doc, index) -> list[str]:
+    """The shard file names a safetensors index (parsed JSON, read from ``index``) names, sorted: each a plain
+    relative name inside the folder or repo (no ``..``, no absolute path, no backslash or NUL), at most
+    MAX_SHARDS of them. Local folders and Hub repos are checked by this one function."""
+    from pathlib import PurePosixPath
+
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict):
+        raise AicalcError(f"{index}: not a safetensors index (no 'weight_map' mapping of tensor → file)")
+    names = set()
+    for tensor, shard in weight_map.items():
+        inside = (isinstance(shard, str) and shard and "\\" not in shard and "\0" not in shard
+                  and not PurePosixPath(shard).is_absolute() and ".." not in PurePosixPath(shard).parts)
+        if not inside:
+            raise AicalcError(f"{index}: tensor '{_show(tensor)}' is in {_show(repr(shard), 80)}, which is not a file "
+                              "name inside the model folder")
+        names.add(shard)
+        if len(names) > MAX_SHARDS:
+            raise AicalcError(f"{index}: more than aicalc's cap of {MAX_SHARDS:,} shards (see docs/robustness.md)")
+    return sorted(names)
+
+
 def _shard_files(folder: Path, budget: list) -> list[Path]:
     """The safetensors files of a folder: those its ``model.safetensors.index.json`` names (each a plain relative
     name inside the folder, a regular file), else every ``*.safetensors`` in it. Empty when the index names shards
@@ -284,22 +306,7 @@ def _shard_files(folder: Path, budget: list) -> list[Path]:
         raise AicalcError(f"{index}: more than the {MAX_HEADER_BYTES >> 20} MiB aicalc reads from a safetensors index")
     budget[0] -= len(data)
     doc = _load_json(data, index, "the safetensors index")
-    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
-    if not isinstance(weight_map, dict):
-        raise AicalcError(f"{index}: not a safetensors index (no 'weight_map' mapping of tensor → file)")
-    from pathlib import PurePosixPath
-
-    names = set()
-    for tensor, shard in weight_map.items():
-        inside = (isinstance(shard, str) and shard and "\\" not in shard and "\0" not in shard
-                  and not PurePosixPath(shard).is_absolute() and ".." not in PurePosixPath(shard).parts)
-        if not inside:
-            raise AicalcError(f"{index}: tensor '{_show(tensor)}' is in {_show(repr(shard), 80)}, which is not a file "
-                              "name inside the model folder")
-        names.add(shard)
-    if len(names) > MAX_SHARDS:
-        raise AicalcError(f"{index}: {len(names):,} shards is more than aicalc's cap of {MAX_SHARDS:,} "
-                          "(see docs/robustness.md)")
+    names = shard_names(doc, index)
     files = [folder / name for name in sorted(names)]
     present = []
     for path in files:
@@ -570,70 +577,84 @@ def from_gguf(path: Path):
 
 
 def from_hub(repo_id: str, revision: str | None = None):
-    """(config dict, Checkpoint or None) of a Hugging Face Hub repo: ``config.json`` downloaded (cached; honours
-    ``HF_HUB_OFFLINE`` and ``HF_ENDPOINT``) and the safetensors headers read by range requests."""
+    """(config dict, Checkpoint or None) of a Hugging Face Hub repo: ``config.json`` (from huggingface_hub's cache,
+    else downloaded and cached; honours ``HF_HUB_OFFLINE`` and ``HF_ENDPOINT``) and the safetensors index and
+    headers read by range requests, no weights downloaded. Every call goes through :mod:`aicalc.catalog.hub`
+    (one deadline, capped reads, transport errors as exit 2); what comes back is checked exactly like a local
+    folder's files: shard names by :func:`shard_names`, headers by :func:`_tensors` with their data offsets."""
+    from aicalc.catalog import hub
+
+    hub.endpoint()  # HF_ENDPOINT checked first: huggingface_hub's import fails on a port out of range
     try:
-        from huggingface_hub import get_safetensors_metadata, hf_hub_download
-        from huggingface_hub.errors import (
-            EntryNotFoundError,
-            HfHubHTTPError,
-            LocalEntryNotFoundError,
-            RepositoryNotFoundError,
-        )
+        from huggingface_hub import constants, try_to_load_from_cache
     except ImportError:  # pragma: no cover - a declared dependency
         raise AicalcError("resolving a Hub id needs huggingface_hub: pip install huggingface_hub") from None
-    from huggingface_hub import constants, try_to_load_from_cache
+    from aicalc.catalog.store import load_json
 
     cached = try_to_load_from_cache(repo_id, "config.json", revision=revision)
     online = not constants.HF_HUB_OFFLINE
-    if not isinstance(cached, str):
-        if not online:
-            raise AicalcError(f"'{repo_id}' is not in the local Hub cache and HF_HUB_OFFLINE is set")
-        if not _reachable(constants.ENDPOINT):
-            raise AicalcError(f"cannot reach the Hugging Face Hub at {constants.ENDPOINT} to resolve '{repo_id}' "
-                              "(no network? HF_ENDPOINT sets a mirror; a cached repo works offline)")
-    try:
-        path = cached if isinstance(cached, str) else hf_hub_download(repo_id, "config.json", revision=revision)
-        from aicalc.catalog.store import load_json
-
-        config = load_json(Path(path))  # bounded in size and depth like every file aicalc reads
-    except RepositoryNotFoundError:
-        raise AicalcError(f"no Hugging Face Hub repo '{repo_id}' (or it is gated: set HF_TOKEN)") from None
-    except EntryNotFoundError:
-        raise AicalcError(f"Hub repo '{repo_id}' has no config.json") from None
-    except LocalEntryNotFoundError:
-        raise AicalcError(f"'{repo_id}' is not in the local Hub cache and HF_HUB_OFFLINE is set (or the Hub "
-                          "cannot be reached)") from None
-    except (HfHubHTTPError, OSError, ValueError) as e:
-        raise AicalcError(f"cannot read config.json of Hub repo '{repo_id}': {e}") from None
+    if not isinstance(cached, str) and not online:
+        raise AicalcError(f"'{repo_id}' is not in the local Hub cache and HF_HUB_OFFLINE is set")
+    if isinstance(cached, str):
+        config = load_json(Path(cached))  # bounded in size and depth like every file aicalc reads
+        source = None
+    else:
+        source = hub.Hub(repo_id, revision)
+        body = source.document("config.json", hub.MAX_CONFIG_BYTES, "reading config.json")
+        if body is None:
+            raise AicalcError(f"Hub repo '{repo_id}' has no config.json")
+        config = _load_json(body, f"hf://{repo_id}/config.json", "config.json")
     if not isinstance(config, dict):
         raise AicalcError(f"config.json of Hub repo '{repo_id}' is not a mapping")
-    if not online or not _reachable(constants.ENDPOINT):
+    if source is not None:
+        hub.cache_config(repo_id, revision, source.commit, body)
+    if not online:
         return config, None  # the config alone still sizes the model
     try:
-        meta = get_safetensors_metadata(repo_id, revision=revision)
-    except Exception:  # noqa: BLE001 - no safetensors (or offline): the config alone still sizes the model
-        return config, None
+        source = source or hub.Hub(repo_id, revision)
+        tensors = _hub_tensors(source)
+    except hub.HubError as e:
+        if e.unreachable and isinstance(cached, str):
+            return config, None  # no network: the cached config alone sizes the model
+        raise
+    return config, None if tensors is None else from_tensors(tensors, f"hf://{repo_id}", config)
+
+
+def _hub_tensors(source) -> dict | None:
+    """name → (dtype, elements) of a Hub repo's safetensors files: those its index names, else
+    ``model.safetensors``; None when it has neither. Headers are read eight at a time, all under the Hub's one
+    deadline and within MAX_FOLDER_BYTES together."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    repo = source.repo_id
+    budget = [MAX_FOLDER_BYTES]
+    data = source.document(INDEX, MAX_HEADER_BYTES, "reading the safetensors index")
+    if data is None:
+        files = ["model.safetensors"]
+    else:
+        budget[0] -= len(data)
+        files = shard_names(_load_json(data, f"hf://{repo}/{INDEX}", "the safetensors index"), f"hf://{repo}/{INDEX}")
+    lock = threading.Lock()
+    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
+        futures = [pool.submit(source.header, name, budget, lock) for name in files]
+        try:
+            headers = [f.result() for f in futures]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    if data is None and headers[0] is None:
+        return None  # no safetensors: the config alone sizes the model
+    missing = [name for name, h in zip(files, headers, strict=True) if h is None]
+    if missing:
+        raise AicalcError(f"hf://{repo}: {INDEX} names {len(files)} shards, {len(missing)} of them missing on the Hub "
+                          f"({_show(', '.join(missing), 160)})")
     tensors: dict = {}
-    for file, fm in meta.files_metadata.items():
-        if len(tensors) + len(fm.tensors) > MAX_TENSORS:
-            raise AicalcError(f"Hub repo '{repo_id}': more than aicalc's cap of {MAX_TENSORS:,} tensors in one "
-                              "checkpoint (see docs/robustness.md)")
-        for name, info in fm.tensors.items():  # checked as a local header is, but for the offsets
-            tensors[name] = _tensor(name, {"dtype": info.dtype, "shape": info.shape}, _show(f"hf://{repo_id}/{file}", 160))
-    return config, from_tensors(tensors, f"hf://{repo_id}", config)
-
-
-def _reachable(endpoint: str, timeout: float = 3.0) -> bool:
-    """Whether the Hub endpoint's host accepts a connection (checked first, so an offline machine answers at
-    once instead of through huggingface_hub's retries)."""
-    import socket
-    from urllib.parse import urlparse
-
-    u = urlparse(endpoint)
-    port = u.port or (443 if u.scheme == "https" else 80)
-    try:
-        with socket.create_connection((u.hostname or "", port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    for name, (head, data_bytes) in zip(files, headers, strict=True):
+        where = _show(f"hf://{repo}/{name}", 160)
+        tensors.update(_tensors(_load_json(head, where, "the safetensors header"), where, data_bytes))
+        if len(tensors) > MAX_TENSORS:
+            raise AicalcError(f"hf://{repo}: more than aicalc's cap of {MAX_TENSORS:,} tensors in one checkpoint "
+                              "(see docs/robustness.md)")
+    return tensors

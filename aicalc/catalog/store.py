@@ -493,7 +493,71 @@ def _read_index(cache_file: Path, stamp: list) -> dict | None:
     if not (isinstance(index, dict) and index.get("format") == INDEX_FORMAT and index.get("stamp") == stamp and stamp
             and all(isinstance(index.get(k), dict) for k in ("files", "chip", "node"))):
         return None
+    for kind in ("chip", "node"):  # the checksum only catches accidents: anyone can recompute it
+        for entry in index[kind].values():
+            if not (isinstance(entry, dict) and (isinstance(entry.get("error"), str) or _trusted(kind, entry.get("data"),
+                                                                                                  cache_file))):
+                return None
     return index
+
+
+# The fields of a chip and a node record as the schema (aicalc/catalog/schema.py) dumps them: "s" a text, "i" an
+# integer, "n" a number, "?" or None, "d" dtype → number, "c" an interconnect, "e" efficiency factors, "l" texts.
+_RECORD_FIELDS = {
+    "chip": {"id": "s", "name": "s", "vendor": "s", "kind": "s", "generation": "s?", "year": "i?", "memory": "i",
+             "memory_type": "s", "memory_bandwidth_gbs": "n", "sram": "i?", "sram_bandwidth_gbs": "n?",
+             "dense_tflops": "d", "sparse_tflops": "d", "interconnect": "c", "scale_out_gbs": "n?", "efficiency": "e",
+             "efficiency_class": "s?", "tdp_w": "n?", "price_per_hour_usd": "n?", "price_source": "s?", "source": "s",
+             "notes": "l"},
+    "node": {"id": "s", "name": "s", "chip": "s", "count": "i", "interconnect": "c", "system_power_w": "n?",
+             "price_per_hour_usd": "n?", "price_source": "s?", "source": "s", "notes": "l"},
+}
+
+
+def _trusted(kind: str, data, where: Path) -> bool:
+    """Whether a chip or node record read from the index cache has the schema's fields and types and every
+    figure within the ranges a preset file is held to (:func:`_check_figures`): a cache is checked like a file,
+    never trusted for numbers."""
+    def number(v, positive=True):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and (not positive or v > 0)
+
+    def ok(code: str, v) -> bool:
+        if code.endswith("?"):
+            return v is None or ok(code[0], v)
+        if code == "s":
+            return isinstance(v, str)
+        if code == "i":
+            return isinstance(v, int) and number(v)
+        if code == "n":
+            return number(v)
+        if code == "d":
+            return isinstance(v, dict) and all(k in _DTYPES and number(x) for k, x in v.items())
+        if code == "l":
+            return isinstance(v, list) and all(isinstance(x, str) for x in v)
+        if code == "e":
+            return isinstance(v, dict) and all(isinstance(f, dict) and set(f) == {"value", "source"}
+                                               and number(f["value"], False) and f["value"] >= 0
+                                               and isinstance(f["source"], str) for f in v.values())
+        if code == "c":
+            return v is None or (isinstance(v, dict) and set(v) <= {"name", "bandwidth_gbs", "direction", "domain"}
+                                 and isinstance(v.get("name"), str) and ok("n?", v.get("bandwidth_gbs"))
+                                 and v.get("direction", "bidirectional") in ("bidirectional", "per-direction")
+                                 and ok("i?", v.get("domain")))
+        return False
+
+    fields = _RECORD_FIELDS[kind]
+    if not (isinstance(data, dict) and set(data) == set(fields) and all(ok(c, data[k]) for k, c in fields.items())):
+        return False
+    if any(data.get(f) is not None and not _ID.fullmatch(data[f]) for f in ("chip", "efficiency_class")):
+        return False
+    try:
+        _check_figures(data, where)
+    except AicalcError:
+        return False
+    return True
+
+
+_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4", "int4")  # schema.DTYPES
 
 
 def _compile(root: Path, stamp: list) -> dict:

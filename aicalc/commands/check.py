@@ -5,21 +5,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from aicalc.budget import LIMITS, load, parse_limit
+from aicalc.budget import LIMITS, WRITES_FILES, load, parse_limit
 from aicalc.catalog.store import looks_like_path, path_is
 from aicalc.errors import AicalcError, ExitCode, ParameterError
 from aicalc.result import Result
 
 
-def _call(check, base: Path) -> Result:
-    """Run one check's command through the registry with its ``args`` as keyword options."""
+def _prepare(check, base: Path):
+    """(model, command function, keyword options) of one check, its ``args`` converted as the command line
+    would; nothing is run."""
     import inspect
 
     from aicalc.commands import command
-    from aicalc.flags import cli_message
 
     model = check.model
-    if looks_like_path(model) and path_is(base / model):  # else the command reports the name
+    if looks_like_path(model):  # inside the budget's folder (budget.load checked it): never the working folder's
         model = str(base / model)
     run = command(check.command)
     kwargs = {k.replace("-", "_"): v for k, v in check.args.items()}
@@ -28,7 +28,86 @@ def _call(check, base: Path) -> Result:
     for k in kwargs:
         if k not in params and not has_var_kw or k in ("model", "progress"):
             raise AicalcError(f"check '{check.name}': {check.command} has no option --{k.replace('_', '-')}")
-    kwargs = {k: _convert(check, k, v) for k, v in kwargs.items()}
+        if k in WRITES_FILES:
+            raise AicalcError(f"check '{check.name}': args.{k} writes a file; a budget file cannot ask for one "
+                              f"(run aicalc {check.command} --{k} yourself)")
+    return model, run, {k: _convert(check, k, v) for k, v in kwargs.items()}
+
+
+def _work(check, kwargs: dict) -> tuple[int, int, int]:
+    """(requests simulated, search configurations, search splits) a check will do at most, from its options
+    alone: a budget file is held to what one command may do (docs/robustness.md)."""
+    if check.command != "serve":
+        return 0, 0, 0
+    from aicalc.sweep import int_sweep, sweep
+    from aicalc.units import parse_int
+
+    if kwargs.get("search"):
+        from aicalc.api.catalog import load_node_or_chip
+        from aicalc.api.deployment import search_size
+
+        chip = kwargs.get("chip", "h100-sxm")
+        chip_ids = [c for c in (chip if isinstance(chip, list) else str(chip).split(",")) if c]
+        n = parse_int(str(kwargs["chips"]), "--chips") if kwargs.get("chips") else None
+        n = n or max(load_node_or_chip(chip_ids[0])[1], 8)
+        tp = str(kwargs.get("tp"))
+        tps = None if tp in ("1", "None") else int_sweep(tp, "--tp")
+        configs, splits = search_size(chip_ids, n, tps, str(kwargs.get("dtype", "bf16")).split(","),
+                                      str(kwargs.get("kv_dtype", "bf16")).split(","))
+        return 0, configs, splits
+    rate, requests = kwargs.get("rate"), kwargs.get("requests")
+    if rate is None and requests is None:
+        return 0, 0, 0
+    rates = len(sweep(rate, "--rate")) if rate is not None else 1
+    if requests is not None:
+        from aicalc.api.traffic import MAX_REQUESTS
+
+        return rates * min(_lines(requests), MAX_REQUESTS), 0, 0
+    return rates * parse_int(str(kwargs.get("num_requests", "1000")), "--num-requests"), 0, 0
+
+
+def _lines(path) -> int:
+    """Lines of a trace file, counted in bounded blocks (0 for a file that cannot be read: the command reports
+    it); at most the traffic reader's file cap is read."""
+    from aicalc.api.traffic import MAX_FILE_BYTES
+
+    n = read = 0
+    try:
+        with open(path, "rb") as f:
+            while read <= MAX_FILE_BYTES and (block := f.read(1 << 20)):
+                n, read = n + block.count(b"\n"), read + len(block)
+    except (OSError, ValueError):
+        return 0
+    return n + 1
+
+
+def _check_work(file: Path, prepared) -> None:
+    """Refuse a budget file whose checks together would do more than one command may: simulate more than
+    traffic.MAX_SIMULATED requests, or search more deployments than one search (counted before any check runs)."""
+    from aicalc.api.deployment import MAX_SEARCH_CONFIGS, MAX_SEARCH_SPLITS
+    from aicalc.api.traffic import MAX_SIMULATED
+    from aicalc.catalog.store import _short
+
+    total = [0, 0, 0]
+    for check, (_, _, kwargs) in prepared:
+        try:
+            work = _work(check, kwargs)
+        except AicalcError as e:
+            raise AicalcError(f"check '{check.name}': {e}") from None
+        total = [a + b for a, b in zip(total, work, strict=True)]
+    for amount, cap, what in zip(total, (MAX_SIMULATED, MAX_SEARCH_CONFIGS, MAX_SEARCH_SPLITS),
+                                 ("simulated requests", "deployment configurations searched",
+                                  "prefill/decode splits searched"), strict=True):
+        if amount > cap:
+            raise AicalcError(f"{_short(file)}: its checks together make {amount:,} {what}; a budget file does at most "
+                              f"what one command may, {cap:,} (split it into several files; see docs/robustness.md)")
+
+
+def _call(check, prepared) -> Result:
+    """Run one check's command through the registry with its ``args`` as keyword options."""
+    from aicalc.flags import cli_message
+
+    model, run, kwargs = prepared
     chips = kwargs.get("chip")
     try:
         if check.command != "compare" and isinstance(chips, (list, str)) and \
@@ -102,7 +181,7 @@ def _convert(check, key: str, value):
 
 
 def run(path: str, fail_on_warn: bool = False) -> Result:
-    from aicalc.catalog.store import _short, path_is
+    from aicalc.catalog.store import _short
 
     file = Path(path)
     if not path_is(file, "file"):
@@ -111,8 +190,10 @@ def run(path: str, fail_on_warn: bool = False) -> Result:
     base = file.parent
     rows, warnings = [], []
     exit_code = ExitCode.OK
-    for c in budget.checks:
-        res = _call(c, base)
+    prepared = [(c, _prepare(c, base)) for c in budget.checks]
+    _check_work(file, prepared)
+    for c, prep in prepared:
+        res = _call(c, prep)
         out_rows = [_plain(r) for r in res.rows]
         for limit, raw in c.limits.items():
             keys, direction, _ = LIMITS[limit]
@@ -141,11 +222,16 @@ def run(path: str, fail_on_warn: bool = False) -> Result:
             if status == "fail" or (status == "warn" and fail_on_warn):
                 exit_code = ExitCode.BUDGET
             if status != "pass":  # a broken error-severity budget is a failure, not a warning (render.FAIL)
-                warnings.append(f"{'fail: ' if status == 'fail' else ''}{c.name}: {key} {_show(key, worst)} breaks "
+                warnings.append(f"{'fail: ' if status == 'fail' else ''}{_one_line(c.name)}: {key} {_show(key, worst)} breaks "
                                 f"{limit} {raw}")
     return Result("check", {"file": str(file), "fail_on_warn": fail_on_warn}, rows, warnings=warnings,
                   exit_code=exit_code, title=f"aicalc check {file.name}",
                   columns=["name", "status", "actual", "allowed", "limit_name", "margin_pct"])
+
+
+def _one_line(name: str) -> str:
+    """A check's name as a stderr line shows it: a newline or tab in it is ``?`` (a name cannot forge a line)."""
+    return name.replace("\n", "?").replace("\t", "?")
 
 
 def _plain(row: dict) -> dict:
