@@ -175,7 +175,14 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     recomputes = ("none", "full") + (("selective",) if st.framework == "megatron" else
                                      ("every-2",) if st.lora_rank else ("selective-op", "every-2"))
     chips = inputs.whole("chips", chips)
-    sel, fit, n = layout_search.search(spec.arch, st, chips, lim, seqs, inputs.whole("max_batch", max_batch), cps,
+    max_batch = inputs.whole("max_batch", max_batch)
+    n = layout_search.count(spec.arch, chips, seqs, max_batch, cps, recomputes)
+    if n > layout_search.MAX_LAYOUTS:  # bounded before any is evaluated (docs/robustness.md)
+        raise ParameterError("chips", chips, f"gives {n:,} layouts to search with {len(seqs):,} sequence length(s), "
+                             f"micro-batches up to {max_batch}, {len(cps)} CP degree(s) and {len(recomputes)} "
+                             f"recompute modes; a search is limited to {layout_search.MAX_LAYOUTS:,} layouts "
+                             "(give fewer {seq} values, a smaller micro-batch or fewer {cp} degrees)")
+    sel, fit, n = layout_search.search(spec.arch, st, chips, lim, seqs, max_batch, cps,
                                        recomputes, inputs.whole("top", top), progress)
     if sel is None:
         raise ParameterError("chips", chips, "admits no TP × PP × CP layout of this model")
