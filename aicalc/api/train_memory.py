@@ -77,6 +77,7 @@ def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None) -> None:
     """Impossible layouts are bad input, with the reason."""
     import numpy as np
 
+    from aicalc.api import inputs
     from aicalc.core.geometry import check_tp
     from aicalc.errors import ParameterError
 
@@ -98,11 +99,11 @@ def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None) -> None:
             i = int(np.flatnonzero(bad)[0])
             raise ParameterError("tp", int(np.broadcast_to(tp, bad.shape)[i]), f"does not divide the "
                                  f"{int(local[i])} tokens per context-parallel rank (with {{sp}}, sequence parallelism)")
-    for t in np.unique(tp):
+    for t in inputs.distinct(tp):
         check_tp(arch, int(t))
         if arch.ffn % int(t):
             raise ParameterError("tp", int(t), f"does not divide the FFN size {arch.ffn}")
-    for p in np.unique(pp):
+    for p in inputs.distinct(pp):
         if arch.layers % int(p):
             raise ParameterError("pp", int(p), f"does not divide the {arch.layers} layers")
     if setup.ep > 1 and (arch.moe is None or arch.moe.experts % setup.ep):
