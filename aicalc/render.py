@@ -135,7 +135,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         kinds = set(map(type, value))
         if kinds <= {int, str} or kinds == {float} and math.isfinite(sum(value)):  # a sweep echoed in inputs
-            return list(value)
+            return value
         return [_plain(v) for v in value]
     return value
 
@@ -193,12 +193,20 @@ def _fill(head: str, parts: list[tuple[str, str, list]], tail: str, n: int, sep:
     is written into the literal text once rather than formatted in every row; the rest are converted a column at
     a time and joined with the literal text between them."""
     literals, columns = [head], []
+    done: list[tuple[list, list]] = []  # integer columns formatted so far: a column equal to one is not redone
     for text, fmt, vals in parts:
         literals[-1] += text
         if n > 1 and vals[-1] == vals[0] and vals.count(vals[0]) == n and (fmt != "%r" or vals[0] != 0):  # ±0.0
             literals[-1] += fmt % (vals[0],)
             continue
-        columns.append(vals if fmt == "%s" else list(map(repr, vals)))
+        if fmt in ("%d", "%d.0"):  # ints (kv_cache_bytes and its per-device share at TP 1 are one column)
+            text_of = next((t for v, t in done if v == vals), None)
+            if text_of is None:
+                text_of = list(map(repr, vals))
+                done.append((vals, text_of))
+            columns.append(text_of)
+        else:
+            columns.append(vals if fmt == "%s" else list(map(repr, vals)))
         literals.append(".0" if fmt == "%d.0" else "")
     literals[-1] += tail + sep
     if not columns:

@@ -109,7 +109,10 @@ def _axis(value):
     if value is None or isinstance(value, bool):
         return value
     values = value if isinstance(value, (list, tuple)) else [value]
-    if set(map(type, values)) <= {int, float}:  # numbers (a sweep): as they are, whole floats as integers
+    kinds = set(map(type, values))
+    if kinds == {float} and all(map(float.is_integer, values)):  # a sweep of counts: as integers
+        return list(map(int, values))
+    if kinds <= {int, float}:  # numbers: as they are, whole floats as integers
         return [int(x) if type(x) is float and x.is_integer() else x for x in values]
     out = []
     for v in values:
