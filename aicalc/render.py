@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from aicalc.env import Env
-from aicalc.result import Result
+from aicalc.result import Result, Rows
 from aicalc.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -133,21 +133,212 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        kinds = set(map(type, value))
+        if kinds <= {int, str} or kinds == {float} and math.isfinite(sum(value)):  # a sweep echoed in inputs
+            return value
         return [_plain(v) for v in value]
     return value
 
 
 def render(result: Result, fmt: str, env: Env) -> None:
+    if fmt in ("table", "markdown") and isinstance(result.rows, Rows):  # a table is laid out from all its rows
+        from dataclasses import replace
+
+        result = replace(result, rows=list(result.rows))
     {"table": _table, "json": _json, "csv": _csv, "markdown": _markdown}[fmt](result, env)
 
 
-def _json(result: Result, env: Env) -> None:
-    import json
+# JSON and CSV stream the rows a chunk at a time: a run of rows with the same keys is encoded column by column
+# (one type check per column, not per value) and written through one template per row. The document is the one
+# ``json.dumps(_plain(envelope), indent=2, ensure_ascii=False)`` wrote, character for character
+# (tests/test_output_stream.py checks it against that encoder).
+_CHUNK = 8192
 
-    env.stdout.write(json.dumps(_plain(result.envelope()), indent=2, ensure_ascii=False) + "\n")
+
+def _json(result: Result, env: Env) -> None:
+    out = env.stdout.write
+    out("{")
+    for n, (key, value) in enumerate(result.envelope(lazy=True).items()):
+        out(("," if n else "") + "\n  " + _json_key(key) + ": ")
+        if key == "rows":
+            _json_rows(value, out)
+        else:
+            out(_dump(_plain(value), "  "))
+    out("\n}\n")
+
+
+def _json_rows(rows, out) -> None:
+    if not len(rows):
+        out("[]")
+        return
+    out("[\n")
+    first = True
+    for keys, cols, n in _row_runs(rows):
+        if keys:
+            parts = [(("," if i else "") + f"\n      {_json_key(k)}: ", *_json_column(col))
+                     for i, (k, col) in enumerate(zip(keys, cols, strict=True))]
+            text = _fill("    {", parts, "\n    }", n, ",\n")
+        else:
+            text = ",\n".join(["    {}"] * n)
+        if not first:
+            out(",\n")
+        out(text)
+        first = False
+    out("\n  ]")
+
+
+def _fill(head: str, parts: list[tuple[str, str, list]], tail: str, n: int, sep: str = "") -> str:
+    """``n`` rows of text joined by ``sep``: each ``head``, then each part's text and its value by its ``%`` conversion (``%d``, ``%d.0``,
+    ``%r``, ``%s``), then ``tail``. A value that is the same in every row (a sweep's other axes, the chip's memory)
+    is written into the literal text once rather than formatted in every row; the rest are converted a column at
+    a time and joined with the literal text between them."""
+    literals, columns = [head], []
+    done: list[tuple[list, list]] = []  # integer columns formatted so far: a column equal to one is not redone
+    for text, fmt, vals in parts:
+        literals[-1] += text
+        if n > 1 and vals[-1] == vals[0] and vals.count(vals[0]) == n and (fmt != "%r" or vals[0] != 0):  # ±0.0
+            literals[-1] += fmt % (vals[0],)
+            continue
+        if fmt in ("%d", "%d.0"):  # ints (kv_cache_bytes and its per-device share at TP 1 are one column)
+            text_of = next((t for v, t in done if v == vals), None)
+            if text_of is None:
+                text_of = list(map(repr, vals))
+                done.append((vals, text_of))
+            columns.append(text_of)
+        else:
+            columns.append(vals if fmt == "%s" else list(map(repr, vals)))
+        literals.append(".0" if fmt == "%d.0" else "")
+    literals[-1] += tail + sep
+    if not columns:
+        return (literals[0] * n)[:len(literals[0]) * n - len(sep)]
+    step = 2 * len(columns) + 1
+    pieces: list = [None] * (step * n)
+    for j, lit in enumerate(literals):
+        pieces[2 * j::step] = [lit] * n
+    for j, col in enumerate(columns):
+        pieces[2 * j + 1::step] = col
+    pieces[-1] = pieces[-1][:len(pieces[-1]) - len(sep)]
+    return "".join(pieces)
+
+
+def _row_runs(rows):
+    """(keys, one list of values per key, number of rows) for each run of consecutive rows with the same keys,
+    at most ``_CHUNK`` rows a run."""
+    from itertools import groupby
+
+    if isinstance(rows, Rows):
+        keys = tuple(rows.keys())
+        for cols in rows.arrays(_CHUNK):
+            yield keys, cols, len(cols[0]) if cols else 0
+        return
+    for i in range(0, len(rows), _CHUNK):
+        for keys, run in groupby(rows[i:i + _CHUNK], key=tuple):
+            run = list(run)
+            yield keys, [list(c) for c in zip(*(r.values() for r in run), strict=True)], len(run)
+
+
+def _json_column(col) -> tuple[str, list]:
+    """(``%`` conversion, values) that write ``col``'s values (a list, or a numpy column) as JSON in a row
+    template."""
+    if not isinstance(col, list):
+        fast = _numeric(col)
+        if fast:
+            return fast
+        col = col.tolist()
+    kinds = set(map(type, col))
+    if kinds == {float}:
+        if math.isfinite(sum(col)):  # a NaN or an infinity makes the sum one (an overflow only slows this down)
+            return "%r", col
+        return "%s", [float.__repr__(x) if math.isfinite(x) else "null" for x in col]
+    if kinds == {int}:
+        return "%r", col
+    if kinds == {str}:
+        return "%s", list(map(_json_str, col))
+    if kinds == {bool}:
+        return "%s", ["true" if x else "false" for x in col]
+    return "%s", [_dump(_plain(x), "      ") for x in col]
+
+
+def _numeric(a) -> tuple[str, list] | None:
+    """A numpy column of numbers as a ``%`` conversion and values, or None where the list path must see each
+    value. A float64 column of whole numbers below 10¹⁶ (byte counts) is written as integers followed by ".0":
+    the text ``repr`` gives them, at the cost of formatting an integer. A column with one value throughout is
+    that value repeated (one object, so that :func:`_fill` finds it the same at once)."""
+    import numpy as np
+
+    n = len(a)
+    same = n > 1 and a[0] == a[-1] and bool((a == a[0]).all())
+    if a.dtype.kind in "iub":
+        values = a[:1].tolist() * n if same else a.tolist()
+        return ("%s", ["true" if x else "false" for x in values]) if a.dtype.kind == "b" else ("%d", values)
+    if a.dtype != np.float64:
+        return None
+    with np.errstate(invalid="ignore"):
+        whole = (np.abs(a) < 1e16) & (a == np.trunc(a)) & ~((a == 0) & np.signbit(a))
+    if whole.all():
+        return "%d.0", a[:1].astype(np.int64).tolist() * n if same else a.astype(np.int64).tolist()
+    if not np.isfinite(a).all():
+        return None
+    return "%r", a[:1].tolist() * n if same and a[0] != 0 else a.tolist()  # 0.0 == -0.0
+
+
+def _json_str(text: str) -> str:
+    from json.encoder import encode_basestring
+
+    return encode_basestring(text)
+
+
+def _json_key(key) -> str:
+    """A key as ``json.dumps`` writes it (it turns numbers, booleans and None into strings)."""
+    if isinstance(key, str):
+        return _json_str(key)
+    if key is True or key is False or key is None:
+        return '"' + {True: "true", False: "false", None: "null"}[key] + '"'
+    if isinstance(key, (int, float)):
+        return '"' + _number(key) + '"'
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+def _number(x) -> str:
+    if isinstance(x, int):
+        return int.__repr__(x)
+    if math.isfinite(x):
+        return float.__repr__(x)
+    return "NaN" if x != x else "Infinity" if x > 0 else "-Infinity"
+
+
+def _dump(value: Any, indent: str) -> str:
+    """``value`` (already :func:`_plain`) as ``json.dumps(value, indent=2, ensure_ascii=False)`` writes it at
+    ``indent``."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return _json_str(value)
+    if isinstance(value, (int, float)):
+        return _number(value)
+    inner = indent + "  "
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        return ("{\n" + ",\n".join(f"{inner}{_json_key(k)}: {_dump(v, inner)}" for k, v in value.items())
+                + "\n" + indent + "}")
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "[]"
+        kinds = set(map(type, value))
+        if kinds == {int} or kinds == {float} and math.isfinite(sum(value)):  # a long sweep echoed in inputs
+            return "[\n" + inner + (",\n" + inner).join(map(repr, value)) + "\n" + indent + "]"
+        return "[\n" + ",\n".join(inner + _dump(v, inner) for v in value) + "\n" + indent + "]"
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _all_keys(rows) -> list[str]:
+    if isinstance(rows, Rows):
+        return rows.keys()
     keys: dict[str, None] = {}
     for row in rows:
         keys.update(dict.fromkeys(row))
@@ -161,10 +352,56 @@ def _columns(result: Result) -> list[str]:
 def _csv(result: Result, env: Env) -> None:
     import csv
 
-    writer = csv.DictWriter(env.stdout, fieldnames=_all_keys(result.rows), lineterminator="\n")
-    writer.writeheader()
-    for row in result.rows:
-        writer.writerow({k: _csv_cell(v) for k, v in _plain(row).items()})
+    names = _all_keys(result.rows)
+    writer = csv.writer(env.stdout, lineterminator="\n")
+    writer.writerow(names)
+    for keys, cols, n in _row_runs(result.rows):
+        at = dict(zip(keys, cols, strict=True))
+        if len(names) < 2:  # one field: the csv module's own rules for an empty one ('""')
+            writer.writerows([[_csv_cell(_plain(v))] for v in (at[names[0]] if at else [""] * n)] if names
+                             else [[]] * n)
+            continue
+        parts = [("," if i else "", *(_csv_column(at[k]) if k in at else ("%s", [""] * n)))  # missing: restval ""
+                 for i, k in enumerate(names)]
+        env.stdout.write(_fill("", parts, "\n", n))
+
+
+def _csv_column(col) -> tuple[str, list]:
+    """(``%`` conversion, values) that write ``col``'s cells as ``csv.DictWriter`` wrote ``_csv_cell(_plain(v))``:
+    numbers as the writer formats them (``repr`` of a float), non-finite floats and None empty, texts guarded and
+    quoted by the csv module's rules."""
+    if not isinstance(col, list):
+        fast = _numeric(col)
+        if fast:
+            fmt, vals = fast
+            return (fmt, vals) if fmt != "%s" else ("%s", ["True" if v == "true" else "False" for v in vals])
+        col = col.tolist()
+    kinds = set(map(type, col))
+    if kinds == {float}:
+        if math.isfinite(sum(col)):
+            return "%r", col
+        return "%s", [float.__repr__(x) if math.isfinite(x) else "" for x in col]
+    if kinds == {int}:
+        return "%d", col
+    if kinds == {bool}:
+        return "%s", [str(x) for x in col]
+    memo: dict = {}
+    return "%s", [_csv_text(_csv_cell(_plain(x)), memo) for x in col]
+
+
+def _csv_text(cell, memo: dict) -> str:
+    """A cell as the csv module writes it (quoted where it must be), through the module itself."""
+    import csv
+    import io
+
+    key = (type(cell), cell) if isinstance(cell, (str, int, float)) else None  # None and texts come again
+    if key is None or key not in memo:
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow([cell, ""])
+        if key is None:
+            return buf.getvalue()[:-2]
+        memo[key] = buf.getvalue()[:-2]
+    return memo[key]
 
 
 def _csv_cell(v: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ class Result:
 
     command: str
     inputs: dict[str, Any]
-    rows: list[dict[str, Any]]
+    rows: list[dict[str, Any]] | Rows  # Rows: kept as columns, so that a writer streams them
     warnings: list[str] = field(default_factory=list)
     exit_code: ExitCode = ExitCode.OK
     title: str | None = None
@@ -24,14 +25,64 @@ class Result:
     columns: list[str] | None = None  # which keys a table shows, in order (default: all)
     chart: Any = None  # optional callable(console) drawing a terminal chart under the table
 
-    def envelope(self) -> dict[str, Any]:
+    def envelope(self, *, lazy: bool = False) -> dict[str, Any]:
+        """The JSON document; ``lazy``: ``rows`` as they are held (a :class:`Rows` is not turned into a list)."""
         return {
             "schema_version": SCHEMA_VERSION,
             "command": self.command,
             "inputs": {k: _axis(v) if k in AXES else v for k, v in self.inputs.items()},
-            "rows": self.rows,
+            "rows": self.rows if lazy or isinstance(self.rows, list) else list(self.rows),
             "warnings": self.warnings,
         }
+
+
+class Rows(Sequence):
+    """Rows kept as the numpy columns they come from (1-D, one length): a row's dict of plain Python values
+    (what ``Table.rows()`` gives) is built only when it is read, so the JSON and CSV writers stream any number
+    of rows in constant memory, :meth:`chunks` at a time."""
+
+    def __init__(self, columns: dict[str, Any]):
+        self.columns = dict(columns)
+        self._n = len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def keys(self) -> list[str]:
+        """The keys of every row, in order."""
+        return list(self.columns)
+
+    def chunks(self, size: int = 2048) -> Iterator[list[list[Any]]]:
+        """The rows ``size`` at a time, as one list of plain values per column."""
+        for i in range(0, self._n, size):
+            yield [v[i:i + size].tolist() for v in self.columns.values()]
+
+    def arrays(self, size: int = 2048) -> Iterator[list[Any]]:
+        """The rows ``size`` at a time, as one numpy slice per column."""
+        for i in range(0, self._n, size):
+            yield [v[i:i + size] for v in self.columns.values()]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        j = i + self._n if i < 0 else i
+        if not 0 <= j < self._n:
+            raise IndexError(i)
+        return {k: v[j:j + 1].tolist()[0] for k, v in self.columns.items()}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        keys = self.keys()
+        for cols in self.chunks():
+            for values in zip(*cols, strict=True):
+                yield dict(zip(keys, values, strict=True))
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, Rows)) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Rows({self._n} rows: {', '.join(self.columns)})"
 
 
 def rows_from_columns(columns: dict[str, Any]) -> list[dict[str, Any]]:
@@ -58,6 +109,11 @@ def _axis(value):
     if value is None or isinstance(value, bool):
         return value
     values = value if isinstance(value, (list, tuple)) else [value]
+    kinds = set(map(type, values))
+    if kinds == {float} and all(map(float.is_integer, values)):  # a sweep of counts: as integers
+        return list(map(int, values))
+    if kinds <= {int, float}:  # numbers: as they are, whole floats as integers
+        return [int(x) if type(x) is float and x.is_integer() else x for x in values]
     out = []
     for v in values:
         if isinstance(v, str):

@@ -30,7 +30,7 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
 
     row = {"chip": chip.id, "phase": "training", "precision": "bf16-mixed, AdamW",
            "stored": "weights + gradients + optimizer states + activations"}
-    n, best = 1, None
+    n, best = fewest_possible(model, chip), None
     while n <= MAX_CHIPS:
         try:
             # Megatron's memory model (sequence parallelism, selective recompute, ZeRO): the framework the
@@ -64,6 +64,23 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
     return row | {"tokens": tokens, "mfu": t["mfu"], "model_flop_per_s_per_chip": t["model_flop_per_s_per_chip"],
                   "tokens_per_s": t["tokens_per_s"], "total_time_s": t["total_time_s"], "chip_hours": t["chip_hours"],
                   "bound": "compute", "metric": "MFU, time to train"}
+
+
+def fewest_possible(model, chip) -> int:
+    """The fewest chips (a power of two) whose memory can hold the training states at all: however a layout
+    splits and shards them (TP, PP, ZeRO over DP), the most-loaded device holds at least its share, bytes per
+    parameter (weights, gradients, fp32 master, optimizer, :func:`aicalc.core.train_memory.state_bytes`) × N /
+    chips, so fewer chips cannot fit and the search starts here (70B on 80 GB: 16, where it started at 1)."""
+    from aicalc.core import train_memory as tm
+    from aicalc.core.train_peak import TrainSetup
+
+    st = TrainSetup()
+    sb = tm.state_bytes(st.precision, st.optimizer, st.grad_dtype, st.optimizer_dtype)
+    need = (sb.weights + sb.grads + sb.master + sb.optimizer) * tm.split_params(model.arch).total / chip.memory_bytes
+    n = 1
+    while n < need and n <= MAX_CHIPS:
+        n *= 2
+    return n
 
 
 def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings: list[str]) -> dict:

@@ -342,3 +342,12 @@ def check_number(param: str, value) -> None:
         unit = f" {CAPS[param][1]}" if CAPS.get(param, ("", ""))[1] else ""
         where = f"above aicalc's cap of {_fmt(limit)}{unit}" if v > 0 else f"below -{_fmt(limit)}{unit}"
         raise ParameterError(param, shown, f"is {where} (see docs/robustness.md)")
+
+
+def distinct(values) -> list:
+    """The distinct values of an array, ascending. A small array by a set: ``np.unique`` imports ``numpy.ma`` on
+    its first call, a few tens of milliseconds of a one-off query (docs/robustness.md, start-up)."""
+    import numpy as np
+
+    a = np.ravel(values)
+    return sorted(set(a.tolist())) if a.size <= 4096 else np.unique(a).tolist()

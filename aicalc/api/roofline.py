@@ -166,8 +166,6 @@ def draft_setup(draft, cs: CostSetup, tp, draft_tokens, acceptance):
     held beside the target's at the target's formats, split over the same ``tp`` (an int or an array)."""
     if draft is None:
         return None
-    import numpy as np
-
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model
     from aicalc.core.forward import shape_of
@@ -184,7 +182,7 @@ def draft_setup(draft, cs: CostSetup, tp, draft_tokens, acceptance):
     if darch.vocab != arch.vocab:
         raise ParameterError("draft", draft, f"has a vocabulary of {darch.vocab}, the target {arch.vocab}: a draft "
                              "must share the target's tokenizer")
-    for t in np.unique(np.asarray(tp)):
+    for t in inputs.distinct(tp):
         check_tp(darch, int(t))
     return {"k": float(k), "acceptance": a, "tokens": float(expected_tokens(a, k)), "arch": darch,
             "shape": shape_of(darch), "weights": weight_bytes_per_device(darch, cs.dtype, tp)}
@@ -237,7 +235,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
                     attention=attention, kv_shared=kv_shared, tp_needs_link=bool(TP.max() > 1), engine=engine,
                     efficiency=efficiency)
     arch = cs.model.arch
-    for t in np.unique(TP):
+    for t in inputs.distinct(TP):
         check_parallel(arch, int(t), ep, attention_dp)
     eff = cs.efficiency
     D = float(attention_dp)
@@ -247,7 +245,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
                                       attention_dp=attention_dp)
     kv_dtype = cs.kv_dtype
     kv = np.zeros_like(B)
-    for t in np.unique(TP):  # the cache geometry per attention TP degree
+    for t in inputs.distinct(TP):  # the cache geometry per attention TP degree
         sel = TP == t
         kv[sel] = kv_cache_bytes(kv_shape(arch, kv_dtype, int(t) // attention_dp), Ba[sel], S[sel] + G[sel])
     if draft is not None and (ep > 1 or attention_dp > 1):
@@ -258,7 +256,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     spec = draft_setup(draft, cs, TP, draft_tokens, acceptance)
     if spec is not None:  # the draft's weights and cache sit beside the target's
         weights = weights + spec["weights"]
-        for t in np.unique(TP):
+        for t in inputs.distinct(TP):
             sel = TP == t
             kv[sel] += kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, int(t)), B[sel], S[sel] + G[sel] + spec["k"])
     chips_needed = np.ceil((weights + kv) * TP / float(cs.chip.memory_bytes))

@@ -75,6 +75,7 @@ def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None) -> None:
     """Impossible layouts are bad input, with the reason."""
     import numpy as np
 
+    from aicalc.api import inputs
     from aicalc.core.geometry import check_tp
     from aicalc.errors import ParameterError
 
@@ -96,11 +97,11 @@ def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None) -> None:
             i = int(np.flatnonzero(bad)[0])
             raise ParameterError("tp", int(np.broadcast_to(tp, bad.shape)[i]), f"does not divide the "
                                  f"{int(local[i])} tokens per context-parallel rank (with {{sp}}, sequence parallelism)")
-    for t in np.unique(tp):
+    for t in inputs.distinct(tp):
         check_tp(arch, int(t))
         if arch.ffn % int(t):
             raise ParameterError("tp", int(t), f"does not divide the FFN size {arch.ffn}")
-    for p in np.unique(pp):
+    for p in inputs.distinct(pp):
         if arch.layers % int(p):
             raise ParameterError("pp", int(p), f"does not divide the {arch.layers} layers")
     if setup.ep > 1 and (arch.moe is None or arch.moe.experts % setup.ep):
@@ -173,7 +174,14 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     recomputes = ("none", "full") + (("selective",) if st.framework == "megatron" else
                                      ("every-2",) if st.lora_rank else ("selective-op", "every-2"))
     chips = inputs.whole("chips", chips)
-    sel, fit, n = layout_search.search(spec.arch, st, chips, lim, seqs, inputs.whole("max_batch", max_batch), cps,
+    max_batch = inputs.whole("max_batch", max_batch)
+    n = layout_search.count(spec.arch, chips, seqs, max_batch, cps, recomputes)
+    if n > layout_search.MAX_LAYOUTS:  # bounded before any is evaluated (docs/robustness.md)
+        raise ParameterError("chips", chips, f"gives {n:,} layouts to search with {len(seqs):,} sequence length(s), "
+                             f"micro-batches up to {max_batch}, {len(cps)} CP degree(s) and {len(recomputes)} "
+                             f"recompute modes; a search is limited to {layout_search.MAX_LAYOUTS:,} layouts "
+                             "(give fewer {seq} values, a smaller micro-batch or fewer {cp} degrees)")
+    sel, fit, n = layout_search.search(spec.arch, st, chips, lim, seqs, max_batch, cps,
                                        recomputes, inputs.whole("top", top), progress)
     if sel is None:
         raise ParameterError("chips", chips, "admits no TP × PP × CP layout of this model")

@@ -104,9 +104,9 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
                          dp=inputs.positive("dp", dp, whole=True), seq=inputs.positive("seq", seq, whole=True),
                          global_batch=inputs.positive("global_batch", global_batch, whole=True),
                          micro_batch=inputs.positive("micro_batch", micro_batch, whole=True))
-    for t in np.unique(g["tp"]):
+    for t in inputs.distinct(g["tp"]):
         check_tp(spec.arch, int(t))
-    for p in np.unique(g["pp"]):
+    for p in inputs.distinct(g["pp"]):
         if spec.arch.layers % p:
             warnings.append(f"pp={int(p)} does not divide the {spec.arch.layers} layers; stages are unbalanced")
     if np.any(g["global_batch"] % (g["dp"] * g["micro_batch"])):

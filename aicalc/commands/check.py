@@ -122,57 +122,41 @@ def _call(check, prepared) -> Result:
         raise AicalcError(f"check '{check.name}': {e}") from None
 
 
-def _cli_options(name: str) -> dict:
-    """The command line's options of command ``name``, by keyword (``gpu_memory_utilization``)."""
-    import typer
-
-    from aicalc.cli import app
-
-    out = {}
-    for p in typer.main.get_command(app).commands[name].params:
-        for opt in getattr(p, "opts", []):
-            if opt.startswith("--"):
-                out[opt[2:].replace("-", "_")] = p
-    return out
-
-
 def _convert(check, key: str, value):
-    """A check's ``args`` value as the command line would have parsed it: through the option's own type, a
-    list as a sweep (``1,8,64``), numbers held to the documented caps; a value the option cannot take is
-    bad input naming the check and the key."""
-    from aicalc.api.inputs import check_number
+    """A check's ``args`` value as the command line would have parsed it: by the option's kind in the commands'
+    table (:data:`aicalc.commands.options.OPTIONS`), a list as a sweep (``1,8,64``), numbers held to the
+    documented caps; a value the option cannot take is bad input naming the check and the key."""
+    from aicalc.commands.options import OPTIONS, parse_option
 
-    p = _cli_options(check.command).get(key)
-    if p is None:
+    spec = OPTIONS.get(check.command, {}).get(key)
+    if spec is None:
         return value
-    kind = getattr(p.type, "name", "")
-    numeric = kind in ("int", "integer", "float")
+    kind, param = spec
+    numeric = kind in ("int", "float")
     where = f"check '{check.name}': args.{key}"
     try:
-        if getattr(p, "multiple", False):  # repeatable: a list stays a list (compare --chip A --chip B)
+        if kind == "texts":  # repeatable: a list stays a list (compare --chip A --chip B)
             if isinstance(value, list):
-                return [p.type.convert(str(v), p, None) for v in value]
-            return p.type.convert(str(value), p, None)
+                return [parse_option(kind, v) for v in value]
+            return parse_option(kind, value)
         if isinstance(value, list):
-            if numeric or kind == "boolean":
+            if numeric or kind == "flag":
                 raise AicalcError(f"{where} takes one value, not a list")
             value = ",".join(str(v) for v in value)  # a sweep, as on the command line
-        if kind in ("int", "integer") and isinstance(value, float):
+        if kind == "int" and isinstance(value, float):
             if not value.is_integer():
                 raise AicalcError(f"{where} must be a whole number, got {value!r}")
             value = int(value)
-        if isinstance(value, bool) and kind != "boolean":
+        if isinstance(value, bool) and kind != "flag":
             raise AicalcError(f"{where} takes a value, not {str(value).lower()}")
-        value = p.type.convert(value, p, None)
-    except AicalcError:
-        raise
-    except Exception as e:  # noqa: BLE001 - click's BadParameter (typer vendors click)
-        if not hasattr(e, "format_message"):
-            raise
-        raise AicalcError(f"{where}: {e.format_message()}") from None
+        value = parse_option(kind, value)
+    except ValueError as e:
+        raise AicalcError(f"{where}: {e}") from None
     if numeric and value is not None:
+        from aicalc.api.inputs import check_number
+
         try:
-            check_number(p.name, value)
+            check_number(param, value)
         except ParameterError as e:
             from aicalc.flags import cli_message
 

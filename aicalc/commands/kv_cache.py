@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aicalc.errors import ExitCode, ParameterError
-from aicalc.result import Result
+from aicalc.result import Result, Rows
 
 
 def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str = "release", tp=None, chip=None,
@@ -75,7 +75,7 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
                "tp": m["tp"], "chip": chip, "budget": budget, "block_size": block_size,
                "utilization": m["utilization"], "overhead_bytes": m["overhead_bytes"], "solve": solve,
                "engine": engine}
-    result = Result("kv-cache", inputs_, res.rows(), warnings=warnings, exit_code=code,
+    result = Result("kv-cache", inputs_, Rows(res.columns), warnings=warnings, exit_code=code,
                     title=f"{spec.name}: KV cache ({kv_dtype}, {spec.arch.attention_kind}, TP {m['tp']}"
                           + (f"; weights {m['dtype']})" if chip_obj else ")")
                           + (f" on {chip_obj.name}" if chip_obj else ""),

@@ -1,4 +1,5 @@
-"""Option values only the command line spells: ``--eff KEY=VALUE``."""
+"""Option values only the command line spells: ``--eff KEY=VALUE``; the table of every command's options by kind
+(``OPTIONS``), through which ``aicalc check`` reads a check's ``args`` as the command line reads its flags."""
 
 from __future__ import annotations
 
@@ -61,3 +62,58 @@ def cost_note(chip, price: float | None, given: bool) -> str:
                 "give --price, USD per chip-hour")
     where = "--price" if given else f"{chip.id}'s preset, {getattr(chip, 'price_source', None) or 'no source'}"
     return f"cost: ${price:,.2f} per chip-hour ({where})"
+
+
+def _kinds(text: str = "", int: str = "", float: str = "", flag: str = "", texts: str = "",  # noqa: A002
+           params: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
+    """Option keys by the kind of value each takes → {key: (kind, parameter it fills)}; ``params`` names the
+    parameter of a key that is another name for it (``--micro-batch`` fills ``batch``)."""
+    groups = {"text": text, "int": int, "float": float, "flag": flag, "texts": texts}
+    return {key: (kind, (params or {}).get(key, key)) for kind, keys in groups.items() for key in keys.split()}
+
+
+# The options of each command that ``check`` runs, by key (the flag without its dashes, "-" as "_"): "text" is
+# read by the command itself (sweeps, units), "int" and "float" are numbers held to aicalc.api.inputs.CAPS, "flag"
+# a yes/no, "texts" a repeatable option (``--chip A --chip B``). The command line declares the same options
+# (aicalc/cli.py); tests/test_check_options.py holds the two to each other.
+OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
+    "kv-cache": _kinds(text="batch context kv_dtype dtype tp budget engine gpu_memory_utilization overhead solve",
+                       int="block_size", texts="chip", params={"gpu_memory_utilization": "utilization"}),
+    "train-mem": _kinds(text="micro_batch batch seq precision optimizer grad_dtype optimizer_dtype zero dp tp pp cp "
+                             "recompute framework attention lora_targets lora_dtype loss quant offload budget overhead",
+                        int="ep virtual_stages interleave microbatches lora_rank chips top", float="dropout",
+                        flag="sequence_parallel sp optimizer_in_backward search", texts="chip",
+                        params={"micro_batch": "batch", "sequence_parallel": "sp", "interleave": "virtual_stages"}),
+    "roofline": _kinds(text="batch prompt gen dtype kv_dtype tp compute_dtype attention engine draft acceptance plot",
+                       int="group_size draft_tokens", flag="kv_per_query_head ops", texts="chip eff"),
+    "serve": _kinds(text="chips tp prompt gen concurrency max_ttft max_tpot dtype kv_dtype price engine draft "
+                         "acceptance prefix_hit rate requests num_requests plot",
+                    int="draft_tokens seed", flag="search", texts="chip"),
+    "train-time": _kinds(text="chips tokens seq global_batch micro_batch tp pp dp mfu achieved recompute attention "
+                              "zero precision dp_bandwidth framework goodput price",
+                         int="virtual_stages interleave cp ep top", flag="sequence_parallel sp search",
+                         texts="chip eff", params={"sp": "sequence_parallel", "virtual_stages": "interleave"}),
+    "compare": _kinds(text="tokens seq prompt gen dtype kv_dtype requests_per_day max_ttft max_tpot price",
+                      float="years", texts="chip"),
+}
+
+_BOOLS = {"1": True, "true": True, "t": True, "yes": True, "y": True, "on": True,
+          "0": False, "false": False, "f": False, "no": False, "n": False, "off": False, "": False}
+
+
+def parse_option(kind: str, value):
+    """``value`` as the command line parses an option of ``kind`` (click's rules for int, float and boolean
+    options); ValueError with the reason when it cannot be."""
+    if kind in ("text", "texts"):
+        return value.decode() if isinstance(value, bytes) else str(value)
+    if kind == "flag":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _BOOLS:
+            return _BOOLS[value.strip().lower()]
+        raise ValueError(f"{value!r} is not a valid boolean")
+    number = {"int": (int, "integer"), "float": (float, "float")}[kind]
+    try:
+        return number[0](value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{value!r} is not a valid {number[1]}") from None

@@ -4,7 +4,7 @@ what fits, which concurrency meets the latency targets, and what a million token
 from __future__ import annotations
 
 from aicalc.errors import ExitCode
-from aicalc.result import Result
+from aicalc.result import Result, Rows
 
 
 def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="256", concurrency=None, max_ttft=None,
@@ -93,7 +93,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
              "TTFT = own batch's prefill + one running decode step (docs/serve.md)",
              f"efficiency: engine {cs.engine} (presets/engines/{cs.engine}.yaml), chip class {cs.chip_class} "
              f"(presets/classes/{cs.chip_class}.yaml)", cost_note(cs.chip, price_v, price is not None)]
-    return Result("serve", inputs, r.rows(), warnings=warnings, exit_code=exit_code, columns=columns, notes=notes,
+    return Result("serve", inputs, Rows(r.columns), warnings=warnings, exit_code=exit_code, columns=columns, notes=notes,
                   title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} (TP {tp}"
                         + (f", EP {ep}" if ep > 1 else "") + (f", attention DP {attention_dp}" if attention_dp > 1 else "")
                         + f", {_replicas(m['replicas'])}, {dtype})")

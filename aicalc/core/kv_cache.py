@@ -68,11 +68,17 @@ def kv_cache_bytes(shape: KVShape, batch, context, block_size: int | None = None
     import numpy as np
 
     S = np.asarray(context, dtype=np.float64)
-    if block_size:
-        full = np.ceil(S / block_size) * block_size
-        held = shape.full_layers * full
+    if block_size:  # in place where a temporary is ours (whole numbers below 2⁵³: every product is exact)
+        held = np.ceil(S / block_size)
+        held *= block_size
+        held *= shape.full_layers
         if shape.sliding_layers:
-            held = held + shape.sliding_layers * np.ceil(np.minimum(S, shape.window) / block_size) * block_size
+            window = np.ceil(np.minimum(S, shape.window) / block_size)
+            window *= block_size
+            window *= shape.sliding_layers
+            held += window
     else:
         held = cached_tokens(shape, S)
-    return np.asarray(batch, dtype=np.float64) * held * shape.bytes_per_token_layer
+    out = np.asarray(batch, dtype=np.float64) * held
+    out *= shape.bytes_per_token_layer
+    return out

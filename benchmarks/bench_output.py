@@ -1,0 +1,74 @@
+"""Output speed: 80,000 rows of JSON or CSV against a one-row run of the same command (issue 25: ≤ 2×, streamed
+in constant memory).
+
+Each pair runs the one-row query and the 80,000-row query alternately, in fresh processes with the output thrown
+away; the ratio is taken pair by pair (a machine whose speed drifts does not bias it) and the median printed, for
+CPU time (user + system of the child) and wall time, with the 80,000-row run's peak resident memory.
+
+    python benchmarks/bench_output.py [--runs 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GOAL = 2.0
+
+# (name, one-row arguments, 80,000-row arguments): kv-cache keeps its rows as columns (aicalc.result.Rows); serve's
+# rows are dicts, the writers' other path
+CASES = [
+    ("kv-cache", ["kv-cache", "llama-3.1-8b", "--chip", "h100-sxm", "--context", "1k"],
+     ["kv-cache", "llama-3.1-8b", "--chip", "h100-sxm", "--context", "1k", "--batch", "1:80000:+1"]),
+    ("serve", ["serve", "llama-3.1-8b", "--chip", "h100-sxm", "--concurrency", "1"],
+     ["serve", "llama-3.1-8b", "--chip", "h100-sxm", "--concurrency", "1:80000:+1"]),
+]
+
+
+def _once(argv: list[str]) -> tuple[float, float, float]:
+    """(wall s, cpu s, peak resident MiB) of one run, its output thrown away."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "aicalc", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       cwd=ROOT)
+    wall = time.perf_counter() - start
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)}: exit {p.returncode}: {p.stderr.decode()[-500:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), after.ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    runs = parser.parse_args().runs
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "aicalc")], check=True,
+                   stdout=subprocess.DEVNULL)
+    print(f"{runs} pairs each, median of (80,000 rows) / (one row) per pair; goal <= {GOAL:g}x")
+    for name, one, many in CASES:
+        for fmt in ("json", "csv"):
+            a, b = [*many, "--format", fmt], [*one, "--format", fmt]
+            _once(a), _once(b)  # warm-up: file cache, the catalog index
+            cpu, wall, one_ms, many_ms = [], [], [], []
+            for _ in range(runs):
+                (aw, ac, _), (bw, bc, _) = _once(a), _once(b)
+                cpu.append(ac / bc)
+                wall.append(aw / bw)
+                one_ms.append(bc * 1e3)
+                many_ms.append(ac * 1e3)
+            r = statistics.median(cpu)
+            print(f"{name:<9} {fmt:<5} one row {statistics.median(one_ms):6.0f} ms cpu, 80,000 rows "
+                  f"{statistics.median(many_ms):6.0f} ms cpu: {r:.2f}x cpu, {statistics.median(wall):.2f}x wall "
+                  f"({'met' if r <= GOAL else 'NOT met'})")
+    print("peak resident memory of a child (the largest run): "
+          f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

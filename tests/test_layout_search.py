@@ -1,0 +1,108 @@
+"""The layout search keeps only a running top and counts (issue 25): its answer is the one a search that keeps every
+layout and sorts them all gives, ties in the order of evaluation; a search too large is refused before any work."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from aicalc.catalog import store
+from aicalc.core import layout_search
+from aicalc.core.train_peak import TrainSetup, evaluate
+
+
+def _everything(arch, setup, chips, limit, seqs, max_batch, cps, recomputes, top):
+    """Every layout evaluated in one grid, then one stable sort: the search as it was before it streamed."""
+    lay = np.asarray(layout_search.layouts(arch, chips, cps), dtype=np.float64)
+    mbs = [b for b in layout_search.MICRO_BATCHES if b <= max_batch] or [1]
+    ix, Z, MB, SQ = (m.ravel() for m in np.meshgrid(np.arange(len(lay)), np.arange(4.0), np.asarray(mbs, float),
+                                                    np.asarray(seqs, float), indexing="ij"))
+    parts = []
+    for rc in recomputes:
+        g = {"batch": MB, "seq": SQ, "tp": lay[ix, 0], "pp": lay[ix, 1], "cp": lay[ix, 2], "dp": lay[ix, 3],
+             "zero": Z, "recompute": np.full(MB.shape, rc)}
+        cols = evaluate(arch, replace(setup, recompute=rc), g)
+        cols["recompute"] = g["recompute"]
+        valid = (SQ % (2 * g["cp"]) == 0) | (g["cp"] == 1)
+        if setup.sp:
+            valid &= (SQ / g["cp"]) % g["tp"] == 0
+        valid &= (g["zero"] == 0) | (g["dp"] * g["cp"] > 1)
+        cols["valid"] = valid
+        parts.append({k: np.broadcast_to(np.asarray(v), MB.shape) for k, v in cols.items()})
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    headroom = limit - cols["peak_reserved_bytes"]
+    valid = cols.pop("valid")
+    fit = (headroom >= 0) & valid
+    keep = fit if fit.any() else valid
+    order = np.argsort(-headroom[keep], kind="stable")[:top]
+    sel = {k: v[keep][order] for k, v in cols.items()}
+    room = headroom[keep][order]
+    sel["headroom_bytes"], sel["shortfall_bytes"] = np.maximum(room, 0.0), np.maximum(-room, 0.0)
+    sel["fits"] = room >= 0
+    return sel, int(fit.sum()), int(valid.sum())
+
+
+CASES = [  # (model, setup, chips, limit bytes, seqs, max batch, cps, recomputes, top)
+    ("llama-3.1-8b", TrainSetup(), 8, 80e9, [1024, 2048, 4096], 8, (1, 2), ("none", "full", "every-2"), 20),
+    ("llama-3.1-70b", TrainSetup(framework="megatron", sp=True, attention="flash"), 64, 80e9, [2048, 8192], 4,
+     (1, 2, 4), ("none", "full", "selective"), 15),
+    ("llama-3.1-70b", TrainSetup(), 8, 20e9, [4096, 8192], 2, (1,), ("none", "full"), 10),  # none fits
+    ("llama-3.1-8b", TrainSetup(), 16, 24e9, [8192, 32768], 16, (1, 2), ("none", "full"), 50),  # few fit: < top
+    ("gpt2", TrainSetup(), 4, 80e9, [512, 1024], 2, (1,), ("none", "full"), 500),  # a top larger than the search
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[2]}-{c[3]:.0e}")
+@pytest.mark.parametrize("slice_size", [37, 1 << 18])
+def test_running_top_is_the_full_sort(case, slice_size, monkeypatch):
+    model, setup, chips, limit, seqs, max_batch, cps, recomputes, top = case
+    arch = store.resolve_model(model).arch
+    monkeypatch.setattr(layout_search, "SLICE", slice_size)  # many slices: the top is merged across them
+    sel, fit, n = layout_search.search(arch, setup, chips, limit, seqs, max_batch, cps, recomputes, top)
+    ref, ref_fit, ref_n = _everything(arch, setup, chips, limit, seqs, max_batch, cps, recomputes, top)
+    assert (fit, n) == (ref_fit, ref_n)
+    assert set(sel) == set(ref)
+    for k in ref:
+        assert sel[k].tolist() == ref[k].tolist(), k
+    assert len(sel["fits"]) == min(top, fit if fit else n)
+
+
+def test_ties_keep_the_order_of_evaluation():
+    headroom = np.array([5.0, 7.0, 5.0, 7.0, 1.0, 7.0, np.nan, 5.0])
+    picked = layout_search._top(headroom, np.arange(8), 4)
+    assert picked.tolist() == [1, 3, 5, 0]
+    best = {"_headroom": np.array([7.0, 5.0]), "i": np.array([1, 0])}
+    part = {"_headroom": np.array([7.0, 6.0]), "i": np.array([9, 8])}
+    assert layout_search._merge(best, part, 3)["i"].tolist() == [1, 9, 8]
+
+
+def test_count_is_the_layouts_evaluated():
+    arch = store.resolve_model("llama-3.1-8b").arch
+    seqs = [1024, 2048, 4096]
+    calls = []
+    layout_search.search(arch, TrainSetup(), 8, 80e9, seqs, 8, (1, 2), ("none", "full"),
+                         progress=lambda done, total: calls.append((done, total)))
+    assert calls[-1] == (layout_search.count(arch, 8, seqs, 8, (1, 2), ("none", "full")),) * 2
+
+
+def test_a_search_too_large_is_refused_before_it_starts(monkeypatch):
+    """10⁸ layouts: exit 2 with the count and what to give fewer of, and no layout evaluated."""
+    import aicalc
+    from aicalc.errors import ParameterError
+
+    def boom(*a, **k):
+        raise AssertionError("evaluated")
+
+    monkeypatch.setattr(layout_search, "search", boom)
+    seqs = list(range(256, 256 * 5001, 256))
+    with pytest.raises(ParameterError, match=r"100,080,000 layouts.*limited to 30,000,000"):
+        aicalc.search_layouts("llama-3.1-70b", "h100-sxm", 4096, seq=seqs, max_batch=256, cp=[1, 2, 4, 8])
+
+
+def test_a_search_too_large_exits_2_on_the_command_line(cli):
+    r = cli("train-mem", "llama-3.1-70b", "--chip", "h100-sxm", "--chips", "4096", "--search", "--batch", "256",
+            "--seq", "256:1280000:+256", "--cp", "1,2,4,8")
+    assert r.code == 2
+    assert "100,080,000 layouts" in r.err and "--seq" in r.err and "Traceback" not in r.err
