@@ -133,7 +133,9 @@ def test_every_emitted_flag_and_value_is_in_the_release(case):
                 if disagg:
                     assert flags["--disaggregation-mode"] == c.pool
             seqs = flags.get("--max-num-seqs", flags.get("--max-running-requests"))
-            assert seqs == (None if c.pool == "prefill" else "64")
+            # vLLM's cap is per data-parallel rank (its SchedulerConfig docstring), SGLang's per server
+            per = math.ceil(64 / adp) if engine == "vllm" else 64
+            assert seqs == (None if c.pool == "prefill" else str(per))
             if disagg:
                 assert c.chips_per_replica == case.get(f"{c.pool}_tp", case["tp"])
                 assert c.replicas == case["prefill_replicas" if c.pool == "prefill" else "replicas"]
@@ -264,3 +266,27 @@ def test_extractors_read_flags_choices_and_literal_aliases():
     assert out["flags"]["--mode"]["choices"] == ["null", "prefill"]
     assert "--hidden" not in out["flags"] and out["flags"]["--flag"]["value"] is False
     assert out["registries"]["speculative_algorithm"] == ["EAGLE", "NONE"]
+
+
+def test_trtllm_extractor_reads_click_options_and_llm_args_fields():
+    """On a small source written like TensorRT-LLM's (click options of trtllm-serve, pydantic LlmArgs classes):
+    ready for a record made with --source tensorrt_llm=WHEEL."""
+    rec = _load_recorder()
+    serve = (b"import click\n@click.command('serve')\n@click.argument('model')\n"
+             b"@click.option('--tp_size', type=int, default=1)\n"
+             b"@click.option('--backend', type=ChoiceWithAlias(['pytorch', 'tensorrt'], {'trt': 'tensorrt'}))\n"
+             b"@click.option('--trust_remote_code', is_flag=True, default=False)\n"
+             b"def serve(model, tp_size, backend, trust_remote_code):\n    pass\n")
+    llm_args = (b"from typing import Literal, Optional\n"
+                b"class KvCacheConfig(StrictBaseModel):\n    dtype: str = 'auto'\n"
+                b"class CacheTransceiverConfig(StrictBaseModel):\n"
+                b"    backend: Optional[Literal['DEFAULT', 'UCX', 'NIXL']] = None\n"
+                b"class BaseLlmArgs(StrictBaseModel):\n    enable_attention_dp: bool = False\n"
+                b"class TorchLlmArgs(BaseLlmArgs):\n    kv_cache_config: KvCacheConfig = None\n")
+    out = rec.extract_trtllm({"tensorrt_llm/commands/serve.py": serve, "tensorrt_llm/llmapi/llm_args.py": llm_args})
+    assert out["flags"]["--tp_size"] == {"value": True, "choices": None, "aliases": []}
+    assert out["flags"]["--backend"]["choices"] == ["pytorch", "tensorrt"]
+    assert out["flags"]["--trust_remote_code"]["value"] is False
+    torch_args = out["configs"]["TorchLlmArgs"]
+    assert set(torch_args) == {"enable_attention_dp", "kv_cache_config"} and torch_args["enable_attention_dp"]["bool"]
+    assert out["configs"]["CacheTransceiverConfig"]["backend"]["choices"] == ["DEFAULT", "UCX", "NIXL"]

@@ -78,7 +78,7 @@ def launch_commands(engine: str, model, chip, deployment: dict, *, max_model_len
                                                             ref]
     seqs = max(1, int(d["max_num_seqs"]))
     if not disagg:
-        argv = head + _layout(engine, name, version, d, int(d["tp"])) + common + _seqs(engine, seqs)
+        argv = head + _layout(engine, name, version, d, int(d["tp"])) + common + _seqs(engine, seqs, d)
         return [LaunchCommand(engine, version, "aggregated", int(d["replicas"]), int(d["tp"]), argv)]
     pre_tp = int(d.get("prefill_tp") or d["tp"])
     dec_tp = int(d.get("decode_tp") or d["tp"])
@@ -86,7 +86,7 @@ def launch_commands(engine: str, model, chip, deployment: dict, *, max_model_len
     for pool, tp, replicas in (("prefill", pre_tp, int(d["prefill_replicas"])), ("decode", dec_tp, int(d["replicas"]))):
         argv = head + _layout(engine, name, version, d, tp) + common + _disagg(engine, pool)
         if pool == "decode":
-            argv += _seqs(engine, seqs)
+            argv += _seqs(engine, seqs, d)
         notes = [] if pool == "decode" else ["prefill replicas batch prompts within the token budget; their "
                                              "sequence cap is left at the engine's default"]
         out.append(LaunchCommand(engine, version, pool, replicas, tp, argv, notes))
@@ -177,8 +177,13 @@ def _layout(engine, name, version, d: dict, tp: int) -> list[str]:
     return flags
 
 
-def _seqs(engine, seqs: int) -> list[str]:
-    return ["--max-num-seqs" if engine == "vllm" else "--max-running-requests", str(seqs)]
+def _seqs(engine, seqs: int, d: dict) -> list[str]:
+    """The replica's sequence cap: vLLM's ``max_num_seqs`` applies per data-parallel rank (its SchedulerConfig
+    says so), so attention-DP ranks share it; SGLang's ``max_running_requests`` is the server's, divided over its
+    attention-DP ranks by SGLang itself."""
+    if engine == "vllm":
+        return ["--max-num-seqs", str(-(-seqs // int(d.get("attention_dp") or 1)))]
+    return ["--max-running-requests", str(seqs)]
 
 
 def _disagg(engine, pool: str) -> list[str]:
