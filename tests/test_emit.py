@@ -290,3 +290,16 @@ def test_trtllm_extractor_reads_click_options_and_llm_args_fields():
     torch_args = out["configs"]["TorchLlmArgs"]
     assert set(torch_args) == {"enable_attention_dp", "kv_cache_config"} and torch_args["enable_attention_dp"]["bool"]
     assert out["configs"]["CacheTransceiverConfig"]["backend"]["choices"] == ["DEFAULT", "UCX", "NIXL"]
+
+
+def test_cli_emits_traffic_and_fixed_concurrency_deployments(cli):
+    r = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", "--rate", "5", "--num-requests", "200", "--emit", "vllm",
+            "--json")
+    assert r.code == 0, r.err
+    # the simulator's scheduler runs 256 sequences per replica (docs/serve.md, vLLM's default max_num_seqs)
+    assert parse("vllm", r.json["rows"][0]["command"])["--max-num-seqs"] == "256"
+    r = cli("serve", "llama-3.1-70b", "--chip", "h100-sxm", "--chips", "8", "--tp", "4", "--concurrency", "48",
+            "--emit", "sglang", "--json")
+    assert r.code == 0, r.err
+    flags = parse("sglang", r.json["rows"][0]["command"])
+    assert flags["--max-running-requests"] == "24" and flags["--tp-size"] == "4"  # 48 requests over 2 replicas

@@ -212,7 +212,9 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
         picked = "the simulated deployment (its scheduler runs at most max_seqs sequences per replica)"
     else:
         chip, model = inp["chip"], inp["model"]
-        ok = [r for r in rows if r.get("meets_slo", r.get("fits"))] or [r for r in rows if r.get("fits")]
+        slo = inp.get("max_ttft_s") is not None or inp.get("max_tpot_s") is not None
+        meeting = [r for r in rows if r.get("meets_slo")] if slo else []
+        ok = meeting or [r for r in rows if r.get("fits")]
         if not ok:
             e = AicalcError("no concurrency of this deployment fits the chips' memory: nothing to launch")
             e.exit_code = ExitCode.BUDGET
@@ -221,8 +223,8 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
         best = dict(row, tp=inp["tp"], replicas=inp["replicas"], dtype=inp["dtype"], kv_dtype=inp["kv_dtype"],
                     max_num_seqs=int(row["batch_per_replica"]))
         picked = (f"concurrency {int(row['concurrency'])}, "
-                  + ("the fastest row meeting the targets" if "meets_slo" in row and row["meets_slo"]
-                     else "the fastest row that fits"))
+                  + ("the fastest row meeting the targets" if meeting else "the fastest row that fits"
+                     + ("; no row meets the targets" if slo else "")))
     cmds = launch_commands(engine, model, chip, best, max_model_len=prompt + gen, utilization=utilization,
                            draft=draft, draft_tokens=int(draft_tokens))
     notes = [f"{NAMES[engine]} {RELEASES[engine]}: every flag checked against the release's argument definitions "
