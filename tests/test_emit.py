@@ -104,6 +104,7 @@ CASES = [
     {"draft": "llama-3.2-3b", "draft_tokens": 4},
     {"mode": "disaggregated", "tp": 2, "decode_tp": 2, "prefill_tp": 1, "replicas": 1, "prefill_replicas": 6},
     {"mode": "disaggregated", "tp": 4, "replicas": 1, "prefill_replicas": 1, "kv_dtype": "fp8", "chip": "mi300x"},
+    {"mode": "disaggregated", "tp": 2, "replicas": 2, "prefill_replicas": 3, "prefill_tp": 1, "prefill_chip": "l40s"},
 ]
 
 
@@ -136,6 +137,7 @@ def test_every_emitted_flag_and_value_is_in_the_release(case):
             # vLLM's cap is per data-parallel rank (its SchedulerConfig docstring), SGLang's per server
             per = math.ceil(64 / adp) if engine == "vllm" else 64
             assert seqs == (None if c.pool == "prefill" else str(per))
+            assert c.chip == case.get(f"{c.pool}_chip", case.get("chip", "h100-sxm"))
             if disagg:
                 assert c.chips_per_replica == case.get(f"{c.pool}_tp", case["tp"])
                 assert c.replicas == case["prefill_replicas" if c.pool == "prefill" else "replicas"]
@@ -169,6 +171,8 @@ def test_a_config_path_is_emitted_as_the_path():
     ("vllm", "h100-sxm", {"draft": "eagle"}, "EAGLE head"),
     ("trtllm", "h100-sxm", {}, "not recorded"),
     ("trtllm", "mi300x", {}, "runs on NVIDIA chips, not on mi300x"),
+    ("sglang", "h100-sxm", {"mode": "disaggregated", "prefill_replicas": 1, "prefill_chip": "tpu-v5e"},
+     "not on tpu-v5e"),
 ])
 def test_an_engine_that_cannot_run_the_deployment_says_why(engine, chip, row, why):
     from aicalc.errors import AicalcError

@@ -34,6 +34,7 @@ class LaunchCommand:
     engine: str
     version: str
     pool: str  # aggregated, prefill or decode
+    chip: str
     replicas: int
     chips_per_replica: int
     argv: list[str]
@@ -44,7 +45,8 @@ class LaunchCommand:
         return shlex.join(self.argv)
 
     def row(self) -> dict:
-        return {"engine": self.engine, "version": self.version, "pool": self.pool, "replicas": self.replicas,
+        return {"engine": self.engine, "version": self.version, "pool": self.pool, "chip": self.chip,
+                "replicas": self.replicas,
                 "chips_per_replica": self.chips_per_replica, "command": self.command}
 
 
@@ -63,11 +65,13 @@ def launch_commands(engine: str, model, chip, deployment: dict, *, max_model_len
     gave the engine; ``draft``/``draft_tokens``: speculative decoding as ``serve --draft``."""
     from aicalc.api.catalog import load_model
 
-    check_engine(engine, chip)
+    d = dict(deployment)
+    chips = {pool: d.get(f"{pool}_chip") or chip for pool in ("prefill", "decode")}  # a pool's own chip type
+    for c in {chip, *chips.values()}:
+        check_engine(engine, c)
     name, version = NAMES[engine], RELEASES[engine]
     spec = load_model(model)
     ref = spec.hf_repo or (str(model) if isinstance(model, str) else spec.id)
-    d = dict(deployment)
     disagg = d.get("mode") == "disaggregated"
     common = _format_flags(engine, name, version, spec, d["dtype"], d["kv_dtype"])
     common += _spec_flags(engine, name, version, draft, int(draft_tokens))
@@ -79,7 +83,8 @@ def launch_commands(engine: str, model, chip, deployment: dict, *, max_model_len
     seqs = max(1, int(d["max_num_seqs"]))
     if not disagg:
         argv = head + _layout(engine, name, version, d, int(d["tp"])) + common + _seqs(engine, seqs, d)
-        return [LaunchCommand(engine, version, "aggregated", int(d["replicas"]), int(d["tp"]), argv)]
+        return [LaunchCommand(engine, version, "aggregated", _chip_id(chip), int(d["replicas"]), int(d["tp"]),
+                              argv)]
     pre_tp = int(d.get("prefill_tp") or d["tp"])
     dec_tp = int(d.get("decode_tp") or d["tp"])
     out = []
@@ -89,7 +94,7 @@ def launch_commands(engine: str, model, chip, deployment: dict, *, max_model_len
             argv += _seqs(engine, seqs, d)
         notes = [] if pool == "decode" else ["prefill replicas batch prompts within the token budget; their "
                                              "sequence cap is left at the engine's default"]
-        out.append(LaunchCommand(engine, version, pool, replicas, tp, argv, notes))
+        out.append(LaunchCommand(engine, version, pool, _chip_id(chips[pool]), replicas, tp, argv, notes))
     router = ("a proxy that sends each request to a prefill then a decode replica (vLLM's disaggregated-serving "
               "examples)" if engine == "vllm" else
               "sglang-router in PD mode: python3 -m sglang_router.launch_router --pd-disaggregation --prefill URL "
@@ -117,6 +122,12 @@ def check_engine(engine: str, chip) -> None:
         raise AicalcError(f"{name} {version}'s argument definitions are not recorded (its wheels are published on "
                           "NVIDIA's package index only, not on PyPI), so no trtllm-serve flag can be checked: record "
                           "them with validation/record_engine_args.py --source tensorrt_llm=WHEEL")
+
+
+def _chip_id(chip) -> str:
+    from aicalc.api.catalog import load_node_or_chip
+
+    return load_node_or_chip(chip)[0].id
 
 
 def _num(x: float) -> str:

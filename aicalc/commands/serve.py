@@ -235,7 +235,7 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
     out_rows = [c.row() for c in cmds]
     return Result("serve", dict(inp, emit=engine, engine_version=RELEASES[engine]), out_rows,
                   warnings=list(result.warnings), exit_code=result.exit_code,
-                  columns=["pool", "replicas", "chips_per_replica", "command"], notes=notes,
+                  columns=["pool", "chip", "replicas", "chips_per_replica", "command"], notes=notes,
                   title=f"{NAMES[engine]} launch commands: {result.title or model}")
 
 
@@ -244,7 +244,7 @@ def script(result: Result) -> str:
     lines = [f"# {result.title}"] + [f"# {n}" for n in result.notes] + [f"# warning: {w}" for w in result.warnings]
     for r in result.rows:
         lines += ["", f"# {r['pool']} pool: {r['replicas']} {'replica' if r['replicas'] == 1 else 'replicas'} of "
-                      f"{r['chips_per_replica']} chip{'' if r['chips_per_replica'] == 1 else 's'}; run on each:",
+                      f"{r['chips_per_replica']} × {r['chip']}; run on each:",
                   r["command"]]
     return "\n".join(lines) + "\n"
 
