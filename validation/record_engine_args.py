@@ -561,8 +561,12 @@ def main(argv=None) -> int:
             print("\n".join(failures), file=sys.stderr)
             return 1
         kept = [n for n in old["engines"] if any(u.startswith(n + ":") for u in unchecked)]
-        print(f"{args.out.name}: " + ("re-extracted and identical" if not kept else
-              f"checksum verified; {', '.join(kept)} checked by the checksum only (could not download)"))
+        fresh = [n for n in old["engines"] if n not in kept]
+        absent = [n for n in ENGINES if n not in old["engines"]]
+        print(f"{args.out.name}: checksum verified"
+              + (f"; {', '.join(fresh)} re-extracted and identical" if fresh else "")
+              + (f"; {', '.join(kept)} checked by the checksum only (could not download)" if kept else "")
+              + (f"; {', '.join(absent)} not recorded" if absent else ""))
         return 0
     data = {"schema_version": 1, "generated_by": "validation/record_engine_args.py", "engines": engines,
             "checksum": checksum(engines)}
