@@ -511,6 +511,9 @@ def serve(
                                                           "and disaggregated, by cost within the targets")] = False,
     plot: Annotated[str | None, typer.Option("--plot", help="with --search: write the Pareto chart to FILE "
                                                             "(.png/.svg; needs matplotlib)")] = None,
+    emit_engine: Annotated[str | None, typer.Option("--emit", metavar="ENGINE", help="print the launch command of "
+                                                    "the deployment (with --search: the best) for vllm, sglang or "
+                                                    "trtllm")] = None,
     fmt: Format = "table",
     json_: Json = False,
     columns: Columns = None,
@@ -530,6 +533,12 @@ def serve(
                    attention_dp=attention_dp)
 
     chip = chip or ["h100-sxm"]
+    if emit_engine is not None:
+        from aicalc.commands.serve import launch_emit
+
+        return launch_emit(one, chip, tp, chips, dtype, kv_dtype, search, emit_engine, draft, draft_tokens,
+                           lambda r: emit(r, fmt, json_, columns),
+                           _env_now().stdout.write if fmt == "table" and not json_ else None)
     if search:  # the search ranks every chip, TP degree and format in one table itself
         return emit(one(",".join(chip)), fmt, json_, columns)
     return emit(per_chip(chip, lambda c: per_value("tp", tp, lambda t: per_value("chips", chips, lambda n: one(

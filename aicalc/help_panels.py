@@ -13,7 +13,7 @@ _PANELS = {
                             "recompute attention overhead utilization kv_per_query_head",
     "Performance model": "eff mfu achieved dp_bandwidth ops",
     "Limits and cost": "budget max_ttft max_tpot price fail_on_warn",
-    "Output": "fmt json_ columns plot junit schema help",
+    "Output": "fmt json_ columns plot emit_engine junit schema help",
 }
 PANEL = {name: panel for panel, names in _PANELS.items() for name in names.split()}
 

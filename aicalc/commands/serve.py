@@ -190,3 +190,104 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
 
 def _replicas(n: int) -> str:
     return f"{n} replica{'' if n == 1 else 's'}"
+
+
+def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
+    """serve --emit: the launch commands of the deployment ``result`` estimated (with --search, of its best row),
+    one row per pool. The sequence cap is the concurrency per replica the estimate used; the memory share, the
+    token budget and the maximum length (prompt + gen) are the estimate's own."""
+    import inspect
+    import math
+
+    from aicalc.api.emit import NAMES, RELEASES, launch_commands
+    from aicalc.api.serving import serve
+    from aicalc.api.traffic import simulate
+    from aicalc.errors import AicalcError
+    from aicalc.sweep import int_sweep
+
+    inp = result.inputs
+    rows = result.rows
+    prompt = max(int_sweep(str(_axis_text(inp["prompt"])), "--prompt"))
+    gen = max(int_sweep(str(_axis_text(inp["gen"])), "--gen"))
+    utilization = inp.get("gpu_memory_utilization") or inspect.signature(serve).parameters["utilization"].default
+    if inp.get("search"):
+        best = dict(rows[0])
+        chip, model = best["chip"], inp["model"]
+        best["max_num_seqs"] = math.ceil(best["concurrency"] / max(1, best["replicas"]))
+        picked = f"the best of {len(rows)} deployments ({best['mode']}, {best['chips']} × {chip})"
+        if not best.get("meets_slo", True):
+            picked += "; it misses the latency targets"
+    elif "rate" in inp:  # traffic: the simulator's scheduler cap
+        chip, model = inp["chip"], inp["model"]
+        best = {"tp": inp["tp"], "replicas": inp["replicas"], "dtype": inp["dtype"], "kv_dtype": inp["kv_dtype"],
+                "max_num_seqs": inspect.signature(simulate).parameters["max_seqs"].default}
+        best.update({k: rows[0][k] for k in ("ep", "attention_dp", "pp") if rows and k in rows[0]})
+        picked = "the simulated deployment (its scheduler runs at most max_seqs sequences per replica)"
+    else:
+        chip, model = inp["chip"], inp["model"]
+        slo = inp.get("max_ttft_s") is not None or inp.get("max_tpot_s") is not None
+        meeting = [r for r in rows if r.get("meets_slo")] if slo else []
+        ok = meeting or [r for r in rows if r.get("fits")]
+        if not ok:
+            e = AicalcError("no concurrency of this deployment fits the chips' memory: nothing to launch")
+            e.exit_code = ExitCode.BUDGET
+            raise e
+        row = max(ok, key=lambda r: r["output_tokens_per_s"])
+        best = dict(row, tp=inp["tp"], replicas=inp["replicas"], dtype=inp["dtype"], kv_dtype=inp["kv_dtype"],
+                    max_num_seqs=int(row["batch_per_replica"]))
+        picked = (f"concurrency {int(row['concurrency'])}, "
+                  + ("the fastest row meeting the targets" if meeting else "the fastest row that fits"
+                     + ("; no row meets the targets" if slo else "")))
+    cmds = launch_commands(engine, model, chip, best, max_model_len=prompt + gen, utilization=utilization,
+                           draft=draft, draft_tokens=int(draft_tokens))
+    notes = [f"{NAMES[engine]} {RELEASES[engine]}: every flag checked against the release's argument definitions "
+             "(tests/data/engine_args.json)", f"deployment: {picked}",
+             f"max sequences per replica {int(best['max_num_seqs'])} (the estimate's concurrency per replica), "
+             f"memory share {utilization:g}, max length {prompt + gen} (prompt {prompt} + gen {gen})"]
+    notes += [n for c in cmds for n in c.notes]
+    out_rows = [c.row() for c in cmds]
+    return Result("serve", dict(inp, emit=engine, engine_version=RELEASES[engine]), out_rows,
+                  warnings=list(result.warnings), exit_code=result.exit_code,
+                  columns=["pool", "chip", "replicas", "chips_per_replica", "command"], notes=notes,
+                  title=f"{NAMES[engine]} launch commands: {result.title or model}")
+
+
+def script(result: Result) -> str:
+    """The launch commands of :func:`launch` as a shell script: what each runs on, then the command."""
+    lines = [f"# {result.title}"] + [f"# {n}" for n in result.notes] + [f"# warning: {w}" for w in result.warnings]
+    for r in result.rows:
+        lines += ["", f"# {r['pool']} pool: {r['replicas']} {'replica' if r['replicas'] == 1 else 'replicas'} of "
+                      f"{r['chips_per_replica']} × {r['chip']}; run on each:",
+                  r["command"]]
+    return "\n".join(lines) + "\n"
+
+
+def _axis_text(value) -> str:
+    """A prompt/gen input as given (a string, a number or a list of them) → a sweep string."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(int(v)) for v in value)
+    return str(value)
+
+
+def launch_emit(one, chip, tp, chips, dtype, kv_dtype, search, engine, draft, draft_tokens, render, write) -> int:
+    """The CLI's serve --emit: one deployment (or the best of --search), its launch commands written as a shell
+    script with ``write`` (table format) or rendered as rows."""
+    from aicalc.api.emit import check_engine
+    from aicalc.errors import AicalcError
+
+    for c in chip:  # before any estimate: an engine that cannot run on the chip is bad input, whatever fits
+        for one_chip in str(c).split(","):
+            check_engine(engine, one_chip.strip())
+    if not search:
+        many = [f"--{k}" for k, v in (("chip", ",".join(chip)), ("tp", tp), ("chips", chips), ("dtype", dtype),
+                                      ("kv-dtype", kv_dtype)) if v is not None and ("," in str(v) or ":" in str(v))]
+        if len(chip) > 1 and "--chip" not in many:
+            many.insert(0, "--chip")
+        if many:
+            raise AicalcError(f"--emit launches one deployment: give one value of {', '.join(many)} (or --search "
+                              "to emit the best)")
+    result = launch(one(",".join(chip)) if search else one(chip[0]), engine, draft, draft_tokens)
+    if write is None:
+        return render(result)
+    write(script(result))
+    return int(result.exit_code)
