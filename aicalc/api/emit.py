@@ -137,9 +137,14 @@ def _num(x: float) -> str:
 def _format_flags(engine, name, version, spec, dtype: str, kv_dtype: str) -> list[str]:
     """Weight and KV-cache formats: 16-bit weights as ``--dtype``; fp8 quantized when loaded (both engines'
     ``--quantization fp8``); any other format must come from the checkpoint itself."""
+    from aicalc.api.catalog import weight_format
     from aicalc.errors import AicalcError
 
     flags = []
+    release = weight_format(spec, "release").label  # the official checkpoint's format (bf16 where none is recorded)
+    if dtype in (None, "release") or (getattr(spec, "release", None) is not None and dtype == release
+                                      and release not in _DTYPE):
+        dtype = release if release in _DTYPE else "checkpoint"  # a quantized release: read from its config
     if dtype in _DTYPE:
         flags += ["--dtype", _DTYPE[dtype]]
     elif dtype == "fp8":

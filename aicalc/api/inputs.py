@@ -3,6 +3,8 @@ human strings (``"8k"``, ``"80GB"``), checked and named by parameter before any 
 
 from __future__ import annotations
 
+import sys
+
 from aicalc.errors import ParameterError
 
 MAX_POINTS = 1_000_000  # configurations one call may evaluate (about 8 MB per column)
@@ -88,7 +90,8 @@ def _kind(param: str, value) -> None:
         raise ParameterError(param, str(bool(value)).lower(), "is true or false, not a number")
     if isinstance(value, (int, float)):
         return
-    if isinstance(value, np.ma.MaskedArray):
+    ma = sys.modules.get("numpy.ma")  # no masked array exists before numpy.ma is imported (importing it costs ~10 ms)
+    if ma is not None and isinstance(value, ma.MaskedArray):
         raise ParameterError(param, "a masked array", "is refused: its mask would be ignored (pass the values to use)")
     try:
         arr = np.asarray(value)
