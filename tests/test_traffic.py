@@ -122,8 +122,10 @@ def _aicalc(*args, timeout=60):
 
 
 def _capacity(model="llama-3.1-8b", chip="h100-sxm") -> int:
-    """Tokens one replica's KV cache holds (16-token blocks)."""
-    return aicalc.simulate(model, chip, rate=1, num_requests=1, prompt=1, gen=1).meta["kv_blocks"] * 16
+    """Tokens one request may hold on one replica: its KV cache (16-token blocks) less the 1 % of blocks vLLM's
+    admission keeps free (BlockSpaceManager's watermark, int(0.01 × blocks))."""
+    blocks = aicalc.simulate(model, chip, rate=1, num_requests=1, prompt=1, gen=1).meta["kv_blocks"]
+    return (blocks - int(0.01 * blocks)) * 16
 
 
 def test_request_longer_than_the_kv_cache_is_refused_not_recomputed_forever(tmp_path):
@@ -228,11 +230,16 @@ def test_long_generations_at_light_load_simulate_in_seconds():
 
 
 def test_a_preemption_storm_stops_within_seconds():
-    """300 requests of 100,000 tokens on an L40S thrash (admitted, preempted, recomputed): 81 million
-    preemptions and 10 minutes before; now a bounded amount of work, then one line and exit 2."""
+    """300 requests of 100,000 tokens on an L40S thrash (admitted on their 1-token prompts, preempted as they
+    grow, recomputed): 81 million preemptions and 10 minutes once, then a work-bound error; recomputed by one
+    prefill pass each, as vLLM does, the run now ends, in bounded time, with its throughput kept: the cache holds
+    two such requests, so the replica decodes at about batch 2 (over 40 tokens/s at the ~40 ms step a 100k
+    context takes)."""
     code, err, took = _aicalc("serve", "llama-3.1-8b", "--chip", "l40s", "--prompt", 1, "--gen", 100000, "--rate",
                               1000, "--num-requests", 300, timeout=60)
-    assert code == 2 and err.count("\n") == 1 and "units of scheduler work" in err and took < 20, err
+    assert code == 0 and took < 20, err
+    r = aicalc.simulate("llama-3.1-8b", "l40s", rate=1000, prompt=1, gen=100_000, num_requests=300)
+    assert r.preemptions[0] > 0 and r.output_tokens_per_s[0] > 40
 
 
 def test_a_fifo_device_or_folder_is_refused_before_it_is_opened(tmp_path):
