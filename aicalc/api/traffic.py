@@ -282,15 +282,16 @@ class Replica:
 
         return (self.kv_blocks - int(WATERMARK * self.kv_blocks)) * self.block
 
-    def run(self, arrival, prompt, gen, max_work: int | None = None, cost=None):
+    def run(self, arrival, prompt, gen, max_work: int | None = None, cost=None, give_up=None):
         """(ttft_s, tpot_s, finish_s, preemptions, work) of requests arriving at one replica (lists);
-        ``cost`` replaces the step tables (a decode pool's, whose prefills come from another pool)."""
+        ``cost`` replaces the step tables (a decode pool's, whose prefills come from another pool); ``give_up``
+        as :func:`aicalc.core.simulate.run`'s."""
         from aicalc.core import simulate as sim
 
         stats: dict = {}
         ttft, tpot, finish, pre = sim.run(arrival, prompt, gen, cost or self.cost, self.kv_blocks, self.block,
                                           self.max_seqs, self.token_budget, max_work=max_work, stats=stats,
-                                          policy=self.policy)
+                                          policy=self.policy, give_up=give_up)
         return ttft, tpot, finish, pre, stats["work"]
 
 

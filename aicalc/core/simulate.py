@@ -55,7 +55,8 @@ WATERMARK = 0.01  # share of the KV blocks admission keeps free: vLLM's BlockSpa
 
 class SimulationError(AicalcError):
     """The simulation cannot finish: a request outgrows the KV cache (``reason`` "fit"), cannot be admitted
-    ("admit"), or the run went past ``max_work`` ("work") or its steps' bound ("steps")."""
+    ("admit"), or the run went past ``max_work`` ("work") or its steps' bound ("steps"), or past the latency
+    limits it was told to give up at ("targets")."""
 
     def __init__(self, message: str, reason: str, steps: int = 0, preemptions: int = 0):
         super().__init__(message)
@@ -75,14 +76,17 @@ class StepCost:
 
 def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, max_seqs: int = 256,
         token_budget: int = 8192, max_work: int | None = None, stats: dict | None = None, policy: str = "chunked",
-        watermark: float = WATERMARK):
+        watermark: float = WATERMARK, give_up: tuple[float, float, int] | None = None):
     """(ttft_s, tpot_s, finish_s, preemptions) per request (TPOT NaN where gen = 1). ``arrival``: finite,
     non-decreasing seconds; ``prompt`` and ``gen``: whole numbers >= 1. ``policy``: ``"chunked"`` (decodes and
     prefill chunks share a step) or ``"prefill-first"`` (a step with prefill to do prefills only), see
     :data:`POLICIES`. ``watermark``: the share of ``kv_blocks`` admission leaves free. ``max_work``: the most
     units of the loop's work (a step 1, a preemption :data:`PREEMPTION_WORK`) before a :class:`SimulationError`,
     None for no bound but the steps' (``STEP_FACTOR * sum(prompt + gen)`` plus a little). ``stats``: a dict given
-    here receives ``steps``, ``work`` and ``free_blocks`` (all of ``kv_blocks`` again at the end)."""
+    here receives ``steps``, ``work`` and ``free_blocks`` (all of ``kv_blocks`` again at the end).
+    ``give_up``: (TTFT limit, TPOT limit, count): stop with a :class:`SimulationError` (reason "targets") as
+    soon as more than ``count`` requests have gone past one of the limits (a fleet search's verdict is then
+    known: that many past a limit put the percentile it stands for past it too)."""
     import bisect
     import heapq
     import math
@@ -103,6 +107,8 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
                              "numbers >= 1")
         last = t
     first_only = policy == "prefill-first"
+    ttft_limit, tpot_limit, allowed = give_up or (math.inf, math.inf, n)
+    late_ttft = late_tpot = 0  # requests past a give_up limit
     mark = int(watermark * kv_blocks)  # vLLM's watermark_blocks: int(0.01 × num_gpu_blocks)
     capacity = kv_blocks * block
     tokens = sum(prompt) + sum(gen)
@@ -257,11 +263,13 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
                 if out[r] == 0:  # the first token: TTFT is kept from it over later preemptions
                     ttft[r] = clock - arrival[r]
                     first[r] = clock
+                    late_ttft += ttft[r] > ttft_limit
                 out[r] += 1
                 if out[r] >= gen[r]:
                     finish[r] = clock
                     if gen[r] > 1:
                         tpot[r] = (clock - first[r]) / (gen[r] - 1)
+                        late_tpot += tpot[r] > tpot_limit
                     release(r)  # still prefilling: frees the blocks it holds
                     order.remove(r)
                     finished += 1
@@ -280,9 +288,13 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
                 continue
             finish[r] = clock
             tpot[r] = (clock - first[r]) / (gen[r] - 1)
+            late_tpot += tpot[r] > tpot_limit
             release(r)
             order.remove(r)
             finished += 1
+        if late_ttft > allowed or late_tpot > allowed:
+            raise SimulationError(f"more than {allowed:,} requests went past a latency limit", "targets", steps,
+                                  preempt)
     if stats is not None:
         stats.update(steps=steps, work=work, free_blocks=free)
     return ttft, tpot, finish, preempt
