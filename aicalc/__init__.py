@@ -21,6 +21,7 @@ _API = {
     "serve": "aicalc.api.serving", "Serving": "aicalc.api.serving", "max_concurrency": "aicalc.api.serving",
     "simulate": "aicalc.api.traffic", "Traffic": "aicalc.api.traffic",
     "search_deployments": "aicalc.api.deployment", "disaggregated": "aicalc.api.deployment",
+    "size_fleet": "aicalc.api.fleet", "Fleet": "aicalc.api.fleet", "Layout": "aicalc.api.traffic",
     "train_memory": "aicalc.api.train_memory", "search_layouts": "aicalc.api.train_memory",
     "TrainMemory": "aicalc.api.train_memory",
     "train_time": "aicalc.api.train_time", "TrainTime": "aicalc.api.train_time",
