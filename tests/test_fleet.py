@@ -80,6 +80,19 @@ def test_daily_traffic_is_sized_at_its_average_rate_times_the_peak_factor():
         size_fleet("llama-3.1-8b", ["h100-sxm"], requests_per_day=864_000, peak_factor=0.5)
 
 
+def test_a_trace_at_its_own_times_and_a_trickle(tmp_path):
+    """A trace's arrival times give the rate (3 requests over 0.7 s); a trickle of 1,000 requests a day (one
+    replica sees one every 86 s) needs one chip, its requests meeting an idle replica."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("prompt,gen,arrival_s\n100,20,0\n200,30,0.5\n300,10,0.7\n")
+    r = size_fleet("llama-3.1-8b", ["h100-sxm"], requests=str(trace), **TARGETS)
+    assert r.meta["rate"] == pytest.approx(3 / 0.7) and r.rows()[0]["chips"] == 1
+    r = size_fleet("llama-3.1-8b", ["h100-sxm"], requests_per_day=1000, **TARGETS)
+    assert r.rows()[0]["chips"] == 1
+    one = aicalc.roofline("llama-3.1-8b", "h100-sxm", batch=1, prompt=1024, gen=256)
+    assert r.rows()[0]["p50_ttft_s"] == pytest.approx(one.ttft_s[0], rel=0.05)
+
+
 def test_disaggregated_pools_have_their_own_tp_and_chips():
     """Llama-2-70B at 10M requests a day (TTFT 2 s, TPOT 200 ms): each pool's chips are its replicas × its TP,
     the fleet is both pools, and the pools need not share a TP."""
@@ -107,6 +120,9 @@ def test_command_line_fleet_rows_and_refusals(cli):
     assert bad.code == 2 and "--search" in bad.err and bad.err.count("\n") == 1
     bad = cli("serve", "llama-3.1-8b", "--rate", "1,2", "--search", "--max-tpot", "50ms")
     assert bad.code == 2 and "one rate" in bad.err
+    # no TTFT target: one replica would "serve" any rate with a queue growing without end
+    bad = cli("serve", "llama-3.1-8b", "--rate", "1e6", "--search", "--max-tpot", "50ms")
+    assert bad.code == 2 and "--max-ttft" in bad.err and bad.err.count("\n") == 1
     # a TPOT no replica reaches even alone: no fleet, exit 1
-    none = cli("serve", "llama-3.1-8b", "--rate", "1", "--max-tpot", "1ms", "--search", "--json")
+    none = cli("serve", "llama-3.1-8b", "--rate", "1", "--max-ttft", "1s", "--max-tpot", "1ms", "--search", "--json")
     assert none.code == 1 and none.json["rows"] == [] and any("no fleet" in w for w in none.json["warnings"])

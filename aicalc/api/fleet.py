@@ -6,6 +6,7 @@ fleet costs. ``serve --search`` without ``--chips`` and ``compare``'s fleet pric
 from __future__ import annotations
 
 from aicalc.api.results import Table
+from aicalc.api.traffic import MAX_ARRIVAL_S
 
 MAX_FLEET_CHIPS = 16384  # the largest fleet searched
 FLEET_REQUESTS = 1000  # requests simulated per replica count (p99: the 10th slowest)
@@ -119,14 +120,17 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
         unit, lam = (t - t[0]) * n / span, n / span  # arrivals of one request per second on average
     else:
         if lam is None:
-            raise ParameterError("rate", None, "is needed to size a fleet (or requests_per_day, or a trace with "
+            raise ParameterError("rate", True, "is needed to size a fleet (or {requests_per_day}, or a trace with "
                                  "arrival times)")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ParameterError("seed", inputs._safe(seed), "must be a whole number >= 0")
         unit = np.cumsum(np.random.default_rng(seed).exponential(1.0, n))  # unit-rate Poisson
     if not lam > 0:
         raise ParameterError("rate", lam, "must be positive")
-    ttft_cap = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else np.inf
+    if max_ttft is None:  # with no TTFT target any rate is "served" by one replica and a queue without end
+        raise ParameterError("max_ttft", True, "is needed to size a fleet: without a TTFT target one replica "
+                             "serves any rate, its queue growing without end")
+    ttft_cap = inputs.seconds("max_ttft", max_ttft)
     tpot_cap = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else np.inf
     max_chips = inputs.whole("max_chips", max_chips)
     if price is not None:
@@ -244,7 +248,10 @@ class _Search:
         from aicalc.core.simulate import SimulationError
 
         self.count += 1
-        arrival = (self.unit * (replicas / self.lam)).tolist()
+        stretch = replicas / self.lam
+        if float(self.unit[-1]) * stretch > MAX_ARRIVAL_S:  # a request every few days per replica: each meets an
+            return self._idle(rep, gen, cost)  # idle replica (a float64 clock would not resolve the steps here)
+        arrival = (self.unit * stretch).tolist()
         n = len(arrival)
         allowed = n - 1 - math.floor(0.99 * (n - 1))  # more past a limit put the (interpolated) p99 past it
         try:
@@ -258,6 +265,20 @@ class _Search:
         fin = np.isfinite(tpot)
         t = tpot[fin] if fin.any() else np.zeros(1)  # gen = 1 everywhere: no TPOT to meet
         return tuple(float(v) for v in (*np.percentile(ttft, [50, 99]), *np.percentile(t, [50, 99])))
+
+    def _idle(self, rep, gen, cost):
+        """(p50, p99 TTFT, p50, p99 TPOT) of requests that each meet an idle replica."""
+        import bisect
+
+        import numpy as np
+
+        c = cost or rep.cost
+        gen = gen or self.G
+        ttft = np.interp(self.P, c.prefill_tokens, c.prefill_s)
+        ctx = [p + g / 2 for p, g in zip(self.P, gen, strict=True)]
+        tpot = np.asarray([c.decode_s[1][min(bisect.bisect_left(c.context_bins, x), len(c.context_bins) - 1)]
+                           for x, g in zip(ctx, gen, strict=True) if g > 1] or [0.0])
+        return tuple(float(v) for v in (*np.percentile(ttft, [50, 99]), *np.percentile(tpot, [50, 99])))
 
     def _alone(self, rep):
         """(p99 TTFT, p99 TPOT) of requests that meet an idle replica: no replica count does better."""
