@@ -169,8 +169,11 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
     if disaggregate:
         rows += search.disaggregated(reps)
     if search.skipped:
-        warnings.append(f"{search.skipped} layout(s) not sized: even at full throughput they would cost more than "
-                        "the cheapest fleet found")
+        pools = {}
+        for pool, _ in search.skipped:
+            pools[pool] = pools.get(pool, 0) + 1
+        warnings.append("not sized, as even at full throughput they would cost more than the cheapest fleet found: "
+                        + ", ".join(f"{k} {pool} layout{'s' if k > 1 else ''}" for pool, k in pools.items()))
     for row in rows:
         row["meets_slo"] = True
         if all(prices.values()):
@@ -202,7 +205,8 @@ class _Search:
         self.ttft_cap, self.tpot_cap, self.max_chips = ttft_cap, tpot_cap, max_chips
         self.weight = weight  # chip id → what a chip counts in the ranking (its price, or 1)
         self.best = float("inf")  # the cheapest fleet found so far, in those units
-        self.count = self.skipped = 0
+        self.count = 0
+        self.skipped: set = set()  # (pool, layout) not simulated: its floor costs more than the best found
 
     def _cost(self, chips: dict) -> float:
         return sum(n * self.weight[c] for c, n in chips.items())
@@ -312,7 +316,7 @@ class _Search:
         if ttft0 > self.ttft_cap or tpot0 > self.tpot_cap:
             return None
         if self.bound(rep) > self.best:
-            self.skipped += 1
+            self.skipped.add(("aggregated", lay))
             return None
         seen = {}
 
@@ -366,7 +370,7 @@ class _Search:
                 lay = rep.layout
                 floor = self._cost({lay.chip: lay.tp * max(1, math.ceil(self._prefill_floor(rep) - 1e-9))})
                 if floor + least_decode > min(self.best, best[0][0] if best else math.inf):
-                    self.skipped += 1
+                    self.skipped.add(("prefill", lay))
                     continue
                 transfer = _transfer_s(rep, p99_prompt)
                 cap = self.ttft_cap - transfer - handoff
@@ -392,7 +396,7 @@ class _Search:
             for rep in sorted(group, key=lambda r: floors[id(r)]):
                 lay = rep.layout
                 if p_cost + floors[id(rep)] > self.best:
-                    self.skipped += 1
+                    self.skipped.add(("decode", lay))
                     continue
                 c = rep.cost
                 free = StepCost(c.decode_s, c.context_bins, 0.0, [0.0, 1.0, 2.0**40], [0.0, 0.0, 0.0])
