@@ -78,7 +78,8 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
         req_s = min(n_p * k / t_pre, n_d * decode_rate)
         ttft = t_pre + transfer
         rows.append({"mode": "disaggregated", "chip": pre.chip.id, "chips": used, "tp": decode_tp,
-                     "replicas": n_d, "prefill_replicas": n_p, "prefill_tp": prefill_tp, "dtype": dtype,
+                     "replicas": n_d, "prefill_replicas": n_p, "prefill_tp": prefill_tp, "decode_tp": decode_tp,
+                     "dtype": dtype,
                      "kv_dtype": kv_dtype, "concurrency": int(b * n_d), "ttft_s": ttft, "tpot_s": tpot,
                      "kv_transfer_s": transfer, "requests_per_s": req_s, "output_tokens_per_s": req_s * G,
                      "meets_slo": bool(ttft <= ttft_cap and tpot <= tpot_cap)})

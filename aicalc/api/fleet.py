@@ -10,6 +10,7 @@ from aicalc.api.traffic import MAX_ARRIVAL_S
 
 MAX_FLEET_CHIPS = 16384  # the largest fleet searched
 FLEET_REQUESTS = 1000  # requests simulated per replica count (p99: the 10th slowest)
+FLEET_MAX_REQUESTS = 20_000  # requests one fleet search may simulate per replica count
 SIM_WORK = 2_000_000  # scheduler work one simulation may take: past it, a replica count is too few (overloaded)
 TPS = (1, 2, 4, 8, 16)
 
@@ -91,7 +92,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
 
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip
-    from aicalc.api.traffic import MAX_REQUESTS, Layout, _requests, replica
+    from aicalc.api.traffic import Layout, replica
     from aicalc.core.geometry import check_tp
     from aicalc.errors import AicalcError, ParameterError
 
@@ -101,32 +102,8 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
         chips = [chips]
     if not chips:
         raise ParameterError("chips", "[]", "is empty: give at least one chip")
-    lam = traffic_rate(rate, requests_per_day, peak_factor)
-    if requests is not None:
-        P, G, arrival, _ = _requests(requests)
-    else:
-        n = inputs.whole("num_requests", num_requests)
-        if n > MAX_REQUESTS:
-            raise ParameterError("num_requests", n, f"is more than {MAX_REQUESTS:,}")
-        P, G, arrival = [inputs.whole("prompt", prompt)] * n, [inputs.whole("gen", gen)] * n, None
+    P, G, unit, lam = _traffic(rate, requests, requests_per_day, peak_factor, prompt, gen, num_requests, seed)
     n = len(P)
-    if arrival is not None and lam is None:  # a trace at its own times: one replica sees them stretched r times
-        order = np.argsort(arrival, kind="stable")
-        P, G = [P[i] for i in order], [G[i] for i in order]
-        t = np.asarray(arrival, dtype=np.float64)[order]
-        span = float(t[-1] - t[0])
-        if not span > 0:
-            raise ParameterError("requests", "(trace)", "arrives all at one time: give --rate to spread it")
-        unit, lam = (t - t[0]) * n / span, n / span  # arrivals of one request per second on average
-    else:
-        if lam is None:
-            raise ParameterError("rate", True, "is needed to size a fleet (or {requests_per_day}, or a trace with "
-                                 "arrival times)")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ParameterError("seed", inputs._safe(seed), "must be a whole number >= 0")
-        unit = np.cumsum(np.random.default_rng(seed).exponential(1.0, n))  # unit-rate Poisson
-    if not lam > 0:
-        raise ParameterError("rate", lam, "must be positive")
     if max_ttft is None:  # with no TTFT target any rate is "served" by one replica and a queue without end
         raise ParameterError("max_ttft", True, "is needed to size a fleet: without a TTFT target one replica "
                              "serves any rate, its queue growing without end")
@@ -194,6 +171,103 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
     return Fleet(cols, warnings, row_dicts=[{k: r.get(k) for k in keys} for r in rows], rate=lam, requests=n,
                  max_ttft=ttft_cap, max_tpot=tpot_cap, simulations=search.count,
                  policy=next(iter(reps.values())).policy)
+
+
+def _traffic(rate, requests, requests_per_day, peak_factor, prompt, gen, num_requests, seed):
+    """(prompt and gen lists, unit-rate arrival times, requests/s) of the traffic a fleet serves: Poisson at the
+    rate (seeded), or a trace at its own times. At most :data:`FLEET_MAX_REQUESTS` requests (each simulation of
+    the search runs them all)."""
+    import numpy as np
+
+    from aicalc.api import inputs
+    from aicalc.api.traffic import _requests
+    from aicalc.errors import ParameterError
+
+    lam = traffic_rate(rate, requests_per_day, peak_factor)
+    if requests is not None:
+        P, G, arrival, _ = _requests(requests)
+        if len(P) > FLEET_MAX_REQUESTS:
+            raise ParameterError("requests", "(trace)", f"holds {len(P):,} requests; a fleet search simulates at "
+                                 f"most {FLEET_MAX_REQUESTS:,} (each of its simulations runs them all)")
+    else:
+        n = inputs.whole("num_requests", num_requests)
+        if n > FLEET_MAX_REQUESTS:
+            raise ParameterError("num_requests", n, f"is more than the {FLEET_MAX_REQUESTS:,} a fleet search "
+                                 "simulates (each of its simulations runs them all)")
+        P, G, arrival = [inputs.whole("prompt", prompt)] * n, [inputs.whole("gen", gen)] * n, None
+    n = len(P)
+    if arrival is not None and lam is None:  # a trace at its own times: one replica sees them stretched r times
+        order = np.argsort(arrival, kind="stable")
+        P, G = [P[i] for i in order], [G[i] for i in order]
+        t = np.asarray(arrival, dtype=np.float64)[order]
+        span = float(t[-1] - t[0])
+        if not span > 0:
+            raise ParameterError("requests", "(trace)", "arrives all at one time: give {rate} to spread it")
+        unit, lam = (t - t[0]) * n / span, n / span  # arrivals of one request per second on average
+    else:
+        if lam is None:
+            raise ParameterError("rate", True, "is needed to size a fleet (or {requests_per_day}, or a trace with "
+                                 "arrival times)")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ParameterError("seed", inputs._safe(seed), "must be a whole number >= 0")
+        unit = np.cumsum(np.random.default_rng(seed).exponential(1.0, n))  # unit-rate Poisson
+    if not lam > 0:
+        raise ParameterError("rate", lam, "must be positive")
+    return P, G, unit, lam
+
+
+def simulate_deployments(model, rows: list[dict], *, rate=None, requests=None, prompt=1024, gen=256,
+                         num_requests: int = FLEET_REQUESTS, max_ttft=None, max_tpot=None, engine=None, policy=None,
+                         seed: int = 0) -> list[dict]:
+    """Deployments of a fixed size (rows of :func:`aicalc.api.deployment.search_deployments`) under a traffic:
+    each row gains ``rate``, ``p50_ttft_s``, ``p99_ttft_s``, ``p50_tpot_s``, ``p99_tpot_s`` from the scheduler
+    simulation of its replicas (a disaggregated row: its prefill pool, then its decode pool with prefills
+    free), and ``meets_slo`` says whether those p99s meet the targets (None where the run overloads past the
+    work one simulation may take)."""
+    import math
+
+    from aicalc.api import inputs
+    from aicalc.api.catalog import load_model
+    from aicalc.api.traffic import Layout, replica
+    from aicalc.core.simulate import StepCost
+
+    spec = load_model(model)
+    P, G, unit, lam = _traffic(rate, requests, None, 1.0, prompt, gen, num_requests, seed)
+    ttft_cap = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else math.inf
+    tpot_cap = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else math.inf
+    search = _Search(P, G, unit, lam, math.inf, math.inf, MAX_FLEET_CHIPS, {})
+    longest = max(p + g for p, g in zip(P, G, strict=True))
+    reps: dict = {}
+
+    def rep_of(chip, tp, dtype, kv_dtype):
+        lay = Layout(chip, int(tp), dtype, kv_dtype)
+        if lay not in reps:
+            reps[lay] = replica(spec, lay, engine=engine, policy=policy, longest=longest)
+        return reps[lay]
+
+    out = []
+    for row in rows:
+        row = dict(row, rate=lam)
+        if row["mode"] == "aggregated":
+            s = search._sim(rep_of(row["chip"], row["tp"], row["dtype"], row["kv_dtype"]), row["replicas"],
+                            math.inf, math.inf)
+        else:
+            pre = rep_of(row["chip"], row["prefill_tp"], row["dtype"], row["kv_dtype"])
+            dec = rep_of(row["chip"], row["tp"], row["dtype"], row["kv_dtype"])
+            c = dec.cost
+            free = StepCost(c.decode_s, c.context_bins, 0.0, [0.0, 1.0, 2.0**40], [0.0, 0.0, 0.0])
+            a = search._sim(pre, row["prefill_replicas"], math.inf, math.inf, gen=[1] * len(P))
+            b = search._sim(dec, row["replicas"], math.inf, math.inf, cost=free)
+            transfer = row.get("kv_transfer_s", 0.0)
+            s = None if a is None or b is None else (a[0] + transfer + b[0], a[1] + transfer + b[1], b[2], b[3])
+        if s is None:
+            row |= {"p50_ttft_s": None, "p99_ttft_s": None, "p50_tpot_s": None, "p99_tpot_s": None,
+                    "meets_slo": False}
+        else:
+            row |= {"p50_ttft_s": s[0], "p99_ttft_s": s[1], "p50_tpot_s": s[2], "p99_tpot_s": s[3],
+                    "meets_slo": bool(s[1] <= ttft_cap and s[3] <= tpot_cap)}
+        out.append(row)
+    return out
 
 
 class _Search:

@@ -23,7 +23,9 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
                       requests, requests_per_day, peak_factor, num_requests, seed, policy)
     if search:
         return _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft,
-                       draft_tokens, acceptance, plot)
+                       draft_tokens, acceptance, plot, traffic=None if rate is None and requests is None else dict(
+                           rate=_one_rate(rate), requests=requests, num_requests=num_requests, seed=seed,
+                           policy=policy))
     from aicalc.commands.merge import choices, over
 
     if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # a table across formats
@@ -136,8 +138,9 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
 
 
 def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft, draft_tokens,
-            acceptance, plot) -> Result:
-    """serve --search: deployments over chips, TP, formats, aggregated and disaggregated, ranked by cost."""
+            acceptance, plot, traffic=None) -> Result:
+    """serve --search: deployments over chips, TP, formats, aggregated and disaggregated, ranked by cost; with
+    ``traffic`` (and --chips) each judged by its simulated p99 latencies at that rate."""
     from aicalc.api.deployment import search_deployments
     from aicalc.chart import scatter
     from aicalc.errors import ExitCode
@@ -158,6 +161,16 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
                            kv_dtypes=str(kv_dtype).split(","), tps=tps, max_ttft=max_ttft, max_tpot=max_tpot,
                            engine=engine, speculation=spec)
     rows = r.meta["row_dicts"]
+    if traffic is not None:
+        from aicalc.api.fleet import simulate_deployments
+
+        rows = simulate_deployments(model, rows, rate=traffic["rate"], requests=traffic["requests"],
+                                    prompt=parse_int(str(prompt), "--prompt"), gen=parse_int(str(gen), "--gen"),
+                                    num_requests=parse_int(str(traffic["num_requests"]), "--num-requests"),
+                                    max_ttft=max_ttft, max_tpot=max_tpot, engine=engine, policy=traffic["policy"],
+                                    seed=int(traffic["seed"]))
+        rows.sort(key=lambda x: (not x["meets_slo"], x["usd_per_million_output_tokens"] is None,
+                                 x["usd_per_million_output_tokens"] or 0.0, x["chips"]))
     front = [x for x in rows if x["pareto"]]
     chart = scatter([(x["tokens_per_s_per_user"], x["output_tokens_per_s_per_chip"],
                       "A" if x["mode"] == "aggregated" else "D") for x in front],
@@ -175,7 +188,12 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
              "pools with the KV cache shipped between them (docs/serve.md)",
              f"best: {best['mode']} on {best['chips']} × {best['chip']}, TP {best['tp']}, {best['dtype']} / KV "
              f"{best['kv_dtype']}"]
+    if traffic is not None:
+        notes.insert(1, f"meets_slo from the scheduler simulation at {rows[0]['rate']:.4g} requests/s: p99 TTFT "
+                        "and TPOT of each deployment's replicas (a disaggregated one: its prefill pool, the KV "
+                        "transfer, then its decode pool); drop --chips to size the fleet instead")
     columns = ["mode", "chip", "chips", "tp", "replicas", "prefill_replicas", "dtype", "kv_dtype", "ttft_s", "tpot_s",
+               *(["p99_ttft_s", "p99_tpot_s"] if traffic is not None else []),
                "output_tokens_per_s_per_chip", "tokens_per_s_per_user", "usd_per_million_output_tokens", "meets_slo",
                "pareto"]
     inputs = {"model": model, "chips": chip_ids, "total_chips": n, "prompt": prompt, "gen": gen, "dtype": dtype,
