@@ -123,6 +123,8 @@ def test_command_line_fleet_rows_and_refusals(cli):
     # no TTFT target: one replica would "serve" any rate with a queue growing without end
     bad = cli("serve", "llama-3.1-8b", "--rate", "1e6", "--search", "--max-tpot", "50ms")
     assert bad.code == 2 and "--max-ttft" in bad.err and bad.err.count("\n") == 1
+    bad = cli("serve", "llama-3.1-8b", "--policy", "chunked")  # nothing to schedule without traffic
+    assert bad.code == 2 and "--rate" in bad.err
     # a TPOT no replica reaches even alone: no fleet, exit 1
     none = cli("serve", "llama-3.1-8b", "--rate", "1", "--max-ttft", "1s", "--max-tpot", "1ms", "--search", "--json")
     assert none.code == 1 and none.json["rows"] == [] and any("no fleet" in w for w in none.json["warnings"])

@@ -13,6 +13,11 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         seed=0, search: bool = False, plot=None, requests_per_day=None, peak_factor="1", policy=None) -> Result:
     import numpy as np
 
+    if policy is not None and rate is None and requests is None and requests_per_day is None:
+        from aicalc.errors import ParameterError
+
+        raise ParameterError("policy", policy, "schedules the traffic simulation: give it with {rate} or "
+                             "{requests}")
     if requests_per_day is not None and not search:
         from aicalc.errors import ParameterError
 
