@@ -123,6 +123,10 @@ def test_command_line_fleet_rows_and_refusals(cli):
     # no TTFT target: one replica would "serve" any rate with a queue growing without end
     bad = cli("serve", "llama-3.1-8b", "--rate", "1e6", "--search", "--max-tpot", "50ms")
     assert bad.code == 2 and "--max-ttft" in bad.err and bad.err.count("\n") == 1
+    for args, named in ((["--dtype", "bf17"], "--dtype bf17"), (["--tp", "3"], "--tp 3"),
+                        (["--chip", "l4", "--tp", "1"], "--chip l4")):  # bad format, TP, a chip too small
+        bad = cli("serve", "llama-3.1-70b", "--rate", "5", "--max-ttft", "1s", "--search", *args)
+        assert bad.code == 2 and named in bad.err and bad.err.count("\n") == 1, bad.err
     bad = cli("serve", "llama-3.1-8b", "--policy", "chunked")  # nothing to schedule without traffic
     assert bad.code == 2 and "--rate" in bad.err
     # a TPOT no replica reaches even alone: no fleet, exit 1

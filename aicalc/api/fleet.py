@@ -93,6 +93,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip
     from aicalc.api.traffic import Layout, replica
+    from aicalc.core.dtypes import kv_bytes_per_element, weight_bytes_per_param
     from aicalc.core.geometry import check_tp
     from aicalc.errors import AicalcError, ParameterError
 
@@ -102,6 +103,12 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
         chips = [chips]
     if not chips:
         raise ParameterError("chips", "[]", "is empty: give at least one chip")
+    for dt in dtypes:  # an unknown format is bad input, not a layout quietly left out
+        if dt != "checkpoint":
+            weight_bytes_per_param(dt)
+    for kvd in kv_dtypes:
+        if kvd != "auto":
+            kv_bytes_per_element(kvd, 128)
     P, G, unit, lam = _traffic(rate, requests, requests_per_day, peak_factor, prompt, gen, num_requests, seed)
     n = len(P)
     if max_ttft is None:  # with no TTFT target any rate is "served" by one replica and a queue without end
@@ -123,6 +130,9 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
             except ParameterError:
                 continue
             layouts += [Layout(chip.id, int(tp), dt, kvd) for dt in dtypes for kvd in kv_dtypes]
+    if not layouts:
+        raise ParameterError("tp", ",".join(str(t) for t in tps or TPS), f"admits no layout of {spec.id} (a TP "
+                             "degree must divide its attention heads and FFN)")
     reps = {}
     for lay in layouts:
         try:
@@ -133,7 +143,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
         if rep.capacity_tokens >= longest:  # the weights leave room for the longest request
             reps[lay] = rep
     if not reps:
-        raise ParameterError("chips", ", ".join(map(str, chips)), f"hold no replica of {spec.id} with room for a "
+        raise ParameterError("chip", ",".join(map(str, chips)), f"holds no replica of {spec.id} with room for a "
                              f"request of {longest:,} tokens at TP up to {max(tps or TPS)}")
     prices = {lay.chip: price or rep.setup.chip.price_per_hour_usd for lay, rep in reps.items()}
     weight = prices if all(prices.values()) else dict.fromkeys(prices, 1.0)  # rank by dollars, else by chips
