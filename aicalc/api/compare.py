@@ -21,7 +21,8 @@ class Comparison(Table):
     ``total_time_s``, ``chip_hours``, ``training_cost_usd``, ``training_kwh``; inference: ``ttft_s``,
     ``tpot_s``, ``output_tokens_per_s``, ``usd_per_million_output_tokens``, ``usd_per_request``,
     ``fleet_chips``, ``fleet_layout``, ``daily_inference_cost_usd``, ``annual_inference_cost_usd`` (the simulated
-    fleet's), ``joules_per_output_token``; both ``inference_share_of_lifetime_cost``."""
+    fleet's; none on SRAM-only or on-device chips), ``joules_per_output_token``; both
+    ``inference_share_of_lifetime_cost``."""
 
 
 def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict:
@@ -162,6 +163,9 @@ def _fleet(spec, chip, row: dict, prompt, gen, dtype, kv_dtype, requests_per_day
     if chip.kind in SRAM_KINDS:  # no KV cache in the serving model the simulation steps: no fleet
         warnings.append(f"no fleet sized on {chip.id} (its weights sit in SRAM over {row['chips_needed']} chips; "
                         "the scheduler simulation models HBM replicas): no annual inference cost")
+        return
+    if chip.kind in EDGE_KINDS:  # an on-device chip serves its own user: no fleet of laptops or phones
+        warnings.append(f"no fleet sized on {chip.id}: an on-device chip serves its own user, not a traffic")
         return
     try:
         fleet = size_fleet(spec, [chip], requests_per_day=requests_per_day, peak_factor=peak_factor, prompt=prompt,
