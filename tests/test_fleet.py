@@ -132,3 +132,16 @@ def test_command_line_fleet_rows_and_refusals(cli):
     # a TPOT no replica reaches even alone: no fleet, exit 1
     none = cli("serve", "llama-3.1-8b", "--rate", "1", "--max-ttft", "1s", "--max-tpot", "1ms", "--search", "--json")
     assert none.code == 1 and none.json["rows"] == [] and any("no fleet" in w for w in none.json["warnings"])
+
+
+def test_pools_on_different_chips_are_priced_pool_by_pool():
+    """Long prompts, short answers: prefill (compute) on L40S and decode (bandwidth) on H200 can be the cheapest
+    fleet; each pool is paid at its own chip's price."""
+    r = size_fleet("llama-3.1-8b", ["l40s", "h200"], rate=50, prompt=8000, gen=200, max_ttft=2.0, max_tpot=0.05)
+    mixed = [x for x in r.rows() if x["mode"] == "disaggregated" and x["prefill_chip"] != x["decode_chip"]]
+    assert mixed
+    price = {c: aicalc.load_chip(c).price_per_hour_usd for c in ("l40s", "h200")}
+    for x in mixed:
+        assert x["usd_per_hour"] == pytest.approx(x["prefill_chips"] * price[x["prefill_chip"]]
+                                                  + x["decode_chips"] * price[x["decode_chip"]])
+        assert x["p99_ttft_s"] <= 2.0 and x["p99_tpot_s"] <= 0.05
