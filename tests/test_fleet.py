@@ -76,8 +76,9 @@ def test_daily_traffic_is_sized_at_its_average_rate_times_the_peak_factor():
     rate = size_fleet("llama-3.1-8b", ["h100-sxm"], rate=20, prompt=512, gen=128, **TARGETS)
     assert daily.meta["rate"] == pytest.approx(20.0)
     assert daily.meta["row_dicts"] == rate.meta["row_dicts"]
-    with pytest.raises(aicalc.errors.ParameterError, match="peak_factor"):
-        size_fleet("llama-3.1-8b", ["h100-sxm"], requests_per_day=864_000, peak_factor=0.5)
+    for peak in (0.5, 1e5):  # below the average, or more than a day's requests in a second
+        with pytest.raises(aicalc.errors.ParameterError, match="peak_factor"):
+            size_fleet("llama-3.1-8b", ["h100-sxm"], requests_per_day=864_000, peak_factor=peak, max_ttft=1.0)
 
 
 def test_a_trace_at_its_own_times_and_a_trickle(tmp_path):

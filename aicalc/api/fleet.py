@@ -68,8 +68,9 @@ def traffic_rate(rate=None, requests_per_day=None, peak_factor=1.0) -> float:
     if rate is not None and requests_per_day is not None:
         raise ParameterError("rate", rate, "and requests_per_day both give the traffic: give one")
     peak = inputs.single("peak_factor", peak_factor)
-    if not peak >= 1.0:
-        raise ParameterError("peak_factor", peak_factor, "must be at least 1 (the peak over the day's average)")
+    if not 1.0 <= peak <= 86_400.0:  # 86,400: a whole day's requests in one second
+        raise ParameterError("peak_factor", peak_factor, "must lie from 1 (the day's average) to 86,400 (a whole "
+                             "day's requests in one second)")
     if requests_per_day is not None:
         return inputs.single("requests_per_day", requests_per_day) / 86_400.0 * peak
     if rate is None:
