@@ -22,6 +22,7 @@ _API = {
     "simulate": "aicalc.api.traffic", "Traffic": "aicalc.api.traffic",
     "search_deployments": "aicalc.api.deployment", "disaggregated": "aicalc.api.deployment",
     "launch_commands": "aicalc.api.emit", "LaunchCommand": "aicalc.api.emit",
+    "size_fleet": "aicalc.api.fleet", "Fleet": "aicalc.api.fleet", "Layout": "aicalc.api.traffic",
     "train_memory": "aicalc.api.train_memory", "search_layouts": "aicalc.api.train_memory",
     "TrainMemory": "aicalc.api.train_memory",
     "train_time": "aicalc.api.train_time", "TrainTime": "aicalc.api.train_time",

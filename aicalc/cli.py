@@ -508,7 +508,15 @@ def serve(
     seed: Annotated[int, typer.Option("--seed", help="random seed of the arrival process")] = 0,
     search: Annotated[bool, typer.Option("--search", help="rank deployments of --chips chips over every --chip "
                                                           "(comma list), TP, --dtype/--kv-dtype lists, aggregated "
-                                                          "and disaggregated, by cost within the targets")] = False,
+                                                          "and disaggregated, by cost within the targets; with "
+                                                          "traffic and no --chips: the fewest chips that serve it")] = False,
+    requests_per_day: Annotated[str | None, typer.Option("--requests-per-day", help="with --search: traffic as "
+                                                         "requests a day (10M), sized at its average rate × "
+                                                         "--peak-factor")] = None,
+    peak_factor: Annotated[str, typer.Option("--peak-factor", help="peak-hour rate over the day's average, for "
+                                                                   "--requests-per-day")] = "1",
+    policy: Annotated[str | None, typer.Option("--policy", help="scheduler of the traffic simulation: chunked or "
+                                                                "prefill-first (default: the engine's)")] = None,
     plot: Annotated[str | None, typer.Option("--plot", help="with --search: write the Pareto chart to FILE "
                                                             "(.png/.svg; needs matplotlib)")] = None,
     emit_engine: Annotated[str | None, typer.Option("--emit", metavar="ENGINE", help="print the launch command of "
@@ -529,7 +537,8 @@ def serve(
         return run(model, c, chips=n, tp=t, prompt=prompt, gen=gen, concurrency=concurrency, max_ttft=max_ttft,
                    max_tpot=max_tpot, dtype=dtype, kv_dtype=kv_dtype, price=price, engine=engine, draft=draft,
                    draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate,
-                   requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot, ep=ep,
+                   requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot,
+                   requests_per_day=requests_per_day, peak_factor=peak_factor, policy=policy, ep=ep,
                    attention_dp=attention_dp)
 
     chip = chip or ["h100-sxm"]
@@ -560,6 +569,8 @@ def compare(
     max_ttft: Annotated[str, typer.Option("--max-ttft", help="inference latency target (MLPerf llama2-70b: 2s)")] = "2s",
     max_tpot: Annotated[str, typer.Option("--max-tpot", help="inference latency target (MLPerf llama2-70b: 200ms)")] = "200ms",
     price: Price = None,
+    peak_factor: Annotated[str, typer.Option("--peak-factor", help="peak-hour rate over the day's average: the "
+                                                                   "fleet is sized for it")] = "1",
     fmt: Format = "table",
     json_: Json = False,
     columns: Columns = None,
@@ -573,7 +584,7 @@ def compare(
 
     return emit(run(model, chip, tokens=tokens, seq=seq, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype,
                     requests_per_day=requests_per_day, years=years, max_ttft=max_ttft, max_tpot=max_tpot,
-                    price=price), fmt, json_, columns)
+                    price=price, peak_factor=peak_factor), fmt, json_, columns)
 
 
 def _one_line(message: str) -> str:

@@ -6,12 +6,12 @@ from __future__ import annotations
 _PANELS = {
     "Model and hardware": "chip chips engine framework",
     "Workload": "batch context prompt gen seq global_batch micro_batch tokens concurrency rate requests "
-                "num_requests seed requests_per_day years prefix_hit draft draft_tokens acceptance solve block_size",
+                "num_requests seed requests_per_day peak_factor years prefix_hit draft draft_tokens acceptance solve block_size",
     "Parallelism": "tp pp dp cp ep attention_dp zero sp sequence_parallel virtual_stages interleave microbatches search top",
     "Precision and memory": "dtype kv_dtype compute_dtype group_size precision optimizer grad_dtype optimizer_dtype "
                             "lora_rank lora_targets lora_dtype loss optimizer_in_backward quant offload dropout "
                             "recompute attention overhead utilization kv_per_query_head",
-    "Performance model": "eff mfu achieved dp_bandwidth ops",
+    "Performance model": "eff mfu achieved dp_bandwidth ops policy",
     "Limits and cost": "budget max_ttft max_tpot price fail_on_warn",
     "Output": "fmt json_ columns plot emit_engine junit schema help",
 }
@@ -28,7 +28,7 @@ METAVAR = {
     "budget": "BYTES", "overhead": "BYTES", "dp_bandwidth": "BYTES/s", "achieved": "FLOP/s",
     "max_ttft": "SECONDS", "max_tpot": "SECONDS", "rate": "REQ/s", "requests_per_day": "REQ/day", "years": "YEARS",
     "utilization": "FRACTION", "prefix_hit": "FRACTION", "acceptance": "FRACTION", "mfu": "FRACTION|auto",
-    "dropout": "FRACTION", "price": "USD/h",
+    "dropout": "FRACTION", "price": "USD/h", "peak_factor": "FACTOR",
     "chip": "ID", "engine": "ID", "draft": "ID", "dtype": "DTYPE", "kv_dtype": "DTYPE", "compute_dtype": "DTYPE",
     "eff": "KEY=VALUE", "plot": "FILE", "fmt": "FORMAT",
 }

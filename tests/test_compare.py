@@ -59,11 +59,28 @@ def test_sram_chip_count(rows):
 def test_cost_arithmetic(rows):
     t, i = rows[("h100-sxm", "training")], rows[("h100-sxm", "inference")]
     assert t["training_cost_usd"] == pytest.approx(t["chip_hours"] * 3.99)
-    assert i["annual_inference_cost_usd"] == pytest.approx(i["usd_per_request"] * 10e6 * 365)
+    # the service cost is the simulated fleet's: its chips all day, every day, at the chip's price
+    assert i["daily_inference_cost_usd"] == pytest.approx(i["fleet_chips"] * 3.99 * 24)
+    assert i["annual_inference_cost_usd"] == pytest.approx(i["daily_inference_cost_usd"] * 365)
     share = i["annual_inference_cost_usd"] / (i["annual_inference_cost_usd"] + t["training_cost_usd"])
     assert i["inference_share_of_lifetime_cost"] == pytest.approx(share)
     # per 1M output tokens: chips × $/h ÷ tokens per hour
     assert i["usd_per_million_output_tokens"] == pytest.approx(2 * 3.99 / 3600 / i["output_tokens_per_s"] * 1e6)
+
+
+def test_fleet_is_the_one_serve_search_sizes(cli, rows):
+    """10M requests a day are 115.7 requests/s (10^7 / 86,400); compare's fleet is serve --search's answer for
+    that rate, and it is no smaller than the traffic's output tokens over the best steady-state throughput per
+    chip that serve reports at these targets (a fleet cannot beat its chips' full-load rate)."""
+    i = rows[("h100-sxm", "inference")]
+    fleet = cli("serve", "llama-2-70b", "--chip", "h100-sxm", "--rate", 10e6 / 86400, "--max-ttft", "2s",
+                "--max-tpot", "200ms", "--search", "--json").json["rows"]
+    assert i["fleet_chips"] == fleet[0]["chips"]
+    per_chip = max(r["output_tokens_per_s"] / r["chips"] for tp in (2, 4, 8) for r in cli(
+        "serve", "llama-2-70b", "--chip", "h100-sxm", "--tp", tp, "--max-tpot", "200ms", "--json").json["rows"]
+        if r["fits"])
+    assert i["fleet_chips"] >= 10e6 / 86400 * 256 / per_chip
+    assert rows[("groq-lpu", "inference")].get("fleet_chips") is None  # SRAM-only: no simulated fleet
 
 
 def test_training_time_matches_train_time(cli, rows):

@@ -64,3 +64,22 @@ def test_every_command_every_format(cli, command, fmt):
     r = cli(*command, "--format", fmt)
     assert r.code == 0, r.err
     assert r.out.strip()
+
+
+@pytest.mark.parametrize("chips", [[], ["--chips", "8"]], ids=["fleet", "fixed"])
+def test_serve_search_with_traffic_row_keys(cli, chips):
+    """serve --search with --rate: the contract's search keys and the simulated p99s (a fleet sized without
+    --chips, each deployment of --chips simulated with it)."""
+    r = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", *chips, "--rate", "30", "--max-ttft", "1s", "--max-tpot",
+            "50ms", "--search", "--json")
+    assert r.code == 0, r.err
+    for row in r.json["rows"]:
+        keys = ["chip", "chips", "tp", "replicas", "dtype", "kv_dtype", "usd_per_million_output_tokens", "meets_slo",
+                "p99_ttft_s", "p99_tpot_s"] + (["prefill_tp", "decode_tp"] if row["mode"] == "disaggregated" else [])
+        assert not [k for k in keys if k not in row]
+
+
+def test_compare_fleet_keys(cli):
+    rows = cli("compare", "llama-3.1-8b", "--chip", "h100-sxm", "--requests-per-day", "1M", "--json").json["rows"]
+    infer = next(r for r in rows if r["phase"] == "inference")
+    assert infer["fleet_chips"] >= 1 and infer["annual_inference_cost_usd"] > 0

@@ -122,8 +122,10 @@ def _aicalc(*args, timeout=60):
 
 
 def _capacity(model="llama-3.1-8b", chip="h100-sxm") -> int:
-    """Tokens one replica's KV cache holds (16-token blocks)."""
-    return aicalc.simulate(model, chip, rate=1, num_requests=1, prompt=1, gen=1).meta["kv_blocks"] * 16
+    """Tokens one request may hold on one replica: its KV cache (16-token blocks) less the 1 % of blocks vLLM's
+    admission keeps free (BlockSpaceManager's watermark, int(0.01 × blocks))."""
+    blocks = aicalc.simulate(model, chip, rate=1, num_requests=1, prompt=1, gen=1).meta["kv_blocks"]
+    return (blocks - int(0.01 * blocks)) * 16
 
 
 def test_request_longer_than_the_kv_cache_is_refused_not_recomputed_forever(tmp_path):
@@ -227,11 +229,16 @@ def test_long_generations_at_light_load_simulate_in_seconds():
 
 
 def test_a_preemption_storm_stops_within_seconds():
-    """300 requests of 100,000 tokens on an L40S thrash (admitted, preempted, recomputed): 81 million
-    preemptions and 10 minutes before; now a bounded amount of work, then one line and exit 2."""
+    """300 requests of 100,000 tokens on an L40S thrash (admitted on their 1-token prompts, preempted as they
+    grow, recomputed): 81 million preemptions and 10 minutes once, then a work-bound error; recomputed by one
+    prefill pass each, as vLLM does, the run now ends, in bounded time, with its throughput kept: the cache holds
+    two such requests, so the replica decodes at about batch 2 (over 40 tokens/s at the ~40 ms step a 100k
+    context takes)."""
     code, err, took = _aicalc("serve", "llama-3.1-8b", "--chip", "l40s", "--prompt", 1, "--gen", 100000, "--rate",
                               1000, "--num-requests", 300, timeout=60)
-    assert code == 2 and err.count("\n") == 1 and "units of scheduler work" in err, err
+    assert code == 0, err
+    r = aicalc.simulate("llama-3.1-8b", "l40s", rate=1000, prompt=1, gen=100_000, num_requests=300)
+    assert r.preemptions[0] > 0 and r.output_tokens_per_s[0] > 40
 
 
 def test_a_fifo_device_or_folder_is_refused_before_it_is_opened(tmp_path):
@@ -308,3 +315,14 @@ def test_library_traces_are_held_to_the_same_bounds():
     r = aicalc.simulate("llama-3.1-8b", "h100-sxm", requests={"prompt": np.array([100, 200]), "gen": [5, 6],
                                                               "arrival_s": [1e9 - 1, 1e9]})
     assert r.requests[0] == 2 and np.isfinite(r.p99_ttft_s[0]) and r.makespan_s[0] > 1
+
+
+def test_percentile_is_numpys_linear_percentile_without_numpy_ma():
+    from aicalc.api.traffic import _percentile
+
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 7, 1000):
+        x = rng.exponential(size=n)
+        for q in (0, 50, 90, 99, 100):
+            assert _percentile(x, q) == pytest.approx(float(np.percentile(x, q)), rel=1e-12)
+    assert math.isnan(_percentile([math.nan], 99)) and _percentile([1.0, math.nan, 3.0], 50) == 2.0

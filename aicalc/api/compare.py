@@ -20,7 +20,9 @@ class Comparison(Table):
     ``memory_bytes`` (per device), ``layout``, ``precision``, ``batch``; training: ``mfu``, ``tokens_per_s``,
     ``total_time_s``, ``chip_hours``, ``training_cost_usd``, ``training_kwh``; inference: ``ttft_s``,
     ``tpot_s``, ``output_tokens_per_s``, ``usd_per_million_output_tokens``, ``usd_per_request``,
-    ``annual_inference_cost_usd``, ``joules_per_output_token``; both ``inference_share_of_lifetime_cost``."""
+    ``fleet_chips``, ``fleet_layout``, ``daily_inference_cost_usd``, ``annual_inference_cost_usd`` (the simulated
+    fleet's; none on SRAM-only or on-device chips), ``joules_per_output_token``; both
+    ``inference_share_of_lifetime_cost``."""
 
 
 def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict:
@@ -160,17 +162,60 @@ def _money(row: dict, chip, gen, requests_per_day, price=None) -> None:
         row["usd_per_million_output_tokens"] = cost.usd_per_million_tokens(n, tps, price)
         per_req = cost.usd(n, cost.request_seconds(row["ttft_s"], row["tpot_s"], gen, row["batch"] or 1), price)
         row["usd_per_request"] = per_req
-        row["annual_inference_cost_usd"] = cost.annual_usd(per_req, requests_per_day)
     if tdp:
         row["joules_per_output_token"] = cost.joules_per_token(n, tps, tdp)
 
 
+def _fleet(spec, chip, row: dict, prompt, gen, dtype, kv_dtype, requests_per_day, peak_factor, max_ttft, max_tpot,
+           price, warnings: list[str]) -> None:
+    """The inference row's fleet: the fewest chips that serve ``requests_per_day`` within the latency targets
+    (:func:`aicalc.api.fleet.size_fleet`, the search ``serve --search`` runs) and what it costs a day and a
+    year."""
+    from aicalc.api.fleet import size_fleet
+    from aicalc.api.roofline import SRAM_KINDS
+    from aicalc.errors import AicalcError
+
+    if not row.get("fits"):
+        return
+    if chip.kind in SRAM_KINDS:  # no KV cache in the serving model the simulation steps: no fleet
+        warnings.append(f"no fleet sized on {chip.id} (its weights sit in SRAM over {row['chips_needed']} chips; "
+                        "the scheduler simulation models HBM replicas): no annual inference cost")
+        return
+    if chip.kind in EDGE_KINDS:  # an on-device chip serves its own user: no fleet of laptops or phones
+        warnings.append(f"no fleet sized on {chip.id}: an on-device chip serves its own user, not a traffic")
+        return
+    try:
+        fleet = size_fleet(spec, [chip], requests_per_day=requests_per_day, peak_factor=peak_factor, prompt=prompt,
+                           gen=gen, max_ttft=max_ttft, max_tpot=max_tpot, dtypes=(row.get("precision") or dtype,),
+                           kv_dtypes=(kv_dtype,), price=price)
+    except AicalcError as e:
+        warnings.append(f"no fleet sized on {chip.id}: {e}")
+        return
+    rows = fleet.meta["row_dicts"]
+    if not rows:
+        warnings.append(f"no fleet of up to {fleet.meta.get('max_chips', 16384):,} × {chip.id} serves "
+                        f"{requests_per_day:,.0f} requests a day within the latency targets")
+        return
+    best = rows[0]
+    row["fleet_chips"] = best["chips"]
+    row["fleet_layout"] = (f"{best['replicas']} × TP {best['tp']}" if best["mode"] == "aggregated" else
+                           f"prefill {best['prefill_replicas']} × TP {best['prefill_tp']}, decode "
+                           f"{best['decode_replicas']} × TP {best['decode_tp']}")
+    row["fleet_p99_ttft_s"], row["fleet_p99_tpot_s"] = best["p99_ttft_s"], best["p99_tpot_s"]
+    if best["usd_per_day"] is not None:
+        row["daily_inference_cost_usd"] = best["usd_per_day"]
+        row["annual_inference_cost_usd"] = best["usd_per_day"] * 365.0
+
+
 def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt: int = 1024, gen: int = 256,
             dtype: str = "release", kv_dtype: str = "bf16", requests_per_day=1e6, years: float = 1.0, max_ttft=2.0,
-            max_tpot=0.2, price=None) -> Comparison:
-    """Training (``tokens``, default 20 per parameter) and inference (``prompt`` + ``gen`` tokens per request,
-    ``requests_per_day`` for a year's cost) of ``model`` on each chip; ``price``: USD per chip-hour for every
-    chip (default: each chip preset's on-demand price)."""
+            max_tpot=0.2, price=None, peak_factor=1.0) -> Comparison:
+    """Training (``tokens``, default 20 per parameter) and inference (``prompt`` + ``gen`` tokens per request)
+    of ``model`` on each chip; ``price``: USD per chip-hour for every chip (default: each chip preset's on-demand
+    price). The inference row's service cost is that of the fleet that serves ``requests_per_day`` (at the day's
+    average rate × ``peak_factor``) within ``max_ttft`` and ``max_tpot`` at the 99th percentile of the scheduler
+    simulation (:func:`aicalc.api.fleet.size_fleet`): ``fleet_chips``, ``fleet_layout``,
+    ``daily_inference_cost_usd`` and ``annual_inference_cost_usd`` (365 days of it)."""
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip
     from aicalc.core import cost
@@ -209,6 +254,8 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
                 _inference(spec, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings)]
         for row in pair:
             _money(row, chip, gen, requests_per_day, price)
+        _fleet(spec, chip, pair[1], prompt, gen, dtype, kv_dtype, requests_per_day, peak_factor, max_ttft, max_tpot,
+               price, warnings)
         train, infer = pair
         if train.get("training_cost_usd") and infer.get("annual_inference_cost_usd"):
             share = cost.lifetime_split(train["training_cost_usd"], infer["annual_inference_cost_usd"], years)

@@ -48,7 +48,7 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
     # prefill: k prompts per pass, at most the token budget's, and no more than the TTFT target allows (a
     # prefill pool sizes its batches to the target, DistServe §4); rate = k / t_pre(k) per replica
     k_max = max(1.0, np.floor(TOKEN_BUDGET / P))
-    ks = np.unique(np.minimum(np.round(np.geomspace(1, k_max, 16)), k_max))
+    ks = np.array(inputs.distinct(np.minimum(np.round(np.geomspace(1, k_max, 16)), k_max)))
     t_pres = latency.phase(pre.shape, pre.roofs, pre.formats, pre.efficiency, ks, P, 0.0, prefill_tp,
                            logits_tokens=1.0).t_est
     # KV transfer of one request: its cache leaves the prefill replica over each chip's link
@@ -60,7 +60,7 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
     # decode: the largest batch that fits and meets the TPOT target
     top = max(1, max_concurrency(model, chip, tp=decode_tp, prompt=P, gen=G, dtype=dtype, kv_dtype=kv_dtype,
                                  utilization=utilization))
-    batches = np.unique(np.minimum(np.round(np.geomspace(1, top, 24)), top))
+    batches = np.array(inputs.distinct(np.minimum(np.round(np.geomspace(1, top, 24)), top)))
     t_dec = latency.phase(dec.shape, dec.roofs, dec.formats, dec.efficiency, batches, 1.0, P + G / 2.0,
                           decode_tp).t_est
     ok = t_dec <= tpot_cap
@@ -80,7 +80,8 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
         req_s = min(n_p * k / t_pre, n_d * decode_rate)
         ttft = t_pre + transfer
         rows.append({"mode": "disaggregated", "chip": pre.chip.id, "chips": used, "tp": decode_tp,
-                     "replicas": n_d, "prefill_replicas": n_p, "prefill_tp": prefill_tp, "dtype": dtype,
+                     "replicas": n_d, "prefill_replicas": n_p, "prefill_tp": prefill_tp, "decode_tp": decode_tp,
+                     "dtype": dtype,
                      "kv_dtype": kv_dtype, "concurrency": int(b * n_d), "ttft_s": ttft, "tpot_s": tpot,
                      "kv_transfer_s": transfer, "requests_per_s": req_s, "output_tokens_per_s": req_s * G,
                      "meets_slo": bool(ttft <= ttft_cap and tpot <= tpot_cap)})

@@ -4,6 +4,7 @@ scheduler (:mod:`aicalc.core.simulate`) priced by the cost model: tail latency, 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from aicalc.api.results import Table
 
@@ -250,14 +251,105 @@ def _keys(row: dict) -> str:
     return ", ".join(f"'{k}'" for k in keys) + (", …" if len(row) > 6 else "") if keys else "no field"
 
 
+@dataclass(frozen=True)
+class Layout:
+    """One replica's layout: what a fleet repeats. A record so the fleet search can grow with the cost model (expert
+    parallelism and attention data parallelism join it as fields)."""
+
+    chip: str
+    tp: int = 1
+    dtype: str = "release"
+    kv_dtype: str = "bf16"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica as the scheduler simulation sees it: its step-time tables, KV blocks and scheduling policy."""
+
+    layout: Layout
+    setup: object  # aicalc.api.roofline.CostSetup
+    cost: object  # aicalc.core.simulate.StepCost
+    kv_blocks: int
+    block: int
+    max_seqs: int
+    token_budget: int
+    policy: str
+
+    @property
+    def capacity_tokens(self) -> int:
+        """Tokens one request may hold at most: the KV cache less the admission watermark."""
+        from aicalc.core.simulate import WATERMARK
+
+        return (self.kv_blocks - int(WATERMARK * self.kv_blocks)) * self.block
+
+    def run(self, arrival, prompt, gen, max_work: int | None = None, cost=None, give_up=None):
+        """(ttft_s, tpot_s, finish_s, preemptions, work) of requests arriving at one replica (lists);
+        ``cost`` replaces the step tables (a decode pool's, whose prefills come from another pool); ``give_up``
+        as :func:`aicalc.core.simulate.run`'s."""
+        from aicalc.core import simulate as sim
+
+        stats: dict = {}
+        ttft, tpot, finish, pre = sim.run(arrival, prompt, gen, cost or self.cost, self.kv_blocks, self.block,
+                                          self.max_seqs, self.token_budget, max_work=max_work, stats=stats,
+                                          policy=self.policy, give_up=give_up)
+        return ttft, tpot, finish, pre, stats["work"]
+
+
+def policy_of(engine: str | None, policy: str | None = None) -> str:
+    """The scheduler policy: ``policy`` where given, else the engine profile's ``scheduler`` (vLLM V0 and SGLang
+    prefill-first, TensorRT-LLM chunked), else chunked (vLLM V1's)."""
+    from aicalc.core.simulate import POLICIES
+    from aicalc.errors import ParameterError
+
+    if policy is not None:
+        if policy not in POLICIES:
+            raise ParameterError("policy", policy, f"is not one of {', '.join(POLICIES)}")
+        return policy
+    if engine is None:
+        return "chunked"
+    from aicalc.catalog import profiles
+
+    return profiles.load("engine", engine).options.get("scheduler", "chunked")
+
+
+def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 256, token_budget: int = 8192,
+            utilization=0.9, longest: int = 2048, cs=None) -> Replica:
+    """A replica of ``layout`` for the simulation: step-time tables up to ``longest`` tokens of context, and the
+    KV blocks of 16 tokens vLLM's budget leaves beside weights and overhead (``utilization`` of memory)."""
+    from aicalc.api import inputs
+    from aicalc.api.catalog import resident_weights
+    from aicalc.api.roofline import cost_setup
+    from aicalc.core import capacity
+    from aicalc.core.geometry import check_tp, kv_bytes_per_token_layer
+    from aicalc.errors import ParameterError
+
+    for name, v, most in (("max_seqs", max_seqs, MAX_SEQS), ("token_budget", token_budget, MAX_TOKENS)):
+        if inputs.single(name, v, whole=True) > most:
+            raise ParameterError(name, v, f"is above the cap of {most:,}")
+    tp = layout.tp
+    if cs is None:
+        cs = cost_setup(model, layout.chip, layout.dtype, layout.kv_dtype, tp_needs_link=tp > 1, engine=engine)
+    arch = cs.model.arch
+    check_tp(arch, tp)
+    weights = resident_weights(cs.model, layout.dtype, tp)
+    budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, inputs.fraction("utilization", utilization),
+                                            weights, capacity.runtime_overhead_bytes(arch, tp)))
+    block = 16
+    block_bytes = block * float(kv_bytes_per_token_layer(arch, cs.kv_dtype, tp)) * arch.layers
+    kv_blocks = int(max(budget, 0.0) // block_bytes)
+    cost = _step_cost(cs, tp, int(max_seqs), int(token_budget), int(longest))
+    return Replica(layout, cs, cost, kv_blocks, block, int(max_seqs), int(token_budget), policy_of(engine, policy))
+
+
 def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, gen=256, num_requests: int = 1000,
              tp: int | None = None, chips: int | None = None, dtype: str = "release", kv_dtype: str = "bf16", engine=None,
              max_ttft=None, max_tpot=None, max_seqs: int = 256, token_budget: int = 8192, utilization=0.9,
-             seed: int = 0) -> Traffic:
+             seed: int = 0, policy: str | None = None) -> Traffic:
     """Requests arriving at ``rate`` per second (Poisson; an array sweeps it) over the whole deployment, spread
     evenly over its replicas, with ``prompt`` / ``gen`` tokens each, or a trace (``requests``: a CSV/JSONL path,
     or a dict of ``prompt``, ``gen`` and optional ``arrival_s`` lists; a trace's own arrival times replace
-    ``rate``). One row per rate.
+    ``rate``). One row per rate. ``policy``: the scheduler's, ``"chunked"`` or ``"prefill-first"``
+    (:mod:`aicalc.core.simulate`; default: the engine's).
 
     Bounded before any work (docs/robustness.md): at most :data:`MAX_REQUESTS` requests and
     :data:`MAX_SIMULATED` over all rates; every request's prompt + gen within one replica's KV cache (a bigger
@@ -268,9 +360,8 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
     from aicalc.api import inputs
     from aicalc.api.catalog import node_split
     from aicalc.api.roofline import cost_setup
-    from aicalc.core import capacity
     from aicalc.core import simulate as sim
-    from aicalc.core.geometry import check_tp, kv_bytes_per_token_layer
+    from aicalc.core.geometry import check_tp
     from aicalc.errors import ParameterError
 
     tp, chips = node_split(chip, tp, chips)
@@ -280,8 +371,7 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
         raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}")
     replicas = chips // tp
     cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=tp > 1, engine=engine)
-    arch = cs.model.arch
-    check_tp(arch, tp)
+    check_tp(cs.model.arch, tp)
     if requests is not None:
         p_list, g_list, a_list, lines = _requests(requests)
         n = len(p_list)
@@ -297,24 +387,15 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
         raise ParameterError("rate", f"{rates.min():g}…{rates.max():g}", f"sweeps {rates.size:,} rates: with "
                              f"{n:,} requests each that simulates {rates.size * n:,} requests; the limit is "
                              f"{MAX_SIMULATED:,} per call")
-    for name, v, most in (("max_seqs", max_seqs, MAX_SEQS), ("token_budget", token_budget, MAX_TOKENS)):
-        if inputs.single(name, v, whole=True) > most:
-            raise ParameterError(name, v, f"is above the cap of {most:,}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ParameterError("seed", inputs._safe(seed), "must be a whole number >= 0")
     max_ttft = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else np.inf
     max_tpot = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else np.inf
-    # KV blocks one replica holds: the vLLM budget beside weights and overhead, per device, in blocks of 16
-    from aicalc.api.catalog import resident_weights
-
-    weights = resident_weights(cs.model, dtype, tp)
-    kv_dtype = cs.kv_dtype
-    budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, inputs.fraction("utilization", utilization),
-                                            weights, capacity.runtime_overhead_bytes(arch, tp)))
-    block = 16
-    block_bytes = block * float(kv_bytes_per_token_layer(arch, kv_dtype, tp)) * arch.layers
-    kv_blocks = int(max(budget, 0.0) // block_bytes)
-    _check_fit(p_list, g_list, lines, requests, kv_blocks * block, cs.chip.id)
+    rep = replica(cs.model, Layout(cs.chip.id, tp, dtype, kv_dtype), engine=engine, policy=policy,
+                  max_seqs=max_seqs, token_budget=token_budget, utilization=utilization,
+                  longest=max(p + g for p, g in zip(p_list, g_list, strict=True)), cs=cs)
+    kv_blocks, cost = rep.kv_blocks, rep.cost
+    _check_fit(p_list, g_list, lines, requests, rep.capacity_tokens, cs.chip.id)
     if a_list is not None:  # the origin of time is arbitrary; one replica sees the trace slowed by `replicas`
         first, last = min(a_list), max(a_list)
         if (last - first) * replicas > MAX_ARRIVAL_S:
@@ -328,7 +409,6 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
         raise ParameterError("rate", lam, f"spreads {n:,} requests over about {n * replicas / lam:.3g} s of one "
                              f"replica's time ({_replicas(replicas)}), beyond the {MAX_ARRIVAL_S:.0e} s a "
                              "simulation resolves: raise the rate or simulate fewer requests")
-    cost = _step_cost(cs, tp, int(max_seqs), int(token_budget), max(p + g for p, g in zip(p_list, g_list, strict=True)))
     rows = {k: [] for k in ("rate", "requests", "concurrency", "ttft_s", "tpot_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s", "p50_tpot_s", "p90_tpot_s",
                             "p99_tpot_s", "output_tokens_per_s", "requests_per_s", "goodput_requests_per_s",
                             "preemptions", "makespan_s")}
@@ -342,10 +422,8 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
             arr = np.asarray(a_list, dtype=np.float64)
             order = np.argsort(arr, kind="stable")
             arr, P, G = arr[order] * replicas, P[order], G[order]  # one replica sees 1/replicas of the stream
-        stats: dict = {}
         try:
-            ttft, tpot, finish, pre = sim.run(arr.tolist(), P.tolist(), G.tolist(), cost, kv_blocks, block,
-                                              int(max_seqs), int(token_budget), max_work=work_left, stats=stats)
+            ttft, tpot, finish, pre, work = rep.run(arr.tolist(), P.tolist(), G.tolist(), max_work=work_left)
         except sim.SimulationError as e:
             if e.reason != "work":
                 raise
@@ -355,7 +433,7 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
                 f"{', all rates together' if rates.size > 1 else ''} (stopped after {e.steps:,} steps and "
                 f"{e.preemptions:,} preemptions, a preemption counting {sim.PREEMPTION_WORK}): simulate fewer or "
                 "shorter requests", "work", e.steps, e.preemptions) from None
-        work_left -= stats["work"]
+        work_left -= work
         ttft, tpot = np.asarray(ttft), np.asarray(tpot)
         span = float(np.nanmax(finish) - arr[0])
         if not span > 0:  # steps shorter than the clock resolves at these times: no rate can be measured
@@ -377,7 +455,7 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
         rows["preemptions"].append(pre * replicas)
         rows["makespan_s"].append(span)
     return Traffic(rows, list(cs.warnings), setup=cs, replicas=replicas, chips=chips, kv_blocks=kv_blocks,
-                   cost=cost)
+                   cost=cost, policy=rep.policy)
 
 
 def _replicas(n: int) -> str:
@@ -434,8 +512,9 @@ def _requests(requests):
 
 
 def _check_fit(prompt, gen, lines, requests, capacity: int, chip: str) -> None:
-    """Every request's prompt + gen within the KV cache of one replica (``capacity`` tokens): a bigger one
-    would be preempted and recomputed forever, as no other sequence's blocks can make room for it."""
+    """Every request's prompt + gen within the KV cache of one replica less admission's watermark (``capacity``
+    tokens): a bigger one would be preempted and recomputed forever, as no other sequence's blocks can make room
+    for it."""
     from aicalc.errors import ParameterError
 
     too_big = [i for i, (p, g) in enumerate(zip(prompt, gen, strict=True)) if p + g > capacity]
@@ -445,7 +524,7 @@ def _check_fit(prompt, gen, lines, requests, capacity: int, chip: str) -> None:
     p, g = prompt[i], gen[i]
     fits = (f"prompt + gen can be at most {capacity:,} tokens" if capacity else
             "the weights leave no memory for it")
-    where = f"the {capacity:,}-token KV cache of one replica on {chip}"
+    where = f"the {capacity:,}-token KV cache of one replica on {chip} (less the 1 % kept free at admission)"
     if requests is None:  # --prompt and --gen
         if p >= capacity:
             raise ParameterError("prompt", p, f"with {{gen={g}}} does not fit {where}: {fits}")
@@ -458,9 +537,18 @@ def _check_fit(prompt, gen, lines, requests, capacity: int, chip: str) -> None:
 
 
 def _percentile(x, q: float) -> float:
+    """numpy's default (linear) percentile of the finite values, NaN when there are none; by a sort, since
+    ``np.percentile`` imports ``numpy.ma`` (tens of milliseconds on a one-off query)."""
     import numpy as np
 
-    return float(np.nanpercentile(x, q)) if np.any(np.isfinite(x)) else float("nan")
+    a = np.asarray(x, dtype=np.float64).reshape(-1)
+    a = np.sort(a[~np.isnan(a)])
+    if not a.size:
+        return float("nan")
+    i = q / 100.0 * (a.size - 1)
+    lo = int(np.floor(i))
+    hi = min(lo + 1, a.size - 1)
+    return float(a[lo] + (a[hi] - a[lo]) * (i - lo)) if a[hi] != a[lo] else float(a[lo])
 
 
 def _step_cost(cs, tp: int, max_seqs: int, token_budget: int, longest: int):
@@ -468,15 +556,16 @@ def _step_cost(cs, tp: int, max_seqs: int, token_budget: int, longest: int):
     marginal and fixed cost of prefill tokens in a batched pass."""
     import numpy as np
 
+    from aicalc.api import inputs
     from aicalc.core import latency
     from aicalc.core.simulate import StepCost
 
     eff = cs.efficiency
-    bins = np.unique(np.ceil(np.geomspace(16, max(longest, 32), 24)))
+    bins = np.array(inputs.distinct(np.ceil(np.geomspace(16, max(longest, 32), 24))))
     B, C = np.meshgrid(np.arange(1, max_seqs + 1, dtype=np.float64), bins, indexing="ij")
     dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, B.ravel(), 1.0, C.ravel(), tp).t_est.reshape(B.shape)
     dec = np.vstack([np.zeros((1, bins.size)), dec])
-    tokens = np.unique(np.ceil(np.geomspace(1, max(token_budget, longest), 40)))
+    tokens = np.array(inputs.distinct(np.ceil(np.geomspace(1, max(token_budget, longest), 40))))
     t = latency.phase(cs.shape, cs.roofs, cs.formats, eff, 1.0, tokens, 0.0, tp, logits_tokens=1.0).t_est
     half = np.searchsorted(tokens, token_budget / 2.0)
     full = np.searchsorted(tokens, token_budget)

@@ -80,7 +80,7 @@ def _ids(roots: tuple[str, ...], kind: str) -> tuple[str, ...]:
 # --- what a profile file may hold -----------------------------------------------------------------------------
 # Every key of a profile, by kind, with the check of its value: the options are what the code reads
 # (aicalc.api.roofline: pipeline_over_chips, kv_shared, gguf_compute, gguf_compute_vendors, by_class;
-# aicalc.api.serving: max_num_seqs; aicalc.commands.train_time: default_zero), each with an optional
+# aicalc.api.serving: max_num_seqs; aicalc.api.traffic: scheduler; aicalc.commands.train_time: default_zero), each with an optional
 # ``KEY_source`` text. A key no code reads is refused rather than silently ignored (a typo would change nothing).
 
 def _show(v) -> str:
@@ -117,6 +117,12 @@ def _sequences(v) -> str | None:
     return f"must be a whole number of sequences from 1 to {cap:,}, got {_show(v)}"
 
 
+def _scheduler(v) -> str | None:
+    from aicalc.core.simulate import POLICIES
+
+    return None if isinstance(v, str) and v in POLICIES else f"must be one of {', '.join(POLICIES)}, got {_show(v)}"
+
+
 def _zero_stage(v) -> str | None:
     if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 3:
         return None
@@ -127,7 +133,7 @@ COMMON_KEYS = ("id", "name", "description", "factors", "extends")
 OPTIONS = {
     "class": {"pipeline_over_chips": _flag},
     "engine": {"kv_shared": _flag, "gguf_compute": _compute_dtype, "gguf_compute_vendors": _texts,
-               "max_num_seqs": _sequences, "by_class": None},  # by_class: read by _read_by_class
+               "max_num_seqs": _sequences, "scheduler": _scheduler, "by_class": None},  # by_class: read by _read_by_class
     "framework": {"default_zero": _zero_stage},
 }
 

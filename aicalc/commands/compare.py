@@ -8,12 +8,13 @@ from aicalc.result import Result
 
 def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256", dtype: str = "release",
         kv_dtype: str = "bf16", requests_per_day="1M", years=1.0, max_ttft="2s", max_tpot="200ms",
-        price=None) -> Result:
+        price=None, peak_factor="1") -> Result:
     from aicalc.commands.merge import choices, over
 
     if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # one table across formats
         return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
-            model, chip, tokens, seq, prompt, gen, d, kd, requests_per_day, years, max_ttft, max_tpot, price)))
+            model, chip, tokens, seq, prompt, gen, d, kd, requests_per_day, years, max_ttft, max_tpot, price,
+            peak_factor)))
 
     from aicalc.api.compare import compare
     from aicalc.commands.options import price_per_hour
@@ -29,7 +30,7 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
                 seq=parse_int(str(seq), "--seq"), prompt=parse_int(str(prompt), "--prompt"),
                 gen=parse_int(str(gen), "--gen"), dtype=dtype, kv_dtype=kv_dtype,
                 requests_per_day=parse_count(str(requests_per_day), "--requests-per-day"), years=years,
-                max_ttft=max_ttft, max_tpot=max_tpot, price=price_per_hour(price))
+                max_ttft=max_ttft, max_tpot=max_tpot, price=price_per_hour(price), peak_factor=_peak(peak_factor))
     from aicalc.units import fmt_count
 
     m = r.meta
@@ -38,22 +39,34 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
               "training_tokens": m["tokens"], "training_seq": m["seq"], "prompt": m["prompt"], "gen": m["gen"],
               "dtype": dtype, "kv_dtype": kv_dtype, "requests_per_day": m["requests_per_day"], "years": m["years"],
               "max_ttft_s": m["max_ttft"], "max_tpot_s": m["max_tpot"],
-              "price_per_chip_hour_usd": price_per_hour(price)}
+              "price_per_chip_hour_usd": price_per_hour(price), "peak_factor": _peak(peak_factor)}
     # the answers first: a narrow terminal gives way from the right (render.fit_columns), so the layout and
     # precision strings, long and in JSON anyway, come last
     columns = ["chip", "phase", "chips_needed", "memory_bytes", "total_time_s", "training_cost_usd", "ttft_s",
-               "tpot_s", "output_tokens_per_s", "usd_per_million_output_tokens", "annual_inference_cost_usd", "mfu",
+               "tpot_s", "output_tokens_per_s", "usd_per_million_output_tokens", "fleet_chips",
+               "annual_inference_cost_usd", "mfu",
                "batch", "bound", "layout", "precision"]
     notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (Megatron: sequence "
              "parallel, flash attention; TP ≤ 8 preferred), "
              f"{fmt_count(m['tokens'])} tokens (Chinchilla's 20 per parameter unless --tokens); inference: smallest TP that serves {m['prompt']}+{m['gen']}-token requests "
              f"within TTFT ≤ {m['max_ttft']:g} s, TPOT ≤ {m['max_tpot'] * 1e3:g} ms at the best concurrency",
              (f"cost: ${price_per_hour(price):,.2f} per chip-hour (--price)" if price is not None else
-              f"cost: chip presets' on-demand prices{_unpriced(m['row_dicts'])}") + "; annual inference for "
-
-             f"{m['requests_per_day']:,.0f} requests/day"]
+              f"cost: chip presets' on-demand prices{_unpriced(m['row_dicts'])}") + "; annual inference: the fleet "
+             f"(fleet_chips) that serves {m['requests_per_day']:,.0f} requests/day"
+             + (f" × peak factor {_peak(peak_factor):g}" if _peak(peak_factor) != 1 else " at the day's average rate")
+             + " within the latency targets at the 99th percentile of the scheduler simulation, 365 days of its "
+             "chip-hours (the search of serve --search; docs/compare.md)"]
     return Result("compare", inputs, m["row_dicts"], warnings=r.warnings, columns=columns, notes=notes,
                   title=f"{m['model'].name}: training vs inference")
+
+
+def _peak(text) -> float:
+    from aicalc.errors import ParameterError
+
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise ParameterError("peak_factor", text, "is not a number") from None
 
 
 def _unpriced(rows: list[dict]) -> str:

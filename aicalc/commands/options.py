@@ -87,14 +87,14 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "roofline": _kinds(text="batch prompt gen dtype kv_dtype tp compute_dtype attention engine draft acceptance plot",
                        int="group_size draft_tokens ep attention_dp", flag="kv_per_query_head ops", texts="chip eff"),
     "serve": _kinds(text="chips tp prompt gen concurrency max_ttft max_tpot dtype kv_dtype price engine draft "
-                         "acceptance prefix_hit rate requests num_requests plot emit",
+                         "acceptance prefix_hit rate requests num_requests plot emit requests_per_day peak_factor policy",
                     int="draft_tokens seed ep attention_dp", flag="search", texts="chip",
                     params={"emit": "emit_engine"}),
     "train-time": _kinds(text="chips tokens seq global_batch micro_batch tp pp dp mfu achieved recompute attention "
                               "zero precision dp_bandwidth framework goodput price",
                          int="virtual_stages interleave cp ep top", flag="sequence_parallel sp search",
                          texts="chip eff", params={"sp": "sequence_parallel", "virtual_stages": "interleave"}),
-    "compare": _kinds(text="tokens seq prompt gen dtype kv_dtype requests_per_day max_ttft max_tpot price",
+    "compare": _kinds(text="tokens seq prompt gen dtype kv_dtype requests_per_day max_ttft max_tpot price peak_factor",
                       float="years", texts="chip"),
 }
 

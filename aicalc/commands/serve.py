@@ -10,30 +10,48 @@ from aicalc.result import Result, Rows
 def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="256", concurrency=None, max_ttft=None,
         max_tpot=None, dtype: str = "release", kv_dtype: str = "bf16", price=None, engine=None, draft=None,
         draft_tokens=4, acceptance="0.7", prefix_hit="0", rate=None, requests=None, num_requests="1000",
-        seed=0, search: bool = False, plot=None, ep=1, attention_dp=1) -> Result:
+        seed=0, search: bool = False, plot=None, requests_per_day=None, peak_factor="1", policy=None, ep=1,
+        attention_dp=1) -> Result:
     import numpy as np
 
-    if (ep != 1 or attention_dp != 1) and (search or rate is not None or requests is not None):
+    if (ep != 1 or attention_dp != 1) and (search or rate is not None or requests is not None
+                                           or requests_per_day is not None):
         from aicalc.errors import ParameterError
 
         raise ParameterError("ep" if ep != 1 else "attention_dp", ep if ep != 1 else attention_dp,
                              "is priced for a given deployment (serve without --search, --rate or --requests); the "
                              "search and the traffic simulation run plain TP replicas")
+    if policy is not None and rate is None and requests is None and requests_per_day is None:
+        from aicalc.errors import ParameterError
+
+        raise ParameterError("policy", policy, "schedules the traffic simulation: give it with {rate} or "
+                             "{requests}")
+    if requests_per_day is not None and not search:
+        from aicalc.errors import ParameterError
+
+        raise ParameterError("requests_per_day", requests_per_day, "sizes a fleet: give it with --search (and "
+                             "without --chips)")
+    if search and chips is None and (rate is not None or requests is not None or requests_per_day is not None):
+        return _fleet(model, chip, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, price, engine, rate,
+                      requests, requests_per_day, peak_factor, num_requests, seed, policy)
     if search:
         return _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft,
-                       draft_tokens, acceptance, plot)
+                       draft_tokens, acceptance, plot, traffic=None if rate is None and requests is None else dict(
+                           rate=_one_rate(rate), requests=requests, num_requests=num_requests, seed=seed,
+                           policy=policy))
     from aicalc.commands.merge import choices, over
 
     if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # a table across formats
         return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
             model, chip, chips, tp, prompt, gen, concurrency, max_ttft, max_tpot, d, kd, price, engine, draft,
-            draft_tokens, acceptance, prefix_hit, rate, requests, num_requests, seed, ep=ep, attention_dp=attention_dp)))
+            draft_tokens, acceptance, prefix_hit, rate, requests, num_requests, seed, policy=policy, ep=ep,
+            attention_dp=attention_dp)))
     from aicalc.api.catalog import node_split
 
     tp, chips = node_split(chip, tp, chips)  # a node: its chips, one TP group unless --tp splits it
     if rate is not None or requests is not None:
         return _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate,
-                        requests, num_requests, seed)
+                        requests, num_requests, seed, policy)
 
     from aicalc.api.serving import max_concurrency, serve
     from aicalc.commands.options import cost_note, price_per_hour
@@ -111,7 +129,7 @@ def _share(text) -> float:
 
 
 def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate, requests,
-             num_requests, seed) -> Result:
+             num_requests, seed, policy=None) -> Result:
     """serve with traffic: a discrete-event simulation of the scheduler (one row per arrival rate)."""
     from aicalc.api.traffic import simulate
     from aicalc.sweep import sweep
@@ -121,18 +139,19 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
     r = simulate(model, chip, sweep(rate, "--rate") if rate is not None else 1.0, requests=requests,
                  prompt=parse_int(str(prompt), "--prompt"), gen=parse_int(str(gen), "--gen"),
                  num_requests=parse_int(str(num_requests), "--num-requests"), tp=tp, chips=chips, dtype=dtype,
-                 kv_dtype=kv_dtype, engine=engine, max_ttft=max_ttft, max_tpot=max_tpot, seed=int(seed))
+                 kv_dtype=kv_dtype, engine=engine, max_ttft=max_ttft, max_tpot=max_tpot, seed=int(seed), policy=policy)
     m = r.meta
     cs = m["setup"]
     src = f"trace {requests}" if requests else f"{r.requests[0]:,} requests of {prompt} + {gen} tokens, Poisson arrivals"
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "replicas": m["replicas"],
               "rate": rate, "requests": requests, "prompt": prompt, "gen": gen, "max_ttft": max_ttft,
               "max_tpot": max_tpot, "dtype": dtype, "kv_dtype": kv_dtype, "engine": cs.engine, "seed": int(seed),
-              "kv_blocks_per_replica": m["kv_blocks"]}
+              "kv_blocks_per_replica": m["kv_blocks"], "policy": m["policy"]}
     columns = ["rate", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s", "output_tokens_per_s",
                "goodput_requests_per_s", "preemptions"]
-    notes = [f"{src}; discrete-event simulation of continuous batching per replica (token budget 8192, 256 "
-             "sequences, paged KV with recompute preemption), step times from the cost model (docs/serve.md)",
+    notes = [f"{src}; discrete-event simulation of continuous batching per replica ({m['policy']} scheduling, "
+             "token budget 8192, 256 sequences, paged KV with a 1 % admission watermark, preemption by recompute), "
+             "step times from the cost model (docs/serve.md)",
              "goodput: requests per second meeting --max-ttft and --max-tpot (all requests when none is given)"]
     return Result("serve", inputs, r.rows(), warnings=r.warnings, columns=columns, notes=notes,
                   title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} under traffic (TP {tp}, "
@@ -140,8 +159,9 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
 
 
 def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft, draft_tokens,
-            acceptance, plot) -> Result:
-    """serve --search: deployments over chips, TP, formats, aggregated and disaggregated, ranked by cost."""
+            acceptance, plot, traffic=None) -> Result:
+    """serve --search: deployments over chips, TP, formats, aggregated and disaggregated, ranked by cost; with
+    ``traffic`` (and --chips) each judged by its simulated p99 latencies at that rate."""
     from aicalc.api.deployment import search_deployments
     from aicalc.chart import scatter
     from aicalc.errors import ExitCode
@@ -162,6 +182,16 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
                            kv_dtypes=str(kv_dtype).split(","), tps=tps, max_ttft=max_ttft, max_tpot=max_tpot,
                            engine=engine, speculation=spec)
     rows = r.meta["row_dicts"]
+    if traffic is not None:
+        from aicalc.api.fleet import simulate_deployments
+
+        rows = simulate_deployments(model, rows, rate=traffic["rate"], requests=traffic["requests"],
+                                    prompt=parse_int(str(prompt), "--prompt"), gen=parse_int(str(gen), "--gen"),
+                                    num_requests=parse_int(str(traffic["num_requests"]), "--num-requests"),
+                                    max_ttft=max_ttft, max_tpot=max_tpot, engine=engine, policy=traffic["policy"],
+                                    seed=int(traffic["seed"]))
+        rows.sort(key=lambda x: (not x["meets_slo"], x["usd_per_million_output_tokens"] is None,
+                                 x["usd_per_million_output_tokens"] or 0.0, x["chips"]))
     front = [x for x in rows if x["pareto"]]
     chart = scatter([(x["tokens_per_s_per_user"], x["output_tokens_per_s_per_chip"],
                       "A" if x["mode"] == "aggregated" else "D") for x in front],
@@ -179,13 +209,89 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
              "pools with the KV cache shipped between them (docs/serve.md)",
              f"best: {best['mode']} on {best['chips']} × {best['chip']}, TP {best['tp']}, {best['dtype']} / KV "
              f"{best['kv_dtype']}"]
+    if traffic is not None:
+        notes.insert(1, f"meets_slo from the scheduler simulation at {rows[0]['rate']:.4g} requests/s: p99 TTFT "
+                        "and TPOT of each deployment's replicas (a disaggregated one: its prefill pool, the KV "
+                        "transfer, then its decode pool); drop --chips to size the fleet instead")
     columns = ["mode", "chip", "chips", "tp", "replicas", "prefill_replicas", "dtype", "kv_dtype", "ttft_s", "tpot_s",
+               *(["p99_ttft_s", "p99_tpot_s"] if traffic is not None else []),
                "output_tokens_per_s_per_chip", "tokens_per_s_per_user", "usd_per_million_output_tokens", "meets_slo",
                "pareto"]
     inputs = {"model": model, "chips": chip_ids, "total_chips": n, "prompt": prompt, "gen": gen, "dtype": dtype,
               "kv_dtype": kv_dtype, "max_ttft": max_ttft, "max_tpot": max_tpot, "engine": engine, "search": True}
     return Result("serve", inputs, rows, exit_code=code, columns=columns, notes=notes, chart=chart,
                   title=f"{model}: serving deployments of {n} chips")
+
+
+def _fleet(model, chip, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, price, engine, rate, requests,
+           requests_per_day, peak_factor, num_requests, seed, policy) -> Result:
+    """serve --search with traffic and no --chips: the fewest chips of each layout that serve it within the
+    targets (:func:`aicalc.api.fleet.size_fleet`), cheapest first."""
+    from aicalc.api.fleet import size_fleet
+    from aicalc.commands.options import price_per_hour
+    from aicalc.errors import ExitCode
+    from aicalc.sweep import int_sweep
+    from aicalc.units import parse_count, parse_int
+
+    chip_ids = [c for c in (chip if isinstance(chip, (list, tuple)) else str(chip).split(",")) if c]
+    tps = None if tp is None else int_sweep(str(tp), "--tp")
+    rpd = parse_count(str(requests_per_day), "--requests-per-day") if requests_per_day is not None else None
+    r = size_fleet(model, chip_ids, rate=_one_rate(rate), requests=requests, requests_per_day=rpd,
+                   peak_factor=float(_number(peak_factor, "--peak-factor")), prompt=parse_int(str(prompt), "--prompt"),
+                   gen=parse_int(str(gen), "--gen"), num_requests=parse_int(str(num_requests), "--num-requests"),
+                   max_ttft=max_ttft, max_tpot=max_tpot, dtypes=str(dtype).split(","), kv_dtypes=str(kv_dtype).split(","),
+                   tps=tps, engine=engine, policy=policy, price=price_per_hour(price), seed=int(seed))
+    m = r.meta
+    rows = m["row_dicts"]
+    targets = ", ".join(t for t in (f"TTFT ≤ {m['max_ttft']:g} s" if m["max_ttft"] < float("inf") else "",
+                                    f"TPOT ≤ {m['max_tpot'] * 1e3:g} ms" if m["max_tpot"] < float("inf") else "") if t)
+    src = f"trace {requests}" if requests else f"{m['requests']:,} requests of {prompt} + {gen} tokens, Poisson arrivals"
+    notes = [f"the fewest chips per layout whose simulated p99 meets {targets or 'no target (none given)'} at "
+             f"{m['rate']:.4g} requests/s"
+             + (f" ({rpd:,.0f} a day × peak factor {peak_factor})" if rpd is not None else "")
+             + f"; {src}; bisection on the replica count ({m['simulations']} simulations, {m['policy']} "
+             "scheduling): one replica fewer misses the targets (docs/serve.md)",
+             "disaggregated: prefill and decode pools each with their own TP (and chip), sized separately; the KV "
+             "cache is shipped over the scale-out NIC; cost: chip presets' on-demand prices unless --price"]
+    if rows:
+        best = rows[0]
+        notes.append(f"best: {best['mode']}, {best['chips']} × {best['chip']}"
+                     + (f" (prefill TP {best['prefill_tp']} × {best['prefill_replicas']}, decode TP "
+                        f"{best['decode_tp']} × {best['decode_replicas']})" if best["mode"] == "disaggregated"
+                        else f" (TP {best['tp']} × {best['replicas']})")
+                     + (f", ${best['usd_per_day']:,.0f} a day" if best["usd_per_day"] else ""))
+    columns = ["mode", "chip", "chips", "tp", "replicas", "prefill_tp", "decode_tp", "dtype", "p99_ttft_s",
+               "p99_tpot_s", "usd_per_hour", "usd_per_day", "usd_per_million_output_tokens", "meets_slo"]
+    inputs = {"model": model, "chips": chip_ids, "rate": m["rate"], "requests_per_day": rpd,
+              "peak_factor": float(_number(peak_factor, "--peak-factor")), "requests": requests, "prompt": prompt,
+              "gen": gen, "num_requests": m["requests"], "dtype": dtype, "kv_dtype": kv_dtype,
+              "max_ttft_s": m["max_ttft"] if m["max_ttft"] < float("inf") else None,
+              "max_tpot_s": m["max_tpot"] if m["max_tpot"] < float("inf") else None, "engine": engine,
+              "policy": m["policy"], "seed": int(seed), "search": True, "fleet": True}
+    return Result("serve", inputs, rows, warnings=r.warnings, exit_code=ExitCode.OK if rows else ExitCode.BUDGET,
+                  columns=columns, notes=notes, title=f"{model}: the fewest chips for {m['rate']:.4g} requests/s")
+
+
+def _one_rate(rate):
+    """--rate for a fleet: one number (a fleet is sized for one traffic)."""
+    from aicalc.errors import ParameterError
+    from aicalc.sweep import sweep
+
+    if rate is None:
+        return None
+    values = sweep(str(rate), "--rate")
+    if len(values) != 1:
+        raise ParameterError("rate", rate, "sizes one fleet: give one rate with --search")
+    return values[0]
+
+
+def _number(text, flag: str) -> float:
+    from aicalc.errors import ParameterError
+
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise ParameterError(flag.lstrip("-").replace("-", "_"), text, "is not a number") from None
 
 
 def _replicas(n: int) -> str:

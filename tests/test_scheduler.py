@@ -1,0 +1,73 @@
+"""The scheduler's preemption, admission and policies against small traces worked by hand.
+
+Every trace runs on step costs that make the arithmetic plain: a decode step takes 1 s whatever its batch and
+context, a prefill-only pass 1 s whatever its tokens, and prefill tokens riding in a decode step cost nothing."""
+
+import math
+
+import pytest
+
+import aicalc
+from aicalc.core.simulate import SimulationError, StepCost, run
+
+UNIT = StepCost([[0.0]] + [[1.0]] * 8, [1e9], 0.0, [0.0, 1.0, 1e9], [0.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("policy", ["chunked", "prefill-first"])
+def test_preempted_request_is_recomputed_in_one_pass_and_keeps_its_first_token_time(policy):
+    """Two requests of 2 prompt + 4 output tokens at t = 0 in a 6-block cache of 1-token blocks.
+    t=1: one prefill pass admits both (2 blocks each), first tokens out (TTFT 1 s each), 2 blocks free.
+    t=2: both decode a token (a block each), none free. t=3: both need a block: the later one (B, 2 tokens
+    out, 3 tokens of KV) is preempted, freeing 3; A decodes its 3rd token. t=4: A decodes its 4th and last
+    (TPOT (4-1)/3 = 1 s) and frees 5 blocks: 6 free. t=5: B is readmitted and recomputed by one prefill pass
+    over its prompt and its 2 tokens (4 blocks), which yields its 3rd token. t=6: B decodes its 4th and last:
+    TTFT still 1 s, TPOT (6-1)/3 s. (Re-decoding the output, or restarting B's clocks, gives other numbers.)"""
+    ttft, tpot, finish, pre = run([0.0, 0.0], [2, 2], [4, 4], UNIT, kv_blocks=6, block=1, watermark=0.0,
+                                  policy=policy)
+    assert pre == 1
+    assert ttft == pytest.approx([1.0, 1.0])
+    assert finish == pytest.approx([4.0, 6.0])
+    assert tpot == pytest.approx([1.0, 5.0 / 3.0])
+
+
+def test_admission_reserves_the_prompt_blocks_and_keeps_a_watermark_free():
+    """A (50 prompt, 2 output) and B (46 prompt, 1 output) at t = 0, 100 blocks of one token, 5 % watermark
+    (5 blocks): A reserves 50, so B would leave 100 - 50 - 46 = 4 < 5 free and waits. t=1 A's first token,
+    t=2 its second (it finishes), t=3 B's pass: TTFT 1 s and 3 s. Without the watermark both start at t=1."""
+    ttft, _, finish, _ = run([0.0, 0.0], [50, 46], [2, 1], UNIT, kv_blocks=100, block=1, watermark=0.05)
+    assert ttft == pytest.approx([1.0, 3.0]) and finish == pytest.approx([2.0, 3.0])
+    ttft, _, finish, _ = run([0.0, 0.0], [50, 46], [2, 1], UNIT, kv_blocks=100, block=1, watermark=0.0)
+    assert ttft == pytest.approx([1.0, 1.0]) and finish == pytest.approx([2.0, 1.0])
+    # a prompt of 96 blocks with 5 kept free can never be admitted in 100
+    with pytest.raises(SimulationError, match="can never be admitted"):
+        run([0.0], [96], [1], UNIT, kv_blocks=100, block=1, watermark=0.05)
+    assert math.isfinite(run([0.0], [95], [1], UNIT, kv_blocks=100, block=1, watermark=0.05)[2][0])
+
+
+def test_prefill_first_stalls_the_decodes_chunked_rides_them():
+    """A (1 prompt, 3 output) at t = 0, B (1 prompt, 1 output) at t = 0.5. Both: t=1 A's first token.
+    Chunked: t=2 A decodes and B's prompt rides in the same step (B's TTFT 1.5 s); t=3 A's last token: TPOT 1 s.
+    Prefill-first: t=2 a prefill-only step for B (same TTFT) while A stalls; A's tokens at t=3 and t=4: TPOT
+    1.5 s."""
+    for policy, a_tpot, a_finish in (("chunked", 1.0, 3.0), ("prefill-first", 1.5, 4.0)):
+        ttft, tpot, finish, _ = run([0.0, 0.5], [1, 1], [3, 1], UNIT, kv_blocks=100, block=16, policy=policy)
+        assert ttft == pytest.approx([1.0, 1.5]) and finish[1] == pytest.approx(2.0)
+        assert tpot[0] == pytest.approx(a_tpot) and finish[0] == pytest.approx(a_finish)
+    with pytest.raises(ValueError, match="policy"):
+        run([0.0], [1], [1], UNIT, kv_blocks=10, policy="fifo")
+
+
+def test_the_policy_defaults_to_the_engines():
+    """vLLM (V0, the profile's release) and SGLang run prefills first, TensorRT-LLM batches them with decodes."""
+    for engine, policy in ((None, "chunked"), ("vllm", "prefill-first"), ("sglang", "prefill-first"),
+                           ("trtllm", "chunked")):
+        r = aicalc.simulate("llama-3.1-8b", "h100-sxm", rate=1, num_requests=5, prompt=64, gen=8, engine=engine)
+        assert r.meta["policy"] == policy
+
+
+def test_overloaded_runs_keep_their_throughput():
+    """Past the KV cache's capacity (Llama-2-7B on one H100, 1024 + 256 tokens, the case compared with vidur)
+    more load no longer lowers throughput: recomputation is one prefill pass, not every token again."""
+    r = aicalc.simulate("llama-2-7b", "h100-sxm", rate=[10, 14, 20, 40], num_requests=2000, prompt=1024, gen=256)
+    assert r.preemptions[-1] > 0
+    assert min(r.output_tokens_per_s[1:]) >= 0.98 * r.output_tokens_per_s[0]
