@@ -365,6 +365,13 @@ def test_config_json_problems_are_named(file, says):
     (["kv-cache", "gpt2", "--context", "1e12"], "--context 1,000,000,000,000 is above aicalc's cap"),
     (["roofline", "gpt2", "--eff", "bandwidth=nan"], "--eff bandwidth=nan must set a finite"),
     (["kv-cache", "gpt2", "--budget", "1e-400GB"], "budget must be a positive finite number, got '1e-400GB'"),
+    # issue 26: E was no prefix (1EFLOPS read as 1 FLOP/s), an achieved rate above the peak gave MFU 970, one of
+    # 1e-300 and a bandwidth share of 1e-320 overflowed numpy (warnings on stderr, null times at exit 0)
+    (["train-time", "llama-3.1-8b", "--achieved", "1EFLOPS"], "--achieved 1EFLOPS is above h100-sxm's peak of 989.4"),
+    (["train-time", "llama-3.1-8b", "--achieved", "1000PFLOPS"], "is above h100-sxm's peak"),
+    (["train-time", "llama-3.1-8b", "--achieved", "1e-300FLOPS"], "is below 1e-06 of h100-sxm's peak"),
+    (["train-time", "llama-3.1-8b", "--mfu", "1e-300"], "--mfu 1e-300 is below 1e-06 of the peak"),
+    (["roofline", "gpt2", "--eff", "bandwidth=1e-320"], "--eff bandwidth=1e-320 is a share of a peak: it must lie in"),
 ])
 def test_out_of_range_numbers_are_refused_with_the_cap(argv, says):
     line = one_error(run(*argv))
