@@ -557,13 +557,22 @@ def _hostile_index(tmp_path, make) -> None:
     lambda p: p.symlink_to("/dev/zero"),  # reading it would never end
     lambda p: p.write_text('{"format": 2, "stamp": []}'),  # no checksum line
 ], ids=["fifo", "dev-zero", "no-checksum"])
-def test_an_index_that_is_not_a_file_aicalc_wrote_is_never_read(fresh_catalog, tmp_path, make):
+def test_an_index_that_is_not_a_file_aicalc_wrote_is_never_read(fresh_catalog, tmp_path, make, monkeypatch):
+    """Bounded by work, not time: a FIFO or a device in the index's place is never opened (opening or reading it
+    would block or never end); a regular file without a checksum is opened and refused."""
+    import builtins
+
     from aicalc.catalog import store
 
     _hostile_index(tmp_path, make)
-    start = time.perf_counter()
+    index = next((tmp_path / "cache").glob("catalog-*.json"))
+    regular = index.is_file()  # before the load, which writes a fresh index in its place
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (opened.append(str(f)), real_open(f, *a, **k))[1])
     assert store.load("chip", "l4").memory_bytes == 24 * 2**30  # the L4 preset: 24 GiB
-    assert time.perf_counter() - start < 10
+    monkeypatch.undo()
+    assert (str(index) in opened) == regular, opened
 
 
 def test_an_edited_index_is_rebuilt_not_trusted(fresh_catalog, tmp_path):

@@ -109,12 +109,10 @@ def test_cli_traffic_rows_carry_the_contract_keys(cli):
 
 
 def test_ten_thousand_requests_simulate_quickly():
-    """The issue's budget is 2 s for 10,000 requests (benchmarks/ has the timing; this only guards the order)."""
-    import time
-
-    t = time.perf_counter()
-    aicalc.simulate("llama-3.1-8b", "h100-sxm", rate=20, num_requests=10_000)
-    assert time.perf_counter() - t < 10
+    """The issue's budget is 2 s for 10,000 requests (benchmarks/ has the timing). Bounded by work, not wall time:
+    the call raises a SimulationError past MAX_WORK units of scheduler work, so finishing bounds it."""
+    r = aicalc.simulate("llama-3.1-8b", "h100-sxm", rate=20, num_requests=10_000)
+    assert r.requests[0] == 10_000
 
 
 # --- robustness: every input refused up front or simulated within seconds (docs/robustness.md) -------------------
