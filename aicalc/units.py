@@ -79,8 +79,15 @@ def parse_rate(text: str, unit: str, what: str = "rate") -> float:
         example = "3.35TB/s" if unit == "bytes" else "989TFLOPS"
         raise AicalcError(f"cannot read {what} '{text}' (example: {example})")
     prefix = m[2] + ("i" if m[3] else "")
-    scale = _BINARY.get(prefix) or _DECIMAL.get(prefix.replace("e", ""), 1e18 if prefix == "e" else 1.0)
+    scale = _RATE_SCALE.get(prefix)
+    if scale is None:
+        raise AicalcError(f"cannot read {what} '{text}' (the prefix '{prefix}' is no unit prefix)")
     return _positive(float(m[1]) * scale, text, what)
+
+
+# rate prefixes: k … E decimal, Ki … Ei binary ("1EFLOPS" was read as 1 FLOP/s, "1PiB/s" as 1 B/s)
+_RATE_SCALE = {**{k: v for k, v in _DECIMAL.items() if k != "b"}, "e": 1e18,
+               **_BINARY, "pi": 2.0**50, "ei": 2.0**60}
 
 
 def parse_duration(text: str, what: str = "duration") -> float:

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 SIZES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "F8_E4M3": 1, "U8": 1}
 FILES: dict = {}
 REQUESTS: list = []  # (method, path, Range header or None)
+AUTH: list = []  # (path, Authorization header or None) of every GET
 SENT: dict = {}  # path → body bytes written
 STOP = threading.Event()  # set when a server stops: a handler waiting on it ends
 
@@ -133,6 +134,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802 - the http.server interface
         REQUESTS.append(("GET", self.path, self.headers.get("range")))
+        AUTH.append((self.path, self.headers.get("authorization")))
         body = self._file()
         if isinstance(body, Hostile):
             self._hostile(body)
@@ -159,6 +161,7 @@ def serve(files: dict) -> tuple[ThreadingHTTPServer, str]:
     FILES.clear()
     FILES.update(files)
     REQUESTS.clear()
+    AUTH.clear()
     SENT.clear()
     STOP.clear()
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -303,3 +303,15 @@ def test_a_newline_in_a_check_name_stays_on_its_stderr_line(cli, tmp_path):
     assert r.code == 1
     assert [line for line in r.err.splitlines() if line.startswith("warning: all")] == [], r.err
     assert "c?warning: all checks passed" in r.err
+
+
+def test_a_deployment_that_does_not_fit_fails_every_limit(cli, tmp_path):
+    """Llama-3.1-70B's bf16 weights (~141 GB) do not fit one 24 GB L4: its latencies describe nothing that can
+    run, so even a generous latency limit fails (it passed)."""
+    check = {"name": "big", "command": "serve", "model": "llama-3.1-70b", "args": {"chip": "l4", "concurrency": 1},
+             "limits": {"max_ttft": "1000s"}}
+    r = cli("check", write(tmp_path, [check]), "--json")
+    assert r.code == 1 and [row["status"] for row in r.json["rows"]] == ["fail"]
+    assert r.json["warnings"] == ["fail: big: 1 of 1 row(s) do not fit the chips' memory, so no limit holds"]
+    fits = dict(check, args={"chip": "h100-sxm", "tp": 4, "concurrency": 1})
+    assert cli("check", write(tmp_path, [fits])).code == 0

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from hub_server import REQUESTS, SENT, closed_port, redirect, safetensors_bytes, serve, status, stop
+from hub_server import AUTH, REQUESTS, SENT, closed_port, redirect, safetensors_bytes, serve, status, stop
 from hub_server import Hostile as H
 
 pytest.importorskip("huggingface_hub")
@@ -24,12 +24,14 @@ WEIGHT_BYTES = 2 * (256 * 64 * 2 + 128 * 64)  # the shapes above, BF16 2 bytes a
 MIB = 1 << 20
 
 
-def run(endpoint, cache, *argv, timeout="5"):
+def run(endpoint, cache, *argv, timeout="5", token=None):
     env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HUB_CACHE": str(cache), "HF_HUB_DISABLE_TELEMETRY": "1",
-           "AICALC_HUB_TIMEOUT": timeout}
+           "AICALC_HUB_TIMEOUT": timeout, "HF_HOME": str(cache / "home")}
     for k in ("HF_HUB_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_TOKEN", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy",
               "https_proxy"):
         env.pop(k, None)
+    if token:
+        env["HF_TOKEN"] = token
     return subprocess.run([sys.executable, "-m", "aicalc", *argv], env=env, capture_output=True, text=True,
                           timeout=120)
 
@@ -74,6 +76,21 @@ def test_transport_failures_are_exit_2_saying_the_hub_failed(tmp_path):
     one_line(run(dead, tmp_path / "hf", "kv-cache", "org/m"), "connection refused")
     one_line(run("http://127.0.0.1:99999", tmp_path / "hf", "kv-cache", "org/m"), "HF_ENDPOINT", "not a usable URL")
     assert cached_configs(tmp_path) == []
+
+
+def test_the_token_goes_to_the_endpoint_only(tmp_path):
+    """A redirect to another host (a CDN, or anywhere a hostile mirror points) gets no Authorization header."""
+    srv, endpoint = serve({("org/m", "config.json"): redirect("REPLACED"), ("org/m", "real.json"): CFG})
+    other = endpoint.replace("127.0.0.1", "localhost")
+    from hub_server import FILES
+
+    FILES[("org/m", "config.json")] = redirect(f"{other}/org/m/resolve/main/real.json")
+    try:
+        r = run(endpoint, tmp_path / "hf", "presets", "show", "org/m", "--json", token="hf_secret")
+    finally:
+        stop(srv)
+    assert r.returncode == 0, r.stderr
+    assert AUTH[:2] == [("/org/m/resolve/main/config.json", "Bearer hf_secret"), ("/org/m/resolve/main/real.json", None)]
 
 
 def test_http_errors_name_the_status_not_a_missing_file(tmp_path):
@@ -158,6 +175,14 @@ def test_hub_shard_names_and_headers_are_checked_like_local_ones(tmp_path):
              ("org/m", "a.safetensors"): safetensors_bytes({"model.embed_tokens.weight": ("BF16", [256, 64])})},
             tmp_path)
     one_line(r, "names 2 shards, 1 of them missing on the Hub (b.safetensors)")
+
+
+def test_an_index_of_no_shards_sizes_the_model_from_its_config(tmp_path):
+    r = hub({("org/m", "config.json"): CFG, ("org/m", "model.safetensors.index.json"): b'{"weight_map": {}}'},
+            tmp_path, "presets", "show", "org/m", "--json")
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout)["rows"][0]
+    assert row["layers"] == 2 and "checkpoint_bytes" not in row
 
 
 def test_sharded_hub_repo_reads_every_header(tmp_path):

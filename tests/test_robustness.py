@@ -365,6 +365,13 @@ def test_config_json_problems_are_named(file, says):
     (["kv-cache", "gpt2", "--context", "1e12"], "--context 1,000,000,000,000 is above aicalc's cap"),
     (["roofline", "gpt2", "--eff", "bandwidth=nan"], "--eff bandwidth=nan must set a finite"),
     (["kv-cache", "gpt2", "--budget", "1e-400GB"], "budget must be a positive finite number, got '1e-400GB'"),
+    # issue 26: E was no prefix (1EFLOPS read as 1 FLOP/s), an achieved rate above the peak gave MFU 970, one of
+    # 1e-300 and a bandwidth share of 1e-320 overflowed numpy (warnings on stderr, null times at exit 0)
+    (["train-time", "llama-3.1-8b", "--achieved", "1EFLOPS"], "--achieved 1EFLOPS is above h100-sxm's peak of 989.4"),
+    (["train-time", "llama-3.1-8b", "--achieved", "1000PFLOPS"], "is above h100-sxm's peak"),
+    (["train-time", "llama-3.1-8b", "--achieved", "1e-300FLOPS"], "is below 1e-06 of h100-sxm's peak"),
+    (["train-time", "llama-3.1-8b", "--mfu", "1e-300"], "--mfu 1e-300 is below 1e-06 of the peak"),
+    (["roofline", "gpt2", "--eff", "bandwidth=1e-320"], "--eff bandwidth=1e-320 is a share of a peak: it must lie in"),
 ])
 def test_out_of_range_numbers_are_refused_with_the_cap(argv, says):
     line = one_error(run(*argv))
@@ -550,13 +557,22 @@ def _hostile_index(tmp_path, make) -> None:
     lambda p: p.symlink_to("/dev/zero"),  # reading it would never end
     lambda p: p.write_text('{"format": 2, "stamp": []}'),  # no checksum line
 ], ids=["fifo", "dev-zero", "no-checksum"])
-def test_an_index_that_is_not_a_file_aicalc_wrote_is_never_read(fresh_catalog, tmp_path, make):
+def test_an_index_that_is_not_a_file_aicalc_wrote_is_never_read(fresh_catalog, tmp_path, make, monkeypatch):
+    """Bounded by work, not time: a FIFO or a device in the index's place is never opened (opening or reading it
+    would block or never end); a regular file without a checksum is opened and refused."""
+    import builtins
+
     from aicalc.catalog import store
 
     _hostile_index(tmp_path, make)
-    start = time.perf_counter()
+    index = next((tmp_path / "cache").glob("catalog-*.json"))
+    regular = index.is_file()  # before the load, which writes a fresh index in its place
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (opened.append(str(f)), real_open(f, *a, **k))[1])
     assert store.load("chip", "l4").memory_bytes == 24 * 2**30  # the L4 preset: 24 GiB
-    assert time.perf_counter() - start < 10
+    monkeypatch.undo()
+    assert (str(index) in opened) == regular, opened
 
 
 def test_an_edited_index_is_rebuilt_not_trusted(fresh_catalog, tmp_path):

@@ -75,6 +75,20 @@ def test_trace_with_arrival_times(tmp_path):
     assert r.requests[0] == 100 and math.isfinite(r.p99_ttft_s[0]) and r.p99_ttft_s[0] < 1.0
 
 
+def test_a_rate_with_a_trace_of_arrival_times_is_refused_not_ignored(tmp_path, cli):
+    """The trace's arrival times replace any rate: a --rate beside them was accepted and silently ignored."""
+    path = tmp_path / "trace.csv"
+    path.write_text("prompt,gen,arrival_s\n100,10,0\n100,10,0.5\n")
+    with pytest.raises(aicalc.ParameterError) as e:
+        aicalc.simulate("llama-3.1-8b", "h100-sxm", 5.0, requests=str(path))
+    assert e.value.param == "rate"
+    r = cli("serve", "llama-3.1-8b", "--requests", path, "--rate", "5")
+    assert r.code == 2 and "--rate 5 cannot be used with a trace that gives its own arrival times" in r.err
+    no_times = tmp_path / "plain.csv"
+    no_times.write_text("prompt,gen\n100,10\n100,10\n")
+    assert cli("serve", "llama-3.1-8b", "--requests", no_times, "--rate", "5", "--json").json["rows"][0]["rate"] == 5
+
+
 @pytest.mark.parametrize("body, suffix", [("", ".csv"), ("prompt,gen\n-5,10\n", ".csv"), ("prompt\n100\n", ".csv"),
                                           ('{"prompt": 1}\n', ".jsonl"), ("not json\n", ".jsonl"),
                                           ("prompt,gen\nabc,1\n", ".csv")])
@@ -95,12 +109,10 @@ def test_cli_traffic_rows_carry_the_contract_keys(cli):
 
 
 def test_ten_thousand_requests_simulate_quickly():
-    """The issue's budget is 2 s for 10,000 requests (benchmarks/ has the timing; this only guards the order)."""
-    import time
-
-    t = time.perf_counter()
-    aicalc.simulate("llama-3.1-8b", "h100-sxm", rate=20, num_requests=10_000)
-    assert time.perf_counter() - t < 10
+    """The issue's budget is 2 s for 10,000 requests (benchmarks/ has the timing). Bounded by work, not wall time:
+    the call raises a SimulationError past MAX_WORK units of scheduler work, so finishing bounds it."""
+    r = aicalc.simulate("llama-3.1-8b", "h100-sxm", rate=20, num_requests=10_000)
+    assert r.requests[0] == 10_000
 
 
 # --- robustness: every input refused up front or simulated within seconds (docs/robustness.md) -------------------

@@ -74,3 +74,13 @@ def test_count_roundtrip_plain_integers(n):
 @given(st.floats(min_value=1e-3, max_value=1e6, allow_nan=False))
 def test_binary_suffix_is_exactly_1024_based(x):
     assert math.isclose(parse_count(f"{x}Ki"), x * 1024, rel_tol=1e-12)
+
+
+def test_rate_prefixes_up_to_exa_and_binary_ones():
+    """SI prefixes (k 10^3 … E 10^18) and IEC ones (Ki 2^10 … Ei 2^60): "1EFLOPS" was read as 1 FLOP/s."""
+    from aicalc.units import parse_rate
+
+    assert parse_rate("1EFLOPS", "flop") == 1e18
+    assert parse_rate("1000PFLOPS", "flop") == 1e18
+    assert parse_rate("1PiB/s", "bytes") == 2**50
+    assert parse_rate("2EiB/s", "bytes") == 2 * 2**60

@@ -341,15 +341,23 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     return Replica(layout, cs, cost, kv_blocks, block, int(max_seqs), int(token_budget), policy_of(engine, policy))
 
 
-def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, gen=256, num_requests: int = 1000,
+def _rate_text(rate):
+    import numpy as np
+
+    a = np.asarray(rate, dtype=object).reshape(-1) if not isinstance(rate, str) else [rate]
+    return a[0] if len(a) == 1 else f"{a[0]}…"
+
+
+def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, gen=256, num_requests: int = 1000,
              tp: int | None = None, chips: int | None = None, dtype: str = "release", kv_dtype: str = "bf16", engine=None,
              max_ttft=None, max_tpot=None, max_seqs: int = 256, token_budget: int = 8192, utilization=0.9,
              seed: int = 0, policy: str | None = None) -> Traffic:
     """Requests arriving at ``rate`` per second (Poisson; an array sweeps it) over the whole deployment, spread
     evenly over its replicas, with ``prompt`` / ``gen`` tokens each, or a trace (``requests``: a CSV/JSONL path,
-    or a dict of ``prompt``, ``gen`` and optional ``arrival_s`` lists; a trace's own arrival times replace
-    ``rate``). One row per rate. ``policy``: the scheduler's, ``"chunked"`` or ``"prefill-first"``
-    (:mod:`aicalc.core.simulate`; default: the engine's).
+    or a dict of ``prompt``, ``gen`` and optional ``arrival_s`` lists; a trace with its own arrival times takes
+    no ``rate``, a rate given with one is refused rather than ignored). ``rate`` defaults to 1 request/s. One row
+    per rate. ``policy``: the scheduler's, ``"chunked"`` or ``"prefill-first"`` (:mod:`aicalc.core.simulate`;
+    default: the engine's).
 
     Bounded before any work (docs/robustness.md): at most :data:`MAX_REQUESTS` requests and
     :data:`MAX_SIMULATED` over all rates; every request's prompt + gen within one replica's KV cache (a bigger
@@ -382,7 +390,11 @@ def simulate(model, chip="h100-sxm", rate=1.0, *, requests=None, prompt=1024, ge
         p0 = inputs.whole("prompt", prompt)
         g0 = inputs.whole("gen", gen)
         p_list, g_list, a_list, lines = [p0] * n, [g0] * n, None, None
-    rates = inputs.positive("rate", rate).reshape(-1) if a_list is None else np.asarray([np.nan])
+    if a_list is not None and rate is not None:
+        raise ParameterError("rate", _rate_text(rate), "cannot be used with a trace that gives its own arrival times "
+                             "({requests})")
+    rates = inputs.positive("rate", 1.0 if rate is None else rate).reshape(-1) if a_list is None \
+        else np.asarray([np.nan])
     if rates.size * n > MAX_SIMULATED:  # bounded before any work: each simulated request costs time
         raise ParameterError("rate", f"{rates.min():g}…{rates.max():g}", f"sweeps {rates.size:,} rates: with "
                              f"{n:,} requests each that simulates {rates.size * n:,} requests; the limit is "

@@ -46,11 +46,33 @@ def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: li
     elif isinstance(dp_bandwidth, str):
         dpbw = parse_rate(dp_bandwidth, "bytes", "dp_bandwidth")
     else:
-        dpbw = float(dp_bandwidth)
+        from aicalc.api import inputs
+
+        dpbw = inputs.single("dp_bandwidth", dp_bandwidth)
     peak16 = c.peak_flop_per_s("bf16") or c.peak_flop_per_s("fp16") or peak
     return c, TrainChip(peak, c.memory_bandwidth_bytes_per_s, link, dpbw, low_precision=precision == "fp8",
                         domain=domain, vector_flop_per_s=c.peak_flop_per_s("fp32") or 0.0,
                         peak_16bit_flop_per_s=peak16)
+
+
+MIN_SHARE_OF_PEAK = 1e-6  # an MFU or achieved rate below a millionth of the peak is a typo (1e-300 overflowed)
+
+
+def _achieved(achieved, peak: float, chip_id: str) -> float:
+    """FLOP/s per chip achieved (counted with recompute: hardware FLOPs), a number or ``"400TFLOPS"``: at most
+    the chip's peak (1000PFLOPS on an H100 gave MFU 970) and at least a millionth of it."""
+    from aicalc.api import inputs
+    from aicalc.errors import ParameterError
+    from aicalc.units import parse_rate
+
+    v = parse_rate(achieved, "flop", "achieved") if isinstance(achieved, str) else inputs.single("achieved", achieved)
+    if v > peak:
+        raise ParameterError("achieved", achieved, f"is above {chip_id}'s peak of {peak / 1e12:,.4g} TFLOP/s in this "
+                             "precision (a utilization above 1)")
+    if v < MIN_SHARE_OF_PEAK * peak:
+        raise ParameterError("achieved", achieved, f"is below {MIN_SHARE_OF_PEAK:g} of {chip_id}'s peak of "
+                             f"{peak / 1e12:,.4g} TFLOP/s (a typo?)")
+    return v
 
 
 def gemm_plateau(chip, class_flop_max: float | None = None) -> dict[str, float]:
@@ -91,7 +113,6 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     from aicalc.core.forward import shape_of
     from aicalc.core.geometry import check_tp
     from aicalc.errors import ParameterError, check_choice
-    from aicalc.units import parse_rate
 
     check_choice("recompute", recompute, tt.RECOMPUTE)
     check_choice("attention", attention, ("flash", "materialized"))
@@ -112,8 +133,10 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     if np.any(g["global_batch"] % (g["dp"] * g["micro_batch"])):
         warnings.append("global batch is not a multiple of dp × micro-batch at some points; micro-batches rounded")
     D = inputs.single("tokens", tokens)
-    achieved_v = parse_rate(achieved, "flop", "achieved") if isinstance(achieved, str) else achieved
+    achieved_v = _achieved(achieved, tchip.peak_flop_per_s, chip_obj.id) if achieved is not None else None
     mfu_v = inputs.fraction("mfu", mfu) if mfu is not None else None
+    if mfu_v is not None and mfu_v < MIN_SHARE_OF_PEAK:
+        raise ParameterError("mfu", mfu, f"is below {MIN_SHARE_OF_PEAK:g} of the peak (a typo?)")
     from aicalc.catalog import profiles
 
     fw = profiles.load("framework", framework)

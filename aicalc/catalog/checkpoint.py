@@ -635,6 +635,8 @@ def _hub_tensors(source) -> dict | None:
     else:
         budget[0] -= len(data)
         files = shard_names(_load_json(data, f"hf://{repo}/{INDEX}", "the safetensors index"), f"hf://{repo}/{INDEX}")
+        if not files:
+            return None  # an index of no shards: as a local folder's, no checkpoint
     lock = threading.Lock()
     with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
         futures = [pool.submit(source.header, name, budget, lock) for name in files]

@@ -179,6 +179,10 @@ def run(path: str, fail_on_warn: bool = False) -> Result:
     for c, prep in prepared:
         res = _call(c, prep)
         out_rows = [_plain(r) for r in res.rows]
+        unfit = sum(r.get("fits") is False for r in out_rows)  # a row that does not fit meets no limit
+        if unfit:
+            warnings.append(f"{'fail: ' if c.severity == 'error' else ''}{_one_line(c.name)}: {unfit} of "
+                            f"{len(out_rows)} row(s) do not fit the chips' memory, so no limit holds")
         for limit, raw in c.limits.items():
             keys, direction, _ = LIMITS[limit]
             key = next((k for k in keys if out_rows and k in out_rows[0]), None)
@@ -190,6 +194,9 @@ def run(path: str, fail_on_warn: bool = False) -> Result:
             if any(v is None for v in values):
                 broken = True
                 worst = None
+            elif unfit:  # its numbers describe a deployment that cannot run
+                worst = max(values) if direction == "max" else min(values)
+                broken = True
             elif direction == "max":
                 worst = max(values)
                 broken = worst > bound
@@ -205,7 +212,7 @@ def run(path: str, fail_on_warn: bool = False) -> Result:
                          "margin_pct": None if worst is None else 100.0 * margin / bound, "severity": c.severity})
             if status == "fail" or (status == "warn" and fail_on_warn):
                 exit_code = ExitCode.BUDGET
-            if status != "pass":  # a broken error-severity budget is a failure, not a warning (render.FAIL)
+            if status != "pass" and not unfit:  # a broken error-severity budget is a failure (render.FAIL)
                 warnings.append(f"{'fail: ' if status == 'fail' else ''}{_one_line(c.name)}: {key} {_show(key, worst)} breaks "
                                 f"{limit} {raw}")
     return Result("check", {"file": str(file), "fail_on_warn": fail_on_warn}, rows, warnings=warnings,

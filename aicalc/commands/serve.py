@@ -136,7 +136,7 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
     from aicalc.units import parse_int
 
     tp = int(tp)
-    r = simulate(model, chip, sweep(rate, "--rate") if rate is not None else 1.0, requests=requests,
+    r = simulate(model, chip, sweep(rate, "--rate") if rate is not None else None, requests=requests,
                  prompt=parse_int(str(prompt), "--prompt"), gen=parse_int(str(gen), "--gen"),
                  num_requests=parse_int(str(num_requests), "--num-requests"), tp=tp, chips=chips, dtype=dtype,
                  kv_dtype=kv_dtype, engine=engine, max_ttft=max_ttft, max_tpot=max_tpot, seed=int(seed), policy=policy)

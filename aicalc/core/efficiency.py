@@ -115,29 +115,30 @@ class Range(NamedTuple):
 
 
 _SHARE = "a share of a peak"
+MIN_SHARE = 1e-6  # a share of a peak below a millionth is a typo: bandwidth=1e-320 made every time infinite
 _OFF = "a share (0: not modelled)"
 _SECONDS = "a time in seconds"
 # The one table of the range of every factor, for profile files (aicalc.catalog.profiles), chip presets'
 # ``efficiency:`` blocks and ``--eff KEY=VALUE`` / ``efficiency={...}`` (Efficiency.with_overrides) alike. A share
-# of a peak is in (0, 1] (0 would make a time infinite); a share where 0 means "not modelled" is in [0, 1];
+# of a peak is in [1e-6, 1] (0 would make a time infinite, a subnormal one overflow it); a share where 0 means "not modelled" is in [0, 1];
 # latencies and overheads are in [0, 1 s] (the built-in profiles use 0 to 3.5 ms; one second per kernel or
 # forward pass is no engine); sizes and op counts are bounded ~100x beyond the fitted values. ``overlap_p`` is in
 # [1, 64]: 1 is no overlap (t_c + t_m), 2 the calibrated default (every built-in profile keeps it); at 64 the
 # p-norm is within 2^(1/64) - 1 = 1.1 % of the ideal max(), so a larger exponent adds nothing (the ideal roofline,
 # p = inf, is IDEAL's own). :func:`combine` is overflow-safe for any p >= 1 all the same.
 FACTOR_RANGES: dict[str, Range] = {
-    "flop_max": Range(0.0, 1.0, True, _SHARE),
+    "flop_max": Range(MIN_SHARE, 1.0, False, _SHARE),
     "gemm_half_dim": Range(0.0, 16384.0, False, "a GEMM dimension (0: no size curve)"),
-    "low_precision_flop_factor": Range(0.0, 1.0, True, _SHARE),
-    "bandwidth": Range(0.0, 1.0, True, _SHARE),
-    "quant_bandwidth": Range(0.0, 1.0, True, _SHARE),
+    "low_precision_flop_factor": Range(MIN_SHARE, 1.0, False, _SHARE),
+    "bandwidth": Range(MIN_SHARE, 1.0, False, _SHARE),
+    "quant_bandwidth": Range(MIN_SHARE, 1.0, False, _SHARE),
     "overlap_p": Range(1.0, 64.0, False, "the overlap exponent (1: no overlap; 64: within 1.1 % of max())"),
     "kernel_overhead_s": Range(0.0, 1.0, False, _SECONDS),
     "step_overhead_s": Range(0.0, 1.0, False, _SECONDS),
     "collective_latency_s": Range(0.0, 1.0, False, _SECONDS),
-    "link": Range(0.0, 1.0, True, _SHARE),
+    "link": Range(MIN_SHARE, 1.0, False, _SHARE),
     "gemv_efficiency": Range(0.0, 1.0, False, _OFF),
-    "vector_fraction": Range(0.0, 1.0, True, _SHARE),
+    "vector_fraction": Range(MIN_SHARE, 1.0, False, _SHARE),
     "dequant_ops_per_weight": Range(0.0, 1024.0, False, "ALU operations per weight"),
     "layer_latency_s": Range(0.0, 1.0, False, _SECONDS),
     "hop_latency_s": Range(0.0, 1.0, False, _SECONDS),
@@ -149,7 +150,7 @@ FACTOR_RANGES: dict[str, Range] = {
     "ep_overlap": Range(0.0, 1.0, False, _OFF),
     "train_gemm_plateau": Range(0.0, 1.0, False, _OFF),
     "train_gemm_plateau_8bit": Range(0.0, 1.0, False, _OFF),
-    "train_gemm_sustained": Range(0.0, 1.0, True, _SHARE),
+    "train_gemm_sustained": Range(MIN_SHARE, 1.0, False, _SHARE),
     "train_attention_efficiency": Range(0.0, 1.0, False, _OFF),
     "tp_overlap": Range(0.0, 1.0, False, _OFF),
     "train_link": Range(0.0, 1.0, False, _OFF),
