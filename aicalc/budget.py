@@ -4,7 +4,7 @@ problem with file, line and field."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from aicalc.errors import AicalcError
 
@@ -126,8 +126,6 @@ def load(path: Path):
     Problems include schema violations and references the catalog cannot resolve (unknown model or
     chip ids, missing config files), so nothing is evaluated from a file with any problem.
     """
-    from pydantic import ValidationError
-
     from aicalc.catalog.store import load_yaml_lines
 
     data, lines = load_yaml_lines(path)  # bounded: size, depth, aliases; a duplicate key is an error
@@ -135,6 +133,15 @@ def load(path: Path):
     if isinstance(checks, list) and len(checks) > MAX_CHECKS:
         raise BudgetInvalid([f"{path}:{lines.get(('checks',), 1)}: checks: {len(checks):,} checks; a budget file "
                              f"holds at most {MAX_CHECKS} (split it into several files)"])
+    budget = _plain_valid(data)  # a well-formed file needs no pydantic; any doubt, and pydantic says why
+    if budget is not None:
+        problems = [f"{path}:{_line(lines, loc)}: {'.'.join(map(str, loc))}: {message}"
+                    for loc, message in _references(data, path.parent)]
+        if problems:
+            raise BudgetInvalid(problems)
+        return budget
+    from pydantic import ValidationError
+
     BudgetFile, _ = models()
 
     def where(loc: tuple) -> int:
@@ -166,6 +173,72 @@ def load(path: Path):
     if problems:
         raise BudgetInvalid(problems)
     return budget
+
+
+class PlainCheck(NamedTuple):
+    """One check as :func:`models`' ``Check`` holds it."""
+
+    name: str
+    command: str
+    model: str
+    args: dict
+    limits: dict
+    severity: str
+
+
+class PlainBudget(NamedTuple):
+    version: int
+    checks: list[PlainCheck]
+
+
+_CHECK_KEYS = frozenset(PlainCheck._fields)
+_ARG_TYPES, _ITEM_TYPES, _LIMIT_TYPES = (str, int, float, bool), (str, int, float), (str, int, float)
+
+
+def _plain_valid(data: Any) -> PlainBudget | None:
+    """The budget file, when it is plainly valid: every value of the exact type :func:`models` asks for (no
+    coercion to consider), every limit known and readable, names unique. None otherwise, and pydantic decides
+    and words the problems. Accepting only what the schema accepts, and holding the same values, is what
+    ``tests/test_check_options.py`` checks; pydantic is imported only for a file with a problem (and for
+    ``--schema``)."""
+    if type(data) is not dict or data.keys() != {"version", "checks"}:
+        return None
+    checks = data["checks"]
+    if type(data["version"]) is not int or data["version"] != 1 or type(checks) is not list or not checks:
+        return None
+    out, names = [], set()
+    for c in checks:
+        if type(c) is not dict or not c.keys() <= _CHECK_KEYS or not {"name", "command", "model", "limits"} <= c.keys():
+            return None
+        name, command, model = c["name"], c["command"], c["model"]
+        args, limits, severity = c.get("args", {}), c["limits"], c.get("severity", "error")
+        if (type(name) is not str or not name or name in names or type(command) is not str or command not in COMMANDS
+                or type(model) is not str or type(severity) is not str or severity not in ("error", "warn")
+                or type(args) is not dict or type(limits) is not dict or not limits):
+            return None
+        for key, value in args.items():
+            if type(key) is not str:
+                return None
+            if type(value) is list:
+                if any(type(v) not in _ITEM_TYPES for v in value):
+                    return None
+            elif type(value) not in _ARG_TYPES:
+                return None
+        for key, value in limits.items():
+            if type(key) is not str or key not in LIMITS or type(value) not in _LIMIT_TYPES:
+                return None
+            try:
+                parse_limit(key, value)
+            except LimitError:
+                return None
+        names.add(name)
+        out.append(PlainCheck(name, command, model, {k: list(v) if type(v) is list else v for k, v in args.items()},
+                              dict(limits), severity))
+    return PlainBudget(1, out)
+
+
+def _line(lines: dict, loc: tuple) -> int:
+    return next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), 1)
 
 
 def _references(data: Any, base: Path):

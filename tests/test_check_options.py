@@ -106,3 +106,105 @@ def test_check_builds_no_click_command_of_its_own(cli, tmp_path, monkeypatch):
     r = cli("check", _budget(tmp_path, {"chip": "h100-sxm", "batch": 8, "context": "4k", "tp": 1}))
     assert r.code == 0, r.err
     assert len(calls) == 1
+
+
+# --- a plainly valid budget file is read without pydantic --------------------------------------------------------
+
+BASE = {"version": 1, "checks": [
+    {"name": "a", "command": "kv-cache", "model": "llama-3.1-8b",
+     "args": {"chip": ["h100-sxm", "h200"], "batch": [1, 8.0, "64"], "context": "8k", "tp": 2, "sp": True,
+              "acceptance": 0.7},
+     "limits": {"max_memory_per_device": "80GB", "min_max_batch": 32, "max_ttft": 0.5}, "severity": "warn"},
+    {"name": "b", "command": "serve", "model": "configs/x.json", "limits": {"max_tpot": "50ms"}},
+]}
+
+
+def _mutations():
+    import copy
+
+    def change(path, value, delete=False):
+        d = copy.deepcopy(BASE)
+        *head, last = path
+        target = d
+        for p in head:
+            target = target[p]
+        if delete:
+            del target[last]
+        else:
+            target[last] = value
+        return d
+
+    c0 = ("checks", 0)
+    yield BASE
+    yield change(("version",), True)
+    yield change(("version",), 1.0)
+    yield change(("version",), "1")
+    yield change(("version",), 2)
+    yield change(("extra",), 1)
+    yield change(("checks",), [])
+    yield change(("checks",), {"a": 1})
+    yield change(("checks", 1, "name"), "a")  # twice
+    for key, bad in [("name", ""), ("name", 1), ("name", None), ("command", "nope"), ("command", 1), ("model", 1),
+                     ("model", None), ("severity", "fatal"), ("severity", 1), ("args", []), ("args", None),
+                     ("limits", {}), ("limits", []), ("other", 1)]:
+        yield change((*c0, key), bad)
+    for key in ("name", "command", "model", "limits", "args", "severity"):
+        yield change((*c0, key), None, delete=True)
+    for bad in [None, {"x": 1}, [True], [1, [2]], [None], b"x", float("nan"), 10**40, [], ["a", 1.5]]:
+        yield change((*c0, "args", "batch"), bad)
+    yield change((*c0, "args", 1), 2)
+    for bad in [True, None, "abc", -1, 0, float("inf"), float("nan"), [1], {"a": 1}, "1e-400GB", 10**40, "80 GB"]:
+        yield change((*c0, "limits", "max_memory_per_device"), bad)
+    yield change((*c0, "limits", "bogus"), 1)
+    yield change((*c0, "limits", 1), 1)
+
+
+@pytest.mark.parametrize("data", list(_mutations()), ids=lambda d: str(hash(repr(d)) % 10**6))
+def test_the_plain_reader_accepts_only_what_the_schema_accepts_and_reads_it_alike(data):
+    from pydantic import ValidationError
+
+    from aicalc.budget import _plain_valid, models
+
+    BudgetFile, _ = models()
+    plain = _plain_valid(data)
+    try:
+        full = BudgetFile.model_validate(data)
+    except ValidationError:
+        assert plain is None
+        return
+    if plain is None:
+        return  # pydantic reads it (a coercion the plain reader leaves to it)
+    assert plain.version == full.version and len(plain.checks) == len(full.checks)
+    for p, f in zip(plain.checks, full.checks, strict=True):
+        for field in ("name", "command", "model", "args", "limits", "severity"):
+            a, b = getattr(p, field), getattr(f, field)
+            assert a == b and repr(a) == repr(b), field  # repr: 1 and 1.0, True and 1 differ
+
+
+def test_the_plain_reader_reads_the_documented_budgets():
+    from aicalc.budget import _plain_valid
+    from aicalc.catalog.store import load_yaml_lines
+
+    from conftest import ROOT
+
+    assert _plain_valid(BASE) is not None
+    for path in (ROOT / "docs" / "examples" / "ci").glob("*.yaml"):
+        if "budget" in path.name:
+            assert _plain_valid(load_yaml_lines(path)[0]) is not None, path
+
+
+def test_a_valid_budget_does_not_import_pydantic(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    probe = ("import io, sys\nfrom aicalc.cli import main\nfrom aicalc.env import Env\n"
+             "code = main(sys.argv[1:], env=Env(stdout=io.StringIO(), stderr=io.StringIO(), stdout_isatty=False))\n"
+             "print(code, 'pydantic' in sys.modules)")
+    good = subprocess.run([sys.executable, "-c", probe, "check", "docs/examples/ci/budgets.yaml"], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert good.stdout.split() == ["0", "False"], good.stderr
+    bad = _budget(tmp_path, {"chip": "h100-sxm"}, limits={"max_memory_per_device": "lots"})
+    out = subprocess.run([sys.executable, "-c", probe, "check", str(bad)], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.split() == ["2", "True"]  # a problem: pydantic words it
