@@ -3,7 +3,7 @@ human strings (``"8k"``, ``"80GB"``), checked and named by parameter before any 
 
 from __future__ import annotations
 
-from aicalc.errors import ParameterError
+from aicalc.errors import AicalcError, ParameterError
 
 MAX_POINTS = 1_000_000  # configurations one call may evaluate (about 8 MB per column)
 
@@ -146,7 +146,7 @@ def nbytes(param: str, value) -> float:
     from aicalc.units import parse_bytes
 
     if isinstance(value, str):
-        return cap(param, float(parse_bytes(value, param)))
+        return cap(param, float(_read_unit(param, value, parse_bytes)))
     v = _number(param, value)
     import math
 
@@ -159,13 +159,30 @@ def seconds(param: str, value) -> float:
     from aicalc.units import parse_duration
 
     if isinstance(value, str):
-        return cap(param, parse_duration(value, param))
+        return cap(param, _read_unit(param, value, parse_duration))
     v = _number(param, value)
     import math
 
     if not (math.isfinite(v) and v > 0):
         raise ParameterError(param, _safe(value), "must be a positive, finite number of seconds")
     return cap(param, v)
+
+
+def _read_unit(param: str, text: str, parse):
+    """``parse(text, param)``, a text the parser cannot read raised as a ParameterError naming ``param`` (the
+    problem says what it expected: ``max_tpot=50 parsecs is not readable (examples: 200ms, 1.5s)``)."""
+    import re
+
+    try:
+        return parse(text, param)
+    except ParameterError:
+        raise
+    except AicalcError as e:
+        msg = str(e)
+        hint = re.search(r"\((examples?: [^)]*)\)\s*$", msg)
+        problem = f"cannot be read ({hint[1]})" if hint and msg.startswith("cannot read") else \
+            msg.replace(f"{param} ", "", 1).replace(f", got '{text}'", "")
+        raise ParameterError(param, _safe(text), problem) from None
 
 
 def _number(param: str, value) -> float:

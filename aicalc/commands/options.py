@@ -61,3 +61,21 @@ def cost_note(chip, price: float | None, given: bool) -> str:
                 "give --price, USD per chip-hour")
     where = "--price" if given else f"{chip.id}'s preset, {getattr(chip, 'price_source', None) or 'no source'}"
     return f"cost: ${price:,.2f} per chip-hour ({where})"
+
+
+def engine_default(given, chip) -> str:
+    """", the chip's own stack (--engine chooses another)" where the engine was not given: the table says that
+    the estimate assumed the chip's serving stack, and how to ask for another."""
+    if given:
+        return ""
+    from aicalc.catalog.profiles import default_engine
+
+    own = default_engine(chip)
+    return f"; {chip.id}'s default engine ({own}; --engine chooses another)"
+
+
+def engine_release(engine_id: str) -> dict | None:
+    """The release an engine profile describes (``{version, date, source}``), for a result's inputs."""
+    from aicalc.catalog.profiles import load
+
+    return load("engine", engine_id).options.get("release")

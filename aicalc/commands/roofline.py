@@ -22,7 +22,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
             kv_per_query_head, engine, draft, draft_tokens, acceptance)))
 
     from aicalc.api.roofline import roofline
-    from aicalc.commands.options import efficiency_overrides, time_attention
+    from aicalc.catalog.profiles import release_note
+    from aicalc.commands.options import efficiency_overrides, engine_default, engine_release, time_attention
     from aicalc.sweep import grid, int_sweep
 
     attention = time_attention(attention)
@@ -75,7 +76,7 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "batch": batch, "prompt": prompt, "gen": gen, "dtype": dtype,
               "kv_dtype": kv_dtype, "tp": tp, "compute_dtype": cs.compute_dtype, "attention": attention,
               "group_size": group_size, "kv_shared": cs.formats.kv_shared, "engine": cs.engine,
-              "draft": draft, "draft_tokens": draft_tokens if draft else None,
+              "engine_release": engine_release(cs.engine), "draft": draft, "draft_tokens": draft_tokens if draft else None,
               "acceptance": acceptance if draft else None,
               "chip_class": cs.chip_class, "efficiency": effm.as_dict(), "efficiency_sources": list(cs.sources),
               "peak_flop_per_s": cs.roofs.peak_flop_per_s,
@@ -90,7 +91,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     notes = [f"ridge point {ridge:,.0f} FLOP/byte = {cs.roofs.peak_flop_per_s / 1e12:,.1f} TFLOP/s dense "
              f"{cs.compute_dtype} ÷ {cs.roofs.bandwidth_bytes_per_s / 1e9:,.0f} GB/s; below it a pass is memory-bound",
              f"estimate: {r.meta['regime']} (presets/classes/{cs.chip_class}.yaml, presets/engines/{cs.engine}.yaml); "
-             "ideal = bare roofline, no overheads; override factors with --eff KEY=VALUE"]
+             "ideal = bare roofline, no overheads; override factors with --eff KEY=VALUE",
+             f"engine profile: {release_note(cs.engine)}{engine_default(engine, cs.chip)}"]
     chart = None
     if not ops and len(r) <= 64:
         from aicalc.plot import terminal_chart

@@ -13,6 +13,11 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         seed=0, search: bool = False, plot=None) -> Result:
     import numpy as np
 
+    if plot and not search:
+        from aicalc.errors import AicalcError
+
+        raise AicalcError("--plot draws the Pareto chart of the deployments --search ranks: add --search "
+                          "(roofline --plot draws a roofline)")
     if search:
         return _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft,
                        draft_tokens, acceptance, plot)
@@ -30,7 +35,8 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
                         requests, num_requests, seed)
 
     from aicalc.api.serving import max_concurrency, serve
-    from aicalc.commands.options import cost_note, price_per_hour
+    from aicalc.catalog.profiles import release_note
+    from aicalc.commands.options import cost_note, engine_default, engine_release, price_per_hour
     from aicalc.core.serving import concurrency_ladder
     from aicalc.sweep import grid, int_sweep
 
@@ -55,11 +61,12 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     warnings, exit_code = list(r.warnings), ExitCode.OK
     slo = m["max_ttft"] is not None or m["max_tpot"] is not None
     fits, ok = c["fits"], c["meets_slo"]
+    answer = []  # a result, printed with the notes (not as a warning)
     if slo:
         if ok.any():
             best = int(np.argmax(np.where(ok, c["output_tokens_per_s"], -1)))
-            warnings.append(f"best row meeting the targets: concurrency {int(c['concurrency'][best])} at "
-                            f"{c['output_tokens_per_s'][best]:,.0f} output tokens/s")
+            answer.append(f"best row meeting the targets: concurrency {int(c['concurrency'][best])} at "
+                          f"{c['output_tokens_per_s'][best]:,.0f} output tokens/s")
         else:
             warnings.append("no row meets the latency targets on this deployment")
     if (concurrency is not None and not (ok if slo else fits).all()) or (slo and not ok.any()) or not fits.any():
@@ -69,21 +76,34 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
                "total_bytes_per_device", "fits"] + (["speculative_speedup"] if draft else []) + \
               (["meets_slo"] if slo else []) + \
               (["usd_per_million_output_tokens"] if price_v else [])
-    inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "replicas": m["replicas"],
-              "prompt": prompts, "gen": gens, "concurrency": None if concurrency is None else conc,
+    sram = "chips_needed" in c  # SRAM-only chips: each row spans the chips its weights and cache fill
+    if sram:
+        columns.insert(columns.index("fits"), "chips_needed")
+    n_chips = _count(c["chips_needed"]) if sram else m["chips"]
+    inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"] if not sram else chips, "tp": tp,
+              "replicas": m["replicas"], "prompt": prompts, "gen": gens,
+              "concurrency": None if concurrency is None else conc,
               "max_ttft_s": m["max_ttft"], "max_tpot_s": m["max_tpot"], "dtype": dtype, "kv_dtype": kv_dtype,
-              "compute_dtype": cs.compute_dtype, "engine": cs.engine, "chip_class": cs.chip_class,
+              "compute_dtype": cs.compute_dtype, "engine": cs.engine,
+              "engine_release": engine_release(cs.engine), "chip_class": cs.chip_class,
               "draft": draft, "draft_tokens": int(draft_tokens) if draft else None,
               "acceptance": float(_share(acceptance)) if draft else None, "prefix_hit": _share(prefix_hit),
               "efficiency_sources": list(cs.sources), "price_per_chip_hour_usd": price_v,
               "gpu_memory_utilization": m["utilization"]}
-    notes = ["continuous batching in steady state: TPOT = decode step + the batched prefills interleaved per step; "
+    notes = [*answer, "continuous batching in steady state: TPOT = decode step + the batched prefills interleaved per step; "
              "TTFT = own batch's prefill + one running decode step (docs/serve.md)",
-             f"efficiency: engine {cs.engine} (presets/engines/{cs.engine}.yaml), chip class {cs.chip_class} "
-             f"(presets/classes/{cs.chip_class}.yaml)", cost_note(cs.chip, price_v, price is not None)]
+             f"efficiency: engine {release_note(cs.engine)} (presets/engines/{cs.engine}.yaml), chip class "
+             f"{cs.chip_class} (presets/classes/{cs.chip_class}.yaml){engine_default(engine, cs.chip)}",
+             cost_note(cs.chip, price_v, price is not None)]
     return Result("serve", inputs, r.rows(), warnings=warnings, exit_code=exit_code, columns=columns, notes=notes,
-                  title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} (TP {tp}, {_replicas(m['replicas'])}, "
+                  title=f"{cs.model.name} on {n_chips} × {cs.chip.name} (TP {tp}, {_replicas(m['replicas'])}, "
                         f"{dtype})")
+
+
+def _count(chips) -> str:
+    """``601`` or ``601-640``: the chips of the rows (SRAM-only chips: each row needs its own count)."""
+    lo, hi = int(min(chips)), int(max(chips))
+    return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
 
 
 def _share(text) -> float:
@@ -172,7 +192,8 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
     inputs = {"model": model, "chips": chip_ids, "total_chips": n, "prompt": prompt, "gen": gen, "dtype": dtype,
               "kv_dtype": kv_dtype, "max_ttft": max_ttft, "max_tpot": max_tpot, "engine": engine, "search": True}
     return Result("serve", inputs, rows, exit_code=code, columns=columns, notes=notes, chart=chart,
-                  title=f"{model}: serving deployments of {n} chips")
+                  title=f"{model}: serving deployments of {n} chips",
+                  keep=["usd_per_million_output_tokens", "meets_slo"])  # the rank and the verdict
 
 
 def _replicas(n: int) -> str:
