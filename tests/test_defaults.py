@@ -120,6 +120,7 @@ def test_search_keeps_the_column_it_ranks_by(cli):
     out = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", "--chips", "8", "--search", width=80).out
     head = next(line for line in out.splitlines() if "TTFT" in line)
     assert "$/M tok" in head and max(len(line) for line in out.splitlines()[:12]) <= 80
+    assert "engine: generic" in out  # the profile the ranking used
 
 
 def test_compare_shows_both_costs_side_by_side_at_80_columns(cli):

@@ -74,6 +74,20 @@ def engine_default(given, chip) -> str:
     return f"; {chip.id}'s default engine ({own}; --engine chooses another)"
 
 
+def engines_note(chip_ids, engine) -> str:
+    """"engine: groq (…) on groq-lpu; generic (…) on h100-sxm": the profile and release each chip's estimate
+    used, for a table across chips."""
+    from aicalc.api.catalog import load_node_or_chip
+    from aicalc.catalog.profiles import default_engine, load, release_note
+
+    by: dict[str, list[str]] = {}
+    for c in chip_ids:
+        chip = load_node_or_chip(c)[0]
+        by.setdefault(load("engine", engine or default_engine(chip)).id, []).append(chip.id)
+    how = "--engine" if engine else "each chip's default engine; --engine chooses another"
+    return "engine: " + "; ".join(f"{release_note(e)} on {', '.join(cs)}" for e, cs in by.items()) + f" ({how})"
+
+
 def engine_release(engine_id: str) -> dict | None:
     """The release an engine profile describes (``{version, date, source}``), for a result's inputs."""
     from aicalc.catalog.profiles import load

@@ -121,6 +121,7 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
              num_requests, seed) -> Result:
     """serve with traffic: a discrete-event simulation of the scheduler (one row per arrival rate)."""
     from aicalc.api.traffic import simulate
+    from aicalc.commands.options import engines_note
     from aicalc.sweep import sweep
     from aicalc.units import parse_int
 
@@ -140,7 +141,8 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
                "goodput_requests_per_s", "preemptions"]
     notes = [f"{src}; discrete-event simulation of continuous batching per replica (token budget 8192, 256 "
              "sequences, paged KV with recompute preemption), step times from the cost model (docs/serve.md)",
-             "goodput: requests per second meeting --max-ttft and --max-tpot (all requests when none is given)"]
+             "goodput: requests per second meeting --max-ttft and --max-tpot (all requests when none is given)",
+             engines_note([cs.chip.id], engine)]
     return Result("serve", inputs, r.rows(), warnings=r.warnings, columns=columns, notes=notes,
                   title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} under traffic (TP {tp}, "
                         f"{_replicas(m['replicas'])})")
@@ -151,6 +153,7 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
     """serve --search: deployments over chips, TP, formats, aggregated and disaggregated, ranked by cost."""
     from aicalc.api.deployment import search_deployments
     from aicalc.chart import scatter
+    from aicalc.commands.options import engines_note
     from aicalc.errors import ExitCode
     from aicalc.sweep import int_sweep
     from aicalc.units import parse_int
@@ -185,7 +188,7 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
              "cost per million output tokens, those meeting the targets first; disaggregated: prefill and decode "
              "pools with the KV cache shipped between them (docs/serve.md)",
              f"best: {best['mode']} on {best['chips']} × {best['chip']}, TP {best['tp']}, {best['dtype']} / KV "
-             f"{best['kv_dtype']}"]
+             f"{best['kv_dtype']}", engines_note(chip_ids, engine)]
     columns = ["mode", "chip", "chips", "tp", "replicas", "prefill_replicas", "dtype", "kv_dtype", "ttft_s", "tpot_s",
                "output_tokens_per_s_per_chip", "tokens_per_s_per_user", "usd_per_million_output_tokens", "meets_slo",
                "pareto"]
