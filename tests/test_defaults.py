@@ -218,3 +218,11 @@ def test_m3_ultra_preset():
     chip = aicalc.load_chip("apple-m3-ultra")
     assert chip.memory_bytes == 512 * 2**30 and chip.memory_bandwidth_gbs == 819  # Apple: 512GB, 819GB/s
     assert profiles.default_engine(chip) == "llama.cpp"
+
+
+def test_fits_on_an_sram_chip_lists_the_chips_each_model_needs(cli):
+    rows = {r["id"]: r for r in cli("presets", "list", "--fits-on", "groq-lpu", "--json").json["rows"]}
+    kv = cli("kv-cache", "llama-2-70b", "--chip", "groq-lpu", "--context", "4k", "--block-size", "1",
+             "--json").json["rows"][0]
+    assert rows["llama-2-70b"]["chips_needed"] == kv["chips_needed"]
+    assert kv["chips_needed"] == math.ceil((68_976_648_192 * 2 + 4000 * 80 * 2 * 8 * 128 * 2) / 230e6)

@@ -68,6 +68,8 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
         warnings.append(f"context {int(S.max()):,} exceeds the model's max_position_embeddings {arch.max_context:,}")
     if chip_obj is not None and chip_obj.kind in SRAM_KINDS:
         cols |= _sram_only(chip_obj, weights * tp, exact * tp, B)
+        if max_context:  # more chips hold a longer cache: the model's own limit
+            cols["max_context"] = np.full(B.shape, float(arch.max_context))
     elif chip_obj is not None:
         room = np.broadcast_to(capacity.room_bytes(chip_obj.memory_bytes, utilization, weights, over), B.shape)
         budget = np.maximum(room, 0.0)
