@@ -226,3 +226,8 @@ def test_fits_on_an_sram_chip_lists_the_chips_each_model_needs(cli):
              "--json").json["rows"][0]
     assert rows["llama-2-70b"]["chips_needed"] == kv["chips_needed"]
     assert kv["chips_needed"] == math.ceil((68_976_648_192 * 2 + 4000 * 80 * 2 * 8 * 128 * 2) / 230e6)
+
+
+def test_an_sram_deployment_is_a_result_not_a_warning(cli):
+    r = cli("roofline", "llama-2-70b", "--chip", "groq-lpu")
+    assert r.code == 0 and "warning" not in r.err and "spread over 601 groq-lpu chips' SRAM" in r.out

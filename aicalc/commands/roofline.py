@@ -102,7 +102,15 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
 
     # does not fit one device: exit 1 (a dataflow deployment is priced over chips_needed chips by design)
     code = ExitCode.OK if bool(c["fits"].all()) or cs.dataflow else ExitCode.BUDGET
-    return Result("roofline", inputs, rows, warnings=r.warnings, exit_code=code,
+    warnings = list(r.warnings)
+    if cs.dataflow:  # spreading the bytes over chips_needed chips is the deployment, a result and not a warning
+        spread = [w for w in warnings if w.startswith("weights + KV cache exceed one device's on-chip SRAM")]
+        warnings = [w for w in warnings if w not in spread]
+        need = sorted({int(x) for x in c["chips_needed"]})
+        notes.insert(0, f"weights and KV cache spread over {_span(need)} {cs.chip.id} chips' SRAM (chips_needed): "
+                        "a token crosses them in turn" if need != [1] else f"weights and KV cache fit one "
+                        f"{cs.chip.id}")
+    return Result("roofline", inputs, rows, warnings=warnings, exit_code=code,
                   title=f"{cs.model.id} on {_where(chip, cs.chip)} ({dtype}, {cs.compute_dtype} math)", notes=notes,
                   columns=columns, chart=chart)
 
@@ -123,6 +131,10 @@ def _op_rows(ops, i: int, phase: str, common: dict, tails: dict, ridge: float) -
                      "arithmetic_intensity": oai if math.isfinite(oai) else None, "bound": bound, "time_s": t,
                      "ideal_time_s": ti, "efficiency": ti / t if t else None, **tails})
     return rows
+
+
+def _span(counts: list[int]) -> str:
+    return f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,} to {counts[-1]:,}"
 
 
 def _where(given, chip) -> str:
