@@ -231,3 +231,10 @@ def test_fits_on_an_sram_chip_lists_the_chips_each_model_needs(cli):
 def test_an_sram_deployment_is_a_result_not_a_warning(cli):
     r = cli("roofline", "llama-2-70b", "--chip", "groq-lpu")
     assert r.code == 0 and "warning" not in r.err and "spread over 601 groq-lpu chips' SRAM" in r.out
+
+
+def test_serve_on_sram_chips_given_too_few_does_not_fit(cli):
+    # Llama-3.1-8B: 8,030,261,248 params x 2 B alone need 70 chips of 230 MB
+    r = cli("serve", "llama-3.1-8b", "--chip", "groq-lpu", "--chips", "50", "--concurrency", "1", "--json")
+    row = r.json["rows"][0]
+    assert r.code == 1 and not row["fits"] and row["chips_needed"] > math.ceil(8_030_261_248 * 2 / 230e6) - 1

@@ -84,6 +84,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if chips < 1 or chips % tp:
         raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}")
     replicas = chips // tp
+    if _sram_only(cs):  # one pipeline over the chips its bytes fill (_sram_chips), whatever --chips says
+        replicas = 1
     if isinstance(concurrency, str) and concurrency == "max":
         concurrency = max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompt, gen=gen, dtype=dtype,
                                              kv_dtype=kv_dtype, utilization=utilization, engine=engine))
@@ -140,8 +142,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     fits = (kv_dev <= budget) & (budget > 0)
     if sram is not None:  # weights and cache spread over the replica's chips, no engine runtime beside them
         overhead, budget = 0.0, float(cs.chip.memory_bytes)
-        chips = sram * replicas if given_chips is None else chips
-        fits = sram * replicas <= chips
+        chips = sram if given_chips is None else chips
+        fits = sram <= chips
         weights, kv_dev = weights * tp / sram, kv_dev * tp / sram
     meets = np.ones_like(C, dtype=bool)
     if max_ttft is not None:
@@ -161,7 +163,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         cols |= {"draft_tokens": spec["k"], "acceptance": spec["acceptance"],
                  "tokens_per_target_pass": spec["tokens"], "speculative_speedup": out["est"][3]}
     if sram is not None:
-        cols["chips_needed"] = (sram * replicas).astype(np.int64)
+        cols["chips_needed"] = sram.astype(np.int64)
     price = price or cs.chip.price_per_hour_usd
     if price:
         cols["usd_per_million_output_tokens"] = cost.usd_per_million_tokens(chips, tps, price)
@@ -185,13 +187,17 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
                    max_ttft=max_ttft, max_tpot=max_tpot, utilization=utilization)
 
 
+def _sram_only(cs) -> bool:
+    from aicalc.api.roofline import SRAM_KINDS
+
+    return bool(cs.dataflow and cs.chip.kind in SRAM_KINDS)
+
+
 def _sram_chips(cs, weights, per_rep, P, G, tp):
     """Chips one replica spans on a chip whose only memory is on-chip SRAM (Groq LPU, Cerebras WSE): its weights
     and its sequences' KV cache spread over as many chips as they fill (roofline's ``chips_needed``, the same
     count); None on other chips. Every token crosses them in turn (:func:`aicalc.core.latency.dataflow`)."""
-    from aicalc.api.roofline import SRAM_KINDS
-
-    if not cs.dataflow or cs.chip.kind not in SRAM_KINDS:
+    if not _sram_only(cs):
         return None
     import numpy as np
 

@@ -79,7 +79,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     sram = "chips_needed" in c  # SRAM-only chips: each row spans the chips its weights and cache fill
     if sram:
         columns.insert(columns.index("fits"), "chips_needed")
-    n_chips = _count(c["chips_needed"]) if sram else m["chips"]
+    n_chips = _count(c["chips_needed"]) if sram and chips is None else m["chips"]
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"] if not sram else chips, "tp": tp,
               "replicas": m["replicas"], "prompt": prompts, "gen": gens,
               "concurrency": None if concurrency is None else conc,
