@@ -83,7 +83,7 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
         r = roofline(model, chip, 1, prompt, gen, dtype=dtype, kv_dtype=kv_dtype, engine=engine).rows()[0]
         need = r["chips_needed"]
         return row | {"fits": True, "chips_needed": need, "precision": dtype, "batch": 1,
-                      "layout": f"weights spread over {need} chips' SRAM (pipeline)",
+                      "layout": f"weights + one {prompt}+{gen}-token sequence's KV over {need} chips' SRAM",
                       "memory_bytes": (r["weights_bytes_per_device"] + r["kv_cache_bytes_per_device"]) / need,
                       "kv_cache_bytes": r["kv_cache_bytes_per_device"], "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"],
                       "output_tokens_per_s": r["output_tokens_per_s"],
