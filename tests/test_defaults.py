@@ -238,3 +238,14 @@ def test_serve_on_sram_chips_given_too_few_does_not_fit(cli):
     r = cli("serve", "llama-3.1-8b", "--chip", "groq-lpu", "--chips", "50", "--concurrency", "1", "--json")
     row = r.json["rows"][0]
     assert r.code == 1 and not row["fits"] and row["chips_needed"] > math.ceil(8_030_261_248 * 2 / 230e6) - 1
+
+
+@pytest.mark.parametrize("call, param", [
+    (lambda: aicalc.roofline("llama-3.1-8b", prompt="1 furlong"), "prompt"),
+    (lambda: aicalc.kv_cache("llama-3.1-8b", context="4 parsecs"), "context"),
+    (lambda: aicalc.compare("llama-3.1-8b", max_tpot="fast"), "max_tpot"),
+])
+def test_every_unreadable_quantity_names_its_parameter(call, param):
+    with pytest.raises(aicalc.ParameterError) as e:
+        call()
+    assert e.value.param == param and "cannot be read" in str(e.value)

@@ -78,7 +78,8 @@ def _parse(param: str, value, parser):
     if isinstance(value, str):
         from aicalc.sweep import parse_sweep
 
-        return np.asarray(parse_sweep(value, lambda t: parser(t, param), param), dtype=np.float64)
+        values = _read_unit(param, value, lambda text, p: parse_sweep(text, lambda t: parser(t, p), p))
+        return np.asarray(values, dtype=np.float64)
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
@@ -180,8 +181,12 @@ def _read_unit(param: str, text: str, parse):
     except AicalcError as e:
         msg = str(e)
         hint = re.search(r"\((examples?: [^)]*)\)\s*$", msg)
-        problem = f"cannot be read ({hint[1]})" if hint and msg.startswith("cannot read") else \
-            msg.replace(f"{param} ", "", 1).replace(f", got '{text}'", "")
+        if hint and msg.startswith("cannot read"):
+            problem = f"cannot be read ({hint[1]})"
+        else:  # the parser's own words, less the name and the value the error repeats
+            for prefix in (f"{param}: ", f"{param} "):
+                msg = msg.removeprefix(prefix)
+            problem = msg.replace(f", got '{text}'", "")
         raise ParameterError(param, _safe(text), problem) from None
 
 
