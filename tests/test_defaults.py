@@ -249,3 +249,13 @@ def test_every_unreadable_quantity_names_its_parameter(call, param):
     with pytest.raises(aicalc.ParameterError) as e:
         call()
     assert e.value.param == param and "cannot be read" in str(e.value)
+
+
+def test_searches_keep_the_column_they_rank_by(cli):
+    out = cli("train-time", "llama-3.1-8b", "--chip", "h100-sxm", "--chips", "64", "--search", "--top", "3",
+              width=80).out
+    head = [c.strip() for c in next(line for line in out.splitlines() if "MFU" in line).strip("┃").split("┃")]
+    assert "time" in head and "cost" in head
+    out = cli("train-mem", "llama-3.1-8b", "--chip", "h100-sxm", "--chips", "8", "--search", "--top", "3",
+              width=60).out
+    assert "headroom" in next(line for line in out.splitlines() if "tp" in line and "┃" in line)

@@ -131,7 +131,8 @@ def _search(model, chip, chips, budget, seqs, batches, cp, top, progress, setup,
               f"none does: the {len(rows)} closest, ranked by shortfall")]
     inputs_["chips"] = m["chips"]
     return Result("train-mem", inputs_, rows, r.warnings, code, title=f"train-mem --search {m['model'].id}",
-                  notes=notes, columns=columns)
+                  notes=notes, columns=columns,
+                  keep=["peak_bytes", "headroom_bytes" if m["layouts_fit"] else "shortfall_bytes"])  # the rank
 
 
 def _state_dtypes(st) -> str:

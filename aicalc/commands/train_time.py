@@ -143,5 +143,6 @@ def _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, prec
     return Result("train-time", inputs, r.rows(), warnings=r.warnings,
                   title=f"{m['model'].id} on {n} × {m['chip'].id}: " +
                         ("fastest layouts that fit" if fit else "no layout fits; the fastest shown"), notes=notes,
-                  columns=columns, exit_code=ExitCode.OK if fit else ExitCode.BUDGET)
+                  columns=columns, exit_code=ExitCode.OK if fit else ExitCode.BUDGET,
+                  keep=["total_time_s", *(["cost_usd"] if m["price"] else [])])  # the rank and its cost
 
