@@ -18,7 +18,7 @@ kind whose factors and options it starts from; at most MAX_EXTENDS deep, no loop
 
 - class: ``pipeline_over_chips`` (true/false);
 - engine: ``release`` (the software release the factors describe: ``{version, date: YYYY-MM[-DD], source}``;
-  every built-in engine profile has one), ``family`` (the engine a release belongs to: ``--engine cerebras``
+  every built-in engine profile with factors has one), ``family`` (the engine a release belongs to: ``--engine cerebras``
   means the latest release of the family ``cerebras``, ``--engine cerebras-2024-08`` that one), ``kv_shared``
   (true/false), ``gguf_compute`` (a compute dtype) with ``gguf_compute_vendors`` (a list of vendor names),
   ``max_num_seqs`` (a whole number of sequences, 1 to 2^24), ``by_class`` (chip class id → ``{factors: …}``);
@@ -94,13 +94,9 @@ def _families(roots: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
         for f in sorted(d.glob("*.yaml")):
             data = load_yaml(f)
             fam = data.get("family") if isinstance(data, dict) else None
-            if isinstance(fam, str) and fam != f.stem and problem_free(data.get("release")):
+            if isinstance(fam, str) and fam != f.stem and _release(data.get("release")) is None:
                 out.setdefault(fam, []).append((data["release"]["date"], f.stem))
     return {k: tuple(i for _, i in sorted(v)) for k, v in out.items()}
-
-
-def problem_free(release) -> bool:
-    return _release(release) is None
 
 
 @cache
@@ -172,8 +168,8 @@ def _family(v) -> str | None:
 COMMON_KEYS = ("id", "name", "description", "factors", "extends")
 OPTIONS = {
     "class": {"pipeline_over_chips": _flag},
-    "engine": {"release": _release, "family": _family, "kv_shared": _flag, "gguf_compute": _compute_dtype, "gguf_compute_vendors": _texts,
-               "max_num_seqs": _sequences, "by_class": None},  # by_class: read by _read_by_class
+    "engine": {"release": _release, "family": _family, "kv_shared": _flag, "gguf_compute": _compute_dtype,
+               "gguf_compute_vendors": _texts, "max_num_seqs": _sequences, "by_class": None},  # by_class: read by _read_by_class
     "framework": {"default_zero": _zero_stage},
 }
 
@@ -186,7 +182,7 @@ def load(kind: str, profile_id: str) -> Profile:
         raise AicalcError(f"'{kind}' is not a kind of profile (known: {', '.join(KINDS)})")
     if not isinstance(profile_id, str):
         _find(kind, profile_id)  # refuses it, naming the parameter
-    if kind == "engine" and profile_id in families() and profile_id not in ids(kind):
+    if kind == "engine" and profile_id not in ids(kind) and profile_id in families():
         profile_id = latest(profile_id)  # a family: its latest release
     return _load(_roots_key(), kind, profile_id)
 
