@@ -34,6 +34,11 @@ _API = {
 __all__ = ["__version__", *_API]
 
 
+def __dir__() -> list[str]:
+    """The public API, for tab completion (IPython, Jupyter) before anything has been imported."""
+    return sorted({*globals(), *__all__})
+
+
 def __getattr__(name: str):
     """The public API, imported on first use so ``import aicalc`` (and the CLI's start-up) stays light."""
     if name in _API:

@@ -102,8 +102,10 @@ WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: release (def
                                                           "files' own bytes); a comma list sweeps")]
 KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16, fp16, fp8, int8, int4, or auto (the "
                                                          "checkpoint's quantization_config); a comma list sweeps")]
-Engine = Annotated[str | None, typer.Option("--engine", help="engine profile: generic (default), trtllm, vllm, "
-                                                               "sglang, llama.cpp, exllamav2, gpt-fast, mlx")]
+Engine = Annotated[str | None, typer.Option("--engine", help="engine profile: {ENGINES}; a family names its latest "
+                                            "release (cerebras = the newest cerebras-*). Default: the chip's own "
+                                            "stack (groq on groq-lpu, cerebras on cerebras-wse3, jetstream on TPUs, "
+                                            "llama.cpp on Apple GPUs), else generic")]
 Draft = Annotated[str | None, typer.Option("--draft", help="speculative decoding: a draft model (id, config) or "
                                                            "head: mtp, eagle")]
 DraftTokens = Annotated[int, typer.Option("--draft-tokens", help="tokens drafted per round (K)")]
@@ -333,16 +335,26 @@ def roofline(
     """
     from aicalc.commands import roofline as cmd
 
-    result = per_chip(chip or ["h100-sxm"], lambda c: cmd.run(
-        model, c, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, tp=tp,
-        compute_dtype=compute_dtype, group_size=group_size, attention=attention, ops=ops, eff=eff,
-        kv_per_query_head=kv_per_query_head, engine=engine, draft=draft, draft_tokens=draft_tokens,
-        acceptance=acceptance, ep=ep, attention_dp=attention_dp))
+    roofs = []  # each chip's roof, for --plot
+
+    def one(c):
+        r = cmd.run(model, c, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, tp=tp,
+                    compute_dtype=compute_dtype, group_size=group_size, attention=attention, ops=ops, eff=eff,
+                    kv_per_query_head=kv_per_query_head, engine=engine, draft=draft, draft_tokens=draft_tokens,
+                    acceptance=acceptance, ep=ep, attention_dp=attention_dp)
+        if "peak_flop_per_s" in r.inputs:
+            roofs.append((c, r.rows[0]["ridge_point"], r.inputs["peak_flop_per_s"],
+                          r.inputs["memory_bandwidth_bytes_per_s"]))
+        return r
+
+    result = per_chip(chip or ["h100-sxm"], one)
     if plot:
         from aicalc.plot import write_plot
 
-        write_plot(plot, result.rows, result.rows[0]["ridge_point"], result.inputs["peak_flop_per_s"],
-                   result.inputs["memory_bandwidth_bytes_per_s"], result.title or "")
+        if not roofs:
+            raise AicalcError("--plot draws one roof per chip: give one --dtype and --kv-dtype (a format sweep has "
+                              "a roof per format)")
+        write_plot(plot, result.rows, *roofs[0][1:], result.title or "", roofs=roofs if len(roofs) > 1 else None)
     return emit(result, fmt, json_, columns)
 
 
@@ -571,6 +583,10 @@ def compare(
     price: Price = None,
     peak_factor: Annotated[str, typer.Option("--peak-factor", help="peak-hour rate over the day's average: the "
                                                                    "fleet is sized for it")] = "1",
+    engine: Engine = None,
+    training: Annotated[bool | None, typer.Option("--training/--no-training", help="estimate training too (default: "
+                                                  "yes, except on on-device chips: apple-neural-engine, "
+                                                  "qualcomm-hexagon)")] = None,
     fmt: Format = "table",
     json_: Json = False,
     columns: Columns = None,
@@ -584,7 +600,7 @@ def compare(
 
     return emit(run(model, chip, tokens=tokens, seq=seq, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype,
                     requests_per_day=requests_per_day, years=years, max_ttft=max_ttft, max_tpot=max_tpot,
-                    price=price, peak_factor=peak_factor), fmt, json_, columns)
+                    price=price, peak_factor=peak_factor, engine=engine, training=training), fmt, json_, columns)
 
 
 def _one_line(message: str) -> str:
@@ -671,6 +687,37 @@ def _no_repeats(command, args: list[str]) -> None:
         k += 1
 
 
+# Options whose value is a latency target or a memory budget: on the command line the value takes its unit
+# (CONTRACT.md), and a bare number is refused with the likely unit, never read silently as seconds or bytes.
+UNIT_OPTIONS = {"--max-ttft": ("latency target", ("ms", "s")), "--max-tpot": ("latency target", ("ms", "s")),
+                "--budget": ("memory budget", ("GB", "GiB")), "--overhead": ("memory", ("GiB", "MiB"))}
+
+
+def _needs_units(args: list[str]) -> None:
+    """``--max-tpot 50`` → bad input, 'did you mean 50ms?' (a bare number would be 50 seconds)."""
+    import re
+
+    k = 0
+    while k < len(args):
+        token = args[k]
+        if token == "--":
+            return
+        flag, eq, value = token.partition("=")
+        if flag in UNIT_OPTIONS:
+            if not eq:
+                k += 1
+                value = args[k] if k < len(args) else ""
+            if re.fullmatch(r"\s*[0-9]*\.?[0-9]+(e[+-]?[0-9]+)?\s*", value, flags=re.I):
+                what, units = UNIT_OPTIONS[flag]
+                v = value.strip()
+                guess = (f"{v}{units[0]}" if float(v) >= 1 else f"{v}{units[1]}") if what == "latency target" \
+                    else f"{v}{units[0]}"
+                raise AicalcError(f"{flag} {v} needs a unit: did you mean {guess}? (a {what}: "
+                                  f"{', '.join(f'{v}{u}' for u in units)}; a bare number is not read as seconds or "
+                                  "bytes)")
+        k += 1
+
+
 def _main(args: list[str], debug: bool, env: Env) -> int:
     import copy
     import os
@@ -698,6 +745,7 @@ def _main(args: list[str], debug: bool, env: Env) -> int:
         help_panels.apply(command)
     try:
         _no_repeats(command, args)
+        _needs_units(args)
         code = command.main(args=args, prog_name="aicalc", standalone_mode=False)
         code = int(code or 0) if isinstance(code, int) else 0
     except ParameterError as e:  # the library names its parameter; the command line names the flag

@@ -44,8 +44,18 @@ def apply(command) -> None:
     for p in getattr(command, "params", []):
         if hasattr(p, "is_flag") and not p.is_flag and p.metavar is None:
             p.metavar = METAVAR.get(p.name, "NAME")  # a choice or a name (the help lists the values)
+        if "{ENGINES}" in (getattr(p, "help", None) or ""):
+            p.help = p.help.replace("{ENGINES}", ", ".join(engine_ids()))
     if not hasattr(command, "commands"):
         command.format_options = types.MethodType(_format_options, command)
+
+
+def engine_ids() -> list[str]:
+    """Every built-in engine profile, for --engine's help: a listing of presets/engines/ (no file is read, so help
+    stays fast; a family's name, such as cerebras, is explained in the help text)."""
+    from aicalc.catalog.store import builtin_root
+
+    return sorted(f.name[:-5] for f in (builtin_root() / "engines").iterdir() if f.name.endswith(".yaml"))
 
 
 def _format_options(self, ctx, formatter) -> None:

@@ -49,8 +49,10 @@ def terminal_chart(rows, ridge: float, peak: float, bw: float, width: int = 60, 
     return draw
 
 
-def write_plot(path: str, rows, ridge: float, peak: float, bw: float, title: str = "") -> None:
-    """Write the roofline chart to PNG/SVG (by extension) with matplotlib."""
+def write_plot(path: str, rows, ridge: float, peak: float, bw: float, title: str = "", roofs=None) -> None:
+    """Write the roofline chart to PNG/SVG (by extension) with matplotlib. ``roofs``: one ``(chip, ridge, peak,
+    bandwidth)`` per chip of a table across chips: each chip's roof in its own colour, its points in the same
+    colour and labelled with its id (a row's ``chip``)."""
     try:
         import matplotlib
 
@@ -61,16 +63,25 @@ def write_plot(path: str, rows, ridge: float, peak: float, bw: float, title: str
     import numpy as np
 
     pts = list(_points(rows))
-    hi = max([ridge * 100] + [p[1] * 2 for p in pts])
+    roofs = list(roofs or [(None, ridge, peak, bw)])
+    hi = max([r[1] * 100 for r in roofs] + [p[1] * 2 for p in pts])
     x = np.logspace(-1, math.log10(hi), 200)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.loglog(x, np.minimum(peak, x * bw), color="black", label="roof (dense peak, datasheet bandwidth)")
-    ax.axvline(ridge, color="grey", linestyle=":", label=f"ridge {ridge:,.0f} FLOP/B")
+    colours = {}
+    for i, (chip, rp, pk, b) in enumerate(roofs):
+        colour = "black" if len(roofs) == 1 else f"C{i % 10}"
+        colours[chip] = colour
+        who = f"{chip}: " if chip else ""
+        ax.loglog(x, np.minimum(pk, x * b), color=colour, label=f"{who}roof (dense peak, datasheet bandwidth)")
+        ax.axvline(rp, color=colour if chip else "grey", linestyle=":", label=f"{who}ridge {rp:,.0f} FLOP/B")
     for r in rows:
         if r.get("arithmetic_intensity") and r.get("time_s") and r.get("flop"):
             name = r["phase"] if r.get("op", "total") == "total" else f"{r['phase']}:{r['op']}"
-            ax.scatter(r["arithmetic_intensity"], r["flop"] / r["time_s"], s=14)
-            ax.annotate(f"{name} B={r['batch']}", (r["arithmetic_intensity"], r["flop"] / r["time_s"]), fontsize=6)
+            chip = r.get("chip") if len(roofs) > 1 else None
+            where = f"{chip} " if chip else ""
+            ax.scatter(r["arithmetic_intensity"], r["flop"] / r["time_s"], s=14, color=colours.get(chip))
+            ax.annotate(f"{where}{name} B={r['batch']}", (r["arithmetic_intensity"], r["flop"] / r["time_s"]),
+                        fontsize=6)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("attainable FLOP/s")
     ax.set_title(title)

@@ -41,7 +41,7 @@ SHORT = {
     "usd_per_million_output_tokens": "$/M tok", "usd_per_request": "$/req", "cost_usd": "cost",
     "training_cost_usd": "train cost", "annual_inference_cost_usd": "$/year",
     "total_bytes_per_device": "mem/dev", "kv_cache_bytes_per_device": "KV/dev", "weights_bytes_per_device": "weights/dev",
-    "kv_per_sequence_bytes": "KV/seq", "memory_bytes": "memory", "peak_bytes": "peak", "headroom_bytes": "headroom", "shortfall_bytes": "short",
+    "kv_per_sequence_bytes": "KV/seq/dev", "memory_bytes": "memory", "peak_bytes": "peak", "headroom_bytes": "headroom", "shortfall_bytes": "short",
     "weights_bytes": "weights", "gradients_bytes": "grads", "optimizer_bytes": "optimizer", "peak_reserved_bytes": "reserved",
     "activations_bytes": "activations", "transient_bytes": "transient",
     "batch_per_replica": "batch/rep", "concurrency": "conc", "arithmetic_intensity": "FLOP/B", "time_s": "time",
@@ -459,13 +459,15 @@ def console(env: Env, stream=None):
 MIN_WIDTH = 40  # the narrowest width a table is drawn at, whatever COLUMNS or the terminal says
 
 
-def fit_columns(rows: list[dict], cols: list[str], width: int | None) -> tuple[list[str], list[str], list[str]]:
+def fit_columns(rows: list[dict], cols: list[str], width: int | None,
+                keep=()) -> tuple[list[str], list[str], list[str]]:
     """(columns shown, constant columns moved to the caption, columns left out to fit ``width``).
 
     A column whose value is the same in every row of a multi-row table says nothing per row: it goes to the
     caption. Then, if the table is wider than the terminal, the columns at the right give way (they stay in
-    JSON/CSV), so no value is ever cut or wrapped; the verdict columns (``fits``, ``meets_slo``, ``status``) stay,
-    since a row without them reads as an answer it is not."""
+    JSON/CSV), so no value is ever cut or wrapped; the verdict columns (``fits``, ``meets_slo``, ``status``) and
+    the columns in ``keep`` (the one the rows are ranked by, the answers the command exists for) stay, since a row
+    without them reads as an answer it is not (rows ranked by a column that is not shown look unsorted)."""
     shown, constant = list(cols), []
     if len(rows) > 1:
         for k in cols:
@@ -480,7 +482,7 @@ def fit_columns(rows: list[dict], cols: list[str], width: int | None) -> tuple[l
                            for k in ks)
 
         while need(shown) > width:
-            give = [k for k in shown[2:] if k not in VERDICTS]
+            give = [k for k in shown[2:] if k not in VERDICTS and k not in keep]
             if not give:
                 break
             shown.remove(give[-1])
@@ -527,7 +529,7 @@ def _table(result: Result, env: Env) -> None:
             table.add_row(header(k), human(k, result.rows[0].get(k)))
     else:
         width = con.width if env.stdout_isatty or env.width else None
-        shown, constant, dropped = fit_columns(result.rows, cols, width)
+        shown, constant, dropped = fit_columns(result.rows, cols, width, result.keep or ())
         caption = [f"{header(k)} {human(k, result.rows[0].get(k))}" for k in constant]
         first = result.rows[0] if result.rows else {}
         for k in shown:

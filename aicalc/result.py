@@ -24,6 +24,7 @@ class Result:
     notes: list[str] = field(default_factory=list)  # footer lines for people (tables only)
     columns: list[str] | None = None  # which keys a table shows, in order (default: all)
     chart: Any = None  # optional callable(console) drawing a terminal chart under the table
+    keep: list[str] | None = None  # columns a narrow table never leaves out: the one the rows are ranked by, the answers
 
     def envelope(self, *, lazy: bool = False) -> dict[str, Any]:
         """The JSON document; ``lazy``: ``rows`` as they are held (a :class:`Rows` is not turned into a list)."""

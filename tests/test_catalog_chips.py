@@ -74,6 +74,7 @@ REFERENCE_IDS: dict[str, str | None] = {
     "apple-m4-max": "apple-m4-max",
     "qualcomm-hexagon": "snapdragon-x-elite-npu",
     "apple-m2-ultra": None,
+    "apple-m3-ultra": None,
     "apple-neural-engine": None,
 }
 # Where the reference stores a dtype under another key: preset id -> {preset dtype: reference key}.

@@ -254,12 +254,15 @@ def test_no_arguments_shows_help(cli):
 
 
 def test_presets_fits_on(cli):
+    # the answer is the list: only the models that fit (140 GB of bf16 70B weights do not fit one 80 GB H100)
     one = {r["id"]: r for r in cli("presets", "list", "--fits-on", "h100-sxm", "--json").json["rows"]}
-    assert one["llama-3.1-8b"]["fits"] and not one["llama-3.1-70b"]["fits"]
+    assert one["llama-3.1-8b"]["fits"] and "llama-3.1-70b" not in one and all(r["fits"] for r in one.values())
     node = {r["id"]: r for r in cli("presets", "list", "--fits-on", "dgx-h100", "--json").json["rows"]}
     assert node["llama-3.1-70b"]["fits"] and node["llama-3.1-70b"]["tp"] == 8
     long = {r["id"]: r for r in cli("presets", "list", "--fits-on", "h200", "--context", "32k", "--json").json["rows"]}
-    assert not long["llama-2-7b"]["fits"]  # 4,096-token model: a 32k context is past its limit
+    assert "llama-2-7b" not in long and "llama-3.1-8b" in long  # 4,096-token model: a 32k context is past its limit
+    table = cli("presets", "list", "--fits-on", "l4").out
+    assert "llama-3.1-8b" in table and "llama-2-13b" not in table and "are left out" in table
     lora = cli("presets", "list", "--fits-on", "h100-sxm", "--lora", "--json").json["rows"]
     assert all("lora_fits" in r for r in lora)
 

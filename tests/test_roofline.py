@@ -167,7 +167,8 @@ def test_cli_json_keys_and_sweep(capsys):
 def test_cli_ops_and_sram_chip(capsys):
     code, d = _json(capsys, ["roofline", "llama-2-70b", "--chip", "groq-lpu", "--ops", "--json"])
     assert code == 0
-    assert d["rows"][0]["chips_needed"] > 500 and d["warnings"]
+    # spreading 140 GB over 230 MB chips is the deployment (a note and chips_needed), not a warning
+    assert d["rows"][0]["chips_needed"] > 500 and not d["warnings"]
     assert {"qkv_proj", "attn_score", "mlp_down", "lm_head"} <= {r["op"] for r in d["rows"]}
 
 

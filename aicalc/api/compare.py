@@ -13,10 +13,12 @@ from aicalc.api.results import Table
 
 MAX_CHIPS = 16384
 EDGE_KINDS = ("npu", "soc")
+ON_DEVICE_KINDS = ("npu",)  # a phone's or a laptop's NPU: one device, one user, no training unless asked
+ON_DEVICE_LAYOUT = "on-device, one user (batch 1)"
 
 
 class Comparison(Table):
-    """Two rows per chip (``phase`` training and inference): ``chip``, ``phase``, ``fits``, ``chips_needed``,
+    """Two rows per chip (one, inference, for an on-device chip unless ``training=True``) (``phase`` training and inference): ``chip``, ``phase``, ``fits``, ``chips_needed``,
     ``memory_bytes`` (per device), ``layout``, ``precision``, ``batch``; training: ``mfu``, ``tokens_per_s``,
     ``total_time_s``, ``chip_hours``, ``training_cost_usd``, ``training_kwh``; inference: ``ttft_s``,
     ``tpot_s``, ``output_tokens_per_s``, ``usd_per_million_output_tokens``, ``usd_per_request``,
@@ -85,19 +87,22 @@ def fewest_possible(model, chip) -> int:
     return n
 
 
-def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings: list[str]) -> dict:
+def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings: list[str],
+               engine: str | None = None) -> dict:
     from aicalc.api.roofline import SRAM_KINDS, roofline
     from aicalc.api.serving import serve
+    from aicalc.catalog import profiles
     from aicalc.core.geometry import check_tp
     from aicalc.errors import AicalcError
 
-    row = {"chip": chip.id, "phase": "inference", "stored": "weights + KV cache", "batch": None}
+    row = {"chip": chip.id, "phase": "inference", "stored": "weights + KV cache", "batch": None,
+           "engine": profiles.load("engine", engine or profiles.default_engine(chip)).id}
     metric = "TTFT, time per output token, tokens/s"
     if chip.kind in SRAM_KINDS:
-        r = roofline(model, chip, 1, prompt, gen, dtype=dtype, kv_dtype=kv_dtype).rows()[0]
+        r = roofline(model, chip, 1, prompt, gen, dtype=dtype, kv_dtype=kv_dtype, engine=engine).rows()[0]
         need = r["chips_needed"]
         return row | {"fits": True, "chips_needed": need, "precision": dtype, "batch": 1,
-                      "layout": f"weights spread over {need} chips' SRAM (pipeline)",
+                      "layout": f"weights + one {prompt}+{gen}-token sequence's KV over {need} chips' SRAM",
                       "memory_bytes": (r["weights_bytes_per_device"] + r["kv_cache_bytes_per_device"]) / need,
                       "kv_cache_bytes": r["kv_cache_bytes_per_device"], "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"],
                       "output_tokens_per_s": r["output_tokens_per_s"],
@@ -109,18 +114,19 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
 
     arch = load_model(model).arch
     dtypes = [dtype] + ([d for d in ("int8", "int4") if d != dtype] if chip.kind in EDGE_KINDS else [])
+    on_device = chip.kind in ON_DEVICE_KINDS
     reasons: list[str] = []
     for dt in dtypes:
-        for tp in (1, 2, 4, 8, 16, 32, 64):
+        for tp in (1,) if on_device else (1, 2, 4, 8, 16, 32, 64):
             try:
                 check_tp(arch, tp)
             except AicalcError:
                 continue
             try:
-                ladder = concurrency_ladder(max_concurrency(model, chip, tp=tp, prompt=prompt, gen=gen, dtype=dt,
-                                                            kv_dtype=kv_dtype))
+                ladder = [1.0] if on_device else concurrency_ladder(max_concurrency(
+                    model, chip, tp=tp, prompt=prompt, gen=gen, dtype=dt, kv_dtype=kv_dtype, engine=engine))
                 res = serve(model, chip, ladder, prompt, gen, tp=tp, dtype=dt, kv_dtype=kv_dtype, max_ttft=max_ttft,
-                            max_tpot=max_tpot).rows()
+                            max_tpot=max_tpot, engine=engine).rows()
             except AicalcError as e:  # e.g. no throughput figure for this dtype on this chip
                 reasons.append(f"{dt}: {e}")
                 break
@@ -130,14 +136,17 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
             best = max(ok, key=lambda r: r["output_tokens_per_s"])
             if dt != dtype:
                 warnings.append(f"{arch.family} model fits {chip.id} only at {dt} weights")
-            ridge = roofline(model, chip, 1, prompt, gen, dtype=dt, kv_dtype=kv_dtype, tp=tp).compute_bound_batch[0]
+            ridge = roofline(model, chip, 1, prompt, gen, dtype=dt, kv_dtype=kv_dtype, tp=tp,
+                             engine=engine).compute_bound_batch[0]
             return row | {
-                "fits": True, "chips_needed": tp, "precision": dt, "layout": f"TP {tp}", "batch": best["concurrency"],
+                "fits": True, "chips_needed": tp, "precision": dt,
+                "layout": ON_DEVICE_LAYOUT if on_device else f"TP {tp}", "batch": best["concurrency"],
                 "memory_bytes": best["total_bytes_per_device"], "weights_bytes": best["weights_bytes_per_device"],
                 "kv_cache_bytes": best["kv_cache_bytes_per_device"], "ttft_s": best["ttft_s"], "tpot_s": best["tpot_s"],
                 "output_tokens_per_s": best["output_tokens_per_s"], "meets_slo": best["meets_slo"],
                 "bound": "memory" if best["concurrency"] < ridge else "compute", "metric": metric}
-    warnings.append(f"inference does not fit on up to 64 × {chip.id} at {', '.join(dtypes)}"
+    warnings.append(f"inference does not fit on {'one' if on_device else 'up to 64 ×'} {chip.id} at "
+                    f"{', '.join(dtypes)}"
                     + (f" ({'; '.join(reasons)})" if reasons else ""))
     return row | {"fits": False, "chips_needed": None, "memory_bytes": None, "precision": dtypes[-1]}
 
@@ -167,7 +176,7 @@ def _money(row: dict, chip, gen, requests_per_day, price=None) -> None:
 
 
 def _fleet(spec, chip, row: dict, prompt, gen, dtype, kv_dtype, requests_per_day, peak_factor, max_ttft, max_tpot,
-           price, warnings: list[str]) -> None:
+           price, warnings: list[str], engine: str | None = None) -> None:
     """The inference row's fleet: the fewest chips that serve ``requests_per_day`` within the latency targets
     (:func:`aicalc.api.fleet.size_fleet`, the search ``serve --search`` runs) and what it costs a day and a
     year."""
@@ -187,7 +196,7 @@ def _fleet(spec, chip, row: dict, prompt, gen, dtype, kv_dtype, requests_per_day
     try:
         fleet = size_fleet(spec, [chip], requests_per_day=requests_per_day, peak_factor=peak_factor, prompt=prompt,
                            gen=gen, max_ttft=max_ttft, max_tpot=max_tpot, dtypes=(row.get("precision") or dtype,),
-                           kv_dtypes=(kv_dtype,), price=price)
+                           kv_dtypes=(kv_dtype,), price=price, engine=engine)
     except AicalcError as e:
         warnings.append(f"no fleet sized on {chip.id}: {e}")
         return
@@ -209,13 +218,17 @@ def _fleet(spec, chip, row: dict, prompt, gen, dtype, kv_dtype, requests_per_day
 
 def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt: int = 1024, gen: int = 256,
             dtype: str = "release", kv_dtype: str = "bf16", requests_per_day=1e6, years: float = 1.0, max_ttft=2.0,
-            max_tpot=0.2, price=None, peak_factor=1.0) -> Comparison:
+            max_tpot=0.2, price=None, peak_factor=1.0, engine: str | None = None,
+            training: bool | None = None) -> Comparison:
     """Training (``tokens``, default 20 per parameter) and inference (``prompt`` + ``gen`` tokens per request)
     of ``model`` on each chip; ``price``: USD per chip-hour for every chip (default: each chip preset's on-demand
     price). The inference row's service cost is that of the fleet that serves ``requests_per_day`` (at the day's
     average rate × ``peak_factor``) within ``max_ttft`` and ``max_tpot`` at the 99th percentile of the scheduler
     simulation (:func:`aicalc.api.fleet.size_fleet`): ``fleet_chips``, ``fleet_layout``,
-    ``daily_inference_cost_usd`` and ``annual_inference_cost_usd`` (365 days of it)."""
+    ``daily_inference_cost_usd`` and ``annual_inference_cost_usd`` (365 days of it). ``engine``: the inference
+    engine profile (default: each chip's own, :func:`aicalc.catalog.profiles.default_engine`). ``training``: whether
+    to estimate training (default: on every chip but on-device ones, ``npu`` chips, which serve one user at
+    batch 1)."""
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip
     from aicalc.core import cost
@@ -250,13 +263,14 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
     rows = []
     for chip_id in chips:
         chip, _ = load_node_or_chip(chip_id)  # a node stands for its chip: compare finds how many it takes
-        pair = [_training(spec, chip, seq, tokens, warnings),
-                _inference(spec, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings)]
+        train = training if training is not None else chip.kind not in ON_DEVICE_KINDS
+        pair = ([_training(spec, chip, seq, tokens, warnings)] if train else []) + \
+            [_inference(spec, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings, engine)]
         for row in pair:
             _money(row, chip, gen, requests_per_day, price)
-        _fleet(spec, chip, pair[1], prompt, gen, dtype, kv_dtype, requests_per_day, peak_factor, max_ttft, max_tpot,
-               price, warnings)
-        train, infer = pair
+        train, infer = pair if len(pair) == 2 else ({}, pair[0])
+        _fleet(spec, chip, infer, prompt, gen, dtype, kv_dtype, requests_per_day, peak_factor, max_ttft, max_tpot,
+               price, warnings, engine)
         if train.get("training_cost_usd") and infer.get("annual_inference_cost_usd"):
             share = cost.lifetime_split(train["training_cost_usd"], infer["annual_inference_cost_usd"], years)
             for row in pair:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from aicalc.errors import ParameterError
+from aicalc.errors import AicalcError, ParameterError
 
 MAX_POINTS = 1_000_000  # configurations one call may evaluate (about 8 MB per column)
 
@@ -107,31 +107,14 @@ def _kind(param: str, value) -> None:
                              "array (arrays broadcast together into rows)")
 
 
-def _library_problem(param: str, message: str) -> str:
-    """A text parser's message (``cannot read batch 'x' (examples: …)``) as the problem of a ParameterError."""
-    head = f"cannot read {param} '"
-    if message.startswith(head):
-        tail = message[len(head):].partition("' ")[2]
-        return f"cannot be read{' ' + tail if tail else ''}"
-    for lead in (f"{param}: ", f"{param} "):
-        if message.startswith(lead):
-            return message[len(lead):]
-    return message
-
-
 def _parse(param: str, value, parser):
     import numpy as np
 
     if isinstance(value, str):
-        from aicalc.errors import AicalcError
         from aicalc.sweep import parse_sweep
 
-        try:
-            return np.asarray(parse_sweep(value, lambda t: parser(t, param), param), dtype=np.float64)
-        except ParameterError:
-            raise
-        except AicalcError as e:  # named as a parameter, as every bad value of the library is
-            raise ParameterError(param, _safe(value), _library_problem(param, str(e))) from None
+        values = _read_unit(param, value, lambda text, p: parse_sweep(text, lambda t: parser(t, p), p))
+        return np.asarray(values, dtype=np.float64)
     _kind(param, value)
     try:
         arr = np.asarray(value, dtype=np.float64)
@@ -228,7 +211,7 @@ def nbytes(param: str, value) -> float:
     from aicalc.units import parse_bytes
 
     if isinstance(value, str):
-        return cap(param, float(parse_bytes(value, param)))
+        return cap(param, float(_read_unit(param, value, parse_bytes)))
     v = _number(param, value)
     import math
 
@@ -241,13 +224,34 @@ def seconds(param: str, value) -> float:
     from aicalc.units import parse_duration
 
     if isinstance(value, str):
-        return cap(param, parse_duration(value, param))
+        return cap(param, _read_unit(param, value, parse_duration))
     v = _number(param, value)
     import math
 
     if not (math.isfinite(v) and v > 0):
         raise ParameterError(param, _safe(value), "must be a positive, finite number of seconds")
     return cap(param, v)
+
+
+def _read_unit(param: str, text: str, parse):
+    """``parse(text, param)``, a text the parser cannot read raised as a ParameterError naming ``param`` (the
+    problem says what it expected: ``max_tpot=50 parsecs is not readable (examples: 200ms, 1.5s)``)."""
+    import re
+
+    try:
+        return parse(text, param)
+    except ParameterError:
+        raise
+    except AicalcError as e:
+        msg = str(e)
+        hint = re.search(r"\((examples?: [^)]*)\)\s*$", msg)
+        if hint and msg.startswith("cannot read"):
+            problem = f"cannot be read ({hint[1]})"
+        else:  # the parser's own words, less the name and the value the error repeats
+            for prefix in (f"{param}: ", f"{param} "):
+                msg = msg.removeprefix(prefix)
+            problem = msg.replace(f", got '{text}'", "")
+        raise ParameterError(param, _safe(text), problem) from None
 
 
 def _number(param: str, value) -> float:

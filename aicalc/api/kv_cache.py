@@ -11,7 +11,8 @@ class KVCache(Table):
     ``weights_bytes_per_device``, ``runtime_overhead_bytes``, ``total_bytes_per_device``; with a chip also
     ``memory_bytes``, ``kv_budget_bytes_per_device``, ``max_batch``, ``max_concurrency``, ``fits``,
     ``headroom_bytes`` (what is left, never negative), ``shortfall_bytes`` (what is missing) and, when asked,
-    ``max_context``."""
+    ``max_context``; on a chip whose only memory is on-chip SRAM also ``chips_needed`` (the per-device columns
+    are then shares of those chips). ``kv_per_sequence_bytes`` is one sequence's cache on one device."""
 
 
 def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str = "release", tp: int | None = None,
@@ -28,6 +29,7 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
 
     from aicalc.api import inputs
     from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, resident_weights, weight_format
+    from aicalc.api.roofline import SRAM_KINDS
     from aicalc.core import capacity
     from aicalc.core.geometry import check_tp
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
@@ -65,7 +67,11 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     warnings = []
     if S.max() > arch.max_context:
         warnings.append(f"context {int(S.max()):,} exceeds the model's max_position_embeddings {arch.max_context:,}")
-    if chip_obj is not None:
+    if chip_obj is not None and chip_obj.kind in SRAM_KINDS:
+        cols |= _sram_only(chip_obj, weights * tp, exact * tp, B)
+        if max_context:  # more chips hold a longer cache: the model's own limit
+            cols["max_context"] = np.full(B.shape, float(arch.max_context))
+    elif chip_obj is not None:
         room = np.broadcast_to(capacity.room_bytes(chip_obj.memory_bytes, utilization, weights, over), B.shape)
         budget = np.maximum(room, 0.0)
         fit, concurrency = capacity.max_batch(shape, budget, S, block_size)
@@ -85,6 +91,27 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
                             "per device")
     return KVCache(cols, warnings, model=spec, chip=chip_obj, shape=shape, tp=tp, kv_dtype=kv_dtype, dtype=dtype,
                    block_size=block_size, engine=engine, utilization=utilization, overhead_bytes=over)
+
+
+def _sram_only(chip, weights, kv, B) -> dict:
+    """The columns of a chip whose only memory is on-chip SRAM (Groq LPU, Cerebras WSE): the weights and the
+    cache are spread over as many chips as they fill, ``chips_needed`` (the count roofline and compare price, by
+    the same formula as :func:`aicalc.api.roofline.roofline`), with no engine runtime beside them; per device is
+    a share of that deployment. ``max_batch``: sequences of this context that fit beside the weights on those
+    chips."""
+    import numpy as np
+
+    mem = float(chip.memory_bytes)
+    chips = np.ceil((weights + kv) / mem)
+    per_seq = kv / B  # one sequence, all devices
+    fit = np.floor((chips * mem - weights) / np.maximum(per_seq, 1.0))
+    return {"chips_needed": chips.astype(np.int64), "kv_cache_bytes": kv, "weights_bytes_per_device": weights / chips,
+            "kv_cache_bytes_per_device": kv / chips, "kv_per_sequence_bytes": per_seq / chips,
+            "runtime_overhead_bytes": 0.0, "total_bytes_per_device": (weights + kv) / chips,
+            "paging_waste_bytes_per_device": 0.0, "memory_bytes": chip.memory_bytes,
+            "kv_budget_bytes_per_device": (chips * mem - weights) / chips, "max_batch": fit.astype(np.int64),
+            "max_concurrency": fit, "fits": np.ones(B.shape, dtype=bool), "headroom_bytes": (chips * mem - weights - kv)
+            / chips, "shortfall_bytes": np.zeros(B.shape)}
 
 
 def _gib(x: float) -> str:

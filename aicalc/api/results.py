@@ -15,7 +15,7 @@ class Table:
         import numpy as np
 
         n = max((np.size(v) for v in columns.values() if np.ndim(v)), default=1)
-        self.columns = {k: _column(v, n) for k, v in columns.items()}
+        self.columns = Columns({k: _column(v, n) for k, v in columns.items()})
         self.warnings = list(warnings or [])
         self.meta = meta
         for k, v in self.columns.items():
@@ -43,6 +43,31 @@ class Table:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} rows: {', '.join(self.columns)})"
+
+
+class Columns(dict):
+    """A table's columns: reads as the list of column names (``result.columns`` → ``['batch', 'context', …]``,
+    ``== [...]``, ``columns[0]``, ``list(columns)``), and maps each name to its numpy column as before
+    (``result.columns["batch"]``)."""
+
+    @property
+    def names(self) -> list[str]:
+        return list(self)
+
+    def __getitem__(self, key):
+        if isinstance(key, int):  # position → name, as in a list of names
+            return self.names[key]
+        return super().__getitem__(key)
+
+    def __eq__(self, other):
+        if isinstance(other, (list, tuple)):
+            return self.names == list(other)
+        return dict.__eq__(self, other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(self.names)
 
 
 def _column(v, n: int):

@@ -95,8 +95,8 @@ def compose_efficiency(chip, engine: str | None = None, efficiency=None):
     from aicalc.core.efficiency import Efficiency
 
     cls = profiles.chip_class(chip)
-    eng = engine or profiles.DEFAULT_ENGINE
-    cp, ep = profiles.load("class", cls), profiles.load("engine", eng)
+    cp, ep = profiles.load("class", cls), profiles.load("engine", engine or profiles.default_engine(chip))
+    eng = ep.id  # the release a family name (cerebras) resolved to: the table says which it used
     if isinstance(efficiency, Efficiency):
         return efficiency, cls, eng, ep.options, ("given Efficiency",), bool(cp.options.get("pipeline_over_chips"))
     chip_factors = {k: f.value for k, f in (getattr(chip, "efficiency", None) or {}).items()}

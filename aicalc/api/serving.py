@@ -84,6 +84,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     from aicalc.core.serving import live_context, prefill_batch, steady_state
     from aicalc.errors import ParameterError
 
+    given_chips = chips
     tp, chips = node_split(chip, tp, chips)
     tp = inputs.whole("tp", tp)
     chips = inputs.whole("chips", chips) if chips is not None else tp
@@ -99,6 +100,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if chips < 1 or chips % tp:
         raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}")
     replicas = chips // tp
+    if _sram_only(cs):  # one pipeline over the chips its bytes fill (_sram_chips), whatever --chips says
+        replicas = 1
     if isinstance(concurrency, str) and concurrency == "max":
         concurrency = max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompt, gen=gen, dtype=dtype,
                                              kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
@@ -123,13 +126,15 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     cached = np.floor(P * hit)  # prompt tokens found in the prefix cache
     k = prefill_batch(per_rep, G, P - cached)  # prompts prefilled together in one pass
     spec = draft_setup(draft, cs, tp, draft_tokens, acceptance)
+    sram = _sram_chips(cs, weights * tp, per_rep, P, G, tp)  # SRAM-only chips: a replica spans what the bytes fill
     out = {}
     for name, eff in (("est", cs.efficiency), ("ideal", IDEAL)):
         pick = (lambda ph: ph.t_est) if name == "est" else (lambda ph: ph.t_ideal)
         # one attention group of the replica (all of it without attention DP): its chips and its share of the work
         pre = latency.phase(cs.shape, cs.roofs, cs.formats, eff, k / D, P - cached, cached, tp / D, logits_tokens=1.0,
-                            par=par)
-        dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_rep / D, 1.0, P + G / 2.0, tp / D, par=par)
+                            chips=1.0 if sram is None else sram, par=par)
+        dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_rep / D, 1.0, P + G / 2.0, tp / D,
+                            chips=1.0 if sram is None else sram, par=par)
         t_pre, t_dec = pick(pre), pick(dec)
         ttft, tpot = steady_state(t_pre, t_dec, per_rep, G, k)
         # every request in flight yields a token per TPOT of its replica; the busiest replica's (ceil(C / R)
@@ -151,6 +156,11 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         kv_dev = kv_dev + kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, tp), per_rep, live_context(P, G) + spec["k"],
                                          BLOCK)
     fits = (kv_dev <= budget) & (budget > 0)
+    if sram is not None:  # weights and cache spread over the replica's chips, no engine runtime beside them
+        overhead, budget = 0.0, float(cs.chip.memory_bytes)
+        chips = sram if given_chips is None else chips
+        fits = sram <= chips
+        weights, kv_dev = weights * tp / sram, kv_dev * tp / sram
     meets = np.ones_like(C, dtype=bool)
     if max_ttft is not None:
         meets &= ttft <= max_ttft
@@ -169,6 +179,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if spec is not None:
         cols |= {"draft_tokens": spec["k"], "acceptance": spec["acceptance"],
                  "tokens_per_target_pass": spec["tokens"], "speculative_speedup": out["est"][3]}
+    if sram is not None:
+        cols["chips_needed"] = sram.astype(np.int64)
     price = price or cs.chip.price_per_hour_usd
     if price:
         cols["usd_per_million_output_tokens"] = cost.usd_per_million_tokens(chips, tps, price)
@@ -176,7 +188,11 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if cs.chip.tdp_w:
         cols["joules_per_output_token"] = cost.joules_per_token(chips, tps, cs.chip.tdp_w)
     warnings = list(cs.warnings)
-    if budget <= 0:
+    if sram is not None:
+        if not fits.all():
+            warnings.append(f"{int((~fits).sum())} row(s) need more than the {chips} {cs.chip.id} chips given: "
+                            "weights and KV cache live in on-chip SRAM only (see chips_needed)")
+    elif budget <= 0:
         short = weights + overhead - np.ceil(cs.chip.memory_bytes * utilization)
         warnings.append(f"does not fit: weights ({weights / 2**30:.1f} GiB) and runtime overhead ({overhead / 2**30:.1f} "
                         f"GiB) per device exceed {utilization:.0%} of {cs.chip.id}'s memory by {short / 2**30:.1f} "
@@ -186,3 +202,24 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
                         f"replica exceeds the {budget / 2**30:.1f} GiB left per device beside weights and overhead")
     return Serving(cols, warnings, setup=cs, replicas=replicas, chips=chips, price=price, budget_bytes=budget,
                    max_ttft=max_ttft, max_tpot=max_tpot, utilization=utilization)
+
+
+def _sram_only(cs) -> bool:
+    from aicalc.api.roofline import SRAM_KINDS
+
+    return bool(cs.dataflow and cs.chip.kind in SRAM_KINDS)
+
+
+def _sram_chips(cs, weights, per_rep, P, G, tp):
+    """Chips one replica spans on a chip whose only memory is on-chip SRAM (Groq LPU, Cerebras WSE): its weights
+    and its sequences' KV cache spread over as many chips as they fill (roofline's ``chips_needed``, the same
+    count); None on other chips. Every token crosses them in turn (:func:`aicalc.core.latency.dataflow`)."""
+    if not _sram_only(cs):
+        return None
+    import numpy as np
+
+    from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
+    from aicalc.core.serving import live_context
+
+    kv = kv_cache_bytes(kv_shape(cs.model.arch, cs.kv_dtype, tp), per_rep, live_context(P, G)) * tp
+    return np.ceil((weights + kv) / float(cs.chip.memory_bytes))

@@ -17,9 +17,11 @@ kind whose factors and options it starts from; at most MAX_EXTENDS deep, no loop
 (:data:`OPTIONS`), each with an optional ``KEY_source`` text:
 
 - class: ``pipeline_over_chips`` (true/false);
-- engine: ``kv_shared`` (true/false), ``gguf_compute`` (a compute dtype) with ``gguf_compute_vendors`` (a list of
-  vendor names), ``max_num_seqs`` (a whole number of sequences, 1 to 2^24), ``by_class`` (chip class id →
-  ``{factors: …}``);
+- engine: ``release`` (the software release the factors describe: ``{version, date: YYYY-MM[-DD], source}``;
+  every built-in engine profile with factors has one), ``family`` (the engine a release belongs to: ``--engine cerebras``
+  means the latest release of the family ``cerebras``, ``--engine cerebras-2024-08`` that one), ``kv_shared``
+  (true/false), ``gguf_compute`` (a compute dtype) with ``gguf_compute_vendors`` (a list of vendor names),
+  ``max_num_seqs`` (a whole number of sequences, 1 to 2^24), ``by_class`` (chip class id → ``{factors: …}``);
 - framework: ``default_zero`` (a ZeRO stage, 0 to 3).
 
 Anything else, or a value of the wrong type or range, is an error naming the file and the key (exit 2).
@@ -69,7 +71,32 @@ def _roots_key() -> tuple[str, ...]:
 
 
 def ids(kind: str) -> tuple[str, ...]:
+    """Profile ids of ``kind`` (files; an engine family's name, :func:`families`, is not one)."""
     return _ids(_roots_key(), kind)
+
+
+def families() -> dict[str, tuple[str, ...]]:
+    """Engine family → the ids of its releases, oldest first (by the ``release.date`` of each profile)."""
+    return _families(_roots_key())
+
+
+def latest(family: str) -> str:
+    """The id of a family's latest release: the default whenever the family is named."""
+    return families()[family][-1]
+
+
+@cache
+def _families(roots: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    from aicalc.catalog.store import load_yaml
+
+    out: dict[str, list[tuple[str, str]]] = {}
+    for d in _folders("engine"):
+        for f in sorted(d.glob("*.yaml")):
+            data = load_yaml(f)
+            fam = data.get("family") if isinstance(data, dict) else None
+            if isinstance(fam, str) and fam != f.stem and _release(data.get("release")) is None:
+                out.setdefault(fam, []).append((data["release"]["date"], f.stem))
+    return {k: tuple(i for _, i in sorted(v)) for k, v in out.items()}
 
 
 @cache
@@ -129,11 +156,27 @@ def _zero_stage(v) -> str | None:
     return f"must be a ZeRO stage, 0, 1, 2 or 3, got {_show(v)}"
 
 
+def _release(v) -> str | None:
+    """An engine release: ``{version: text, date: YYYY-MM or YYYY-MM-DD, source: text}``."""
+    if not isinstance(v, dict) or set(v) != {"version", "date", "source"}:
+        return f"must be a mapping of version, date and source, got {_show(v)}"
+    if not all(isinstance(v[k], str) and v[k] for k in ("version", "source")):
+        return "needs a version and a source, each a text"
+    if not isinstance(v["date"], str) or not re.fullmatch(r"(19|20)[0-9]{2}-(0[1-9]|1[0-2])(-[0-3][0-9])?", v["date"]):
+        return f"date must read YYYY-MM or YYYY-MM-DD (quoted), got {_show(v['date'])}"
+    return None
+
+
+def _family(v) -> str | None:
+    return None if isinstance(v, str) and _ID.fullmatch(v) else f"must be an engine id, got {_show(v)}"
+
+
 COMMON_KEYS = ("id", "name", "description", "factors", "extends")
 OPTIONS = {
     "class": {"pipeline_over_chips": _flag},
-    "engine": {"kv_shared": _flag, "gguf_compute": _compute_dtype, "gguf_compute_vendors": _texts,
-               "max_num_seqs": _sequences, "scheduler": _scheduler, "by_class": None},  # by_class: read by _read_by_class
+    "engine": {"release": _release, "family": _family, "kv_shared": _flag, "gguf_compute": _compute_dtype,
+               "gguf_compute_vendors": _texts, "max_num_seqs": _sequences, "scheduler": _scheduler,
+               "by_class": None},  # by_class: read by _read_by_class
     "framework": {"default_zero": _zero_stage},
 }
 
@@ -146,6 +189,8 @@ def load(kind: str, profile_id: str) -> Profile:
         raise AicalcError(f"'{kind}' is not a kind of profile (known: {', '.join(KINDS)})")
     if not isinstance(profile_id, str):
         _find(kind, profile_id)  # refuses it, naming the parameter
+    if kind == "engine" and profile_id not in ids(kind) and profile_id in families():
+        profile_id = latest(profile_id)  # a family: its latest release
     return _load(_roots_key(), kind, profile_id)
 
 
@@ -289,6 +334,19 @@ def _read_by_class(file: str, block) -> dict[str, tuple[dict[str, float], dict[s
             raise AicalcError(f"{file}: by_class.{cls}.description must be text")
         out[cls] = _read_factors(file, entry.get("factors"), f"by_class.{cls}.factors")
     return out
+
+
+def default_engine(chip) -> str:
+    """The engine a chip runs when none is given: its preset's ``default_engine`` (its own serving stack:
+    groq, cerebras, jetstream on TPUs, llama.cpp on Apple GPUs), else generic."""
+    return getattr(chip, "default_engine", None) or DEFAULT_ENGINE
+
+
+def release_note(engine_id: str) -> str:
+    """``cerebras-2025 (Cerebras Inference, 2025 …, 2025-08)``: the profile an estimate used and the release it
+    describes, for a table's notes."""
+    rel = load("engine", engine_id).options.get("release")
+    return f"{engine_id} ({rel['version']}, {rel['date']})" if rel else f"{engine_id} (no release of its own)"
 
 
 def chip_class(chip) -> str:

@@ -68,6 +68,9 @@ class Chip(_Strict):
                                                 "scale-up domains (InfiniBand/RoCE NICs, TPU DCN), decimal GB/s")
     efficiency: dict[str, Factor] = Field({}, description="measured efficiency factors of this chip (e.g. its GEMM "
                                           "ceiling), applied over its class's profile")
+    default_engine: str | None = Field(None, description="presets/engines/ID.yaml: the serving stack this chip runs "
+                                       "(groq on a Groq LPU, cerebras on a WSE); the engine every estimate uses when "
+                                       "none is given (default: generic, the class profile as it was fitted)")
     efficiency_class: str | None = Field(None, description="presets/classes/ID.yaml: the efficiency profile of its "
                                          "class (default: from kind and vendor)")
     tdp_w: PositiveFloat | None = None

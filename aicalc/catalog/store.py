@@ -507,7 +507,7 @@ _RECORD_FIELDS = {
     "chip": {"id": "s", "name": "s", "vendor": "s", "kind": "s", "generation": "s?", "year": "i?", "memory": "i",
              "memory_type": "s", "memory_bandwidth_gbs": "n", "sram": "i?", "sram_bandwidth_gbs": "n?",
              "dense_tflops": "d", "sparse_tflops": "d", "interconnect": "c", "scale_out_gbs": "n?", "efficiency": "e",
-             "efficiency_class": "s?", "tdp_w": "n?", "price_per_hour_usd": "n?", "price_source": "s?", "source": "s",
+             "efficiency_class": "s?", "default_engine": "s?", "tdp_w": "n?", "price_per_hour_usd": "n?", "price_source": "s?", "source": "s",
              "notes": "l"},
     "node": {"id": "s", "name": "s", "chip": "s", "count": "i", "interconnect": "c", "system_power_w": "n?",
              "price_per_hour_usd": "n?", "price_source": "s?", "source": "s", "notes": "l"},
@@ -548,7 +548,8 @@ def _trusted(kind: str, data, where: Path) -> bool:
     fields = _RECORD_FIELDS[kind]
     if not (isinstance(data, dict) and set(data) == set(fields) and all(ok(c, data[k]) for k, c in fields.items())):
         return False
-    if any(data.get(f) is not None and not _ID.fullmatch(data[f]) for f in ("chip", "efficiency_class")):
+    if any(data.get(f) is not None and not _ID.fullmatch(data[f]) for f in ("chip", "efficiency_class",
+                                                                           "default_engine")):
         return False
     try:
         _check_figures(data, where)

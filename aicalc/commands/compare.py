@@ -8,13 +8,13 @@ from aicalc.result import Result
 
 def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256", dtype: str = "release",
         kv_dtype: str = "bf16", requests_per_day="1M", years=1.0, max_ttft="2s", max_tpot="200ms",
-        price=None, peak_factor="1") -> Result:
+        price=None, peak_factor="1", engine=None, training=None) -> Result:
     from aicalc.commands.merge import choices, over
 
     if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # one table across formats
         return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
             model, chip, tokens, seq, prompt, gen, d, kd, requests_per_day, years, max_ttft, max_tpot, price,
-            peak_factor)))
+            peak_factor, engine, training)))
 
     from aicalc.api.compare import compare
     from aicalc.commands.options import price_per_hour
@@ -30,7 +30,8 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
                 seq=parse_int(str(seq), "--seq"), prompt=parse_int(str(prompt), "--prompt"),
                 gen=parse_int(str(gen), "--gen"), dtype=dtype, kv_dtype=kv_dtype,
                 requests_per_day=parse_count(str(requests_per_day), "--requests-per-day"), years=years,
-                max_ttft=max_ttft, max_tpot=max_tpot, price=price_per_hour(price), peak_factor=_peak(peak_factor))
+                max_ttft=max_ttft, max_tpot=max_tpot, price=price_per_hour(price), peak_factor=_peak(peak_factor),
+                engine=engine, training=training)
     from aicalc.units import fmt_count
 
     m = r.meta
@@ -39,12 +40,14 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
               "training_tokens": m["tokens"], "training_seq": m["seq"], "prompt": m["prompt"], "gen": m["gen"],
               "dtype": dtype, "kv_dtype": kv_dtype, "requests_per_day": m["requests_per_day"], "years": m["years"],
               "max_ttft_s": m["max_ttft"], "max_tpot_s": m["max_tpot"],
-              "price_per_chip_hour_usd": price_per_hour(price), "peak_factor": _peak(peak_factor)}
+              "price_per_chip_hour_usd": price_per_hour(price), "peak_factor": _peak(peak_factor), "engine": engine,
+              "training": training}
     # the answers first: a narrow terminal gives way from the right (render.fit_columns), so the layout and
     # precision strings, long and in JSON anyway, come last
-    columns = ["chip", "phase", "chips_needed", "memory_bytes", "total_time_s", "training_cost_usd", "ttft_s",
-               "tpot_s", "output_tokens_per_s", "usd_per_million_output_tokens", "fleet_chips",
-               "annual_inference_cost_usd", "mfu",
+    # the costs the command exists to compare sit side by side and stay at any width (Result.keep)
+    columns = ["chip", "phase", "training_cost_usd", "annual_inference_cost_usd", "chips_needed", "memory_bytes",
+               "total_time_s", "ttft_s", "tpot_s", "output_tokens_per_s", "usd_per_million_output_tokens", "fleet_chips",
+               "mfu",
                "batch", "bound", "layout", "precision"]
     notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (Megatron: sequence "
              "parallel, flash attention; TP ≤ 8 preferred), "
@@ -56,8 +59,29 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
              + (f" × peak factor {_peak(peak_factor):g}" if _peak(peak_factor) != 1 else " at the day's average rate")
              + " within the latency targets at the 99th percentile of the scheduler simulation, 365 days of its "
              "chip-hours (the search of serve --search; docs/compare.md)"]
+    from aicalc.api.compare import ON_DEVICE_LAYOUT
+
+    on_device = sorted({r["chip"] for r in m["row_dicts"] if r.get("layout") == ON_DEVICE_LAYOUT})
+    if on_device:
+        notes.append(f"on-device ({', '.join(on_device)}): one user at batch 1 on one device"
+                     + ("" if training else "; no training row (--training adds it)"))
+    notes.append(_engines(m["row_dicts"], engine))
     return Result("compare", inputs, m["row_dicts"], warnings=r.warnings, columns=columns, notes=notes,
-                  title=f"{m['model'].name}: training vs inference")
+                  title=f"{m['model'].name}: training vs inference",
+                  keep=["chip", "phase", "training_cost_usd", "annual_inference_cost_usd", "fits"])
+
+
+def _engines(rows: list[dict], given) -> str:
+    """"inference engine: groq (…) on groq-lpu; generic on h100-sxm": the profile each chip's inference used."""
+    from aicalc.catalog.profiles import release_note
+
+    used = dict.fromkeys((r["engine"], r["chip"]) for r in rows if r.get("engine"))
+    by: dict[str, list[str]] = {}
+    for e, c in used:
+        by.setdefault(e, []).append(c)
+    how = "--engine" if given else "each chip's default engine; --engine chooses another"
+    return "inference engine: " + "; ".join(f"{release_note(e)} on {', '.join(cs)}" for e, cs in by.items()) + \
+        f" ({how})"
 
 
 def _peak(text) -> float:

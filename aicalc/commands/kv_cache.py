@@ -26,7 +26,7 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
     if engine not in ("vllm", "hf"):
         from aicalc.catalog import profiles
 
-        if str(engine) in profiles.ids("engine"):  # serve's and roofline's engine profiles
+        if str(engine) in (*profiles.ids("engine"), *profiles.families()):  # serve's and roofline's profiles
             from aicalc.errors import AicalcError
 
             raise AicalcError(f"--engine {engine} is a serving profile (serve, roofline); kv-cache counts the "
@@ -45,7 +45,9 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
     columns = ["batch", "context", "kv_per_sequence_bytes", "kv_cache_bytes_per_device", "weights_bytes_per_device",
                "total_bytes_per_device"]
     chip_obj = m["chip"]
-    if chip_obj is not None:
+    if "chips_needed" in cols:  # SRAM-only chips: the deployment spans as many chips as the bytes fill
+        columns += ["chips_needed", "max_batch"]
+    elif chip_obj is not None:
         columns += ["max_batch", "fits"] + (["shortfall_bytes"] if not np.all(cols["fits"]) else [])
         ok = cols["fits"]
         if solve == "max-context":

@@ -94,8 +94,8 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                               "zero precision dp_bandwidth framework goodput price",
                          int="virtual_stages interleave cp ep top", flag="sequence_parallel sp search",
                          texts="chip eff", params={"sp": "sequence_parallel", "virtual_stages": "interleave"}),
-    "compare": _kinds(text="tokens seq prompt gen dtype kv_dtype requests_per_day max_ttft max_tpot price peak_factor",
-                      float="years", texts="chip"),
+    "compare": _kinds(text="tokens seq prompt gen dtype kv_dtype requests_per_day max_ttft max_tpot price peak_factor "
+                           "engine", float="years", flag="training", texts="chip"),
 }
 
 _BOOLS = {"1": True, "true": True, "t": True, "yes": True, "y": True, "on": True,
@@ -118,3 +118,35 @@ def parse_option(kind: str, value):
         return number[0](value)
     except (TypeError, ValueError):
         raise ValueError(f"{value!r} is not a valid {number[1]}") from None
+
+
+def engine_default(given, chip) -> str:
+    """", the chip's own stack (--engine chooses another)" where the engine was not given: the table says that
+    the estimate assumed the chip's serving stack, and how to ask for another."""
+    if given:
+        return ""
+    from aicalc.catalog.profiles import default_engine
+
+    own = default_engine(chip)
+    return f"; {chip.id}'s default engine ({own}; --engine chooses another)"
+
+
+def engines_note(chip_ids, engine) -> str:
+    """"engine: groq (…) on groq-lpu; generic (…) on h100-sxm": the profile and release each chip's estimate
+    used, for a table across chips."""
+    from aicalc.api.catalog import load_node_or_chip
+    from aicalc.catalog.profiles import default_engine, load, release_note
+
+    by: dict[str, list[str]] = {}
+    for c in chip_ids:
+        chip = load_node_or_chip(c)[0]
+        by.setdefault(load("engine", engine or default_engine(chip)).id, []).append(chip.id)
+    how = "--engine" if engine else "each chip's default engine; --engine chooses another"
+    return "engine: " + "; ".join(f"{release_note(e)} on {', '.join(cs)}" for e, cs in by.items()) + f" ({how})"
+
+
+def engine_release(engine_id: str) -> dict | None:
+    """The release an engine profile describes (``{version, date, source}``), for a result's inputs."""
+    from aicalc.catalog.profiles import load
+
+    return load("engine", engine_id).options.get("release")

@@ -146,19 +146,24 @@ def fits_on(chip: str, context="4k", dtype: str = "release", lora: bool = False)
                "weights_bytes_per_device": float(kv.weights_bytes_per_device[0]),
                "fits": bool(kv.fits[0]) and ctx <= spec.arch.max_context, "max_batch": int(kv.max_batch[0]),
                "max_context": float(kv.max_context[0])}
+        if "chips_needed" in kv.columns:  # SRAM-only chips: the model spans as many as its bytes fill
+            row["chips_needed"] = int(kv.chips_needed[0])
         if lora:
             t = aicalc.train_memory(spec, batch=1, seq=ctx, tp=1, recompute="full", lora_rank=16,
                                     lora_targets="q,v", chip=chip_obj)
             row["lora_peak_bytes"] = float(t.peak_bytes[0])
             row["lora_fits"] = bool(t.fits[0])
         rows.append(row)
-    rows.sort(key=lambda r: (not r["fits"], -r["params"]))
-    n = sum(r["fits"] for r in rows)
+    total = len(rows)
+    rows = sorted((r for r in rows if r["fits"]), key=lambda r: -r["params"])  # the answer: the models that fit
+    n = len(rows)
     where = f"{count} × {chip_obj.id}" if count > 1 else chip_obj.id
-    notes = [f"{n} of {len(rows)} models fit {where} at {dtype} with one {ctx:,}-token sequence (weights, runtime "
-             "overhead and KV cache within 90 % of memory, and the context within the model's own limit)"
+    notes = [f"{n} of {total} models fit {where} at {dtype} with one {ctx:,}-token sequence (weights, runtime "
+             "overhead and KV cache within 90 % of memory, and the context within the model's own limit); the "
+             f"other {total - n} are left out"
              + ("; lora: rank 16 on q/v, bf16, full recompute, micro-batch 1 on one chip" if lora else "")]
-    columns = ["id", "params", "tp", "weights_bytes_per_device", "fits", "max_batch", "max_context"] + \
+    columns = ["id", "params", "tp", *(["chips_needed"] if rows and "chips_needed" in rows[0] else []),
+               "weights_bytes_per_device", "max_batch", "max_context"] + \
         (["lora_peak_bytes", "lora_fits"] if lora else [])
     return Result("presets list", {"fits_on": chip, "context": ctx, "dtype": dtype, "lora": lora}, rows,
                   title=f"models on {where}", notes=notes, columns=columns)

@@ -23,7 +23,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
             kv_per_query_head, engine, draft, draft_tokens, acceptance, ep, attention_dp)))
 
     from aicalc.api.roofline import roofline
-    from aicalc.commands.options import efficiency_overrides, time_attention
+    from aicalc.catalog.profiles import release_note
+    from aicalc.commands.options import efficiency_overrides, engine_default, engine_release, time_attention
     from aicalc.sweep import grid, int_sweep
 
     attention = time_attention(attention)
@@ -78,7 +79,7 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "batch": batch, "prompt": prompt, "gen": gen, "dtype": cs.dtype_label,
               "kv_dtype": cs.kv_dtype, "tp": tp, "ep": ep, "attention_dp": attention_dp, "compute_dtype": cs.compute_dtype, "attention": attention,
               "group_size": group_size, "kv_shared": cs.formats.kv_shared, "engine": cs.engine,
-              "draft": draft, "draft_tokens": draft_tokens if draft else None,
+              "engine_release": engine_release(cs.engine), "draft": draft, "draft_tokens": draft_tokens if draft else None,
               "acceptance": acceptance if draft else None,
               "chip_class": cs.chip_class, "efficiency": effm.as_dict(), "efficiency_sources": list(cs.sources),
               "peak_flop_per_s": cs.roofs.peak_flop_per_s,
@@ -95,7 +96,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     notes = [f"ridge point {ridge:,.0f} FLOP/byte = {cs.roofs.peak_flop_per_s / 1e12:,.1f} TFLOP/s dense "
              f"{cs.compute_dtype} ÷ {cs.roofs.bandwidth_bytes_per_s / 1e9:,.0f} GB/s; below it a pass is memory-bound",
              f"estimate: {r.meta['regime']} (presets/classes/{cs.chip_class}.yaml, presets/engines/{cs.engine}.yaml); "
-             "ideal = bare roofline, no overheads; override factors with --eff KEY=VALUE"]
+             "ideal = bare roofline, no overheads; override factors with --eff KEY=VALUE",
+             f"engine profile: {release_note(cs.engine)}{engine_default(engine, cs.chip)}"]
     chart = None
     if not ops and len(r) <= 64:
         from aicalc.plot import terminal_chart
@@ -105,7 +107,15 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
 
     # does not fit one device: exit 1 (a dataflow deployment is priced over chips_needed chips by design)
     code = ExitCode.OK if bool(c["fits"].all()) or cs.dataflow else ExitCode.BUDGET
-    return Result("roofline", inputs, rows, warnings=r.warnings, exit_code=code,
+    warnings = list(r.warnings)
+    if cs.dataflow:  # spreading the bytes over chips_needed chips is the deployment, a result and not a warning
+        spread = [w for w in warnings if w.startswith("weights + KV cache exceed one device's on-chip SRAM")]
+        warnings = [w for w in warnings if w not in spread]
+        need = sorted({int(x) for x in c["chips_needed"]})
+        notes.insert(0, f"weights and KV cache spread over {_span(need)} {cs.chip.id} chips' SRAM (chips_needed): "
+                        "a token crosses them in turn" if need != [1] else f"weights and KV cache fit one "
+                        f"{cs.chip.id}")
+    return Result("roofline", inputs, rows, warnings=warnings, exit_code=code,
                   title=f"{cs.model.id} on {_where(chip, cs.chip)} ({cs.dtype_label}, {cs.compute_dtype} math)", notes=notes,
                   columns=columns, chart=chart)
 
@@ -126,6 +136,10 @@ def _op_rows(ops, i: int, phase: str, common: dict, tails: dict, ridge: float) -
                      "arithmetic_intensity": oai if math.isfinite(oai) else None, "bound": bound, "time_s": t,
                      "ideal_time_s": ti, "efficiency": ti / t if t else None, **tails})
     return rows
+
+
+def _span(counts: list[int]) -> str:
+    return f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,} to {counts[-1]:,}"
 
 
 def _where(given, chip) -> str:

@@ -34,6 +34,11 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     if search and chips is None and (rate is not None or requests is not None or requests_per_day is not None):
         return _fleet(model, chip, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, price, engine, rate,
                       requests, requests_per_day, peak_factor, num_requests, seed, policy)
+    if plot and not search:
+        from aicalc.errors import AicalcError
+
+        raise AicalcError("--plot draws the Pareto chart of the deployments --search ranks: add --search "
+                          "(roofline --plot draws a roofline)")
     if search:
         return _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft,
                        draft_tokens, acceptance, plot, traffic=None if rate is None and requests is None else dict(
@@ -54,7 +59,8 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
                         requests, num_requests, seed, policy)
 
     from aicalc.api.serving import max_concurrency, serve
-    from aicalc.commands.options import cost_note, price_per_hour
+    from aicalc.catalog.profiles import release_note
+    from aicalc.commands.options import cost_note, engine_default, engine_release, price_per_hour
     from aicalc.core.serving import concurrency_ladder
     from aicalc.sweep import grid, int_sweep
 
@@ -81,11 +87,12 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     warnings, exit_code = list(r.warnings), ExitCode.OK
     slo = m["max_ttft"] is not None or m["max_tpot"] is not None
     fits, ok = c["fits"], c["meets_slo"]
+    answer = []  # a result, printed with the notes (not as a warning)
     if slo:
         if ok.any():
             best = int(np.argmax(np.where(ok, c["output_tokens_per_s"], -1)))
-            warnings.append(f"best row meeting the targets: concurrency {int(c['concurrency'][best])} at "
-                            f"{c['output_tokens_per_s'][best]:,.0f} output tokens/s")
+            answer.append(f"best row meeting the targets: concurrency {int(c['concurrency'][best])} at "
+                          f"{c['output_tokens_per_s'][best]:,.0f} output tokens/s")
         else:
             warnings.append("no row meets the latency targets on this deployment")
     if (concurrency is not None and not (ok if slo else fits).all()) or (slo and not ok.any()) or not fits.any():
@@ -95,26 +102,39 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
                "total_bytes_per_device", "fits"] + (["speculative_speedup"] if draft else []) + \
               (["meets_slo"] if slo else []) + \
               (["usd_per_million_output_tokens"] if price_v else [])
+    sram = "chips_needed" in c  # SRAM-only chips: each row spans the chips its weights and cache fill
+    if sram:
+        columns.insert(columns.index("fits"), "chips_needed")
     if ep > 1 or attention_dp > 1:
         columns[columns.index("batch_per_replica"):columns.index("batch_per_replica")] = ["ep", "attention_dp"]
     dtype = cs.dtype_label
-    inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "ep": ep,
-              "attention_dp": attention_dp, "replicas": m["replicas"],
-              "prompt": prompts, "gen": gens, "concurrency": None if concurrency is None else conc,
+    n_chips = _count(c["chips_needed"]) if sram and chips is None else m["chips"]
+    inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"] if not sram else chips, "tp": tp,
+              "ep": ep, "attention_dp": attention_dp, "replicas": m["replicas"], "prompt": prompts, "gen": gens,
+              "concurrency": None if concurrency is None else conc,
               "max_ttft_s": m["max_ttft"], "max_tpot_s": m["max_tpot"], "dtype": dtype, "kv_dtype": kv_dtype,
-              "compute_dtype": cs.compute_dtype, "engine": cs.engine, "chip_class": cs.chip_class,
+              "compute_dtype": cs.compute_dtype, "engine": cs.engine,
+              "engine_release": engine_release(cs.engine), "chip_class": cs.chip_class,
               "draft": draft, "draft_tokens": int(draft_tokens) if draft else None,
               "acceptance": float(_share(acceptance)) if draft else None, "prefix_hit": _share(prefix_hit),
               "efficiency_sources": list(cs.sources), "price_per_chip_hour_usd": price_v,
               "gpu_memory_utilization": m["utilization"]}
-    notes = ["continuous batching in steady state: TPOT = decode step + the batched prefills interleaved per step; "
+    notes = [*answer, "continuous batching in steady state: TPOT = decode step + the batched prefills interleaved per step; "
              "TTFT = own batch's prefill + one running decode step (docs/serve.md)",
-             f"efficiency: engine {cs.engine} (presets/engines/{cs.engine}.yaml), chip class {cs.chip_class} "
-             f"(presets/classes/{cs.chip_class}.yaml)", cost_note(cs.chip, price_v, price is not None)]
-    return Result("serve", inputs, Rows(r.columns), warnings=warnings, exit_code=exit_code, columns=columns, notes=notes,
-                  title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} (TP {tp}"
+             f"efficiency: engine {release_note(cs.engine)} (presets/engines/{cs.engine}.yaml), chip class "
+             f"{cs.chip_class} (presets/classes/{cs.chip_class}.yaml){engine_default(engine, cs.chip)}",
+             cost_note(cs.chip, price_v, price is not None)]
+    return Result("serve", inputs, Rows(r.columns), warnings=warnings, exit_code=exit_code, columns=columns,
+                  notes=notes,
+                  title=f"{cs.model.name} on {n_chips} × {cs.chip.name} (TP {tp}"
                         + (f", EP {ep}" if ep > 1 else "") + (f", attention DP {attention_dp}" if attention_dp > 1 else "")
                         + f", {_replicas(m['replicas'])}, {dtype})")
+
+
+def _count(chips) -> str:
+    """``601`` or ``601-640``: the chips of the rows (SRAM-only chips: each row needs its own count)."""
+    lo, hi = int(min(chips)), int(max(chips))
+    return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
 
 
 def _share(text) -> float:
@@ -132,6 +152,7 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
              num_requests, seed, policy=None) -> Result:
     """serve with traffic: a discrete-event simulation of the scheduler (one row per arrival rate)."""
     from aicalc.api.traffic import simulate
+    from aicalc.commands.options import engines_note
     from aicalc.sweep import sweep
     from aicalc.units import parse_int
 
@@ -152,7 +173,8 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
     notes = [f"{src}; discrete-event simulation of continuous batching per replica ({m['policy']} scheduling, "
              "token budget 8192, 256 sequences, paged KV with a 1 % admission watermark, preemption by recompute), "
              "step times from the cost model (docs/serve.md)",
-             "goodput: requests per second meeting --max-ttft and --max-tpot (all requests when none is given)"]
+             "goodput: requests per second meeting --max-ttft and --max-tpot (all requests when none is given)",
+             engines_note([cs.chip.id], engine)]
     return Result("serve", inputs, r.rows(), warnings=r.warnings, columns=columns, notes=notes,
                   title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} under traffic (TP {tp}, "
                         f"{_replicas(m['replicas'])})")
@@ -164,6 +186,7 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
     ``traffic`` (and --chips) each judged by its simulated p99 latencies at that rate."""
     from aicalc.api.deployment import search_deployments
     from aicalc.chart import scatter
+    from aicalc.commands.options import engines_note
     from aicalc.errors import ExitCode
     from aicalc.sweep import int_sweep
     from aicalc.units import parse_int
@@ -208,7 +231,7 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
              "cost per million output tokens, those meeting the targets first; disaggregated: prefill and decode "
              "pools with the KV cache shipped between them (docs/serve.md)",
              f"best: {best['mode']} on {best['chips']} × {best['chip']}, TP {best['tp']}, {best['dtype']} / KV "
-             f"{best['kv_dtype']}"]
+             f"{best['kv_dtype']}", engines_note(chip_ids, engine)]
     if traffic is not None:
         notes.insert(1, f"meets_slo from the scheduler simulation at {rows[0]['rate']:.4g} requests/s: p99 TTFT "
                         "and TPOT of each deployment's replicas (a disaggregated one: its prefill pool, the KV "
@@ -220,7 +243,8 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
     inputs = {"model": model, "chips": chip_ids, "total_chips": n, "prompt": prompt, "gen": gen, "dtype": dtype,
               "kv_dtype": kv_dtype, "max_ttft": max_ttft, "max_tpot": max_tpot, "engine": engine, "search": True}
     return Result("serve", inputs, rows, exit_code=code, columns=columns, notes=notes, chart=chart,
-                  title=f"{model}: serving deployments of {n} chips")
+                  title=f"{model}: serving deployments of {n} chips",
+                  keep=["usd_per_million_output_tokens", "meets_slo"])  # the rank and the verdict
 
 
 def _fleet(model, chip, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, price, engine, rate, requests,

@@ -92,7 +92,7 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
     if "fits" in cols:
         columns.append("fits")
     notes = [f"{spec.id}: {rows[0]['params']:,} params; {st.precision} + {st.optimizer}; framework {st.framework}, "
-             f"attention {st.attention}, recompute {st.recompute}",
+             f"attention {st.attention}, recompute {st.recompute}", _state_dtypes(st),
              "peak = weights + optimizer + activations + transients (loss, largest layer's workspace, ZeRO-3 "
              "gather) + gradients where they coexist (one device without accumulation frees the activations as "
              "its gradients appear: the larger of the two counts) + "
@@ -131,4 +131,17 @@ def _search(model, chip, chips, budget, seqs, batches, cp, top, progress, setup,
               f"none does: the {len(rows)} closest, ranked by shortfall")]
     inputs_["chips"] = m["chips"]
     return Result("train-mem", inputs_, rows, r.warnings, code, title=f"train-mem --search {m['model'].id}",
-                  notes=notes, columns=columns)
+                  notes=notes, columns=columns,
+                  keep=["peak_bytes", "headroom_bytes" if m["layouts_fit"] else "shortfall_bytes"])  # the rank
+
+
+def _state_dtypes(st) -> str:
+    """The dtypes assumed for gradients and optimizer states (aicalc.core.train_memory.state_bytes), so that a
+    pure-bf16 run's bf16 Adam states are said, not silent."""
+    mixed = st.precision.endswith("-mixed")
+    w = "fp32" if st.precision == "fp32" else "16-bit"
+    opt = st.optimizer_dtype or ("bf16" if st.precision == "bf16" else "fp32")
+    why = "" if st.optimizer_dtype else (" (the parameters' dtype, as torch's AdamW keeps them; --optimizer-dtype fp32 "
+                                         "for fp32 states)" if st.precision == "bf16" else "")
+    return (f"assumed: {w} weights, {st.grad_dtype or w} gradients, {opt} optimizer states{why}"
+            + ("; fp32 master weights" if mixed else ""))

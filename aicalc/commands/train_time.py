@@ -71,7 +71,7 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
     columns = ["tp", "pp", "dp", "chips", "global_batch", "total_time_s", "chip_hours",
                *(["cost_usd"] if m["price"] else []), "mfu", "tokens_per_s", "step_s", "ideal_mfu",
                "model_flop_per_s_per_chip"]
-    rows, warnings, code = r.rows(), list(r.warnings), 0
+    rows, warnings, code, title_note = r.rows(), list(r.warnings), 0, ""
     # does each layout fit? train-mem's reserved peak of the same layout against the chip's memory
     from aicalc.api.train_time import layout_memory
 
@@ -90,12 +90,17 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
             warnings.append(f"{int((~fits).sum())} of {fits.size} layouts do not fit {chip_obj.id}'s memory (try more "
                             "tp/pp, --zero 3, --recompute full, or train-time --search)")
             code = 1
+            # the verdict first: time, MFU and cost of a layout that cannot run are not the answer
+            columns = [*columns[:5], "fits", "peak_reserved_bytes",
+                       *(k for k in columns[5:] if k not in ("fits", "peak_reserved_bytes"))]
+            title_note = (" — does not fit: its time, MFU and cost are of a run that cannot start" if not fits.any()
+                          else f" — {int((~fits).sum())} of {fits.size} layouts do not fit")
     else:
         notes.append("fits: not judged (train-mem models selective recompute for Megatron only)")
     if np.any(r.columns["ideal_mfu"] > 1.0):
         notes.append("ideal MFU above 100 %: model FLOPs count every query against all s keys (Megatron's and "
                      "PaLM's convention), while a causal kernel computes about half of the scores")
-    return Result("train-time", inputs, rows, warnings=warnings, title=f"{spec.id} on {chip_obj.id}",
+    return Result("train-time", inputs, rows, warnings=warnings, title=f"{spec.id} on {chip_obj.id}{title_note}",
                   notes=notes, columns=columns, exit_code=code)
 
 
@@ -138,5 +143,6 @@ def _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, prec
     return Result("train-time", inputs, r.rows(), warnings=r.warnings,
                   title=f"{m['model'].id} on {n} × {m['chip'].id}: " +
                         ("fastest layouts that fit" if fit else "no layout fits; the fastest shown"), notes=notes,
-                  columns=columns, exit_code=ExitCode.OK if fit else ExitCode.BUDGET)
+                  columns=columns, exit_code=ExitCode.OK if fit else ExitCode.BUDGET,
+                  keep=["total_time_s", *(["cost_usd"] if m["price"] else [])])  # the rank and its cost
 
