@@ -144,7 +144,7 @@ def check_experts(arch, ep: int, etp, tp, dpcp) -> None:
         raise ParameterError("ep", ep, what)
     tp, dpcp = np.asarray(tp, dtype=np.float64), np.asarray(dpcp, dtype=np.float64)
     ranks = np.broadcast_to(tp * dpcp, np.broadcast(tp, dpcp).shape)
-    group = ep * (np.broadcast_to(tp, ranks.shape) if etp is None else etp)
+    group = ep * np.broadcast_to(tp if etp is None else np.float64(etp), ranks.shape)
     bad = ranks % group != 0
     if np.any(bad):
         i = int(np.flatnonzero(bad.ravel())[0])

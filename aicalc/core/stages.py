@@ -95,7 +95,7 @@ def _ranks_given(L: int, pp: int, first: int | None, last: int | None) -> list[i
     per, extra = divmod(rest, stages)
     if per < 1:
         which, v = ("first_stage_layers", first) if first is not None else ("last_stage_layers", last)
-        raise ParameterError(which, v, f"leaves a pipeline stage empty: {rest} layers for the other {stages} stages "
+        raise ParameterError(which, v, f"leaves a pipeline stage empty: {rest} layer{'' if rest == 1 else 's'} for the other {stages} stages "
                              f"of {{pp}} {pp}")
     others = [per + (1 if i < extra else 0) for i in range(stages)]
     head = [first] if first is not None else [others.pop(0)]

@@ -69,17 +69,21 @@ def evaluate(arch, o, g: dict):
         for k in names:
             r, n, m = c.get(k, c["first"])
             st[k]["rank"][sel], st[k]["layers"][sel], st[k]["moe"][sel] = r, n, m
-    best = None
-    for k in names:
-        if k == "middle" and not np.any(pp > 2) or k == "last" and not np.any(pp > 1):
+    best = _stage(arch, o, g, st["first"]["rank"], st["first"]["layers"], st["first"]["moe"], pp)
+    # the last stage wherever there is one; a middle stage only where it holds more layers than the first (with as
+    # many layers it has fewer micro-batches in flight and no embedding)
+    for k, need in (("last", pp > 1), ("middle", (pp > 2) & (st["middle"]["layers"] > st["first"]["layers"]))):
+        if not np.any(need):
             continue
-        cols = _stage(arch, o, g, st[k]["rank"], st[k]["layers"], st[k]["moe"], pp)
-        if best is None:
-            best = cols
-            continue
-        worse = np.asarray(cols["peak_allocated_bytes"]) > np.asarray(best["peak_allocated_bytes"])
-        best = {f: best[f] if f in ("recompute", "params", "trainable_params") else np.where(worse, cols[f], best[f])
-                for f in best}
+        sub = {f: np.broadcast_to(np.asarray(v), shape)[need] for f, v in g.items()}
+        cols = _stage(arch, o, sub, st[k]["rank"][need], st[k]["layers"][need], st[k]["moe"][need], pp[need])
+        worse = np.asarray(cols["peak_allocated_bytes"]) > np.broadcast_to(best["peak_allocated_bytes"], shape)[need]
+        for f in best:
+            if f in ("recompute", "params", "trainable_params"):
+                continue
+            merged = np.array(np.broadcast_to(np.asarray(best[f], dtype=np.float64), shape))
+            merged[need] = np.where(worse, cols[f], merged[need])
+            best[f] = merged
     return best
 
 
