@@ -180,3 +180,16 @@ def test_searches_consider_uneven_stages_and_folded_ep():
 
     t = search_train_layouts("qwen3-30b-a3b", "h100-sxm", 16, 1e12, seq=4096, global_batch=256, top=50)
     assert 1 in set(int(x) for x in t["etp"]) and any(int(x) > 1 for x in t["ep"])
+
+
+def test_check_takes_the_layout_options(tmp_path, capsys):
+    f = tmp_path / "budget.yaml"
+    f.write_text("version: 1\nchecks:\n"
+                 "  - name: folded\n    command: train-time\n    model: qwen3-235b-a22b\n"
+                 "    args: {chip: h100-sxm, chips: 256, tp: 2, pp: 8, ep: 32, etp: 1, interleave: 4,\n"
+                 "           first-stage-layers: 10, last-stage-layers: 10}\n"
+                 "    limits: {max_total_time: 1000000000s}\n"
+                 "  - name: uneven\n    command: train-mem\n    model: llama-3.1-405b\n"
+                 "    args: {pp: 16, tp: 8, framework: megatron, sp: true, last-stage-layers: 6}\n"
+                 "    limits: {max_peak_bytes: 1000TB}\n")
+    assert main(["check", str(f)]) == 0, capsys.readouterr().err
