@@ -391,7 +391,14 @@ def train_time(
                                                                "(presets/frameworks/)")] = "megatron",
     cp: Annotated[int, typer.Option("--cp", help="context parallel: the sequence split over N ranks (chips = "
                                                  "tp·pp·cp·dp)")] = 1,
-    ep: Annotated[int, typer.Option("--ep", help="expert parallel (MoE): experts split over N ranks inside dp·cp")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="expert parallel (MoE): experts split over N ranks folded over "
+                                                 "tp·cp·dp (with --etp)")] = 1,
+    etp: Annotated[int | None, typer.Option("--etp", help="expert tensor parallel (MoE parallel folding; default: "
+                                                          "--tp); ep·etp divides tp·cp·dp")] = None,
+    first_stage_layers: Annotated[int | None, typer.Option("--first-stage-layers", help="decoder layers on the first "
+                                                           "pipeline stage (default: Megatron's / torchtitan's split)")] = None,
+    last_stage_layers: Annotated[int | None, typer.Option("--last-stage-layers", help="decoder layers on the last "
+                                                          "pipeline stage")] = None,
     goodput: Annotated[str, typer.Option("--goodput", metavar="FRACTION", help="share of wall-clock time spent on "
                                          "useful steps (restarts, evaluation); stretches time and chip-hours")] = "1",
     search: Annotated[bool, typer.Option("--search", help="rank the layouts of --chips that fit by time")] = False,
@@ -414,7 +421,8 @@ def train_time(
             dp=dp, chips=n, mfu=mfu, achieved=achieved, recompute=recompute, attention=attention,
             sequence_parallel=sequence_parallel, interleave=interleave, zero=z, precision=precision,
             dp_bandwidth=dp_bandwidth, eff=eff, framework=framework, search=search, top=top, cp=cp, ep=ep,
-            goodput=goodput, price=price)))), fmt, json_,
+            goodput=goodput, price=price, etp=etp, first_stage_layers=first_stage_layers,
+            last_stage_layers=last_stage_layers)))), fmt, json_,
                 columns)
 
 
@@ -435,7 +443,13 @@ def train_mem(
     tp: Annotated[str, typer.Option("--tp", help="tensor-parallel size")] = "1",
     pp: Annotated[str, typer.Option("--pp", help="pipeline-parallel size")] = "1",
     cp: Annotated[str, typer.Option("--cp", help="context-parallel size (ring attention: sequence split over N ranks)")] = "1",
-    ep: Annotated[int, typer.Option("--ep", help="expert-parallel size (MoE)")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="expert-parallel size (MoE), folded over tp·cp·dp")] = 1,
+    etp: Annotated[int | None, typer.Option("--etp", help="expert tensor-parallel size (MoE parallel folding; "
+                                                          "default: --tp)")] = None,
+    first_stage_layers: Annotated[int | None, typer.Option("--first-stage-layers", help="decoder layers on the first "
+                                                           "pipeline stage (default: Megatron's / torchtitan's split)")] = None,
+    last_stage_layers: Annotated[int | None, typer.Option("--last-stage-layers", help="decoder layers on the last "
+                                                          "pipeline stage")] = None,
     sp: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp",
                                      help="Megatron sequence parallelism (with --tp)")] = False,
     virtual_stages: Annotated[int, typer.Option("--virtual-stages", "--interleave",
@@ -478,7 +492,8 @@ def train_mem(
             return run(model, batch=batch, seq=seq, zero=zero, dp=dp, tp=tp, pp=pp, cp=cp, chip=c, budget=budget,
                        overhead=overhead, search=search, chips=chips, top=top, progress=progress,
                        precision=precision, optimizer=optimizer, grad_dtype=grad_dtype,
-                       optimizer_dtype=optimizer_dtype, ep=ep, sp=sp, virtual_stages=virtual_stages,
+                       optimizer_dtype=optimizer_dtype, ep=ep, etp=etp, first_stage_layers=first_stage_layers,
+                       last_stage_layers=last_stage_layers, sp=sp, virtual_stages=virtual_stages,
                        microbatches=microbatches, recompute=recompute, framework=framework, attention=attention,
                        lora_rank=lora_rank, lora_targets=lora_targets, lora_dtype=lora_dtype, loss=loss,
                        optimizer_in_backward=optimizer_in_backward, quant=quant, offload=offload, dropout=dropout)

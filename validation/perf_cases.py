@@ -219,6 +219,9 @@ def published_training_cases() -> list[dict]:
                     ep=e.get("ep") or 1, recompute=rc, attention=attention, zero=zero,
                     precision="fp8" if e.get("precision") == "fp8" else "bf16", framework=FRAMEWORK[fw],
                     interleave=e.get("vp") or 1)
+        for k in ("etp", "first_stage_layers", "last_stage_layers"):  # layouts as the run's framework ran them
+            if e.get(k) is not None:
+                args[k] = e[k]
         metric, scale, unit = TRAIN_METRICS[e["metric"]]
         out.append({"id": e["id"], "kind": "training", "regime": "training-" + e["group"], "what": what,
                     "measured": float(e["measured"]) / scale if scale != 1.0 else float(e["measured"]),

@@ -27,14 +27,15 @@ CAPS: dict[str, tuple[float, str]] = {
     "overhead": (2.0**60, "bytes"), "budget": (2.0**70, "bytes"), "limit": (2.0**70, "bytes"),
     "max_ttft": (1e9, "seconds"), "max_tpot": (1e9, "seconds"), "dp_bandwidth": (1e18, "bytes/s"),
     "achieved": (1e21, "FLOP/s"), "total_chips": (_DEVICES, "chips"), "prefill_tp": (_DEVICES, "devices"),
-    "decode_tp": (_DEVICES, "devices"),
+    "decode_tp": (_DEVICES, "devices"), "etp": (_DEVICES, "devices"),
+    "first_stage_layers": (2**20, "layers"), "last_stage_layers": (2**20, "layers"),
 }
 INT_CAP = 2**40  # any other integer option
 # Least values of the command line's integer and float options (the library checks its own arguments).
 MINIMA: dict[str, float] = {
     **dict.fromkeys(("tp", "pp", "dp", "cp", "ep", "chips", "batch", "microbatches", "lora_rank", "group_size",
-                     "virtual_stages", "interleave", "top", "block_size"), 1),
-    "zero": 0,
+                     "virtual_stages", "interleave", "top", "block_size", "etp"), 1),
+    "zero": 0, "first_stage_layers": 0, "last_stage_layers": 0,
 }
 
 

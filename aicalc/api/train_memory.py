@@ -14,14 +14,29 @@ class TrainMemory(Table):
     ``recompute``, ``params``, ``params_per_device``, ``trainable_params``, ``weights_bytes``,
     ``gradients_bytes``, ``optimizer_bytes``, ``activations_bytes``, ``transient_bytes``, ``overhead_bytes``,
     ``peak_allocated_bytes``, ``peak_bytes`` (per device: allocated + CUDA context), ``peak_reserved_bytes``
-    (what the caching allocator reserves at that peak), ``host_bytes``, ``states_bytes_per_param``; with a chip
+    (what the caching allocator reserves at that peak), ``stage`` and ``stage_layers`` (the pipeline rank whose peak
+    this is, 0 = first, and its decoder layers), ``host_bytes``, ``states_bytes_per_param``; with a chip
     ``chip_memory_bytes`` and ``fits`` (judged on the reserved peak); from a search ``headroom_bytes``."""
+
+
+def stage_option(name: str, value) -> int | None:
+    """A first or last pipeline stage's layer count: one whole number, 0 or more (None: the default split)."""
+    from aicalc.api import inputs
+    from aicalc.errors import ParameterError
+
+    if value is None:
+        return None
+    arr = inputs.positive(name, value, whole=True, minimum=0)
+    if arr.size != 1:
+        raise ParameterError(name, value, "takes one number, not a sweep")
+    return int(arr.reshape(-1)[0])
 
 
 def setup_of(**kw):
     """A :class:`aicalc.core.train_peak.TrainSetup` from keyword options, each checked by name."""
     from dataclasses import replace
 
+    from aicalc.api import inputs
     from aicalc.core import activations as act
     from aicalc.core import train_memory as tm
     from aicalc.core.dtypes import QLORA_QUANT
@@ -40,7 +55,6 @@ def setup_of(**kw):
     check_choice("lora_dtype", s.lora_dtype, LORA_DTYPES)
     check_choice("quant", s.quant, QLORA_QUANT)
     tm.state_bytes(s.precision, s.optimizer, s.grad_dtype, s.optimizer_dtype)
-    from aicalc.api import inputs
 
     # whole numbers and shares checked as the command line checks its options (aicalc.api.inputs), named
     s = replace(s, ep=inputs.count("ep", s.ep), virtual_stages=inputs.count("virtual_stages", s.virtual_stages),
@@ -49,6 +63,9 @@ def setup_of(**kw):
                 dropout=None if s.dropout is None else inputs.share("dropout", s.dropout))
     if s.lora_rank is not None:
         tm.lora_targets(s.lora_targets)
+    s = replace(s, etp=None if s.etp is None else inputs.whole("etp", s.etp),
+                first_stage_layers=stage_option("first_stage_layers", s.first_stage_layers),
+                last_stage_layers=stage_option("last_stage_layers", s.last_stage_layers))
     if s.framework == "megatron" and s.loss != "full":
         raise ParameterError("loss", s.loss, "is torchtune's chunked cross-entropy; Megatron's fused vocab-parallel "
                              "loss is {loss=full} with {framework=megatron}")
@@ -71,12 +88,16 @@ def setup_of(**kw):
     return s
 
 
-def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None) -> None:
-    """Impossible layouts are bad input, with the reason."""
+def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None, dp=None, xla=False) -> None:
+    """Layouts no framework runs are bad input, with the reason. Pipeline stages need not divide the layers
+    (:mod:`aicalc.core.stages`), expert parallelism may fold over tensor and data ranks, a TP that does not divide
+    the sequence under sequence parallelism pads it (:func:`aicalc.core.train_memory.padded_seq`); ``xla``: TPU chips, where XLA shards the
+    activations over the model axis (no Megatron sequence parallelism, nothing to divide)."""
     import numpy as np
 
     from aicalc.api import inputs
     from aicalc.core.geometry import check_tp
+    from aicalc.core.stages import rank_layers
     from aicalc.errors import ParameterError
 
     if cp is not None and np.any(cp > 1):
@@ -90,25 +111,45 @@ def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None) -> None:
         if setup.attention == "eager":
             raise ParameterError("cp", int(np.max(cp)), "needs {attention=sdpa} or flash (ring attention replaces the "
                                  "fused attention kernel; eager attention has no context-parallel path)")
-    if setup.sp and seq is not None:
-        local = seq / (cp if cp is not None else 1.0)
-        bad = (local % tp) != 0
-        if np.any(bad):
-            i = int(np.flatnonzero(bad)[0])
-            raise ParameterError("tp", int(np.broadcast_to(tp, bad.shape)[i]), f"does not divide the "
-                                 f"{int(local[i])} tokens per context-parallel rank (with {{sp}}, sequence parallelism)")
     for t in inputs.distinct(tp):
         check_tp(arch, int(t))
         if arch.ffn % int(t):
             raise ParameterError("tp", int(t), f"does not divide the FFN size {arch.ffn}")
     for p in inputs.distinct(pp):
-        if arch.layers % int(p):
-            raise ParameterError("pp", int(p), f"does not divide the {arch.layers} layers")
-    if setup.ep > 1 and (arch.moe is None or arch.moe.experts % setup.ep):
-        what = "the model has no experts" if arch.moe is None else f"it does not divide the {arch.moe.experts} experts"
-        raise ParameterError("ep", setup.ep, what)
+        rank_layers(arch.layers, int(p), setup.virtual_stages, setup.first_stage_layers, setup.last_stage_layers)
+    check_experts(arch, setup.ep, setup.etp, tp, (dp if dp is not None else 1.0) * (cp if cp is not None else 1.0))
     if np.any((zero < 0) | (zero > 3)):
         raise ParameterError("zero", int(np.max(zero)), "is not a ZeRO stage (0 to 3)")
+
+
+def check_experts(arch, ep: int, etp, tp, dpcp) -> None:
+    """Expert parallelism as Megatron-Core's MoE parallel folding lays it out (Liu et al. 2025, arXiv 2504.14960;
+    ``expert_model_parallel_size``, ``expert_tensor_parallel_size``): per pipeline stage the ``tp·cp·dp`` ranks are
+    regrouped as ETP × EP × expert-DP, so ``ep·etp`` must divide ``tp·cp·dp`` (EP may span tensor and data ranks),
+    ``ep`` the experts and ``etp`` the expert FFN. ``etp`` None: the attention's ``tp`` (Megatron's default)."""
+    import numpy as np
+
+    from aicalc.errors import ParameterError
+
+    if etp is not None and etp > 1 and arch.moe is None:
+        raise ParameterError("etp", etp, "splits experts; the model has none")
+    if arch.moe is not None and etp is not None and arch.moe.expert_ffn % etp:
+        raise ParameterError("etp", etp, f"does not divide the expert FFN size {arch.moe.expert_ffn}")
+    if ep <= 1:
+        return
+    if arch.moe is None or arch.moe.experts % ep:
+        what = "the model has no experts" if arch.moe is None else f"does not divide the {arch.moe.experts} experts"
+        raise ParameterError("ep", ep, what)
+    tp, dpcp = np.asarray(tp, dtype=np.float64), np.asarray(dpcp, dtype=np.float64)
+    ranks = np.broadcast_to(tp * dpcp, np.broadcast(tp, dpcp).shape)
+    group = ep * np.broadcast_to(tp if etp is None else np.float64(etp), ranks.shape)
+    bad = ranks % group != 0
+    if np.any(bad):
+        i = int(np.flatnonzero(bad.ravel())[0])
+        n, g = int(ranks.ravel()[i]), int(group.ravel()[i])
+        why = "is more than" if g > n else "does not divide"
+        raise ParameterError("ep", ep, f"× expert TP {g // ep} = {g} {why} the {n} tensor × context × data-parallel "
+                             "ranks of a pipeline stage (MoE parallel folding)")
 
 
 def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, chip=None, **setup) -> TrainMemory:
@@ -118,6 +159,8 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
 
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip
+    from aicalc.catalog import profiles
+    from aicalc.core import train_memory as tm
     from aicalc.core.train_peak import evaluate
     from aicalc.errors import ParameterError
 
@@ -127,18 +170,29 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
                          dp=inputs.positive("dp", dp, whole=True), tp=inputs.positive("tp", tp, whole=True),
                          pp=inputs.positive("pp", pp, whole=True), cp=inputs.positive("cp", cp, whole=True),
                          zero=inputs.positive("zero", zero, whole=True, minimum=0))
-    check_layout(spec.arch, st, g["tp"], g["pp"], g["zero"], g["cp"], g["seq"])
+    chip_obj = load_node_or_chip(chip)[0] if chip is not None else None
+    xla = chip_obj is not None and profiles.chip_class(chip_obj) == "tpu"
+    check_layout(spec.arch, st, g["tp"], g["pp"], g["zero"], g["cp"], g["seq"], g["dp"], xla)
     if st.offload == "params" and np.any(g["zero"] < 3):
         raise ParameterError("offload", "params", "needs {zero=3} (ZeRO-Infinity / FSDP CPU offload)")
     if st.quant != "none" and not st.lora_rank:
         raise ParameterError("quant", st.quant, "needs {lora_rank} (quantized base weights are frozen; QLoRA)")
-    cols = {k: v for k, v in evaluate(spec.arch, st, g).items()}
     warnings = []
-    chip_obj = load_node_or_chip(chip)[0] if chip is not None else None
+    seq_run = g["seq"]
+    if st.sp and not xla:
+        seq_run = tm.padded_seq(g["seq"], g["tp"], g["cp"])
+        pad = seq_run != g["seq"]
+        if np.any(pad):
+            i = int(np.flatnonzero(np.broadcast_to(pad, seq_run.shape).ravel())[0])
+            warnings.append(f"sequence {int(np.broadcast_to(g['seq'], pad.shape).ravel()[i])} padded to "
+                            f"{int(seq_run.ravel()[i])} tokens where tp does not divide the tokens per context-parallel "
+                            "rank (sequence parallelism scatters the sequence over the TP ranks)")
+    cols = {k: v for k, v in evaluate(spec.arch, st, {**g, "seq": seq_run}).items()}
+    cols["seq"] = g["seq"]
     if chip_obj is not None:
         cols["chip_memory_bytes"] = float(chip_obj.memory_bytes)
         cols["fits"] = cols["peak_reserved_bytes"] <= chip_obj.memory_bytes  # what the allocator will reserve
-    for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero"):
+    for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero", "stage", "stage_layers"):
         cols[k] = np.asarray(cols[k], dtype=np.float64).astype(np.int64)
     cols["params"] = int(cols["params"])
     cols["trainable_params"] = int(cols["trainable_params"])
@@ -174,18 +228,23 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     recomputes = ("none", "full") + (("selective",) if st.framework == "megatron" else
                                      ("every-2",) if st.lora_rank else ("selective-op", "every-2"))
     chips = inputs.whole("chips", chips)
+    from aicalc.catalog import profiles
+
+    xla = chip_obj is not None and profiles.chip_class(chip_obj) == "tpu"
+    check_experts(spec.arch, st.ep, st.etp, 1, chips)
     max_batch = inputs.whole("max_batch", max_batch)
-    n = layout_search.count(spec.arch, chips, seqs, max_batch, cps, recomputes)
+    n = layout_search.count(spec.arch, chips, seqs, max_batch, cps, recomputes, st.virtual_stages,
+                            st.first_stage_layers, st.last_stage_layers)
     if n > layout_search.MAX_LAYOUTS:  # bounded before any is evaluated (docs/robustness.md)
         raise ParameterError("chips", chips, f"gives {n:,} layouts to search with {len(seqs):,} sequence length(s), "
                              f"micro-batches up to {max_batch}, {len(cps)} CP degree(s) and {len(recomputes)} "
                              f"recompute modes; a search is limited to {layout_search.MAX_LAYOUTS:,} layouts "
                              "(give fewer {seq} values, a smaller micro-batch or fewer {cp} degrees)")
-    sel, fit, n = layout_search.search(spec.arch, st, chips, lim, seqs, max_batch, cps,
-                                       recomputes, inputs.whole("top", top), progress)
+    sel, fit, n = layout_search.search(spec.arch, st, chips, lim, seqs, max_batch, cps, recomputes,
+                                       inputs.whole("top", top), progress, xla)
     if sel is None:
         raise ParameterError("chips", chips, "admits no TP × PP × CP layout of this model")
-    for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero"):
+    for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero", "stage", "stage_layers"):
         sel[k] = sel[k].astype(np.int64)
     sel["params"] = np.broadcast_to(sel["params"], sel["batch"].shape).astype(np.int64)
     sel["trainable_params"] = np.broadcast_to(sel["trainable_params"], sel["batch"].shape).astype(np.int64)

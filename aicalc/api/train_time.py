@@ -12,8 +12,29 @@ class TrainTime(Table):
     """Columns: ``tp``, ``pp``, ``dp``, ``chips``, ``seq``, ``global_batch``, ``micro_batch``, ``tokens``,
     ``model_flop_per_token``, ``hardware_flop_per_token``, ``mfu``, ``hfu``, ``model_flop_per_s_per_chip``,
     ``tokens_per_s``, ``tokens_per_s_per_chip``, ``step_s``, ``total_time_s``, ``chip_hours``, ``ideal_mfu``,
-    ``ideal_total_time_s``; with the step model also ``pipeline_s``, ``bubble_s``, ``tp_comm_s``,
-    ``dp_comm_s``, ``optimizer_s``; with a price ``cost_usd``."""
+    ``ideal_total_time_s``, ``first_stage_layers``, ``max_stage_layers``, ``last_stage_layers`` (decoder layers of
+    the first, fullest and last pipeline ranks, :mod:`aicalc.core.stages`), ``ep``, ``etp``; with the step model
+    also ``pipeline_s``, ``bubble_s``, ``tp_comm_s``, ``dp_comm_s``, ``optimizer_s``; with a price ``cost_usd``."""
+
+
+def stage_split(arch, pp, interleave: int = 1, first_stage_layers=None, last_stage_layers=None):
+    """(first, fullest middle, last) pipeline ranks' decoder layers for each ``pp`` (an array), as Megatron-Core and
+    torchtitan split them (:func:`aicalc.core.stages.rank_layers`); bad splits are bad input naming the option."""
+    import numpy as np
+
+    from aicalc.core.stages import rank_layers
+
+    pp = np.asarray(pp, dtype=np.float64)
+    out = [np.zeros(pp.shape) for _ in range(3)]
+    from aicalc.api import inputs
+
+    for p in inputs.distinct(pp):
+        ranks = [n for n, _ in rank_layers(arch.layers, int(p), int(interleave), first_stage_layers,
+                                           last_stage_layers)]
+        mid = max(ranks[1:-1]) if len(ranks) > 2 else ranks[0]
+        for o, v in zip(out, (ranks[0], mid, ranks[-1]), strict=True):
+            o[pp == p] = v
+    return tuple(out)
 
 
 def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: list[str] | None = None):
@@ -97,9 +118,12 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
                dp=1, mfu=None, achieved=None, recompute: str = "selective", attention: str = "flash",
                sequence_parallel: bool = True, interleave: int = 1, zero: int = 0, precision: str = "bf16",
                dp_bandwidth=None, efficiency=None, price=None, ep=1, cp=1, framework: str = "megatron",
-               goodput=1.0) -> TrainTime:
+               goodput=1.0, etp=None, first_stage_layers=None, last_stage_layers=None) -> TrainTime:
     """Training on ``tokens`` tokens with a TP × PP × CP × DP layout (arrays broadcast; ``ep`` experts split over
-    EP ranks inside DP). ``mfu`` (a fraction) or ``achieved`` (FLOP/s per chip, counted with recompute) give the
+    EP ranks folded over the tensor, context and data ranks, with ``etp`` the experts' own tensor parallelism,
+    Megatron-Core's MoE parallel folding; default ``tp``). Pipeline stages follow
+    :func:`stage_split` (``first_stage_layers`` / ``last_stage_layers``: Megatron's
+    ``--decoder-{first,last}-pipeline-num-layers``). ``mfu`` (a fraction) or ``achieved`` (FLOP/s per chip, counted with recompute) give the
     rate; else the step-time model predicts it, with the chip class's and the ``framework``'s profile
     (``presets/frameworks/``: megatron, fsdp, deepspeed). ``goodput`` < 1 stretches total time and chip-hours
     for restarts, evaluation and other stages no step model sees."""
@@ -127,9 +151,11 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
                          micro_batch=inputs.positive("micro_batch", micro_batch, whole=True))
     for t in inputs.distinct(g["tp"]):
         check_tp(spec.arch, int(t))
-    for p in inputs.distinct(g["pp"]):
-        if spec.arch.layers % p:
-            warnings.append(f"pp={int(p)} does not divide the {spec.arch.layers} layers; stages are unbalanced")
+    from aicalc.api.train_memory import stage_option
+
+    first_stage_layers = stage_option("first_stage_layers", first_stage_layers)
+    last_stage_layers = stage_option("last_stage_layers", last_stage_layers)
+    stages = stage_split(spec.arch, g["pp"], int(interleave), first_stage_layers, last_stage_layers)
     if np.any(g["global_batch"] % (g["dp"] * g["micro_batch"])):
         warnings.append("global batch is not a multiple of dp × micro-batch at some points; micro-batches rounded")
     D = inputs.single("tokens", tokens)
@@ -149,19 +175,25 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     goodput = inputs.fraction("goodput", goodput)
     ep_v = inputs.whole("ep", ep)
     cp_v = inputs.whole("cp", cp)
-    if ep_v > 1 and (spec.arch.moe is None or spec.arch.moe.experts % ep_v or int(g["dp"].min()) * cp_v % ep_v):
-        raise ParameterError("ep", ep_v, "must divide the experts and the data-parallel ranks (dp·cp)")
+    etp_v = inputs.whole("etp", etp) if etp is not None else None
+    from aicalc.api.train_memory import check_experts
+
+    check_experts(spec.arch, ep_v, etp_v, g["tp"], g["dp"] * cp_v)
     s = shape_of(spec.arch)
     kw = dict(tokens=D, seq=g["seq"], global_batch=g["global_batch"], micro_batch=g["micro_batch"], tp=g["tp"],
               pp=g["pp"], dp=g["dp"], recompute=recompute, flash=attention == "flash",
               sequence_parallel=sequence_parallel, interleave=interleave, zero=zero, ep=ep_v, cp=cp_v,
-              goodput=goodput)
+              goodput=goodput, etp=etp_v, stage_layers=stages)
     r = tt.training(s, tchip, eff, mfu=mfu_v, achieved_flop_per_s=achieved_v, **kw)
     ideal = tt.training(s, tchip, IDEAL, **kw)
     cols = {"tp": g["tp"].astype(np.int64), "pp": g["pp"].astype(np.int64), "dp": g["dp"].astype(np.int64),
             "chips": r["chips"].astype(np.int64), "seq": g["seq"].astype(np.int64),
             "global_batch": g["global_batch"].astype(np.int64), "micro_batch": g["micro_batch"].astype(np.int64),
-            "tokens": D}
+            "tokens": D, "ep": np.full(g["tp"].shape, ep_v, dtype=np.int64),
+            "etp": (g["tp"] if etp_v is None else np.full(g["tp"].shape, etp_v)).astype(np.int64)}
+    for k, v in zip(("first_stage_layers", "max_stage_layers", "last_stage_layers"),
+                    (stages[0], np.maximum(np.maximum(stages[0], stages[1]), stages[2]), stages[2]), strict=True):
+        cols[k] = v.astype(np.int64)
     for k in ("model_flop_per_token", "hardware_flop_per_token", "mfu", "hfu", "model_flop_per_s_per_chip",
               "tokens_per_s", "tokens_per_s_per_chip", "step_s", "total_time_s", "chip_hours"):
         cols[k] = r[k]
@@ -181,7 +213,8 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
 
 
 def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute, framework: str = "megatron",
-                  interleave: int = 1, cp: int = 1, ep: int = 1, precision: str = "bf16"):
+                  interleave: int = 1, cp: int = 1, ep: int = 1, precision: str = "bf16", etp=None,
+                  first_stage_layers=None, last_stage_layers=None):
     """``(peak_reserved_bytes, fits)`` of a training layout (arrays broadcast) from
     :func:`aicalc.api.train_memory.train_memory`: Megatron's activation model for the ``megatron`` framework,
     transformers' (``hf``) for FSDP and DeepSpeed, mixed precision with fp32 master weights and flash
@@ -197,7 +230,9 @@ def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute,
     mixed = {"fp8": "fp8-mixed", "fp16": "fp16-mixed"}.get(precision, "bf16-mixed")  # the math dtype's recipe
     mem = train_memory(model, batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp, zero=zero, chip=chip,
                        precision=mixed, recompute=recompute, framework=mem_framework, attention="flash",
-                       sp=mem_framework == "megatron", virtual_stages=int(interleave), cp=cp, ep=int(ep))
+                       sp=mem_framework == "megatron", virtual_stages=int(interleave), cp=cp, ep=int(ep),
+                       etp=None if etp is None else int(etp), first_stage_layers=first_stage_layers,
+                       last_stage_layers=last_stage_layers)
     return np.asarray(mem["peak_reserved_bytes"], dtype=np.float64), np.asarray(mem["fits"], dtype=bool)
 
 
@@ -227,37 +262,44 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
     kv = arch.kv_heads or arch.heads
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(domain, n) and arch.heads % t == 0 and kv % t == 0
            and arch.ffn % t == 0]
-    pps = [p for p in range(1, min(arch.layers, n) + 1) if arch.layers % p == 0]
+    from aicalc.core.layout_search import divisors, pipeline_degrees
+
+    pps = pipeline_degrees(arch.layers, divisors(n))
     layouts = [(t, p, n // (t * p), b) for t in tps for p in pps if n % (t * p) == 0
                for b in micro_batches if gb % (n // (t * p) * b) == 0]
     if not layouts:
         raise ParameterError("chips", n, f"admits no TP × PP × DP layout of {spec.id} with a micro-batch dividing "
                              f"the global batch {gb}")
     tp_all, pp_all, dp_all, mb_all = (np.array(x, dtype=np.int64) for x in zip(*layouts, strict=True))
-    # expert parallelism (MoE): EP degrees dividing the experts, inside the data-parallel ranks
+    # expert parallelism (MoE): EP degrees dividing the experts, folded over the tensor × data ranks (Megatron-Core
+    # MoE parallel folding): expert TP = tp (EP inside DP) or 1 (EP across the TP ranks too)
     eps = [1] + ([e for e in (2, 4, 8, 16, 32, 64, 128, 256) if arch.moe.experts % e == 0 and e <= n]
                  if arch.moe is not None else [])
     parts = []
     for ep in eps:
-        sel = dp_all % ep == 0
-        if not sel.any():
-            continue
-        tp, pp, dp, mb = tp_all[sel], pp_all[sel], dp_all[sel], mb_all[sel]
-        for rc in recompute:
-            for z in zero:
-                peak, fits = layout_memory(spec.id, c.id, micro_batch=mb, seq=seq, dp=dp, tp=tp, pp=pp, zero=z,
-                                           recompute=rc, framework=framework, ep=ep, precision=precision)
-                if peak is None:
-                    continue  # selective recompute is Megatron's
-                t = train_time(spec.id, c.id, tokens, seq=seq, global_batch=gb, micro_batch=mb, tp=tp, pp=pp,
-                               dp=dp, recompute=rc, zero=z, precision=precision, dp_bandwidth=dp_bandwidth,
-                               framework=framework, ep=ep, price=price)
-                cols = dict(t.columns)
-                cols["ep"] = np.full(len(t), ep, dtype=np.int64)
-                cols["recompute"] = np.full(len(t), rc)
-                cols["zero"] = np.full(len(t), z, dtype=np.int64)
-                cols["peak_reserved_bytes"], cols["fits"] = peak, fits
-                parts.append(cols)
+        for etp in ([None] if ep == 1 else [None, 1]):
+            group = ep * (tp_all if etp is None else etp)
+            sel = (tp_all * dp_all) % group == 0
+            if etp is not None:
+                sel &= tp_all > 1  # with tp 1, expert TP 1 is the default already
+            if not sel.any():
+                continue
+            tp, pp, dp, mb = tp_all[sel], pp_all[sel], dp_all[sel], mb_all[sel]
+            for rc in recompute:
+                for z in zero:
+                    peak, fits = layout_memory(spec.id, c.id, micro_batch=mb, seq=seq, dp=dp, tp=tp, pp=pp, zero=z,
+                                               recompute=rc, framework=framework, ep=ep, precision=precision,
+                                               etp=etp)
+                    if peak is None:
+                        continue  # selective recompute is Megatron's
+                    t = train_time(spec.id, c.id, tokens, seq=seq, global_batch=gb, micro_batch=mb, tp=tp, pp=pp,
+                                   dp=dp, recompute=rc, zero=z, precision=precision, dp_bandwidth=dp_bandwidth,
+                                   framework=framework, ep=ep, price=price, etp=etp)
+                    cols = dict(t.columns)
+                    cols["recompute"] = np.full(len(t), rc)
+                    cols["zero"] = np.full(len(t), z, dtype=np.int64)
+                    cols["peak_reserved_bytes"], cols["fits"] = peak, fits
+                    parts.append(cols)
     keys = list(parts[0])
     allc = {k: np.concatenate([p[k] for p in parts]) for k in keys}
     fit = allc["fits"]

@@ -81,7 +81,8 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                        int="block_size", texts="chip", params={"gpu_memory_utilization": "utilization"}),
     "train-mem": _kinds(text="micro_batch batch seq precision optimizer grad_dtype optimizer_dtype zero dp tp pp cp "
                              "recompute framework attention lora_targets lora_dtype loss quant offload budget overhead",
-                        int="ep virtual_stages interleave microbatches lora_rank chips top", float="dropout",
+                        int="ep etp first_stage_layers last_stage_layers virtual_stages interleave microbatches "
+                            "lora_rank chips top", float="dropout",
                         flag="sequence_parallel sp optimizer_in_backward search", texts="chip",
                         params={"micro_batch": "batch", "sequence_parallel": "sp", "interleave": "virtual_stages"}),
     "roofline": _kinds(text="batch prompt gen dtype kv_dtype tp compute_dtype attention engine draft acceptance plot",
@@ -92,7 +93,8 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                     params={"emit": "emit_engine"}),
     "train-time": _kinds(text="chips tokens seq global_batch micro_batch tp pp dp mfu achieved recompute attention "
                               "zero precision dp_bandwidth framework goodput price",
-                         int="virtual_stages interleave cp ep top", flag="sequence_parallel sp search",
+                         int="virtual_stages interleave cp ep etp first_stage_layers last_stage_layers top",
+                         flag="sequence_parallel sp search",
                          texts="chip eff", params={"sp": "sequence_parallel", "virtual_stages": "interleave"}),
     "compare": _kinds(text="tokens seq prompt gen dtype kv_dtype requests_per_day max_ttft max_tpot price peak_factor "
                            "engine", float="years", flag="training", texts="chip"),

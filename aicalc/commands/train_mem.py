@@ -9,7 +9,8 @@ from __future__ import annotations
 from aicalc.errors import ExitCode
 from aicalc.result import Result
 
-SETUP = ("precision", "optimizer", "grad_dtype", "optimizer_dtype", "ep", "sp", "virtual_stages", "microbatches",
+SETUP = ("precision", "optimizer", "grad_dtype", "optimizer_dtype", "ep", "etp", "first_stage_layers",
+         "last_stage_layers", "sp", "virtual_stages", "microbatches",
          "recompute", "framework", "attention", "lora_rank", "lora_targets", "lora_dtype", "loss",
          "optimizer_in_backward", "quant", "offload", "dropout")
 
@@ -86,7 +87,8 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
     from aicalc.api.results import Table
 
     rows = Table(cols).rows()
-    columns = ["batch", "seq", "dp", "tp", "pp", *(["cp"] if np.any(r.cp > 1) else []), "zero",
+    columns = ["batch", "seq", "dp", "tp", "pp", *(["cp"] if np.any(r.cp > 1) else []),
+               *(["stage", "stage_layers"] if np.any(r.pp > 1) else []), "zero",
                "trainable_params", "weights_bytes", "gradients_bytes",
                "optimizer_bytes", "activations_bytes", "transient_bytes", "peak_bytes", "peak_reserved_bytes"]
     if "fits" in cols:
@@ -97,8 +99,25 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
              "gather) + gradients where they coexist (one device without accumulation frees the activations as "
              "its gradients appear: the larger of the two counts) + "
              f"{rows[0]['overhead_bytes'] / 2**30:.2g} GiB CUDA context/allocator overhead; see docs/train-mem.md"]
+    notes += _stage_notes(spec.arch, sorted({int(p) for p in np.ravel(r.pp)}), st)
     return Result("train-mem", inputs_, rows, warnings, code, title=f"train-mem {spec.id}", notes=notes,
                   columns=columns)
+
+
+def _stage_notes(arch, pps, st) -> list[str]:
+    """What the pipeline split and the expert layout were (docs/train-mem.md#pipeline-stages)."""
+    from aicalc.core.stages import describe
+
+    notes = []
+    split = [f"pp {p}: {describe(arch.layers, p, st.virtual_stages, st.first_stage_layers, st.last_stage_layers)}"
+             for p in pps if p > 1]
+    if split:
+        notes.append("decoder layers per pipeline rank, " + "; ".join(split) + " (Megatron/torchtitan split; "
+                     "stage = the rank whose peak is shown, 0 = first)")
+    if st.ep > 1:
+        notes.append(f"experts over ep {st.ep} × expert tp {st.etp if st.etp is not None else '= tp'} "
+                     "(MoE parallel folding); expert states shard over the remaining tp·cp·dp/(ep·etp) ranks")
+    return notes
 
 
 def _stages(zero) -> list[float]:
@@ -124,6 +143,7 @@ def _search(model, chip, chips, budget, seqs, batches, cp, top, progress, setup,
     rows = Table(cols).rows() if len(r) else []
     code = ExitCode.OK if m["layouts_fit"] else ExitCode.BUDGET
     columns = ["tp", "pp", *(["cp"] if max(m["cps"]) > 1 else []), "dp", "zero", "batch", "seq", "recompute",
+               *(["stage_layers"] if len(r) and np.any(r.pp > 1) else []),
                "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes",
                *(["headroom_bytes"] if m["layouts_fit"] else ["shortfall_bytes", "fits"])]
     notes = [f"{m['layouts_fit']:,} of {m['layouts']:,} layouts fit; " +

@@ -10,7 +10,7 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
         dp=None, chips=None, mfu="auto", achieved=None, recompute: str = "selective", attention: str = "flash",
         sequence_parallel: bool = True, interleave: int = 1, zero=None, precision: str = "bf16",
         dp_bandwidth=None, eff=None, framework: str = "megatron", search: bool = False, top: int = 10, cp: int = 1,
-        ep: int = 1, goodput="1", price=None) -> Result:
+        ep: int = 1, goodput="1", price=None, etp=None, first_stage_layers=None, last_stage_layers=None) -> Result:
     import numpy as np
 
     from aicalc.api.train_time import train_time
@@ -53,7 +53,8 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                    attention=attention, sequence_parallel=sequence_parallel, interleave=int(interleave),
                    zero=int(zero), precision=precision, dp_bandwidth=dp_bandwidth,
                    efficiency=efficiency_overrides(eff), framework=framework, cp=int(cp), ep=int(ep),
-                   goodput=goodput, price=price_per_hour(price))
+                   goodput=goodput, price=price_per_hour(price), etp=etp, first_stage_layers=first_stage_layers,
+                   last_stage_layers=last_stage_layers)
     m = r.meta
     tc, spec, chip_obj = m["train_chip"], m["model"], m["chip"]
     inputs = {"model": spec.id, "chip": chip_obj.id, "tokens": float(r.tokens[0]), "seq": seq,
@@ -61,14 +62,33 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
               "mfu": mfu, "achieved": achieved, "recompute": recompute, "attention": attention,
               "sequence_parallel": sequence_parallel, "interleave": interleave, "zero": zero, "precision": precision,
               "dp_bandwidth_bytes_per_s": tc.dp_bytes_per_s, "efficiency": m["efficiency"].as_dict(), "cp": cp,
-              "ep": ep, "goodput": goodput, "price_per_chip_hour_usd": m["price"]}
+              "ep": ep, "etp": etp, "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
+              "goodput": goodput, "price_per_chip_hour_usd": m["price"]}
     notes = [f"MFU {m['mfu_source']}; model FLOPs = 6·N_mm + 12·L·s·A·d + 6·V·H per token (TT-01); ideal = bare "
              "roofline of the same layout (no efficiency factors)",
              f"peak {tc.peak_flop_per_s / 1e12:,.1f} TFLOP/s dense {precision} per chip; DP network "
              f"{tc.dp_bytes_per_s / 1e9:,.0f} GB/s per chip per direction (--dp-bandwidth)",
              cost_note(chip_obj, m["price"], price is not None)]
+    from aicalc.commands.train_mem import _stage_notes
+    from aicalc.core.train_peak import TrainSetup
+
+    notes += _stage_notes(spec.arch, sorted({int(p) for p in np.ravel(r.pp)}),
+                          TrainSetup(ep=int(ep), etp=etp, virtual_stages=int(interleave),
+                                     first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers))
+    c = r.columns
+    xla = profiles_class(chip_obj) == "tpu"
+    if sequence_parallel and not xla and np.any((c["seq"] / int(cp)) % c["tp"]):
+        notes.append("sequence parallelism: a tp that does not divide the tokens per context-parallel rank pads them "
+                     "to a multiple of tp (memory counts the padding; step time ignores its < tp tokens)")
+    if xla and np.any(c["tp"] > 1):
+        notes.append(f"{chip_obj.id}: XLA shards activations over the model axis (no Megatron sequence parallelism, "
+                     "no padding)")
+    if np.any(r.pp > 1):
+        notes.append("pipeline time follows its slowest stage: the bottleneck rank's layers (+ the LM head on the "
+                     "last) per micro-batch, for the m micro-batches and the (pp − 1)/v bubble slots")
     # the answers first: a narrow terminal gives way from the right (fits always stays)
-    columns = ["tp", "pp", "dp", "chips", "global_batch", "total_time_s", "chip_hours",
+    columns = ["tp", "pp", "dp", *(["ep", "etp"] if int(ep) > 1 else []), "chips", "global_batch", "total_time_s",
+               "chip_hours",
                *(["cost_usd"] if m["price"] else []), "mfu", "tokens_per_s", "step_s", "ideal_mfu",
                "model_flop_per_s_per_chip"]
     rows, warnings, code, title_note = r.rows(), list(r.warnings), 0, ""
@@ -78,7 +98,8 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
     c = r.columns
     peak, fits = layout_memory(spec.id, chip_obj.id, micro_batch=c["micro_batch"], seq=c["seq"], dp=c["dp"],
                                tp=c["tp"], pp=c["pp"], zero=int(zero), recompute=recompute, framework=framework,
-                               interleave=int(interleave), cp=int(cp), ep=int(ep), precision=precision)
+                               interleave=int(interleave), cp=int(cp), ep=int(ep), precision=precision,
+                               etp=etp, first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers)
     if peak is not None:
         for i, row in enumerate(rows):
             row["peak_reserved_bytes"], row["fits"] = float(peak[i]), bool(fits[i])
@@ -102,6 +123,12 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                      "PaLM's convention), while a causal kernel computes about half of the scores")
     return Result("train-time", inputs, rows, warnings=warnings, title=f"{spec.id} on {chip_obj.id}{title_note}",
                   notes=notes, columns=columns, exit_code=code)
+
+
+def profiles_class(chip_obj) -> str:
+    from aicalc.catalog import profiles
+
+    return profiles.chip_class(chip_obj)
 
 
 def _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, precision, dp_bandwidth, framework,
@@ -136,7 +163,8 @@ def _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, prec
     notes = [f"{m['layouts_fit']} of {m['layouts']} layouts fit (train-mem's reserved peak within the chip's memory); "
              f"the {len(r)} fastest, ranked by total time (step model: docs/train-time.md)",
              cost_note(m["chip"], m["price"], price is not None)]
-    columns = ["tp", "pp", "dp", *(["ep"] if m["model"].arch.moe is not None else []), "micro_batch", "recompute",
+    columns = ["tp", "pp", "dp", *(["ep", "etp"] if m["model"].arch.moe is not None else []), "micro_batch",
+               "recompute",
                "zero", "mfu", "tokens_per_s", "step_s", "total_time_s", "chip_hours",
                *(["cost_usd"] if m["price"] else []), "peak_reserved_bytes", "fits"]
     fit = m["layouts_fit"] > 0

@@ -15,23 +15,43 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def layouts(arch, chips: int, cps=(1,)) -> list[tuple[int, int, int, int]]:
+def layouts(arch, chips: int, cps=(1,), vp: int = 1, first=None, last=None) -> list[tuple[int, int, int, int]]:
     """(tp, pp, cp, dp) with tp·pp·cp·dp = chips, TP dividing heads, FFN and kv heads (or a multiple of them),
-    TP ≤ 64 and PP dividing the layers."""
+    TP ≤ 64 and PP any degree whose stages all hold layers (:func:`pipeline_degrees`)."""
     tps = [t for t in divisors(chips) if arch.heads % t == 0 and arch.ffn % t == 0
            and (arch.mla is not None or arch.kv_heads % t == 0 or t % arch.kv_heads == 0) and t <= 64]
-    pps = [p for p in divisors(chips) if arch.layers % p == 0]
+    pps = pipeline_degrees(arch.layers, divisors(chips), vp, first, last)
     return [(t, p, c, chips // (t * p * c)) for t in tps for p in pps for c in cps if chips % (t * p * c) == 0]
 
 
-def count(arch, chips: int, seqs, max_batch: int, cps=(1,), recomputes=("none", "full")) -> int:
+def count(arch, chips: int, seqs, max_batch: int, cps=(1,), recomputes=("none", "full"), vp: int = 1, first=None,
+          last=None) -> int:
     """Layouts :func:`search` evaluates, known before any is (the caller bounds it)."""
     mbs = [b for b in MICRO_BATCHES if b <= max_batch] or [1]
-    return len(layouts(arch, chips, cps)) * 4 * len(mbs) * len(seqs) * len(recomputes)
+    return len(layouts(arch, chips, cps, vp, first, last)) * 4 * len(mbs) * len(seqs) * len(recomputes)
+
+
+def pipeline_degrees(layers: int, candidates, vp: int = 1, first=None, last=None) -> list[int]:
+    """The PP degrees among ``candidates`` that Megatron-Core or torchtitan split ``layers`` over
+    (:func:`aicalc.core.stages.rank_layers`: even where PP divides the layers, else the embedding and the loss
+    counted as a layer each), every rank holding at least one layer."""
+    from aicalc.core.stages import rank_layers
+    from aicalc.errors import ParameterError
+
+    out = []
+    for p in candidates:
+        if p > layers or (p == 1 and (first is not None or last is not None)):
+            continue
+        try:
+            if min(n for n, _ in rank_layers(layers, p, vp, first, last)) >= 1:
+                out.append(p)
+        except ParameterError:
+            continue
+    return out
 
 
 def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,), recomputes=("none", "full"),
-           top: int = 20, progress=None):
+           top: int = 20, progress=None, xla: bool = False):
     """(columns of the ``top`` fitting layouts by headroom, layouts that fit, layouts evaluated). Where none
     fits, the ``top`` closest to fitting (smallest shortfall), with ``fits`` false and their ``shortfall_bytes``.
 
@@ -40,9 +60,11 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
     ``top`` valid layouts with the most headroom. Ties keep the order of evaluation."""
     import numpy as np
 
+    from aicalc.core.train_memory import padded_seq
     from aicalc.core.train_peak import evaluate
 
-    lay = np.asarray(layouts(arch, chips, cps), dtype=np.float64)
+    lay = np.asarray(layouts(arch, chips, cps, setup.virtual_stages, setup.first_stage_layers,
+                             setup.last_stage_layers), dtype=np.float64)
     if not lay.size:
         return None, 0, 0
     mbs = np.asarray([b for b in MICRO_BATCHES if b <= max_batch] or [1], dtype=np.float64)
@@ -59,12 +81,15 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
             mb, sq = mbs[mi], seqs[si]
             g = {"batch": mb, "seq": sq, "tp": lay[li, 0], "pp": lay[li, 1], "cp": lay[li, 2],
                  "dp": lay[li, 3], "zero": zi.astype(np.float64)}
-            cols = evaluate(arch, oo, g)  # one recompute mode for the whole slice: the setup's
+            # sequence parallelism pads each CP rank's tokens to a multiple of tp (train_memory.padded_seq)
+            run = {**g, "seq": padded_seq(sq, g["tp"], g["cp"])} if setup.sp and not xla else g
+            cols = evaluate(arch, oo, run)  # one recompute mode for the whole slice: the setup's
+            cols["seq"] = sq
             cols["recompute"] = np.asarray(rc)
-            # a CP degree must split each sequence into 2·cp chunks; with SP, tp must divide the local tokens
+            # a CP degree must split each sequence into 2·cp chunks; EP × expert TP must divide tp·cp·dp
             valid = (sq % (2 * g["cp"]) == 0) | (g["cp"] == 1)
-            if setup.sp:
-                valid &= (sq / g["cp"]) % g["tp"] == 0
+            if setup.ep > 1:
+                valid &= (g["tp"] * g["cp"] * g["dp"]) % (setup.ep * (setup.etp or g["tp"])) == 0
             valid &= (g["zero"] == 0) | (g["dp"] * g["cp"] > 1)  # one data-parallel rank: nothing to shard
             headroom = limit - np.broadcast_to(cols["peak_reserved_bytes"], mb.shape)  # what is reserved must fit
             fit_n += int(np.count_nonzero((headroom >= 0) & valid))

@@ -215,6 +215,39 @@ def params_per_device(split: ParamSplit, tp=1, pp=1, ep=1):
     return dense / tp + split.experts / (pp * ep * tp)
 
 
+def stage_params(split: ParamSplit, n_layers: int, n_moe_layers: int, layers, moe_layers, is_first, is_last, tp=1,
+                 ep=1, etp=None):
+    """(dense, expert) parameters on one device of a pipeline stage holding ``layers`` of the model's ``n_layers``
+    decoder layers, ``moe_layers`` of them MoE (arrays broadcast).
+
+    Dense part: the layers' share of ``split.layers`` (an average layer's attention, norms and dense or shared FFN)
+    plus the embedding on the first stage and the final norm + lm_head on the last (one stage: the whole model, tied
+    embeddings counted once), all / tp (Megatron's ``(P_block/p + embedding)/t``, TM-20). Routed experts: the MoE
+    layers' share of ``split.experts`` over ``ep × etp`` (Megatron-Core's MoE parallel folding gives the experts their
+    own tensor-parallel degree ``expert_tensor_parallel_size``, by default the attention's ``tp``)."""
+    import numpy as np
+
+    tp, ep = np.asarray(tp, dtype=np.float64), np.asarray(ep, dtype=np.float64)
+    etp = tp if etp is None else np.asarray(etp, dtype=np.float64)
+    layers, moe_layers = np.asarray(layers, dtype=np.float64), np.asarray(moe_layers, dtype=np.float64)
+    first, last = np.asarray(is_first, dtype=bool), np.asarray(is_last, dtype=bool)
+    staged = split.layers * layers / n_layers + np.where(first, split.first, 0.0) + np.where(last, split.last, 0.0)
+    dense = np.where(first & last, split.total - split.experts, staged)
+    experts = split.experts * moe_layers / n_moe_layers if n_moe_layers else 0.0 * layers
+    return dense / tp, experts / (ep * etp)
+
+
+def padded_seq(seq, tp, cp=1):
+    """The sequence as sequence parallelism runs it: split over ``cp`` ranks, each rank's tokens padded up to a
+    multiple of ``tp`` (Megatron's SP scatters the sequence over the TP ranks and asserts it divides; data
+    pipelines pad to a multiple of tp, as Megatron-Bridge pads packed sequences to tp·cp·2). Unchanged where tp
+    divides it."""
+    import numpy as np
+
+    seq, tp, cp = (np.asarray(x, dtype=np.float64) for x in (seq, tp, cp))
+    return np.ceil(seq / cp / tp) * tp * cp
+
+
 def largest_param_tensor(arch: Arch, lora_rank: int | None = None) -> float:
     """Elements of the largest single trainable tensor: what one gradient costs when the optimizer steps
     inside the backward pass.

@@ -28,8 +28,11 @@ class TrainSetup:
     grad_dtype: str | None = None
     optimizer_dtype: str | None = None
     ep: int = 1
+    etp: int | None = None  # expert tensor parallelism (MoE parallel folding); None: the attention's tp
     sp: bool = False
     virtual_stages: int = 1
+    first_stage_layers: int | None = None  # Megatron's --decoder-first-pipeline-num-layers
+    last_stage_layers: int | None = None  # Megatron's --decoder-last-pipeline-num-layers
     microbatches: int | None = None
     recompute: str = "none"
     framework: str = "hf"
@@ -46,13 +49,55 @@ class TrainSetup:
 
 
 def evaluate(arch, o, g: dict):
-    """The core call: every column of the result for the grid ``g`` (numpy arrays of equal length)."""
+    """The core call: every column of the result for the grid ``g`` (numpy arrays of equal length), for the
+    pipeline stage whose peak is the highest (:func:`aicalc.core.stages.stage_candidates`: the first stage holds the
+    embedding and the most micro-batches in flight under 1F1B, the fullest middle stage the most layers, the last the
+    LM head and the loss). Columns ``stage`` (its pipeline rank) and ``stage_layers`` say which."""
+    import numpy as np
+
+    from aicalc.core.stages import stage_candidates
+
+    pp = np.asarray(g["pp"], dtype=np.float64)
+    shape = np.broadcast(*(np.asarray(v) for v in g.values())).shape
+    pp = np.broadcast_to(pp, shape)
+    moe = tuple(arch.moe_layers) if arch.moe is not None else None
+    names = ("first", "middle", "last")
+    st = {k: {f: np.zeros(shape) for f in ("rank", "layers", "moe")} for k in names}
+    for p in sorted(set(pp.reshape(-1).tolist())):  # np.unique would import numpy.ma on a one-off query
+        c = stage_candidates(arch.layers, int(p), o.virtual_stages, o.first_stage_layers, o.last_stage_layers, moe)
+        sel = pp == p
+        for k in names:
+            r, n, m = c.get(k, c["first"])
+            st[k]["rank"][sel], st[k]["layers"][sel], st[k]["moe"][sel] = r, n, m
+    best = _stage(arch, o, g, st["first"]["rank"], st["first"]["layers"], st["first"]["moe"], pp)
+    # the last stage wherever there is one; a middle stage only where it holds more layers than the first (with as
+    # many layers it has fewer micro-batches in flight and no embedding)
+    for k, need in (("last", pp > 1), ("middle", (pp > 2) & (st["middle"]["layers"] > st["first"]["layers"]))):
+        if not np.any(need):
+            continue
+        sub = {f: np.broadcast_to(np.asarray(v), shape)[need] for f, v in g.items()}
+        cols = _stage(arch, o, sub, st[k]["rank"][need], st[k]["layers"][need], st[k]["moe"][need], pp[need])
+        worse = np.asarray(cols["peak_allocated_bytes"]) > np.broadcast_to(best["peak_allocated_bytes"], shape)[need]
+        for f in best:
+            if f in ("recompute", "params", "trainable_params"):
+                continue
+            merged = np.array(np.broadcast_to(np.asarray(best[f], dtype=np.float64), shape))
+            merged[need] = np.where(worse, cols[f], merged[need])
+            best[f] = merged
+    return best
+
+
+def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
+    """Every column for one pipeline rank ``rank`` holding ``stage_layers`` decoder layers (``stage_moe`` of them
+    MoE), arrays over the grid ``g``."""
     import numpy as np
 
     from aicalc.core import activations as act
     from aicalc.core import train_memory as tm
 
-    B, S, dp, tp, pp, zero = g["batch"], g["seq"], g["dp"], g["tp"], g["pp"], g["zero"]
+    B, S, dp, tp, zero = g["batch"], g["seq"], g["dp"], g["tp"], g["zero"]
+    is_first, is_last = rank == 0, rank == pp - 1
+    inflight_cap = pp - rank  # 1F1B: rank r holds up to pp − r micro-batches in flight
     cp = g.get("cp", 1.0)
     # Context parallelism: every rank holds S/cp tokens of each sequence (activations), the same parameters
     # as its CP peers, and ZeRO / the distributed optimizer shard over dp·cp (see tm.shard_states).
@@ -65,13 +110,19 @@ def evaluate(arch, o, g: dict):
         grad_dtype = "fp32"  # Megatron accumulates and all-reduces gradients in fp32 by default (TM-03/TM-04)
     sb = tm.state_bytes(o.precision, o.optimizer, grad_dtype, o.optimizer_dtype)
     a = 4.0 if o.precision == "fp32" else 2.0
-    n_dev = tm.params_per_device(split, tp, pp, o.ep)
+    dense_dev, expert_dev = tm.stage_params(split, arch.layers, arch.n_moe_layers, stage_layers, stage_moe, is_first,
+                                            is_last, tp, o.ep, o.etp)
+    n_dev = dense_dev + expert_dev
     frac = n_dev / split.total  # this device's share of the model
+    # MoE parallel folding: the experts' data-parallel group is what remains of tp·cp·dp after ep × etp
+    # (Megatron-Core expert_data_parallel; torchtitan's dp_shard_mod_ep): their states shard over it
+    etp = tp if o.etp is None else o.etp
+    edp = tp * shard / (o.ep * etp)
 
     if o.lora_rank:
         targets = tm.lora_targets(o.lora_targets)
         lora_total = tm.lora_params(arch, o.lora_rank, targets)
-        lora_dev = lora_total / (pp * tp)
+        lora_dev = lora_total * stage_layers / arch.layers / tp
         base_b = tm.base_weight_bytes(split, o.quant, sb.weights)
         # adapters are fp32 by default (PEFT autocast_adapter_dtype=True): 4 w + 4 g + fp32 optimizer states;
         # lora_dtype='bf16' keeps them in the model dtype (torchtune): 2 w + 2 g + states in that dtype
@@ -86,27 +137,35 @@ def evaluate(arch, o, g: dict):
         extra = 0.0
         if o.optimizer == "adafactor":
             extra = tm.adafactor_elements(arch) * 4.0 * frac
-        weights, grads, optimizer = tm.shard_states(n_dev, n_dev, sb, zero, shard, extra)
+        weights, grads, optimizer = tm.shard_states(dense_dev, dense_dev, sb, zero, shard, extra)
+        if np.any(expert_dev):
+            ew, eg, eo = tm.shard_states(expert_dev, expert_dev, sb, zero, edp)
+            weights, grads, optimizer = weights + ew, grads + eg, optimizer + eo
         trainable_total = float(split.total)
         targets = ()
 
-    layers_dev = arch.layers / pp
+    layers_dev = stage_layers
     if o.framework == "megatron":
         # one layer without recompute: what a recomputed layer rebuilds in backward (workspace)
         fp8 = o.precision == "fp8-mixed"  # TransformerEngine: FP8 linear inputs saved, FP8 weight cache
         layer = act.korthikanti_layer(S_loc, B, arch.hidden, arch.heads, tp, o.sp, "none", o.attention != "eager",
                                       fp8)
-        activ = act.korthikanti_first_stage(S_loc, B, arch.hidden, arch.heads, arch.layers, tp, pp, o.sp,
-                                            recompute, o.attention != "eager", o.virtual_stages, o.microbatches,
-                                            fp8)
+        # this rank's layers, with min(pp − rank, micro-batches) in flight (korthikanti_first_stage holds L/p layers)
+        cap = inflight_cap if o.microbatches is None else np.minimum(inflight_cap, o.microbatches)
+        activ = act.korthikanti_first_stage(S_loc, B, arch.hidden, arch.heads, stage_layers * pp, tp, pp, o.sp,
+                                            recompute, o.attention != "eager", o.virtual_stages, cap, fp8)
         if fp8:
             weights = weights + tm.fp8_weight_cache_bytes(split.linear * frac)
-        activ = activ + act.korthikanti_outside(S_loc, B, arch.hidden, arch.vocab, tp, pp, o.sp)
+        # TM-17 outside the layers: the embedding term on the first stage; the final norm, output layer input and
+        # fp32 logits (korthikanti_outside's p = 1 term less its one-micro-batch embedding term) on the last
+        outside = act.korthikanti_outside(S_loc, B, arch.hidden, arch.vocab, tp, pp, o.sp)
+        head = act.korthikanti_outside(S_loc, B, arch.hidden, arch.vocab, tp, 1, o.sp) - S_loc * B * arch.hidden / tp
+        activ = activ + np.where(is_first, outside, 0.0) + np.where(is_last & (pp > 1), head, 0.0)
     else:
         dropout = o.dropout if o.dropout is not None else (0.1 if arch.family == "gpt2" else 0.0)
         kw = dict(dropout=dropout, attn_dropout=dropout if arch.family == "gpt2" else 0.0)
         layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
-        inflight = np.minimum(pp, o.microbatches) if o.microbatches else pp
+        inflight = np.minimum(inflight_cap, o.microbatches) if o.microbatches else inflight_cap
         if o.lora_rank:  # frozen base: its linears keep no inputs; the adapters keep theirs
             layer = layer + lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp, o.lora_dtype == "fp32",
                                        o.attention) - act.hf_frozen_saving(B, S_loc, arch, a, o.attention, tp)
@@ -120,7 +179,7 @@ def evaluate(arch, o, g: dict):
         if np.ndim(every) == 0 and every == 1:  # full recompute everywhere (the common case): no mixing
             per_layer = a * B * S_loc * arch.hidden
         elif np.any(every > 0):
-            ckpt = act.checkpointed_layers(recompute, layers_dev) / layers_dev
+            ckpt = act.checkpointed_layers(recompute, layers_dev) / np.maximum(layers_dev, 1.0)
             per_layer = ckpt * a * B * S_loc * arch.hidden + (1 - ckpt) * per_layer
         activ = per_layer * layers_dev * inflight
         outside = {st: act.hf_outside(B, S_loc, arch, a, tp, kw["dropout"], recompute=recompute,
@@ -130,11 +189,9 @@ def evaluate(arch, o, g: dict):
             outside = {st: v - np.where(np.asarray(recompute) == "full", 0.0,
                                         act.hf_frozen_outside(B, S_loc, arch, a, stage=st))
                        for st, v in outside.items()}
-        # 1F1B: the first stage holds `inflight` micro-batches and the embedding terms; the last stage one
-        # micro-batch and the loss (PipeDream-Flush, Narayanan et al. 2021 §2.2). The busier one is the peak.
-        last = per_layer * layers_dev + outside["last"]
-        activ = np.where(np.asarray(pp) > 1, np.maximum(activ + outside["first"], last),
-                         activ + outside["first"] + outside["last"])
+        # 1F1B: rank r holds pp − r micro-batches in flight (PipeDream-Flush, Narayanan et al. 2021 §2.2); the first
+        # stage the embedding terms, the last the final norm and the loss (one stage: both)
+        activ = activ + np.where(is_first, outside["first"], 0.0) + np.where(is_last, outside["last"], 0.0)
     layer_max = layer
     loss_t, workspace, gather = tm.transient_bytes(B, S, arch, a, tp, o.framework, o.attention, recompute,
                                                    layer_max, zero, split.largest_layer, sb.weights, cp, o.loss)
@@ -159,7 +216,8 @@ def evaluate(arch, o, g: dict):
     allocated = weights + optimizer + np.where(persistent, grads + activ + transient,
                                                np.maximum(activ + transient, grads + workspace + gather))
     return {
-        "batch": B, "seq": S, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "zero": zero,
+        "batch": B, "seq": S, "dp": dp, "tp": tp, "pp": g["pp"], "cp": cp, "zero": zero,
+        "stage": rank + 0.0 * allocated, "stage_layers": stage_layers + 0.0 * allocated,
         "recompute": recompute,
         "params": float(split.total), "params_per_device": n_dev, "trainable_params": trainable_total,
         "weights_bytes": weights, "gradients_bytes": grads, "optimizer_bytes": optimizer,

@@ -150,8 +150,14 @@ def span_bandwidth(chip: TrainChip, span):
 
 def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, micro_batch, tp, pp, dp,
               recompute="full", flash=True, sequence_parallel=True, interleave=1, zero=0, grad_bytes=2.0, ep=1,
-              cp=1):
+              cp=1, etp=None, stage_layers=None):
     """Seconds per optimizer step and its parts (dict of arrays).
+
+    ``stage_layers``: (first, fullest middle, last) pipeline ranks' decoder layers (:mod:`aicalc.core.stages`;
+    None: L/pp each). The pipeline runs at its slowest stage's pace: the bottleneck rank's time per micro-batch
+    (its layers, plus the LM head on the last) sets both the m steady-state slots and the ``(pp − 1)/v`` bubble
+    slots. ``etp``: the experts' tensor-parallel degree (MoE parallel folding; None: ``tp``), so an EP group spans
+    ``etp·ep`` consecutive ranks and the experts' data-parallel group is ``tp·cp·dp/(ep·etp)``.
 
     Collectives run on the links their group spans, hierarchically across scale-up domains
     (:mod:`aicalc.core.collectives`), at ``train_link`` of the link bandwidth.
@@ -175,6 +181,10 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     s_, Bg, b = np.asarray(seq, f), np.asarray(global_batch, f), np.asarray(micro_batch, f)
     tp, pp, dp, v = np.asarray(tp, f), np.asarray(pp, f), np.asarray(dp, f), np.asarray(interleave, f)
     ep, cp = np.asarray(ep, f), np.asarray(cp, f)
+    etp = tp if etp is None else np.asarray(etp, f)
+    if stage_layers is None:
+        stage_layers = (s.L / pp,) * 3
+    n_first, n_mid, n_last = (np.asarray(x, f) for x in stage_layers)
     bw = chip.bandwidth_bytes_per_s
     s_loc = s_ / cp  # context parallelism: each rank holds a slice of every sequence
     M = b * s_loc  # tokens per micro-batch on one rank
@@ -231,7 +241,7 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
         # EP ranks (ranks tp apart); group-limited routing sends a token across the network once per destination
         # domain and forwards it inside (aicalc.core.collectives.moe_alltoall_copies)
         moe = s.arch.moe
-        t_one = moe_alltoall_seconds(M / split * s.H * ACT_BYTES, s.experts_per_token, ep, tp, chip.domain,
+        t_one = moe_alltoall_seconds(M / split * s.H * ACT_BYTES, s.experts_per_token, ep, etp, chip.domain,
                                      chip.link_bytes_per_s, chip.dp_bytes_per_s, eff.link,
                                      moe.n_group if moe else 1, moe.topk_group if moe else 1)
         n_a2a = 2.0 * (passes - 1.0) * s.moe_layers
@@ -239,12 +249,18 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
         t_a2a = exposed(t_a2a, t_layers, eff.ep_overlap)
     # pipeline: activations (and their gradients) cross each stage boundary once per micro-batch
     t_p2p = np.where(pp > 1, 2.0 * M * s.H * 2.0 / split / (span_bandwidth(chip, tp * cp * dp * pp) * eff.link), 0.0)
-    t_compute = (t_layers + t_tp + t_a2a) / pp + t_head / v  # one micro-batch on one stage
-    # data parallel over dp·cp ranks (CP ranks hold the same parameters): expert parameters over dp·cp/ep
+    # one micro-batch on the slowest stage: its layers' share of the layer time, the LM head on the last
+    t_layer = (t_layers + t_tp + t_a2a) / s.L
+    t_compute = np.maximum(np.maximum(n_first, n_mid) * t_layer, n_last * t_layer + t_head / v)
+    n_bottleneck = np.where(n_last * t_layer + t_head / v >= np.maximum(n_first, n_mid) * t_layer, n_last,
+                            np.maximum(n_first, n_mid))
+    # data parallel over dp·cp ranks (CP ranks hold the same parameters): expert parameters over the experts'
+    # data-parallel group tp·cp·dp/(ep·etp)
     shards = dp * cp
+    eshards = tp * shards / (ep * etp)
     expert_params = s.moe_layers * s.experts * s.H * (s.expert_in + s.expert_ffn)
     dense_dev = (s.total_params - expert_params) / (tp * pp)
-    expert_dev = expert_params / (tp * pp * ep)
+    expert_dev = expert_params / (etp * pp * ep)
     def allreduce(elements_bytes, n, stride):
         return allreduce_seconds(elements_bytes, n, stride, chip.domain, chip.link_bytes_per_s, chip.dp_bytes_per_s,
                                  eff.link)
@@ -253,14 +269,14 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     lat = eff.collective_latency_s
     if zero >= 3:  # FSDP / ZeRO-3: per micro-batch, all-gather the parameters for forward and for backward,
         #            reduce-scatter the gradients (each half a ring all-reduce's volume)
-        per_mb = (allreduce(dense_dev, shards, tp) + allreduce(expert_dev, shards / ep, tp * ep)) / 2.0 \
+        per_mb = (allreduce(dense_dev, shards, tp) + allreduce(expert_dev, eshards, etp * ep)) / 2.0 \
             * (2.0 * 2.0 + grad_bytes) + np.where(shards > 1, 3.0 * lat, 0.0)
         exposed_mb = exposed(per_mb, t_compute, eff.dp_overlap)
         t_dp = m * exposed_mb
         t_mb = t_compute + t_p2p + exposed_mb
     else:  # DDP / ZeRO-1/2: one gradient all-reduce (reduce-scatter + all-gather) per step, overlapped with the
         #    last micro-batch's backward
-        t_all = (allreduce(dense_dev, shards, tp) + allreduce(expert_dev, shards / ep, tp * ep)) * grad_bytes \
+        t_all = (allreduce(dense_dev, shards, tp) + allreduce(expert_dev, eshards, etp * ep)) * grad_bytes \
             + np.where(shards > 1, lat, 0.0)
         t_dp = exposed(t_all, t_compute * 2.0 / 3.0, eff.dp_overlap)
         t_mb = t_compute + t_p2p
@@ -270,13 +286,14 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     t_opt = (dense_dev + expert_dev) / shard * OPTIMIZER_BYTES_PER_PARAM / (bw * eff.bandwidth)
     total = t_pipe + (t_dp if zero < 3 else 0.0) + t_opt
     return {"step_s": total, "pipeline_s": t_pipe, "bubble_s": bubble * t_mb, "dp_comm_s": t_dp, "optimizer_s": t_opt,
-            "tp_comm_s": m * t_tp / pp, "ep_comm_s": m * t_a2a / pp, "pp_comm_s": m * t_p2p,
+            "tp_comm_s": m * t_tp * n_bottleneck / s.L, "ep_comm_s": m * t_a2a * n_bottleneck / s.L,
+            "pp_comm_s": m * t_p2p,
             "microbatches": m}
 
 
 def training(s: Shape, chip: TrainChip, eff: Efficiency, *, tokens, seq, global_batch, micro_batch, tp, pp, dp,
              recompute="full", mfu=None, achieved_flop_per_s=None, flash=True, sequence_parallel=True, interleave=1,
-             zero=0, ep=1, cp=1, goodput=1.0):
+             zero=0, ep=1, cp=1, goodput=1.0, etp=None, stage_layers=None):
     """Throughput, MFU, total time and chip-hours; ``mfu``/``achieved_flop_per_s`` given, else predicted.
     ``goodput``: the share of wall-clock time a run spends on training steps (restarts, evaluation and other
     stages lengthen it); total time and chip-hours are divided by it."""
@@ -292,7 +309,7 @@ def training(s: Shape, chip: TrainChip, eff: Efficiency, *, tokens, seq, global_
     else:
         parts = step_time(s, chip, eff, seq=seq, global_batch=global_batch, micro_batch=micro_batch, tp=tp, pp=pp,
                           dp=dp, recompute=recompute, flash=flash, sequence_parallel=sequence_parallel,
-                          interleave=interleave, zero=zero, ep=ep, cp=cp)
+                          interleave=interleave, zero=zero, ep=ep, cp=cp, etp=etp, stage_layers=stage_layers)
         tok_s = np.asarray(global_batch, dtype=np.float64) * seq / parts["step_s"]
     mfu_v = tok_s * model_f / (chips * chip.peak_flop_per_s)
     total = np.asarray(tokens, dtype=np.float64) / tok_s / goodput
