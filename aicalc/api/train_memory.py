@@ -39,6 +39,7 @@ def setup_of(**kw):
     check_choice("loss", s.loss, LOSSES)
     check_choice("lora_dtype", s.lora_dtype, LORA_DTYPES)
     check_choice("quant", s.quant, QLORA_QUANT)
+    check_choice("adamw", s.adamw, tm.ADAMW_IMPLS)
     tm.state_bytes(s.precision, s.optimizer, s.grad_dtype, s.optimizer_dtype)
     if s.lora_rank is not None:
         if not s.lora_rank >= 1:

@@ -11,7 +11,7 @@ from aicalc.result import Result
 
 SETUP = ("precision", "optimizer", "grad_dtype", "optimizer_dtype", "ep", "sp", "virtual_stages", "microbatches",
          "recompute", "framework", "attention", "lora_rank", "lora_targets", "lora_dtype", "loss",
-         "optimizer_in_backward", "quant", "offload", "dropout")
+         "optimizer_in_backward", "quant", "offload", "dropout", "adamw")
 
 
 def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp="1", chip=None, budget=None,
@@ -93,9 +93,9 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
         columns.append("fits")
     notes = [f"{spec.id}: {rows[0]['params']:,} params; {st.precision} + {st.optimizer}; framework {st.framework}, "
              f"attention {st.attention}, recompute {st.recompute}",
-             "peak = weights + optimizer + activations + transients (loss, largest layer's workspace, ZeRO-3 "
-             "gather) + gradients where they coexist (one device without accumulation frees the activations as "
-             "its gradients appear: the larger of the two counts) + "
+             "peak = weights + optimizer + the largest phase of the step (hf: the loss with every saved activation, "
+             "a layer's backward, the gradients with a layer's workspace, the optimizer step with its foreach "
+             f"temporaries; peak phase: {rows[0]['peak_phase']}) + "
              f"{rows[0]['overhead_bytes'] / 2**30:.2g} GiB CUDA context/allocator overhead; see docs/train-mem.md"]
     return Result("train-mem", inputs_, rows, warnings, code, title=f"train-mem {spec.id}", notes=notes,
                   columns=columns)
