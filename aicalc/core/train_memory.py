@@ -281,6 +281,17 @@ def base_weight_bytes(split: ParamSplit, quant: str, base_bytes: float) -> float
     return (split.linear * q + rest * base_bytes) / split.total
 
 
+def dequantized_weight_bytes(arch: Arch, a=2.0, t=1):
+    """The 16-bit copy of one quantized weight that bitsandbytes makes for each matmul (QLoRA's backward
+    workspace): ``bnb.matmul_4bit`` on a training batch runs ``MatMul4Bit``, whose forward computes
+    ``F.linear(A, dequantize_4bit(B, quant_state).to(A.dtype).t())`` and whose backward dequantizes again for
+    ``grad_A`` (``bitsandbytes/autograd/_functions.py``); the copy is freed after each matmul, so one is live at
+    a time: the largest linear weight, ``a·H·max(F, A·d)/t`` (an expert's F for MoE). LLM.int8() (``int8``)
+    likewise dequantizes its weight for the backward. Llama-3.1-8B: 4096 × 14336 × 2 B = 117 MB."""
+    F = arch.moe.expert_ffn if arch.moe else arch.ffn
+    return a * arch.hidden * max(F, arch.heads * arch.head_dim) / t
+
+
 # --------------------------------------------------------------------------------------------------
 # Peak
 # --------------------------------------------------------------------------------------------------

@@ -139,6 +139,8 @@ def evaluate(arch, o, g: dict):
     layer_max = layer
     loss_t, workspace, gather = tm.transient_bytes(B, S, arch, a, tp, o.framework, o.attention, recompute,
                                                    layer_max, zero, split.largest_layer, sb.weights, cp, o.loss)
+    if o.quant != "none":
+        workspace = workspace + tm.dequantized_weight_bytes(arch, a, tp)
     if o.optimizer_in_backward:
         # one parameter's gradient at a time (tm.largest_param_tensor), sharded like the gradients
         gbytes = asb.grads if o.lora_rank else sb.grads
