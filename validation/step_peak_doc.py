@@ -47,7 +47,7 @@ def section() -> str:
         "PyTorch's own memory tracker (`torch.distributed._tools.mem_tracker.MemTracker` under `FakeTensorMode`;",
         f"torch {v['torch']}, transformers {v['transformers']}) and records the peak, its breakdown by category and",
         "the peak of each phase; `tests/test_train_peak.py` holds aicalc's `peak_allocated_bytes` to 5 % of every",
-        "record but the three banded ones it names. The CPU trace stands for a CUDA run with two adjustments: every",
+        "record but the banded ones it names. The CPU trace stands for a CUDA run with two adjustments: every",
         "storage counts in 512-byte blocks (the caching allocator's rounding) and `F.dropout` runs CUDA's",
         "`native_dropout` (a 1-byte mask; the CPU's composite dropout keeps a mask in the activation dtype).",
         "",
