@@ -12,7 +12,8 @@ RECOMPUTE = ("none", "selective", "full", "selective-op")
 class TrainMemory(Table):
     """Columns: ``batch`` (micro-batch per device), ``seq``, ``dp``, ``tp``, ``pp``, ``cp``, ``zero``,
     ``recompute``, ``params``, ``params_per_device``, ``trainable_params``, ``weights_bytes``,
-    ``gradients_bytes``, ``optimizer_bytes``, ``activations_bytes``, ``transient_bytes``, ``overhead_bytes``,
+    ``gradients_bytes``, ``optimizer_bytes``, ``activations_bytes``, ``transient_bytes`` (at the peak phase),
+    ``loss_transient_bytes``, ``workspace_bytes``, ``optimizer_step_bytes``, ``peak_phase``, ``overhead_bytes``,
     ``peak_allocated_bytes``, ``peak_bytes`` (per device: allocated + CUDA context), ``peak_reserved_bytes``
     (what the caching allocator reserves at that peak), ``host_bytes``, ``states_bytes_per_param``; with a chip
     ``chip_memory_bytes`` and ``fits`` (judged on the reserved peak); from a search ``headroom_bytes``."""

@@ -170,8 +170,8 @@ def evaluate(arch, o, g: dict):
     if o.framework == "megatron":
         # one phase: everything at once (the Megatron rows are calibrated on this sum; TM-04, TM-34)
         transient = loss_t + workspace + gather
-        live = {"loss": activ + grads + transient}
-        phase_t = {"loss": transient}
+        live = {"all": activ + grads + transient}
+        phase_t = {"all": transient}
     else:
         # hf: the step's phases, as PyTorch's allocator sees them (validation/record_step_peak.py):
         # * loss: the end of the forward and the loss's backward: every saved activation + the loss buffers;
