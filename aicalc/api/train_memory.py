@@ -75,6 +75,15 @@ def setup_of(**kw):
     return s
 
 
+def phase_names(index):
+    """``peak_phase`` as names (``core.train_peak.PHASES``; the core keeps a one-byte index per layout)."""
+    import numpy as np
+
+    from aicalc.core.train_peak import PHASES
+
+    return np.asarray(PHASES)[np.asarray(index, dtype=np.int64)]
+
+
 def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None) -> None:
     """Impossible layouts are bad input, with the reason."""
     import numpy as np
@@ -136,6 +145,7 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
     if st.quant != "none" and not st.lora_rank:
         raise ParameterError("quant", st.quant, "needs {lora_rank} (quantized base weights are frozen; QLoRA)")
     cols = {k: v for k, v in evaluate(spec.arch, st, g).items()}
+    cols["peak_phase"] = phase_names(cols["peak_phase"])
     warnings = []
     chip_obj = load_node_or_chip(chip)[0] if chip is not None else None
     if chip_obj is not None:
@@ -181,6 +191,7 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
                                        recomputes, inputs.whole("top", top), progress)
     if sel is None:
         raise ParameterError("chips", chips, "admits no TP × PP × CP layout of this model")
+    sel["peak_phase"] = phase_names(sel["peak_phase"])
     for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero"):
         sel[k] = sel[k].astype(np.int64)
     sel["params"] = np.broadcast_to(sel["params"], sel["batch"].shape).astype(np.int64)

@@ -17,6 +17,8 @@ ATTENTION = ("eager", "sdpa", "flash")
 OFFLOAD = ("none", "optimizer", "params")
 LOSSES = ("full", "chunked")
 LORA_DTYPES = ("fp32", "bf16", "fp16")
+# the phases of a step whose live memory can set the peak (docs/train-mem.md "Peak"); "all" is megatron's one sum
+PHASES = ("loss", "backward", "gradients", "optimizer", "all")
 
 
 @dataclass(frozen=True)
@@ -188,12 +190,15 @@ def evaluate(arch, o, g: dict):
         phase_t = {"loss": loss_t, "backward": workspace + gather, "gradients": workspace + gather,
                    "optimizer": step_t}
     names = list(live)
-    shape = np.broadcast_shapes(np.shape(weights), np.shape(optimizer), *(np.shape(v) for v in live.values()))
-    stack = np.stack([np.broadcast_to(np.asarray(live[k], dtype=np.float64), shape) for k in names])
-    at = np.argmax(stack, axis=0)
-    allocated = weights + optimizer + np.max(stack, axis=0)
-    transient = np.choose(at, [np.broadcast_to(np.asarray(phase_t[k], dtype=np.float64), at.shape) for k in names])
-    peak_phase = np.asarray(names)[at]
+    top, transient, at = live[names[0]], phase_t[names[0]], 0
+    for i, k in enumerate(names[1:], 1):  # the first phase wins ties, as argmax would
+        more = live[k] > top
+        top, transient, at = np.maximum(top, live[k]), np.where(more, phase_t[k], transient), np.where(more, i, at)
+    allocated = weights + optimizer + top
+    shape = np.shape(allocated)
+    transient = np.broadcast_to(transient, shape)
+    # an index into PHASES (one byte per layout: the layout search keeps millions); the API names it
+    peak_phase = np.broadcast_to(np.asarray([PHASES.index(k) for k in names], dtype=np.int8)[at], shape)
     return {
         "batch": B, "seq": S, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "zero": zero,
         "recompute": recompute,
