@@ -2,7 +2,7 @@
 
 The traced peak comes from torch (``MemTracker`` under ``FakeTensorMode``, :mod:`aicalc.trace`), not from aicalc's
 formulas, so agreeing with the estimate is a real check; the records of ``validation/record_step_peak.py`` hold
-the same comparison for 61 configurations. Without torch the option is one line on stderr and exit 2.
+the same comparison for 64 configurations. Without torch the option is one line on stderr and exit 2.
 """
 
 from __future__ import annotations

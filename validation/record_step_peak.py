@@ -1,6 +1,6 @@
 """Record the peak memory of whole training steps, as PyTorch's own memory tracker counts it.
 
-For small-but-real transformers configurations (Llama-2/3-, Mistral-, Qwen2-, GPT-2-style dense models and
+For small-but-real transformers configurations (Llama-2/3-, Mistral-, Qwen2-, Gemma-2-, GPT-2-style dense models and
 Mixtral-, Qwen2-MoE- and DeepSeek-V3-style MoE models), this builds ``AutoModelForCausalLM.from_config(cfg)``
 inside ``torch._subclasses.fake_tensor.FakeTensorMode`` (shapes and dtypes exact, nothing allocated), makes a
 ``torch.optim.AdamW`` over the trainable parameters, and runs **three full training steps** under
@@ -74,6 +74,13 @@ MODELS: dict[str, dict[str, Any]] = {
         "model_type": "gpt2", "n_embd": 384, "n_layer": 2, "n_head": 6, "vocab_size": 8192, "n_positions": 1024,
         "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "activation_function": "gelu_new",
     },
+    # Gemma-2: four norms per layer, soft-capped attention scores and logits; transformers 5.23 gives it no SDPA
+    "gemma2-style": {
+        "model_type": "gemma2", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 8192,
+        "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 64,
+        "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
+    },
     "mixtral-style": {
         "model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 8000, "max_position_embeddings": 4096,
@@ -128,6 +135,9 @@ def cases() -> list[dict[str, Any]]:
         out.append(_case(model, 2, 256, "sdpa", "bf16-mixed", adamw="fused"))
         out.append(_case(model, 2, 256, "sdpa", "bf16", microbatches=2))
     out.append(_case("llama2-style", 2, 256, "sdpa", "bf16-mixed", "full", microbatches=2))
+    out.append(_case("gemma2-style", 2, 256, "eager", "bf16"))
+    out.append(_case("gemma2-style", 2, 256, "eager", "fp32"))
+    out.append(_case("gemma2-style", 1, 512, "eager", "bf16", "full"))
     out.append(_case("gpt2-style", 2, 256, "eager", "fp32"))
     out.append(_case("gpt2-style", 2, 256, "eager", "bf16"))
     out.append(_case("gpt2-style", 2, 256, "eager", "fp32", "full"))

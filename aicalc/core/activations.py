@@ -174,6 +174,15 @@ def hf_norm(B, S, H, a, norm="rms", stat_bytes=4):
     return 2 * a * B * S * H + 2 * stat_bytes * B * S
 
 
+def gemma_norm(B, S, H, a, feeds_linear=True):
+    """Gemma's RMSNorm (``modeling_gemma2.py``/``modeling_gemma3.py``): ``_norm(x.float()) * (1.0 + weight.float())``
+    saves the fp32 input and its rsqrt for the normalization (4·BSH + 4·BS) and the fp32 normalized tensor for the
+    ``(1 + w)`` product (4·BSH, where Llama's RMSNorm saves an a-byte copy), then casts back; the a-byte output is
+    saved by the next linear for the input and pre-feed-forward norms (a·BSH), not for the post-attention and
+    post-feed-forward norms, which feed the residual sum. Checked with saved-tensor hooks (docs/train-mem.md)."""
+    return 8 * B * S * H + 4 * B * S + (a * B * S * H if feeds_linear else 0.0)
+
+
 def token_ffn(arch: Arch) -> float:
     """The FFN width one token's activations span: F for a dense model; for a MoE each token runs k routed
     experts of size F_e and the shared ones (of their own size where the config gives one, Qwen2-MoE's
@@ -249,6 +258,8 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     Kd = np.maximum(K / t, 1) * d  # kv heads replicated when t > K
     BS = B * S
     norms = 2 * hf_norm(B, S, H, a, arch.norm, stat_bytes)
+    if arch.family.startswith("gemma"):
+        norms = 2 * gemma_norm(B, S, H, a) + (arch.norms_per_layer - 2) * gemma_norm(B, S, H, a, feeds_linear=False)
     if attention == "eager":
         probs_fp32 = arch.norm == "rms"  # Llama-family eager upcasts the softmax to fp32; GPT-2 does not
         heads_ss = B * (A / t) * S * S
@@ -271,7 +282,18 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     else:
         mlp = 2 * a * BS * F / t
     resid = 2 * mask_bytes * BS * H if dropout > 0 else 0.0
+    if attention == "eager" and arch.extra.get("attn_logit_softcapping"):
+        attn = attn + a * B * (A / t) * S * S  # the tanh output of the soft-capped scores (softcap_saved)
     return norms + attn + mlp + resid + moe_routing_saved(B, S, arch, a)
+
+
+def softcap_saved(arch: Arch) -> dict:
+    """Gemma-2's logit soft-capping, ``cap·tanh(x/cap)`` (``modeling_gemma2.py``: the eager attention scores before
+    the softmax, ``attn_logit_softcapping``; the output logits before the loss, ``final_logit_softcapping``):
+    ``tanh`` saves its output for backward, one more tensor of the scores' size (a·B·A·S² per layer, eager only;
+    transformers 5.23 gives Gemma-2 no SDPA path) and of the logits' (a·BS·V, in the model dtype, before the loss
+    upcasts them). Checked with saved-tensor hooks on a Gemma-2-style model (docs/train-mem.md)."""
+    return {k: arch.extra.get(k) for k in ("attn_logit_softcapping", "final_logit_softcapping")}
 
 
 # Recompute modes of ``--framework hf`` besides "none" and "full" (docs/train-mem.md "Selective checkpointing"):
@@ -484,9 +506,11 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
         emb = emb + _pick(kept, a * B * S * S, 0.0)
     if stage == "first":
         return emb
-    final = hf_norm(B, S, H, a, arch.norm, stat_bytes)
+    final = gemma_norm(B, S, H, a) if arch.family.startswith("gemma") else hf_norm(B, S, H, a, arch.norm, stat_bytes)
     per_logit = a if loss == "chunked" else 4.0
     loss = per_logit * B * S * V / t + 8 * B * (S + 1) + 4  # labels are padded by one and shifted (a view)
+    if arch.extra.get("final_logit_softcapping"):
+        loss = loss + a * B * S * V / t  # the soft-capped logits' tanh output (softcap_saved)
     return final + loss if stage == "last" else emb + final + loss
 
 
