@@ -465,6 +465,8 @@ def train_mem(
     lora_dtype: Annotated[str, typer.Option("--lora-dtype", help="adapter dtype: fp32 (PEFT) | bf16 | fp16 (torchtune: the model's)")] = "fp32",
     loss: Annotated[str, typer.Option("--loss", help="full (fp32 log-softmax, transformers) | chunked (torchtune's compiled chunked CE)")] = "full",
     optimizer_in_backward: Annotated[bool, typer.Option("--optimizer-in-backward", help="step each parameter in backward and free its gradient (torchtune optimizer_in_bwd)")] = False,
+    adamw: Annotated[str, typer.Option("--adamw", help="torch AdamW kernel: foreach (default; a temporary state-sized buffer in the step) | fused")] = "foreach",
+    trace: Annotated[bool, typer.Option("--trace", help="also trace the step with PyTorch's memory tracker on fake tensors (needs the trace extra)")] = False,
     quant: Annotated[str, typer.Option("--quant", help="base weights with LoRA: none | nf4 | nf4-dq | int8")] = "none",
     offload: Annotated[str, typer.Option("--offload", help="none | optimizer | params (to host memory)")] = "none",
     dropout: Annotated[float | None, typer.Option("--dropout", help="hidden dropout (default: the family's)")] = None,
@@ -490,13 +492,14 @@ def train_mem(
     with progress_bar("searching layouts") as progress:
         def one(c):
             return run(model, batch=batch, seq=seq, zero=zero, dp=dp, tp=tp, pp=pp, cp=cp, chip=c, budget=budget,
-                       overhead=overhead, search=search, chips=chips, top=top, progress=progress,
+                       overhead=overhead, search=search, chips=chips, top=top, progress=progress, trace=trace,
                        precision=precision, optimizer=optimizer, grad_dtype=grad_dtype,
                        optimizer_dtype=optimizer_dtype, ep=ep, etp=etp, first_stage_layers=first_stage_layers,
                        last_stage_layers=last_stage_layers, sp=sp, virtual_stages=virtual_stages,
                        microbatches=microbatches, recompute=recompute, framework=framework, attention=attention,
                        lora_rank=lora_rank, lora_targets=lora_targets, lora_dtype=lora_dtype, loss=loss,
-                       optimizer_in_backward=optimizer_in_backward, quant=quant, offload=offload, dropout=dropout)
+                       optimizer_in_backward=optimizer_in_backward, quant=quant, offload=offload, dropout=dropout,
+                       adamw=adamw)
 
         result = per_chip(chip, one) if chip else one(None)
     return emit(result, fmt, json_, columns)

@@ -458,8 +458,10 @@ def main(argv: list[str]) -> int:
     data = json.dumps({"source": "shared/reference/validation-cases.md", "cases": cs}, indent=1) + "\n"
     doc = table([r for r in results if r[0]["kind"] != "training"],
                 "Inference performance validation: estimates vs published measurements")
+    from step_peak_doc import section as memory_section  # the whole-step peak part (issue 23)
+
     train_doc = table([r for r in results if r[0]["kind"] == "training"],
-                      "Training performance validation: estimates vs published runs")
+                      "Training performance validation: estimates vs published runs") + memory_section()
     if "--check" in argv:
         stale = [str(p.relative_to(ROOT)) for p, text in ((DATA, data), (DOC, doc), (TRAIN_DOC, train_doc))
                  if not p.is_file() or p.read_text(encoding="utf-8") != text]

@@ -22,7 +22,8 @@ def load_model(model) -> ModelSpec:
         from aicalc.catalog.hf_config import arch_from_config
 
         name = str(model.get("_name_or_path") or model.get("model_type") or "config")
-        return ModelSpec(id=name, name=name, source="config dict", arch=arch_from_config(dict(model), "config"))
+        return ModelSpec(id=name, name=name, source="config dict", arch=arch_from_config(dict(model), "config"),
+                         config=dict(model))
     return _from_files(str(model))
 
 
@@ -82,7 +83,7 @@ def _from_files(name: str):
 
         cfg, ck = checkpoint.from_hub(name)
         return ModelSpec(id=name, name=name, source=f"hf://{name}", arch=arch_from_config(cfg, name),
-                           checkpoint=ck, hf_repo=name)
+                           checkpoint=ck, hf_repo=name, config=cfg if isinstance(cfg, dict) else None)
     spec = store.resolve_model(name)
     if exists(path):
         folder = path if path.is_dir() else path.parent
@@ -92,7 +93,7 @@ def _from_files(name: str):
 
         ck = checkpoint.from_folder(folder, cfg if isinstance(cfg, dict) else {})
         if ck is not None:
-            return ModelSpec(id=spec.id, name=spec.name, source=spec.source, arch=spec.arch, checkpoint=ck)
+            return spec._replace(checkpoint=ck)
     return spec
 
 

@@ -12,7 +12,8 @@ RECOMPUTE = ("none", "selective", "full", "selective-op")
 class TrainMemory(Table):
     """Columns: ``batch`` (micro-batch per device), ``seq``, ``dp``, ``tp``, ``pp``, ``cp``, ``zero``,
     ``recompute``, ``params``, ``params_per_device``, ``trainable_params``, ``weights_bytes``,
-    ``gradients_bytes``, ``optimizer_bytes``, ``activations_bytes``, ``transient_bytes``, ``overhead_bytes``,
+    ``gradients_bytes``, ``optimizer_bytes``, ``activations_bytes``, ``transient_bytes`` (at the peak phase),
+    ``loss_transient_bytes``, ``workspace_bytes``, ``optimizer_step_bytes``, ``peak_phase``, ``overhead_bytes``,
     ``peak_allocated_bytes``, ``peak_bytes`` (per device: allocated + CUDA context), ``peak_reserved_bytes``
     (what the caching allocator reserves at that peak), ``stage`` and ``stage_layers`` (the pipeline rank whose peak
     this is, 0 = first, and its decoder layers), ``host_bytes``, ``states_bytes_per_param``; with a chip
@@ -54,6 +55,7 @@ def setup_of(**kw):
     check_choice("loss", s.loss, LOSSES)
     check_choice("lora_dtype", s.lora_dtype, LORA_DTYPES)
     check_choice("quant", s.quant, QLORA_QUANT)
+    check_choice("adamw", s.adamw, tm.ADAMW_IMPLS)
     tm.state_bytes(s.precision, s.optimizer, s.grad_dtype, s.optimizer_dtype)
 
     # whole numbers and shares checked as the command line checks its options (aicalc.api.inputs), named
@@ -86,6 +88,15 @@ def setup_of(**kw):
         raise ParameterError("framework", "hf", "has no sequence parallelism or virtual pipeline stages; use "
                              "{framework=megatron}")
     return s
+
+
+def phase_names(index):
+    """``peak_phase`` as names (``core.train_peak.PHASES``; the core keeps a one-byte index per layout)."""
+    import numpy as np
+
+    from aicalc.core.train_peak import PHASES
+
+    return np.asarray(PHASES)[np.asarray(index, dtype=np.int64)]
 
 
 def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None, dp=None, xla=False) -> None:
@@ -189,6 +200,7 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
                             "rank (sequence parallelism scatters the sequence over the TP ranks)")
     cols = {k: v for k, v in evaluate(spec.arch, st, {**g, "seq": seq_run}).items()}
     cols["seq"] = g["seq"]
+    cols["peak_phase"] = phase_names(cols["peak_phase"])
     if chip_obj is not None:
         cols["chip_memory_bytes"] = float(chip_obj.memory_bytes)
         cols["fits"] = cols["peak_reserved_bytes"] <= chip_obj.memory_bytes  # what the allocator will reserve
@@ -244,6 +256,7 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
                                        inputs.whole("top", top), progress, xla)
     if sel is None:
         raise ParameterError("chips", chips, "admits no TP × PP × CP layout of this model")
+    sel["peak_phase"] = phase_names(sel["peak_phase"])
     for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero", "stage", "stage_layers"):
         sel[k] = sel[k].astype(np.int64)
     sel["params"] = np.broadcast_to(sel["params"], sel["batch"].shape).astype(np.int64)

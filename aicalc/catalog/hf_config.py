@@ -242,9 +242,13 @@ def _qwen3_moe(r):
 
 
 def _gemma2(r):
+    """Gemma-2; ``extra`` keeps its logit soft-capping (``Gemma2Config`` defaults 50 on the attention scores, 30 on
+    the output logits: ``cap·tanh(x/cap)``), whose ``tanh`` outputs training saves (``activations.softcap_saved``)."""
     window = r.get("sliding_window", default=4096)
+    caps = {k: r.cfg.get(k, d) for k, d in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0))}
     return Arch(**_llama_like(r, tied_default=True, head_dim_default=256, norms=4, window=window,
-                              pattern=lambda i: (i + 1) % 2 == 1))
+                              pattern=lambda i: (i + 1) % 2 == 1),
+                extra={k: float(v) for k, v in caps.items() if isinstance(v, (int, float)) and v})
 
 
 # Gemma3TextConfig's defaults for the keys a file may leave out (the 4B/12B/27B files omit vocab_size and more).

@@ -650,6 +650,7 @@ class ModelSpec(NamedTuple):
     official_params: str | None = None
     hf_repo: str | None = None
     checkpoint: object = None  # aicalc.catalog.checkpoint.Checkpoint
+    config: dict | None = None  # the Hugging Face config the arch was read from (train-mem --trace builds it)
     release: object = None  # ReleaseFormat: the official checkpoint's precision (None: bf16)
 
 
@@ -741,7 +742,7 @@ def resolve_model(name: str) -> ModelSpec:
         label = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
         label = label if isinstance(label, str) and label else None
         return ModelSpec(id=str(file), name=label or file.parent.name or str(file), source=str(file),
-                         arch=arch_from_config(cfg, _short(file)))
+                         arch=arch_from_config(cfg, _short(file)), config=cfg)
     index = _index("model")
     found = canonical("model", name)
     if found is None:
@@ -764,7 +765,7 @@ def resolve_model(name: str) -> ModelSpec:
         cfg = preset.config
     if not isinstance(cfg, dict):
         raise AicalcError(f"{path}: field 'config' must be a mapping of config.json fields")
-    return ModelSpec(arch=arch_from_config(dict(cfg), str(path)), **meta)
+    return ModelSpec(arch=arch_from_config(dict(cfg), str(path)), config=dict(cfg), **meta)
 
 
 def resolve_chip(name: str):

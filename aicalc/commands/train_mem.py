@@ -12,11 +12,12 @@ from aicalc.result import Result
 SETUP = ("precision", "optimizer", "grad_dtype", "optimizer_dtype", "ep", "etp", "first_stage_layers",
          "last_stage_layers", "sp", "virtual_stages", "microbatches",
          "recompute", "framework", "attention", "lora_rank", "lora_targets", "lora_dtype", "loss",
-         "optimizer_in_backward", "quant", "offload", "dropout")
+         "optimizer_in_backward", "quant", "offload", "dropout", "adamw")
 
 
 def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp="1", chip=None, budget=None,
-        overhead=None, search: bool = False, chips=None, top: int = 10, progress=None, **setup) -> Result:
+        overhead=None, search: bool = False, chips=None, top: int = 10, progress=None, trace: bool = False,
+        **setup) -> Result:
     import numpy as np
 
     from aicalc.api import inputs
@@ -62,6 +63,10 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
                "cp": cp, "chip": chip, "budget": budget, "search": search, "chips": chips, "top": top,
                **{k: v for k, v in setup.items() if v is not None}}
     if search:
+        if trace:
+            from aicalc.errors import AicalcError
+
+            raise AicalcError("--trace traces given settings; it does not combine with --search")
         return _search(model, chip, chips, budget, seqs, batches, cp, top, progress, setup, inputs_)
     g = grid(batch=batches, seq=seqs, dp=sweep(dp, "--dp"), tp=sweep(tp, "--tp"), pp=sweep(pp, "--pp"),
              cp=sweep(cp, "--cp"), zero=zero_list)
@@ -91,13 +96,16 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
                *(["stage", "stage_layers"] if np.any(r.pp > 1) else []), "zero",
                "trainable_params", "weights_bytes", "gradients_bytes",
                "optimizer_bytes", "activations_bytes", "transient_bytes", "peak_bytes", "peak_reserved_bytes"]
+    if trace:
+        _trace_rows(spec, st, rows)
+        columns += ["peak_allocated_bytes", "peak_phase", "traced_peak_bytes", "traced_phase"]
     if "fits" in cols:
         columns.append("fits")
     notes = [f"{spec.id}: {rows[0]['params']:,} params; {st.precision} + {st.optimizer}; framework {st.framework}, "
              f"attention {st.attention}, recompute {st.recompute}", _state_dtypes(st),
-             "peak = weights + optimizer + activations + transients (loss, largest layer's workspace, ZeRO-3 "
-             "gather) + gradients where they coexist (one device without accumulation frees the activations as "
-             "its gradients appear: the larger of the two counts) + "
+             "peak = weights + optimizer + the largest phase of the step (hf: the loss with every saved activation, "
+             "a layer's backward, the gradients with a layer's workspace, the optimizer step with its foreach "
+             f"temporaries; peak phase: {rows[0]['peak_phase']}) + "
              f"{rows[0]['overhead_bytes'] / 2**30:.2g} GiB CUDA context/allocator overhead; see docs/train-mem.md"]
     notes += _stage_notes(spec.arch, sorted({int(p) for p in np.ravel(r.pp)}), st)
     return Result("train-mem", inputs_, rows, warnings, code, title=f"train-mem {spec.id}", notes=notes,
@@ -165,3 +173,36 @@ def _state_dtypes(st) -> str:
                                          "for fp32 states)" if st.precision == "bf16" else "")
     return (f"assumed: {w} weights, {st.grad_dtype or w} gradients, {opt} optimizer states{why}"
             + ("; fp32 master weights" if mixed else ""))
+
+
+MAX_TRACED_ROWS = 4
+
+
+def _trace_rows(spec, st, rows) -> None:
+    """``--trace``: each row's settings traced by PyTorch's memory tracker (:mod:`aicalc.trace`), one device."""
+    from aicalc.errors import AicalcError
+    from aicalc.trace import trace_step
+
+    if spec.config is None:
+        raise AicalcError("--trace needs a Hugging Face config: a preset, a config.json, a folder or a Hub id")
+    if len(rows) > MAX_TRACED_ROWS:
+        raise AicalcError(f"--trace traces at most {MAX_TRACED_ROWS} rows; this sweep has {len(rows)}")
+    if st.framework != "hf" or st.quant != "none" or st.offload != "none" or st.optimizer not in ("adam", "adamw") \
+            or st.optimizer_in_backward or st.loss != "full" or (st.lora_rank and st.lora_dtype != "fp32"):
+        raise AicalcError("--trace runs transformers with torch AdamW (--framework hf, no --quant, --offload, "
+                          "--optimizer-in-backward, --loss chunked or --lora-dtype)")
+    if st.lora_rank and st.precision.endswith("-mixed"):
+        raise AicalcError("--trace with --lora-rank: give the frozen base's dtype, --precision bf16 or fp32 (PEFT "
+                          "keeps the adapters in fp32; torch AMP would hold the whole base in fp32)")
+    from aicalc.core.train_memory import lora_targets
+
+    for row in rows:
+        if any(row[k] > 1 for k in ("dp", "tp", "pp", "cp")) or row["zero"]:
+            raise AicalcError("--trace traces one device: no --dp, --tp, --pp, --cp or --zero")
+        t = trace_step(spec.config, int(row["batch"]), int(row["seq"]), precision=st.precision,
+                       attention=st.attention, recompute=st.recompute, adamw=st.adamw,
+                       microbatches=st.microbatches or 1, lora_rank=st.lora_rank,
+                       lora_targets=lora_targets(st.lora_targets) if st.lora_rank else ())
+        row["traced_peak_bytes"] = float(t["peak_bytes"])
+        row["traced_phase"] = t["phase"]
+        row["traced_breakdown"] = t["breakdown"]

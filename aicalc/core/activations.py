@@ -174,14 +174,49 @@ def hf_norm(B, S, H, a, norm="rms", stat_bytes=4):
     return 2 * a * B * S * H + 2 * stat_bytes * B * S
 
 
+def gemma_norm(B, S, H, a, feeds_linear=True):
+    """Gemma's RMSNorm (``modeling_gemma2.py``/``modeling_gemma3.py``): ``_norm(x.float()) * (1.0 + weight.float())``
+    saves the fp32 input and its rsqrt for the normalization (4·BSH + 4·BS) and the fp32 normalized tensor for the
+    ``(1 + w)`` product (4·BSH, where Llama's RMSNorm saves an a-byte copy), then casts back; the a-byte output is
+    saved by the next linear for the input and pre-feed-forward norms (a·BSH), not for the post-attention and
+    post-feed-forward norms, which feed the residual sum. Checked with saved-tensor hooks (docs/train-mem.md)."""
+    return 8 * B * S * H + 4 * B * S + (a * B * S * H if feeds_linear else 0.0)
+
+
 def token_ffn(arch: Arch) -> float:
-    """The FFN width one token's activations span: F for a dense model; for a MoE (not harness-checked) each
-    token runs k routed (+ shared) experts of size F_e, so a MoE layer counts F_e·(k + shared), averaged with
-    the dense layers."""
+    """The FFN width one token's activations span: F for a dense model; for a MoE each token runs k routed
+    experts of size F_e and the shared ones (of their own size where the config gives one, Qwen2-MoE's
+    ``shared_expert_intermediate_size``), so a MoE layer counts ``F_e·k + shared·F_s``, averaged with the dense
+    layers (checked with the whole-step tracker, ``validation/record_step_peak.py``)."""
     if arch.moe is None or not arch.layers:
         return arch.ffn
     frac = arch.n_moe_layers / arch.layers
-    return frac * arch.moe.expert_ffn * (arch.moe.experts_per_token + arch.moe.shared_experts) + (1 - frac) * arch.ffn
+    m = arch.moe
+    width = m.expert_ffn * m.experts_per_token + m.shared_experts * (m.shared_expert_ffn or m.expert_ffn)
+    return frac * width + (1 - frac) * arch.ffn
+
+
+def moe_routing_saved(B, S, arch: Arch, a):
+    """Bytes a MoE layer saves for backward beyond its experts' MLPs, averaged over the layers like
+    :func:`token_ffn` (transformers 5 ``grouped_mm_experts_forward`` in ``integrations/moe.py``, the default
+    experts implementation; checked with ``validation/record_step_peak.py``):
+
+    * the permutation buffer: the tokens gathered in expert order, ``hidden_states[perm // k]``, which the first
+      grouped matmul saves for its weight gradient, ``a·BS·k·H``;
+    * the down projection's output, saved by its multiplication with the routing weights, ``a·BS·k·H``;
+    * DeepSeek-V2/V3's router computes in fp32 (``F.linear(hidden.float(), weight.float())``) and saves the fp32
+      copy of its input, ``4·BSH``; Qwen2-MoE's shared-expert sigmoid gate saves the shared expert's output,
+      ``a·BSH``. The routing scores and indices (``BS·E`` fp32, ``BS·k`` int64) are small and not counted."""
+    if arch.moe is None or not arch.layers:
+        return 0.0
+    frac = arch.n_moe_layers / arch.layers
+    BS, H, k = B * S, arch.hidden, arch.moe.experts_per_token
+    extra = 2 * a * BS * k * H
+    if arch.family in ("deepseek_v2", "deepseek_v3"):
+        extra = extra + 4 * BS * H
+    if arch.moe.shared_gate:
+        extra = extra + a * BS * H
+    return frac * extra
 
 
 def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropout=0.0,
@@ -205,6 +240,8 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
       4·a·BSF. Plain: the activation input and the second linear's input, 2·a·BSF; the Python tanh-GELU
       (``gelu_new``) saves x, tanh(·), 1 + tanh(·), 0.5·x and the product: 5·a·BSF.
     * residual dropout (GPT-2 ``resid_pdrop``) saves one mask of BSH per sub-block: 2·m·BSH.
+    * MoE layers: the routed and shared experts' MLPs over :func:`token_ffn`, plus the routing's own saved
+      tensors (:func:`moe_routing_saved`).
     * GPT-2's fused ``c_attn``: the saved q/k/v include one view of the whole 3·H-wide projection output
       plus two copies, 2·a·BSH more than the separate-projection count above (sdpa always; eager only at
       B = 1, where reshaping q for ``bmm`` is a view rather than a copy).
@@ -221,6 +258,8 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     Kd = np.maximum(K / t, 1) * d  # kv heads replicated when t > K
     BS = B * S
     norms = 2 * hf_norm(B, S, H, a, arch.norm, stat_bytes)
+    if arch.family.startswith("gemma"):
+        norms = 2 * gemma_norm(B, S, H, a) + (arch.norms_per_layer - 2) * gemma_norm(B, S, H, a, feeds_linear=False)
     if attention == "eager":
         probs_fp32 = arch.norm == "rms"  # Llama-family eager upcasts the softmax to fp32; GPT-2 does not
         heads_ss = B * (A / t) * S * S
@@ -243,7 +282,18 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     else:
         mlp = 2 * a * BS * F / t
     resid = 2 * mask_bytes * BS * H if dropout > 0 else 0.0
-    return norms + attn + mlp + resid
+    if attention == "eager" and arch.extra.get("attn_logit_softcapping"):
+        attn = attn + a * B * (A / t) * S * S  # the tanh output of the soft-capped scores (softcap_saved)
+    return norms + attn + mlp + resid + moe_routing_saved(B, S, arch, a)
+
+
+def softcap_saved(arch: Arch) -> dict:
+    """Gemma-2's logit soft-capping, ``cap·tanh(x/cap)`` (``modeling_gemma2.py``: the eager attention scores before
+    the softmax, ``attn_logit_softcapping``; the output logits before the loss, ``final_logit_softcapping``):
+    ``tanh`` saves its output for backward, one more tensor of the scores' size (a·B·A·S² per layer, eager only;
+    transformers 5.23 gives Gemma-2 no SDPA path) and of the logits' (a·BS·V, in the model dtype, before the loss
+    upcasts them). Checked with saved-tensor hooks on a Gemma-2-style model (docs/train-mem.md)."""
+    return {k: arch.extra.get(k) for k in ("attn_logit_softcapping", "final_logit_softcapping")}
 
 
 # Recompute modes of ``--framework hf`` besides "none" and "full" (docs/train-mem.md "Selective checkpointing"):
@@ -456,9 +506,11 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
         emb = emb + _pick(kept, a * B * S * S, 0.0)
     if stage == "first":
         return emb
-    final = hf_norm(B, S, H, a, arch.norm, stat_bytes)
+    final = gemma_norm(B, S, H, a) if arch.family.startswith("gemma") else hf_norm(B, S, H, a, arch.norm, stat_bytes)
     per_logit = a if loss == "chunked" else 4.0
     loss = per_logit * B * S * V / t + 8 * B * (S + 1) + 4  # labels are padded by one and shifted (a view)
+    if arch.extra.get("final_logit_softcapping"):
+        loss = loss + a * B * S * V / t  # the soft-capped logits' tanh output (softcap_saved)
     return final + loss if stage == "last" else emb + final + loss
 
 

@@ -314,6 +314,17 @@ def base_weight_bytes(split: ParamSplit, quant: str, base_bytes: float) -> float
     return (split.linear * q + rest * base_bytes) / split.total
 
 
+def dequantized_weight_bytes(arch: Arch, a=2.0, t=1):
+    """The 16-bit copy of one quantized weight that bitsandbytes makes for each matmul (QLoRA's backward
+    workspace): ``bnb.matmul_4bit`` on a training batch runs ``MatMul4Bit``, whose forward computes
+    ``F.linear(A, dequantize_4bit(B, quant_state).to(A.dtype).t())`` and whose backward dequantizes again for
+    ``grad_A`` (``bitsandbytes/autograd/_functions.py``); the copy is freed after each matmul, so one is live at
+    a time: the largest linear weight, ``a·H·max(F, A·d)/t`` (an expert's F for MoE). LLM.int8() (``int8``)
+    likewise dequantizes its weight for the backward. Llama-3.1-8B: 4096 × 14336 × 2 B = 117 MB."""
+    F = arch.moe.expert_ffn if arch.moe else arch.ffn
+    return a * arch.hidden * max(F, arch.heads * arch.head_dim) / t
+
+
 # --------------------------------------------------------------------------------------------------
 # Peak
 # --------------------------------------------------------------------------------------------------
@@ -351,14 +362,15 @@ def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", 
       ``CEWithChunkedOutputLoss`` with 8 chunks, see ``activations.hf_outside``) upcasts one chunk at a
       time: its fp32 copy and fp32 gradient, ``8·BS·V/(8t)``, plus the a-byte gradient of that chunk for the
       output projection's backward, ``a·BS·V/(8t)``.
-    * the largest layer's workspace in backward: with full recompute, one layer's activations are
-      rebuilt (``layer_bytes``) plus their gradients (the same again); without, the gradients of the
-      largest intermediates of one layer: the MLP's up/gate gradients ``3·a·BSF/t`` or, with eager
-      attention, the fp32 score gradient and its input ``8·B·A·S²/t``. The hf selective modes rebuild a
-      layer too and take the same ``2 × layer_bytes``: "every-N" for its checkpointed layers; "selective-op"
-      (torchtitan's op-level SAC) recomputes every op but the cached matmul/attention outputs, which are
-      already counted in the activations, so for it this is an upper bound (high by at most those outputs
-      of one layer, ``activations.hf_selective_op_layer``).
+    * the largest layer's workspace in backward: the gradients of the largest intermediates of one layer:
+      the MLP's up/gate gradients ``3·a·BSF/t`` or, with eager attention, the fp32 score gradient and its
+      input ``8·B·A·S²/t``; with recompute, one layer's activations are rebuilt first (``layer_bytes``) and
+      that workspace comes on top (the rebuilt tensors are freed as the layer's backward consumes them, the
+      same as a layer that kept them; validation/record_step_peak.py: GPT-2 eager fp32 with full recompute
+      was +19.5 % with ``2 × layer_bytes``). The hf selective modes rebuild a layer too: "every-N" for its
+      checkpointed layers; "selective-op" (torchtitan's op-level SAC) recomputes every op but the cached
+      matmul/attention outputs, which are already counted in the activations, so for it this is an upper
+      bound (high by at most those outputs of one layer, ``activations.hf_selective_op_layer``).
     * ZeRO-3 gathers the largest layer's 16-bit params and grads, ``4 × largest layer``
       (DeepSpeed's ``LL``, TM-10).
     * context parallelism (``cp`` > 1): each rank sees S/cp tokens, so the loss and MLP terms use S/cp;
@@ -383,10 +395,30 @@ def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", 
 
     # a layer rebuilt in backward: full recompute, every-N's checkpointed layers, selective-op's recomputed ops
     rebuilt = (recompute_every(recompute) > 0) | (np.asarray(recompute) == SELECTIVE_OP)
-    workspace = np.where(rebuilt, 2 * np.asarray(layer_bytes, dtype=np.float64), workspace)
+    workspace = np.where(rebuilt, np.asarray(layer_bytes, dtype=np.float64) + workspace, workspace)
     workspace = np.maximum(workspace, kv)
     gather = np.where(np.asarray(zero) >= 3, 4.0 * largest_layer_params, 0.0)
     return loss, workspace, gather
+
+
+ADAMW_IMPLS = ("foreach", "fused")
+
+
+def optimizer_step_temporaries(n_trainable, state_bytes_per_param, optimizer="adamw", impl="foreach"):
+    """Bytes the optimizer step allocates beside the states it updates (per device, before sharding).
+
+    torch's multi-tensor Adam/AdamW (``torch/optim/adam.py``, ``_multi_tensor_adam``; the default on CUDA,
+    ``foreach=None`` picks it) updates ``exp_avg`` and ``exp_avg_sq`` in place, then forms the denominator
+    ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`` for every parameter of a device/dtype group at once:
+    one new tensor per parameter in the state dtype, alive until the parameters are updated. That is one
+    state's worth, ``N·s`` with ``s`` the bytes of one state element (``state_bytes_per_param / 2``). The fused
+    kernel (``fused=True``, ``torch._fused_adamw_``; apex/TransformerEngine FusedAdam in Megatron) works element
+    by element and allocates nothing. Measured by ``validation/record_step_peak.py`` (MemTracker): fp32
+    llama2-style, 22.7 M parameters: 272.5 MB of optimizer memory during ``step()`` against 181.7 MB of states
+    after it. Other optimizers: not modelled (0)."""
+    if optimizer not in ("adam", "adamw") or impl == "fused":
+        return 0.0 * n_trainable
+    return n_trainable * state_bytes_per_param / 2.0
 
 
 def fp8_weight_cache_bytes(linear_params):

@@ -17,6 +17,8 @@ ATTENTION = ("eager", "sdpa", "flash")
 OFFLOAD = ("none", "optimizer", "params")
 LOSSES = ("full", "chunked")
 LORA_DTYPES = ("fp32", "bf16", "fp16")
+# the phases of a step whose live memory can set the peak (docs/train-mem.md "Peak"); "all" is megatron's one sum
+PHASES = ("loss", "backward", "gradients", "optimizer", "all")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class TrainSetup:
     offload: str = "none"
     dropout: float | None = None
     overhead: float | None = None
+    adamw: str = "foreach"
 
 
 def evaluate(arch, o, g: dict):
@@ -195,26 +198,64 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
     layer_max = layer
     loss_t, workspace, gather = tm.transient_bytes(B, S, arch, a, tp, o.framework, o.attention, recompute,
                                                    layer_max, zero, split.largest_layer, sb.weights, cp, o.loss)
+    if o.quant != "none":
+        workspace = workspace + tm.dequantized_weight_bytes(arch, a, tp)
     if o.optimizer_in_backward:
         # one parameter's gradient at a time (tm.largest_param_tensor), sharded like the gradients
         gbytes = asb.grads if o.lora_rank else sb.grads
         grads = tm.largest_param_tensor(arch, o.lora_rank) * gbytes / tp / np.where(zero >= 2, shard, 1.0)
+    # the optimizer step's own allocations (foreach AdamW's sqrt buffer), over this device's optimizer shard
+    osb = asb if o.lora_rank else sb
+    trainable_dev = lora_dev if o.lora_rank else n_dev
+    if o.optimizer_in_backward:
+        trainable_dev = tm.largest_param_tensor(arch, o.lora_rank) / tp
+    step_t = tm.optimizer_step_temporaries(trainable_dev, osb.optimizer, o.optimizer, o.adamw)
+    step_t = step_t / np.where(zero >= 1, shard, 1.0)
     host = np.zeros_like(np.asarray(weights, dtype=np.float64))
     if o.offload in ("optimizer", "params"):
         host = host + optimizer
         optimizer = optimizer * 0.0
+        step_t = step_t * 0.0
     if o.offload == "params":
         host = host + weights
         weights = weights * 0.0
     overhead = tm.CUDA_OVERHEAD_BYTES if o.overhead is None else o.overhead
-    transient = loss_t + workspace + gather
     # Gradients live through the forward when something keeps them between steps: DDP/ZeRO buckets
     # (dp > 1), gradient accumulation (microbatches > 1), Megatron's contiguous grad buffer. Otherwise
     # (one device, zero_grad(set_to_none=True)) they are allocated in the backward while the activations
-    # are freed, and the peak is the larger of the two phases.
+    # are freed.
     persistent = (o.framework == "megatron") | (np.asarray(shard) > 1) | ((o.microbatches or 1) > 1)
-    allocated = weights + optimizer + np.where(persistent, grads + activ + transient,
-                                               np.maximum(activ + transient, grads + workspace + gather))
+    held = np.where(persistent, grads, 0.0)
+    if o.framework == "megatron":
+        # one phase: everything at once (the Megatron rows are calibrated on this sum; TM-04, TM-34)
+        transient = loss_t + workspace + gather
+        live = {"all": activ + grads + transient}
+        phase_t = {"all": transient}
+    else:
+        # hf: the step's phases, as PyTorch's allocator sees them (validation/record_step_peak.py):
+        # * loss: the end of the forward and the loss's backward: every saved activation + the loss buffers;
+        # * backward: the last layer's backward, the loss and final-norm tensors freed (one stage only), the
+        #   output projection's gradient made (full training), + one layer's workspace (ZeRO-3 gather);
+        # * gradients: the end of the backward, every gradient + one layer's workspace;
+        # * optimizer: every gradient + the step's temporaries (foreach AdamW).
+        head = 0.0 if o.lora_rank else arch.vocab * arch.hidden * sb.grads / tp
+        freed = np.where(np.asarray(pp) > 1, 0.0, outside["last"])
+        live = {"loss": activ + held + loss_t,
+                "backward": np.maximum(activ - freed, 0.0) + np.where(persistent, grads, head) + workspace + gather,
+                "gradients": grads + workspace + gather,
+                "optimizer": grads + step_t}
+        phase_t = {"loss": loss_t, "backward": workspace + gather, "gradients": workspace + gather,
+                   "optimizer": step_t}
+    names = list(live)
+    top, transient, at = live[names[0]], phase_t[names[0]], 0
+    for i, k in enumerate(names[1:], 1):  # the first phase wins ties, as argmax would
+        more = live[k] > top
+        top, transient, at = np.maximum(top, live[k]), np.where(more, phase_t[k], transient), np.where(more, i, at)
+    allocated = weights + optimizer + top
+    shape = np.shape(allocated)
+    transient = np.broadcast_to(transient, shape)
+    # an index into PHASES (one byte per layout: the layout search keeps millions); the API names it
+    peak_phase = np.broadcast_to(np.asarray([PHASES.index(k) for k in names], dtype=np.int8)[at], shape)
     return {
         "batch": B, "seq": S, "dp": dp, "tp": tp, "pp": g["pp"], "cp": cp, "zero": zero,
         "stage": rank + 0.0 * allocated, "stage_layers": stage_layers + 0.0 * allocated,
@@ -222,6 +263,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         "params": float(split.total), "params_per_device": n_dev, "trainable_params": trainable_total,
         "weights_bytes": weights, "gradients_bytes": grads, "optimizer_bytes": optimizer,
         "activations_bytes": activ, "transient_bytes": transient, "overhead_bytes": overhead,
+        "loss_transient_bytes": loss_t + 0.0 * activ, "workspace_bytes": workspace + gather + 0.0 * activ,
+        "optimizer_step_bytes": step_t + 0.0 * activ, "peak_phase": peak_phase,
         "peak_allocated_bytes": allocated, "peak_bytes": allocated + overhead,
         "peak_reserved_bytes": allocated * (1.0 + tm.ALLOCATOR_RESERVE) + overhead,
         "host_bytes": host,

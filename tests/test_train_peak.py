@@ -1,0 +1,111 @@
+"""aicalc's whole-step peak against PyTorch's own memory tracker (issue 23).
+
+``tests/data/validation/step_peak.json`` holds the peak of three full training steps (forward and loss,
+backward, AdamW step, ``zero_grad``) of transformers models of several families, traced on the CPU under
+``FakeTensorMode`` by ``torch.distributed._tools.mem_tracker.MemTracker`` (``validation/record_step_peak.py``;
+512-byte blocks and CUDA's dropout kernel, see docs/validation-train.md). aicalc's ``peak_allocated_bytes``
+must land within 5 % of every record, except the documented case below, with its reason and band.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import aicalc
+
+DATA = Path(__file__).parent / "data" / "validation" / "step_peak.json"
+DOC = json.loads(DATA.read_text()) if DATA.exists() else {"records": [], "excluded": []}
+RECORDS = DOC["records"]
+TOLERANCE = 0.05
+
+# Records outside 5 %, the band they are held to and why (docs/validation-train.md, "Whole-step peak").
+BANDS = {
+    # full recompute of GPT-2's eager fp32 layer: the rebuilt layer plus the largest gradient intermediate
+    # bounds the workspace from above (the rebuilt attention probabilities are freed before the MLP's)
+    "gpt2-style/eager/fp32+full/foreach/b2s256": (0.0, 0.07),
+}
+# Within 5 % but high for a known reason: torch AMP (``bf16-mixed`` here) keeps fp32 weights and gradients and
+# saves bf16 copies of the *linear* weights for backward; aicalc itemizes the ZeRO form (bf16 weights + fp32
+# master), whose 2 bytes per parameter also cover the embedding, which autocast never copies (half of the tiny
+# untied llama3-style model: +4.8 %; ≈ 7 % of Llama-3.1-8B's parameters, ≈ 1 % of its peak). With foreach AdamW
+# the optimizer step sets the peak and the two forms agree exactly.
+
+
+def estimate(rec: dict) -> dict:
+    kw = dict(batch=rec["batch"], seq=rec["seq"], attention=rec["attention"], precision=rec["precision"],
+              recompute=rec["recompute"], adamw=rec["adamw"])
+    if rec["microbatches"] > 1:
+        kw["microbatches"] = rec["microbatches"]
+    if rec.get("lora"):
+        kw.update(lora_rank=rec["lora"]["rank"], lora_targets=rec["lora"]["targets"])
+    return aicalc.train_memory(rec["config"], **kw)
+
+
+def test_records_cover_the_matrix():
+    assert len(RECORDS) >= 40
+    assert {r["attention"] for r in RECORDS} == {"eager", "sdpa"}
+    assert {r["precision"] for r in RECORDS} == {"bf16", "fp32", "bf16-mixed"}
+    assert {r["recompute"] for r in RECORDS} == {"none", "full", "selective-op", "every-2"}
+    assert {r["adamw"] for r in RECORDS} == {"foreach", "fused"}
+    assert any(r["microbatches"] > 1 for r in RECORDS) and any(r.get("lora") for r in RECORDS)
+    assert {"mixtral", "qwen2_moe", "deepseek_v3"} <= {r["config"]["model_type"] for r in RECORDS}
+    assert all(e["reason"] for e in DOC["excluded"])
+    # every phase of the step sets the peak somewhere in the matrix
+    assert {r["peak_phase"].split()[-1] for r in RECORDS} == {"backward", "optimizer"}
+
+
+def test_foreach_adamw_allocates_one_state_in_the_step():
+    """What the optimizer-step term models, read from the records: during ``step()`` foreach AdamW holds one
+    more state-sized buffer than the states it leaves behind; fused AdamW none."""
+    for r in RECORDS:
+        if r["microbatches"] > 1:
+            continue
+        during = r["phases_last_step"]["optimizer"]["optimizer"]
+        states = r["after_step"]["optimizer"]
+        extra = (during - states) / (states / 2)  # in units of one state
+        if r["adamw"] == "foreach":
+            assert extra == pytest.approx(1.0, abs=0.03), r["name"]  # LoRA's small tensors: 512-byte blocks
+        else:
+            assert extra == pytest.approx(0.0, abs=0.03), r["name"]
+
+
+def _checked():
+    return [r for r in RECORDS if not r["sdpa_math_fallback"]]
+
+
+@pytest.mark.parametrize("rec", _checked(), ids=[r["name"] for r in _checked()])
+def test_peak_within_5_percent(rec):
+    est = float(estimate(rec)["peak_allocated_bytes"][0])
+    err = est / rec["peak_bytes"] - 1
+    lo, hi = BANDS.get(rec["name"], (-TOLERANCE, TOLERANCE))
+    assert lo <= err <= hi, f"{rec['name']}: estimate {est:,.0f} vs traced {rec['peak_bytes']:,} ({err:+.2%})"
+
+
+def test_sdpa_math_fallback_is_only_deepseek_mla():
+    """The CPU's SDPA takes its math path (S² scores saved, like eager) where q/k and v head sizes differ
+    (DeepSeek-V3's MLA: 48 vs 32); CUDA's memory-efficient kernel takes them, so those records do not stand for
+    a GPU run and are not compared. Only they fell back."""
+    fell = {r["name"] for r in RECORDS if r["sdpa_math_fallback"]}
+    assert fell == {r["name"] for r in RECORDS if r["model"] == "deepseekv3-style" and r["attention"] == "sdpa"}
+    for r in RECORDS:
+        if r["attention"] == "sdpa" and not r["sdpa_math_fallback"]:
+            assert r["sdpa_kernels"], r["name"]
+
+
+def test_peak_phase_names_what_sets_it():
+    # the large-vocabulary model peaks in the loss's backward; the fp32 one with foreach AdamW in the step
+    by = {r["name"]: r for r in RECORDS}
+    big = estimate(by["llama3-style/sdpa/bf16/foreach/b2s256"])
+    assert big["peak_phase"][0] == "loss" and by["llama3-style/sdpa/bf16/foreach/b2s256"]["peak_phase"].endswith(
+        "backward")
+    fp32 = estimate(by["llama2-style/sdpa/fp32/foreach/b2s256"])
+    assert fp32["peak_phase"][0] == "optimizer"
+    assert by["llama2-style/sdpa/fp32/foreach/b2s256"]["peak_phase"].endswith("optimizer")
+    fused = aicalc.train_memory(by["llama2-style/sdpa/fp32/foreach/b2s256"]["config"], batch=2, seq=256,
+                                precision="fp32", adamw="fused")
+    assert float(fused["optimizer_step_bytes"][0]) == 0.0
+    assert float(fp32["optimizer_step_bytes"][0]) == pytest.approx(by["llama2-style/sdpa/fp32/foreach/b2s256"]
+                                                                   ["params"] * 4, rel=1e-6)

@@ -1,0 +1,451 @@
+"""Record the peak memory of whole training steps, as PyTorch's own memory tracker counts it.
+
+For small-but-real transformers configurations (Llama-2/3-, Mistral-, Qwen2-, Gemma-2-, GPT-2-style dense models and
+Mixtral-, Qwen2-MoE- and DeepSeek-V3-style MoE models), this builds ``AutoModelForCausalLM.from_config(cfg)``
+inside ``torch._subclasses.fake_tensor.FakeTensorMode`` (shapes and dtypes exact, nothing allocated), makes a
+``torch.optim.AdamW`` over the trainable parameters, and runs **three full training steps** under
+``torch.distributed._tools.mem_tracker.MemTracker``: per step ``microbatches`` times
+``model(input_ids, labels=input_ids)`` (forward and the cross-entropy loss), ``(loss / microbatches).backward()``,
+then ``optimizer.step()`` and ``optimizer.zero_grad(set_to_none=True)``. The tracker sees every storage that
+is created (a ``TorchDispatchMode``) and every one that is freed (weak references), attributes each to a
+category (parameter, buffer, gradient, activation, temporary, optimizer state) and keeps the peak of their
+sum. The records hold that peak, its breakdown by category, and the peak of each phase (forward, backward,
+optimizer step) of the last step, plus what stays allocated between steps.
+
+What the harness does to make the CPU trace stand for a CUDA run (each documented in docs/validation-train.md):
+
+* **512-byte blocks**: every storage counts ``ceil(bytes / 512) · 512``, the CUDA caching allocator's smallest
+  block and rounding (``kMinBlockSize``; ``MemTracker`` applies it only to ``cuda`` devices, and a CPU-only torch
+  cannot make fake ``cuda`` tensors).
+* **dropout**: ``F.dropout`` runs ``torch.native_dropout`` (1-byte bool mask, CUDA's fused kernel) instead of
+  the CPU's composite ``input * bernoulli_mask`` (a mask in the activation dtype); see ``_cuda_dropout``.
+* **mixed precision**: ``torch.autocast("cpu", torch.bfloat16)``. Its op lists differ from CUDA's; the
+  matmuls (``linear``, ``matmul``, ``bmm``, SDPA) are cast in both.
+
+Every number comes from torch; nothing here is computed by formula, and aicalc is not imported.
+``tests/test_train_peak.py`` compares aicalc's ``peak_allocated_bytes`` with the records.
+
+    python validation/record_step_peak.py            # regenerate tests/data/validation/step_peak.json
+    python validation/record_step_peak.py --check    # recompute and compare with the committed file
+    python validation/record_step_peak.py --only NAME -v
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import record_params as rp  # noqa: E402  (shared helpers: versions, dumps, envelopes, quiet)
+
+FILENAME = "step_peak.json"
+GENERATED_BY = "validation/record_step_peak.py"
+STEPS = 3
+BLOCK = 512  # the CUDA caching allocator's smallest block (c10/cuda/CUDACachingAllocator.cpp, kMinBlockSize)
+
+# Small but real shapes (hidden 256-512, 2-3 layers): a step is traced in about a second on two CPU cores.
+MODELS: dict[str, dict[str, Any]] = {
+    "llama2-style": {
+        "model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 2,
+        "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 16000, "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu", "rope_theta": 10000.0,
+    },
+    "llama3-style": {
+        "model_type": "llama", "hidden_size": 512, "intermediate_size": 1792, "num_hidden_layers": 2,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 128256, "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu", "rope_theta": 500000.0,
+    },
+    "mistral-style": {
+        "model_type": "mistral", "hidden_size": 384, "intermediate_size": 1024, "num_hidden_layers": 2,
+        "num_attention_heads": 6, "num_key_value_heads": 2, "vocab_size": 8000, "max_position_embeddings": 4096,
+        "tie_word_embeddings": False, "hidden_act": "silu", "head_dim": 64,
+    },
+    "qwen2-style": {
+        "model_type": "qwen2", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 8192, "max_position_embeddings": 4096,
+        "tie_word_embeddings": True, "hidden_act": "silu", "rope_theta": 1000000.0,
+    },
+    "gpt2-style": {
+        "model_type": "gpt2", "n_embd": 384, "n_layer": 2, "n_head": 6, "vocab_size": 8192, "n_positions": 1024,
+        "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "activation_function": "gelu_new",
+    },
+    # Gemma-2: four norms per layer, soft-capped attention scores and logits; transformers 5.23 gives it no SDPA
+    "gemma2-style": {
+        "model_type": "gemma2", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 8192,
+        "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 64,
+        "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
+    },
+    "mixtral-style": {
+        "model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 8000, "max_position_embeddings": 4096,
+        "num_local_experts": 8, "num_experts_per_tok": 2, "tie_word_embeddings": False, "hidden_act": "silu",
+        "router_aux_loss_coef": 0.0,
+    },
+    "qwen2moe-style": {
+        "model_type": "qwen2_moe", "hidden_size": 256, "intermediate_size": 1024, "moe_intermediate_size": 256,
+        "shared_expert_intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "vocab_size": 8000, "max_position_embeddings": 4096, "num_experts": 8,
+        "num_experts_per_tok": 2, "decoder_sparse_step": 1, "norm_topk_prob": False, "tie_word_embeddings": False,
+        "hidden_act": "silu", "router_aux_loss_coef": 0.0,
+    },
+    "deepseekv3-style": {
+        "model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 768, "moe_intermediate_size": 128,
+        "num_hidden_layers": 3, "first_k_dense_replace": 1, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "q_lora_rank": 96, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+        "n_routed_experts": 16, "num_experts_per_tok": 4, "n_shared_experts": 1, "n_group": 4, "topk_group": 2,
+        "routed_scaling_factor": 2.5, "norm_topk_prob": True, "vocab_size": 8000, "max_position_embeddings": 4096,
+        "tie_word_embeddings": False, "hidden_act": "silu", "rope_scaling": None,
+    },
+}
+
+LORA_TARGETS = {"q,v": ["q_proj", "v_proj"],
+                "all": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+
+
+def _case(model, batch, seq, attention="sdpa", precision="bf16", recompute="none", adamw="foreach",
+          microbatches=1, lora=None) -> dict[str, Any]:
+    c = {"model": model, "batch": batch, "seq": seq, "attention": attention, "precision": precision,
+         "recompute": recompute, "adamw": adamw, "microbatches": microbatches}
+    if lora:
+        c["lora"] = {"rank": 16, "targets": lora}
+    return c
+
+
+def cases() -> list[dict[str, Any]]:
+    """The matrix: attention × precision × recompute on the dense families, fused vs foreach AdamW, gradient
+    accumulation, LoRA, and the three MoE styles."""
+    out = []
+    for model in ("llama2-style", "llama3-style", "mistral-style", "qwen2-style"):
+        for attention in ("eager", "sdpa"):
+            for precision in ("bf16", "fp32", "bf16-mixed"):
+                out.append(_case(model, 2, 256, attention, precision))
+    for model, seq in (("llama2-style", 512), ("qwen2-style", 512), ("llama3-style", 256)):
+        for recompute in ("full", "selective-op", "every-2"):
+            out.append(_case(model, 2, seq, "sdpa", "bf16", recompute))
+    out.append(_case("llama2-style", 1, 512, "eager", "fp32", "full"))
+    out.append(_case("mistral-style", 2, 256, "eager", "bf16-mixed", "full"))
+    for model in ("llama2-style", "llama3-style", "qwen2-style"):
+        out.append(_case(model, 2, 256, "sdpa", "bf16", adamw="fused"))
+        out.append(_case(model, 2, 256, "sdpa", "bf16-mixed", adamw="fused"))
+        out.append(_case(model, 2, 256, "sdpa", "bf16", microbatches=2))
+    out.append(_case("llama2-style", 2, 256, "sdpa", "bf16-mixed", "full", microbatches=2))
+    out.append(_case("gemma2-style", 2, 256, "eager", "bf16"))
+    out.append(_case("gemma2-style", 2, 256, "eager", "fp32"))
+    out.append(_case("gemma2-style", 1, 512, "eager", "bf16", "full"))
+    out.append(_case("gpt2-style", 2, 256, "eager", "fp32"))
+    out.append(_case("gpt2-style", 2, 256, "eager", "bf16"))
+    out.append(_case("gpt2-style", 2, 256, "eager", "fp32", "full"))
+    for model in ("llama3-style", "qwen2-style"):
+        for targets in ("q,v", "all"):
+            out.append(_case(model, 2, 256, "sdpa", "bf16", lora=targets))
+    out.append(_case("mistral-style", 2, 256, "eager", "bf16", "full", lora="all"))
+    out.append(_case("llama2-style", 2, 256, "sdpa", "fp32", lora="all"))
+    for model in ("mixtral-style", "qwen2moe-style", "deepseekv3-style"):
+        out.append(_case(model, 2, 256, "sdpa", "bf16"))
+        out.append(_case(model, 2, 256, "eager", "bf16"))
+        out.append(_case(model, 2, 256, "sdpa", "bf16", "full"))
+    return out
+
+
+# Configurations the harness does not trace, with the reason (kept in the record file).
+EXCLUDED = [
+    {"what": "QLoRA (bitsandbytes NF4 base weights)",
+     "reason": "bitsandbytes is not in the validate extra and its Linear4bit keeps packed uint8 weights with a "
+               "QuantState that fake tensors do not trace; QLoRA is held to the published QLoRA peaks in "
+               "tests/test_train_mem_measured.py (TM-21, TM-28, TM-29) instead"},
+    {"what": "Mixtral/Qwen2-MoE/DeepSeek-V3 styles in fp32 or bf16-mixed (fp32 expert weights)",
+     "reason": "transformers' grouped_mm experts cast their input to the expert weights' dtype (torch._grouped_mm "
+               "is not autocast-enabled) and torch 2.13's meta kernel for _grouped_mm accepts bf16 only "
+               "('Expected inputs of BF16 type'), so fake tensors cannot trace fp32 experts; CUDA's kernel "
+               "is bf16-only too"},
+    {"what": "FSDP2 (fully_shard) on a fake process group",
+     "reason": "not traced in this round: the sharded cases are left to the ZeRO formulas (TM-09) and the "
+               "published rows"},
+]
+
+
+def case_name(c: dict[str, Any]) -> str:
+    rc = "" if c["recompute"] == "none" else f"+{c['recompute']}"
+    lora = f"+lora[{c['lora']['targets']}]" if c.get("lora") else ""
+    acc = f"+accum{c['microbatches']}" if c["microbatches"] > 1 else ""
+    return f"{c['model']}/{c['attention']}/{c['precision']}{rc}{lora}/{c['adamw']}{acc}/b{c['batch']}s{c['seq']}"
+
+
+def _cuda_dropout():
+    """``F.dropout`` as CUDA runs it: ``aten::dropout`` takes the fused ``native_dropout`` kernel on CUDA (it
+    keeps a 1-byte bool mask for backward) and, on the CPU, ``input * bernoulli_mask / (1 - p)`` with the mask
+    in the input's dtype (``aten/src/ATen/native/Dropout.cpp``: ``is_fused_kernel_acceptable``)."""
+    import torch
+    import torch.nn.functional as F
+
+    orig = F.dropout
+
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if training and 0.0 < p < 1.0 and input.numel() > 0:
+            return torch.native_dropout(input, p, True)[0]
+        return orig(input, p, training, inplace)
+
+    return orig, dropout
+
+
+def _block_rounding():
+    """MemTracker rounds to 512-byte blocks for ``cuda`` devices only; count every device that way."""
+    from torch.distributed._tools import mem_tracker
+
+    def consumed(self) -> int:
+        return math.ceil(self.size * self.element_size / BLOCK) * BLOCK
+
+    mem_tracker._WeakRefInfo._calculate_mem_consumed = consumed
+
+
+def _sac_context_fn():
+    """torchtitan's op-level SAC (as in record_activations.py): the ``_save_list`` outputs are MUST_SAVE except
+    every second ``aten.mm`` of the block, everything else PREFER_RECOMPUTE; the CPU's SDPA kernel stands in for
+    CUDA's flash/efficient ones."""
+    from collections import defaultdict
+
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    save_list = {aten.mm.default, aten._scaled_dot_product_efficient_attention.default,
+                 aten._scaled_dot_product_flash_attention.default,
+                 aten._scaled_dot_product_flash_attention_for_cpu.default}
+    meta: dict[str, int] = defaultdict(int)
+
+    def policy(ctx, func, *args, **kwargs):
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == aten.mm.default:
+            meta[f"{mode}_mm_count"] += 1
+        to_save = func in save_list and not (func == aten.mm.default and meta[f"{mode}_mm_count"] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if to_save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
+def _enable_recompute(m, recompute: str) -> None:
+    """Non-reentrant checkpoints on the decoder layers through transformers' own hook: every layer (``full``),
+    torchtitan's op policy on every layer (``selective-op``) or every N-th layer (``every-N``, torchtitan's
+    ``count % N == 0`` from 1)."""
+    from torch.utils.checkpoint import checkpoint
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if recompute == "full":
+        return
+    op = recompute == "selective-op"
+
+    def ckpt(function, *args, **kwargs):
+        extra = {"context_fn": _sac_context_fn} if op else {}
+        return checkpoint(function, *args, use_reentrant=False, **extra, **kwargs)
+
+    every = 1 if op else int(recompute.split("-")[1])
+    layers = [mod for mod in m.modules() if isinstance(mod, GradientCheckpointingLayer)]
+    for i, mod in enumerate(layers):
+        mod._gradient_checkpointing_func = ckpt
+        mod.gradient_checkpointing = (i + 1) % every == 0
+
+
+def _tracker():
+    """``MemTracker`` that also works with frozen parameters (LoRA's base): torch 2.13's tracker registers a
+    gradient hook on every parameter, which raises for one that does not require grad; the frozen ones get none
+    (they never have a gradient). Otherwise the method is torch's own. The peak is kept for the whole step only
+    (torch's also keeps one per module, which costs a walk over all modules at every op)."""
+    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+
+    class Tracker(MemTracker):
+        def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
+            param_memory = 0
+            for param in module.parameters():
+                winfos = self._update_and_maybe_create_winfos(param, _MemRefType.PARAM)
+                param_memory += sum(w.mem_consumed for w in winfos)
+                if param.grad is not None:
+                    self._update_and_maybe_create_winfos(param.grad, _MemRefType.GRAD)
+                if (install_grad_hooks and param.requires_grad
+                        and self._param_to_grad_hook_handles.get(param, None) is None):
+                    def hook(grad):
+                        self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
+
+                    self._param_to_grad_hook_handles[param] = (
+                        param.register_hook(hook),
+                        param.register_post_accumulate_grad_hook(lambda p: hook(p.grad)))
+            buffer_memory = 0
+            for buffer in module.buffers():
+                winfos = self._update_and_maybe_create_winfos(buffer, _MemRefType.BUFFER)
+                buffer_memory += sum(w.mem_consumed for w in winfos)
+            return param_memory, buffer_memory
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if "scaled_dot_product" in func.__name__:
+                self.attention_ops.add(func.__name__)
+            return super().__torch_dispatch__(func, types, args, kwargs)
+
+        def _update_peak_stats(self, peak_state):
+            # the global peak only: the per-module peaks (not recorded) walk every module at every op
+            for dev, dev_snap in self._curr_mem_snap.items():
+                if self._peak_mem.get(dev, 0) < dev_snap["Total"]:
+                    self._peak_mem[dev] = dev_snap["Total"]
+                    self._peak_mem_snap[dev] = dict(dev_snap)
+
+    t = Tracker()
+    t.attention_ops = set()  # the fused attention kernels that ran (none: SDPA fell back to its math path)
+    return t
+
+
+def _snap(d: dict) -> dict[str, int]:
+    """One device's tracker snapshot as plain ``{category: bytes}``."""
+    (dev_snap,) = d.values() if d else ({},)
+    names = {"Parameter": "parameters", "Buffer": "buffers", "Gradient": "gradients", "Activation": "activations",
+             "Temp": "temporaries", "Optstate": "optimizer", "Other": "inputs", "Total": "total"}
+    out = {v: 0 for v in names.values()}
+    for k, v in dev_snap.items():
+        out[names[getattr(k, "value", k)]] = int(v)
+    return out
+
+
+def measure(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
+    import copy
+
+    import torch
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import AutoModelForCausalLM
+
+    mixed = c["precision"] == "bf16-mixed"
+    dtype = torch.bfloat16 if c["precision"] == "bf16" else torch.float32
+    cfg = rp.build_config(MODELS[c["model"]])
+    orig, cuda_dropout = _cuda_dropout()
+    F.dropout = cuda_dropout
+    try:
+        with FakeTensorMode():
+            torch.manual_seed(0)
+            m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"], dtype=dtype)
+            if c.get("lora"):
+                from peft import LoraConfig, get_peft_model
+                from peft.tuners import tuners_utils
+
+                # ``Module._apply`` swaps fake parameters in place and fails (the fake mode holds a reference), so
+                # PEFT's moves of each new adapter to its base layer's device and dtype are skipped: the adapters
+                # are made in fp32 on the same (CPU) device, the dtype PEFT gives them in the end anyway
+                # (``autocast_adapter_dtype=True`` casts bf16/fp16 adapters back to fp32)
+                move = tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer
+                to = torch.nn.Module.to
+                tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda *a, **k: None
+                torch.nn.Module.to = lambda self, *a, **k: self
+                try:
+                    m = get_peft_model(m, LoraConfig(r=c["lora"]["rank"], lora_alpha=32, lora_dropout=0.0,
+                                                     target_modules=LORA_TARGETS[c["lora"]["targets"]]))
+                finally:
+                    tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = move
+                    torch.nn.Module.to = to
+                assert all(p.dtype == torch.float32 for p in m.parameters() if p.requires_grad)
+            if c["recompute"] != "none":
+                _enable_recompute(m, c["recompute"])
+            m.train()
+            trainable = [p for p in m.parameters() if p.requires_grad]
+            opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=c["adamw"] == "foreach", fused=c["adamw"] == "fused")
+            ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]))
+            mt = _tracker()
+            mt.track_external(m, opt, ids)
+            phases: dict[str, dict[str, int]] = {}
+            state = {}
+
+            def phase(name, fn):
+                cur = mt.get_tracker_snapshot("current")
+                mt._peak_mem = {d: s["Total"] for d, s in cur.items()}  # peak of this phase only
+                mt._peak_mem_snap = copy.deepcopy(cur)
+                fn()
+                snap = _snap(mt.get_tracker_snapshot("peak"))
+                if snap["total"] > phases.get(name, {}).get("total", -1):
+                    phases[name] = snap
+
+            def forward():
+                mt.reset_mod_stats()  # module snapshots per call; the step's totals are kept
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+                    out = m(input_ids=ids, labels=ids)
+                state["loss"] = out.loss / c["microbatches"]
+
+            def backward():
+                state.pop("loss").backward()
+
+            def step():
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            best = {"total": -1}
+            where = ""
+            with mt:
+                for s in range(STEPS):
+                    phases.clear()
+                    for _ in range(c["microbatches"]):
+                        phase("forward", forward)
+                        phase("backward", backward)
+                    phase("optimizer", step)
+                    for name, snap in phases.items():
+                        if snap["total"] > best["total"]:
+                            best, where = snap, f"step {s + 1} {name}"
+                after = _snap(mt.get_tracker_snapshot("current"))
+            n_params = sum(p.numel() for p in m.parameters())
+            n_trainable = sum(p.numel() for p in trainable)
+    finally:
+        F.dropout = orig
+    if verbose:
+        print(f"  peak at {where}: {best}", file=sys.stderr)
+    sdpa = sorted(mt.attention_ops)
+    return {"params": int(n_params), "trainable_params": int(n_trainable), "peak_bytes": best["total"],
+            "sdpa_kernels": sdpa, "sdpa_math_fallback": c["attention"] == "sdpa" and not sdpa,
+            "peak_phase": where, "peak_breakdown": best, "phases_last_step": phases, "after_step": after}
+
+
+def record_all(only: str | None = None, verbose: bool = False) -> list[dict[str, Any]]:
+    import torch
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    _block_rounding()
+    records = []
+    t0 = time.time()
+    for c in cases():
+        name = case_name(c)
+        if only and only not in name:
+            continue
+        t1 = time.time()
+        r = measure(c, verbose)
+        if verbose:
+            print(f"{name}: peak {r['peak_bytes']:,} B ({r['peak_phase']}) in {time.time() - t1:.2f} s",
+                  file=sys.stderr)
+        records.append({"name": name, **c, "config": MODELS[c["model"]], **r})
+    print(f"{len(records)} cases in {time.time() - t0:.1f} s", file=sys.stderr)
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="recompute and compare with the committed file")
+    ap.add_argument("--only", help="only the cases whose name contains this text (not with --check; nothing written)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print each case, its peak and its time")
+    ap.add_argument("--root", help="repository root (default: this file's parent folder)")
+    args = ap.parse_args(argv)
+    rp.set_root(args.root)
+    rp.quiet()
+    records = record_all(args.only, args.verbose)
+    path = rp.out_path(FILENAME)
+    extra = {"method": f"MemTracker under FakeTensorMode, {STEPS} steps (forward+loss, backward, AdamW step, "
+                       f"zero_grad(set_to_none=True)); {BLOCK}-byte blocks; CUDA's native_dropout",
+             "excluded": EXCLUDED}
+    if args.check:
+        return rp.check_envelope(path, records, ("name",), **extra)
+    if args.only:
+        return 0
+    rp.write_envelope(path, GENERATED_BY, records, **extra)
+    print(f"wrote {path.relative_to(rp.ROOT)} ({len(records)} records)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
