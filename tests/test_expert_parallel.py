@@ -94,3 +94,15 @@ def test_dp_attention_raises_deepseek_decode_throughput_at_load():
     dep8 = aicalc.serve("deepseek-v3", "h200", 256, tp=8, ep=8, attention_dp=8, **kw)
     ratio = dep8.output_tokens_per_s[0] / tp8.output_tokens_per_s[0]
     assert 1.0 < ratio < 2.5
+
+
+def test_the_deployment_search_tries_expert_and_attention_data_parallelism_for_moe():
+    """An 8-chip DeepSeek-V3 question: each TP degree is also tried as EP over the replica's chips and as DEP
+    (SGLang/TensorRT-LLM), rows say which; a dense model gets plain TP only."""
+    r = aicalc.search_deployments("deepseek-v3", ["h200"], 8, prompt=1000, gen=1000, max_ttft=2, max_tpot=0.1,
+                                  disaggregate=False)
+    layouts = {(row["tp"], row["ep"], row["attention_dp"]) for row in r.rows()}
+    assert {(8, 1, 1), (8, 8, 1), (8, 8, 8)} <= layouts
+    assert r.rows()[0]["dtype"] == "fp8"  # the release's format, named
+    dense = aicalc.search_deployments("llama-3.1-8b", ["h100-sxm"], 2, disaggregate=False)
+    assert {(row["ep"], row["attention_dp"]) for row in dense.rows()} == {(1, 1)}

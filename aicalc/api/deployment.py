@@ -81,7 +81,7 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
         ttft = t_pre + transfer
         rows.append({"mode": "disaggregated", "chip": pre.chip.id, "chips": used, "tp": decode_tp,
                      "replicas": n_d, "prefill_replicas": n_p, "prefill_tp": prefill_tp, "decode_tp": decode_tp,
-                     "dtype": dtype,
+                     "dtype": dec.dtype_label,
                      "kv_dtype": kv_dtype, "concurrency": int(b * n_d), "ttft_s": ttft, "tpot_s": tpot,
                      "kv_transfer_s": transfer, "requests_per_s": req_s, "output_tokens_per_s": req_s * G,
                      "meets_slo": bool(ttft <= ttft_cap and tpot <= tpot_cap)})
@@ -127,13 +127,38 @@ def check_search_size(configs: int, splits: int, param: str = "total_chips") -> 
                              "docs/robustness.md)")
 
 
+MOE_LAYOUTS = ("tp", "ep", "dep")  # per TP degree of an MoE model: plain TP, EP over the TP chips, EP + DP attention
+
+
+def moe_layouts(arch, tp: int, speculation=None) -> list[tuple[int, int]]:
+    """(ep, attention_dp) a search tries at ``tp`` chips per replica: (1, 1); for an MoE model also EP over the
+    replica's chips with TP attention (vLLM ``--enable-expert-parallel``) and with DP attention (SGLang and
+    TensorRT-LLM's DEP), where the engines can lay them out (:func:`aicalc.core.geometry.check_parallel`);
+    speculative decoding is priced on plain TP replicas only."""
+    from aicalc.core.geometry import check_parallel
+    from aicalc.errors import ParameterError
+
+    out = [(1, 1)]
+    if arch.moe is None or tp < 2 or speculation:
+        return out
+    for par in ((tp, 1), (tp, tp)):
+        try:
+            check_parallel(arch, tp, *par)
+        except ParameterError:
+            continue
+        out.append(par)
+    return out
+
+
 def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prompt=1024, gen=256, dtypes=("release",),
            kv_dtypes=("bf16",), tps=None, max_ttft=None, max_tpot=None, disaggregate: bool = True,
-           engine=None, speculation: dict | None = None) -> Deployments:
+           engine=None, speculation: dict | None = None, moe_parallel: bool = True) -> Deployments:
     """Every deployment of ``total_chips`` chips of each kind in ``chips`` (TP degrees dividing it, each dtype
     and KV dtype; aggregated at the best concurrency meeting the targets, and disaggregated splits), ranked by
     cost per million output tokens (then chips), those meeting the targets first; ``pareto`` marks the front of
-    tokens/s per chip against tokens/s per user."""
+    tokens/s per chip against tokens/s per user. An MoE model's TP degrees are also tried with expert and
+    attention-data parallelism (:func:`moe_layouts`; ``moe_parallel`` False: plain TP only); rows say ``ep`` and
+    ``attention_dp``."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -149,12 +174,14 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
         total_chips = inputs.whole("total_chips", total_chips)
     if tps is not None:
         tps = [inputs.whole("tp", t) for t in tps]
+    arch = load_model(model).arch
     configs, splits = search_size(chips, total_chips, tps, dtypes, kv_dtypes, disaggregate)
+    if arch.moe is not None and moe_parallel:
+        configs *= len(MOE_LAYOUTS)  # each TP degree also with expert (and attention-data) parallelism
     try:
         check_search_size(configs, splits)
     except ParameterError as e:  # named by the value asked for
         raise ParameterError("total_chips", total_chips, e.problem) from None
-    arch = load_model(model).arch
     rows: list[dict] = []
     for chip_id in chips:
         chip, count = load_node_or_chip(chip_id)
@@ -164,38 +191,39 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
                 check_tp(arch, tp)
             except ParameterError:
                 continue
-            for dt in dtypes:
-                for kvd in kv_dtypes:
-                    try:
-                        top = max_concurrency(model, chip, tp=tp, chips=n, prompt=prompt, gen=gen, dtype=dt,
-                                              kv_dtype=kvd)
-                        if top < 1:
-                            continue
-                        r = serve(model, chip, concurrency_ladder(top, n // tp), prompt, gen, tp=tp, chips=n, dtype=dt,
-                                  kv_dtype=kvd, max_ttft=max_ttft, max_tpot=max_tpot, engine=engine,
-                                  **(speculation or {}))
-                    except AicalcError:
-                        continue  # e.g. no math for this dtype on this chip
-                    c = r.columns
-                    ok = np.flatnonzero(c["meets_slo"]) if c["meets_slo"].any() else np.flatnonzero(c["fits"])
-                    if not ok.size:
+            for dt, kvd, (ep, adp) in ((dt, kvd, par) for dt in dtypes for kvd in kv_dtypes
+                                       for par in moe_layouts(arch, tp, speculation or not moe_parallel)):
+                try:
+                    top = max_concurrency(model, chip, tp=tp, chips=n, prompt=prompt, gen=gen, dtype=dt,
+                                          kv_dtype=kvd, ep=ep, attention_dp=adp)
+                    if top < 1:
                         continue
-                    i = int(ok[np.argmax(c["output_tokens_per_s"][ok])])
-                    rows.append({"mode": "aggregated", "chip": chip.id, "chips": n, "tp": tp,
-                                 "replicas": n // tp, "prefill_replicas": 0, "prefill_tp": 0, "dtype": dt,
-                                 "kv_dtype": kvd, "concurrency": int(c["concurrency"][i]),
-                                 "ttft_s": float(c["ttft_s"][i]), "tpot_s": float(c["tpot_s"][i]),
-                                 "kv_transfer_s": 0.0,
-                                 "requests_per_s": float(c["output_tokens_per_s"][i]) / float(c["gen"][i]),
-                                 "output_tokens_per_s": float(c["output_tokens_per_s"][i]),
-                                 "meets_slo": bool(c["meets_slo"][i])})
-                    if disaggregate and n >= 2:
-                        try:
-                            rows += disaggregated(model, chip, n, prompt=prompt, gen=gen, prefill_tp=tp,
-                                                  decode_tp=tp, dtype=dt, kv_dtype=kvd, max_ttft=max_ttft,
-                                                  max_tpot=max_tpot, engine=engine)
-                        except AicalcError:
-                            pass
+                    r = serve(model, chip, concurrency_ladder(top, n // tp), prompt, gen, tp=tp, chips=n, dtype=dt,
+                              kv_dtype=kvd, max_ttft=max_ttft, max_tpot=max_tpot, engine=engine,
+                              ep=ep, attention_dp=adp, **(speculation or {}))
+                except AicalcError:
+                    continue  # e.g. no math for this dtype on this chip
+                c = r.columns
+                ok = np.flatnonzero(c["meets_slo"]) if c["meets_slo"].any() else np.flatnonzero(c["fits"])
+                if not ok.size:
+                    continue
+                i = int(ok[np.argmax(c["output_tokens_per_s"][ok])])
+                rows.append({"mode": "aggregated", "chip": chip.id, "chips": n, "tp": tp, "ep": ep,
+                             "attention_dp": adp, "replicas": n // tp, "prefill_replicas": 0, "prefill_tp": 0,
+                             "dtype": r.meta["setup"].dtype_label,
+                             "kv_dtype": kvd, "concurrency": int(c["concurrency"][i]),
+                             "ttft_s": float(c["ttft_s"][i]), "tpot_s": float(c["tpot_s"][i]),
+                             "kv_transfer_s": 0.0,
+                             "requests_per_s": float(c["output_tokens_per_s"][i]) / float(c["gen"][i]),
+                             "output_tokens_per_s": float(c["output_tokens_per_s"][i]),
+                             "meets_slo": bool(c["meets_slo"][i])})
+                if disaggregate and n >= 2 and ep == 1 and adp == 1:
+                    try:
+                        rows += disaggregated(model, chip, n, prompt=prompt, gen=gen, prefill_tp=tp,
+                                              decode_tp=tp, dtype=dt, kv_dtype=kvd, max_ttft=max_ttft,
+                                              max_tpot=max_tpot, engine=engine)
+                    except AicalcError:
+                        pass
     if not rows:
         raise ParameterError("chips", ", ".join(map(str, chips)), f"admit no deployment of {total_chips} chips "
                              "that holds the model")

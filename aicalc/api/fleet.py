@@ -106,6 +106,8 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
         raise ParameterError("chips", "[]", "is empty: give at least one chip")
     for dt in dtypes:  # an unknown format is bad input, not a layout quietly left out
         weight_format(spec, dt)
+    if getattr(spec, "checkpoint", None) is None:  # "release" named as tables show it (fp8, mxfp4-experts)
+        dtypes = [weight_format(spec, dt).label if dt in (None, "release") else dt for dt in dtypes]
     for kvd in kv_dtypes:
         if kvd != "auto":
             kv_bytes_per_element(kvd, 128)

@@ -19,8 +19,9 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         from aicalc.errors import ParameterError
 
         raise ParameterError("ep" if ep != 1 else "attention_dp", ep if ep != 1 else attention_dp,
-                             "is priced for a given deployment (serve without --search, --rate or --requests); the "
-                             "search and the traffic simulation run plain TP replicas")
+                             "is priced for a given deployment (serve without --search, --rate or --requests): the "
+                             "search tries expert and attention-data parallelism itself, and the traffic simulation "
+                             "runs plain TP replicas")
     if policy is not None and rate is None and requests is None and requests_per_day is None:
         from aicalc.errors import ParameterError
 
@@ -203,7 +204,7 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
     r = search_deployments(model, chip_ids, n, prompt=parse_int(str(prompt), "--prompt"),
                            gen=parse_int(str(gen), "--gen"), dtypes=str(dtype).split(","),
                            kv_dtypes=str(kv_dtype).split(","), tps=tps, max_ttft=max_ttft, max_tpot=max_tpot,
-                           engine=engine, speculation=spec)
+                           engine=engine, speculation=spec, moe_parallel=traffic is None)
     rows = r.meta["row_dicts"]
     if traffic is not None:
         from aicalc.api.fleet import simulate_deployments
@@ -230,14 +231,17 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
     notes = [f"{len(rows)} deployments of {n} chips ({', '.join(chip_ids)}; dtypes {dtype}, KV {kv_dtype}); ranked by "
              "cost per million output tokens, those meeting the targets first; disaggregated: prefill and decode "
              "pools with the KV cache shipped between them (docs/serve.md)",
-             f"best: {best['mode']} on {best['chips']} × {best['chip']}, TP {best['tp']}, {best['dtype']} / KV "
-             f"{best['kv_dtype']}", engines_note(chip_ids, engine)]
+             f"best: {best['mode']} on {best['chips']} × {best['chip']}, TP {best['tp']}"
+             + (f", EP {best['ep']}" if best.get("ep", 1) > 1 else "")
+             + (f", attention DP {best['attention_dp']}" if best.get("attention_dp", 1) > 1 else "")
+             + f", {best['dtype']} / KV {best['kv_dtype']}", engines_note(chip_ids, engine)]
     if traffic is not None:
         notes.insert(1, f"meets_slo from the scheduler simulation at {rows[0]['rate']:.4g} requests/s: p99 TTFT "
                         "and TPOT of each deployment's replicas (a disaggregated one: its prefill pool, the KV "
                         "transfer, then its decode pool); drop --chips to size the fleet instead")
-    columns = ["mode", "chip", "chips", "tp", "replicas", "prefill_replicas", "dtype", "kv_dtype", "ttft_s", "tpot_s",
-               *(["p99_ttft_s", "p99_tpot_s"] if traffic is not None else []),
+    moe = any(x.get("ep", 1) > 1 or x.get("attention_dp", 1) > 1 for x in rows)
+    columns = ["mode", "chip", "chips", "tp", *(["ep", "attention_dp"] if moe else []), "replicas", "prefill_replicas",
+               "dtype", "kv_dtype", "ttft_s", "tpot_s", *(["p99_ttft_s", "p99_tpot_s"] if traffic is not None else []),
                "output_tokens_per_s_per_chip", "tokens_per_s_per_user", "usd_per_million_output_tokens", "meets_slo",
                "pareto"]
     inputs = {"model": model, "chips": chip_ids, "total_chips": n, "prompt": prompt, "gen": gen, "dtype": dtype,
