@@ -154,12 +154,9 @@ def test_request_longer_than_the_kv_cache_is_refused_not_recomputed_forever(tmp_
 
 
 def test_the_largest_request_that_fits_runs_and_one_token_more_is_refused():
-    import time
-
     cap = _capacity()
-    t = time.perf_counter()
+    # ~cap decode steps, taken in leaps; the simulator's work budget bounds it (no wall-clock assertion)
     r = aicalc.simulate("llama-3.1-8b", "h100-sxm", rate=1, num_requests=2, prompt=1, gen=cap - 1)
-    assert time.perf_counter() - t < 5  # ~cap decode steps, taken in leaps (nothing else happens meanwhile)
     assert r.requests[0] == 2 and math.isfinite(r.p99_tpot_s[0])  # each needs all of the cache: they take turns
     with pytest.raises(aicalc.errors.ParameterError, match=f"at most {cap:,} tokens"):
         aicalc.simulate("llama-3.1-8b", "h100-sxm", rate=1, num_requests=1, prompt=1, gen=cap)
@@ -174,11 +171,8 @@ def _tiny_cost():
 def test_simulator_stops_instead_of_looping_whatever_it_is_given():
     """The loop terminates on its own, without the up-front checks: a request that outgrows the cache alone, a
     queue whose head can never be admitted, a bound on the work, and arrivals that would stall the clock."""
-    import time
-
     from aicalc.core.simulate import SimulationError
 
-    t = time.perf_counter()
     with pytest.raises(SimulationError, match="does not fit the 160-token KV cache") as e:
         run([0.0], [1], [600_000], _tiny_cost(), kv_blocks=10, block=16)
     assert e.value.reason == "fit"
@@ -191,7 +185,6 @@ def test_simulator_stops_instead_of_looping_whatever_it_is_given():
     for stalling in ([math.nan, 1.0], [-1.0, 1.0], [2.0, 1.0]):  # NaN once stalled the clock for good
         with pytest.raises(ValueError, match="arrival times"):
             run(stalling, [1, 1], [1, 1], _tiny_cost(), kv_blocks=10)
-    assert time.perf_counter() - t < 5
 
 
 def test_requests_of_one_token_free_their_blocks():
