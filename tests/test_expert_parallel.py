@@ -1,6 +1,7 @@
 """Expert parallelism and attention data parallelism inside a serving replica (roofline, serve)."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -106,3 +107,20 @@ def test_the_deployment_search_tries_expert_and_attention_data_parallelism_for_m
     assert r.rows()[0]["dtype"] == "fp8"  # the release's format, named
     dense = aicalc.search_deployments("llama-3.1-8b", ["h100-sxm"], 2, disaggregate=False)
     assert {(row["ep"], row["attention_dp"]) for row in dense.rows()} == {(1, 1)}
+
+
+def test_traffic_simulation_and_fleet_take_expert_and_attention_data_parallelism():
+    """A DEP8 replica's attention groups each cache only their own sequences' MLA latents, so it holds more blocks
+    than TP8 replicates (the KV budget per device is smaller: everything but the experts is replicated per group,
+    so not a full 8×); the fleet search sizes MoE layouts too and says which."""
+    from aicalc.api.traffic import Layout, replica
+
+    tp8 = replica("deepseek-v3", Layout("h200", 8, "fp8", "bf16"))
+    dep8 = replica("deepseek-v3", Layout("h200", 8, "fp8", "bf16", 8, 8))
+    assert 2 * tp8.kv_blocks < dep8.kv_blocks < 8 * tp8.kv_blocks
+    r = aicalc.simulate("deepseek-v3", "h200", rate=2, tp=8, ep=8, attention_dp=8, prompt=1000, gen=200,
+                        num_requests=100)
+    assert r.requests[0] == 100 and math.isfinite(r.p99_tpot_s[0])
+    f = aicalc.size_fleet("deepseek-v3", ["h200"], rate=2, prompt=1000, gen=200, max_ttft="2s", max_tpot="100ms",
+                          num_requests=100, disaggregate=False)
+    assert {(row["ep"], row["attention_dp"]) for row in f.rows()} >= {(1, 1), (8, 8)}

@@ -93,6 +93,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
 
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip, weight_format
+    from aicalc.api.deployment import moe_layouts
     from aicalc.api.traffic import Layout, replica
     from aicalc.core.dtypes import kv_bytes_per_element
     from aicalc.core.geometry import check_tp
@@ -131,7 +132,8 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
                 check_tp(arch, tp)
             except ParameterError:
                 continue
-            layouts += [Layout(chip.id, int(tp), dt, kvd) for dt in dtypes for kvd in kv_dtypes]
+            layouts += [Layout(chip.id, int(tp), dt, kvd, ep, adp) for dt in dtypes for kvd in kv_dtypes
+                        for ep, adp in moe_layouts(arch, int(tp))]
     if not layouts:
         raise ParameterError("tp", ",".join(str(t) for t in tps or TPS), f"admits no layout of {spec.id} (a TP "
                              "degree must divide its attention heads and FFN)")
@@ -175,7 +177,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
     rows.sort(key=lambda r: (r["usd_per_hour"] is None, r["usd_per_hour"] or 0.0, r["chips"]))
     if not rows:
         warnings.append(f"no fleet of up to {max_chips:,} chips serves {lam:.4g} requests/s within the targets")
-    keys = ["mode", "chip", "chips", "tp", "replicas", "dtype", "kv_dtype", "prefill_chip", "prefill_tp",
+    keys = ["mode", "chip", "chips", "tp", "ep", "attention_dp", "replicas", "dtype", "kv_dtype", "prefill_chip", "prefill_tp",
             "prefill_replicas", "prefill_chips", "decode_chip", "decode_tp", "decode_replicas", "decode_chips",
             "kv_transfer_s", "rate", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s", "usd_per_hour",
             "usd_per_day", "usd_per_million_output_tokens", "meets_slo", "simulations"]
@@ -251,8 +253,8 @@ def simulate_deployments(model, rows: list[dict], *, rate=None, requests=None, p
     longest = max(p + g for p, g in zip(P, G, strict=True))
     reps: dict = {}
 
-    def rep_of(chip, tp, dtype, kv_dtype):
-        lay = Layout(chip, int(tp), dtype, kv_dtype)
+    def rep_of(chip, tp, dtype, kv_dtype, ep=1, attention_dp=1):
+        lay = Layout(chip, int(tp), dtype, kv_dtype, int(ep), int(attention_dp))
         if lay not in reps:
             reps[lay] = replica(spec, lay, engine=engine, policy=policy, longest=longest)
         return reps[lay]
@@ -261,8 +263,8 @@ def simulate_deployments(model, rows: list[dict], *, rate=None, requests=None, p
     for row in rows:
         row = dict(row, rate=lam)
         if row["mode"] == "aggregated":
-            s = search._sim(rep_of(row["chip"], row["tp"], row["dtype"], row["kv_dtype"]), row["replicas"],
-                            math.inf, math.inf)
+            s = search._sim(rep_of(row["chip"], row["tp"], row["dtype"], row["kv_dtype"], row.get("ep", 1),
+                                   row.get("attention_dp", 1)), row["replicas"], math.inf, math.inf)
         else:
             pre = rep_of(row["chip"], row["prefill_tp"], row["dtype"], row["kv_dtype"])
             dec = rep_of(row["chip"], row["tp"], row["dtype"], row["kv_dtype"])
@@ -416,7 +418,8 @@ class _Search:
             return None
         s = seen[r]
         self.best = min(self.best, self._cost({lay.chip: r * lay.tp}))
-        return {"mode": "aggregated", "chip": lay.chip, "chips": r * lay.tp, "tp": lay.tp, "replicas": r,
+        return {"mode": "aggregated", "chip": lay.chip, "chips": r * lay.tp, "tp": lay.tp, "ep": lay.ep,
+                "attention_dp": lay.attention_dp, "replicas": r,
                 "dtype": lay.dtype, "kv_dtype": lay.kv_dtype, "rate": self.lam, "p50_ttft_s": s[0],
                 "p99_ttft_s": s[1], "p50_tpot_s": s[2], "p99_tpot_s": s[3], "simulations": self.count - before,
                 "_chips": {lay.chip: r * lay.tp}}
@@ -440,7 +443,8 @@ class _Search:
         mid = float(np.mean(self.P) + np.mean(self.G) / 2)
         formats = {(lay.dtype, lay.kv_dtype) for lay in reps}
         for dt, kvd in sorted(formats):
-            group = [rep for lay, rep in reps.items() if (lay.dtype, lay.kv_dtype) == (dt, kvd)]
+            group = [rep for lay, rep in reps.items() if (lay.dtype, lay.kv_dtype) == (dt, kvd)
+                     and lay.ep == 1 and lay.attention_dp == 1]  # pools of plain TP replicas
             steps = []
             for rep in group:
                 c = rep.cost

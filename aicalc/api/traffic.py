@@ -260,6 +260,8 @@ class Layout:
     tp: int = 1
     dtype: str = "release"
     kv_dtype: str = "bf16"
+    ep: int = 1  # expert-parallel ranks over the replica's tp chips (MoE)
+    attention_dp: int = 1  # attention data-parallel groups of tp/attention_dp chips
 
 
 @dataclass(frozen=True)
@@ -320,7 +322,7 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     from aicalc.api.catalog import resident_weights
     from aicalc.api.roofline import cost_setup
     from aicalc.core import capacity
-    from aicalc.core.geometry import check_tp, kv_bytes_per_token_layer
+    from aicalc.core.geometry import check_parallel, kv_bytes_per_token_layer
     from aicalc.errors import ParameterError
 
     for name, v, most in (("max_seqs", max_seqs, MAX_SEQS), ("token_budget", token_budget, MAX_TOKENS)):
@@ -330,14 +332,16 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     if cs is None:
         cs = cost_setup(model, layout.chip, layout.dtype, layout.kv_dtype, tp_needs_link=tp > 1, engine=engine)
     arch = cs.model.arch
-    check_tp(arch, tp)
-    weights = resident_weights(cs.model, layout.dtype, tp)
+    ep, adp = layout.ep, layout.attention_dp
+    check_parallel(arch, tp, ep, adp)
+    weights = resident_weights(cs.model, layout.dtype, tp, ep=ep, attention_dp=adp)
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp)))
     block = 16
-    block_bytes = block * float(kv_bytes_per_token_layer(arch, cs.kv_dtype, tp)) * arch.layers
-    kv_blocks = int(max(budget, 0.0) // block_bytes)
-    cost = _step_cost(cs, tp, int(max_seqs), int(token_budget), int(longest))
+    # with attention DP each group's chips hold the cache of its own sequences: the replica's blocks are the groups'
+    block_bytes = block * float(kv_bytes_per_token_layer(arch, cs.kv_dtype, tp // adp)) * arch.layers
+    kv_blocks = int(max(budget, 0.0) // block_bytes) * adp
+    cost = _step_cost(cs, tp, int(max_seqs), int(token_budget), int(longest), ep, adp)
     return Replica(layout, cs, cost, kv_blocks, block, int(max_seqs), int(token_budget), policy_of(engine, policy))
 
 
@@ -351,13 +355,14 @@ def _rate_text(rate):
 def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, gen=256, num_requests: int = 1000,
              tp: int | None = None, chips: int | None = None, dtype: str = "release", kv_dtype: str = "bf16", engine=None,
              max_ttft=None, max_tpot=None, max_seqs: int = 256, token_budget: int = 8192, utilization=0.9,
-             seed: int = 0, policy: str | None = None) -> Traffic:
+             seed: int = 0, policy: str | None = None, ep: int = 1, attention_dp: int = 1) -> Traffic:
     """Requests arriving at ``rate`` per second (Poisson; an array sweeps it) over the whole deployment, spread
     evenly over its replicas, with ``prompt`` / ``gen`` tokens each, or a trace (``requests``: a CSV/JSONL path,
     or a dict of ``prompt``, ``gen`` and optional ``arrival_s`` lists; a trace with its own arrival times takes
     no ``rate``, a rate given with one is refused rather than ignored). ``rate`` defaults to 1 request/s. One row
     per rate. ``policy``: the scheduler's, ``"chunked"`` or ``"prefill-first"`` (:mod:`aicalc.core.simulate`;
-    default: the engine's).
+    default: the engine's). ``ep`` / ``attention_dp``: expert and attention-data parallelism inside each replica
+    (a replica's attention groups hold their own sequences' cache and step together).
 
     Bounded before any work (docs/robustness.md): at most :data:`MAX_REQUESTS` requests and
     :data:`MAX_SIMULATED` over all rates; every request's prompt + gen within one replica's KV cache (a bigger
@@ -369,7 +374,7 @@ def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, g
     from aicalc.api.catalog import node_split
     from aicalc.api.roofline import cost_setup
     from aicalc.core import simulate as sim
-    from aicalc.core.geometry import check_tp
+    from aicalc.core.geometry import check_parallel
     from aicalc.errors import ParameterError
 
     tp, chips = node_split(chip, tp, chips)
@@ -379,7 +384,8 @@ def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, g
         raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}")
     replicas = chips // tp
     cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=tp > 1, engine=engine)
-    check_tp(cs.model.arch, tp)
+    ep, attention_dp = inputs.whole("ep", ep), inputs.whole("attention_dp", attention_dp)
+    check_parallel(cs.model.arch, tp, ep, attention_dp)
     if requests is not None:
         p_list, g_list, a_list, lines = _requests(requests)
         n = len(p_list)
@@ -403,7 +409,7 @@ def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, g
         raise ParameterError("seed", inputs._safe(seed), "must be a whole number >= 0")
     max_ttft = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else np.inf
     max_tpot = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else np.inf
-    rep = replica(cs.model, Layout(cs.chip.id, tp, dtype, kv_dtype), engine=engine, policy=policy,
+    rep = replica(cs.model, Layout(cs.chip.id, tp, dtype, kv_dtype, ep, attention_dp), engine=engine, policy=policy,
                   max_seqs=max_seqs, token_budget=token_budget, utilization=utilization,
                   longest=max(p + g for p, g in zip(p_list, g_list, strict=True)), cs=cs)
     kv_blocks, cost = rep.kv_blocks, rep.cost
@@ -563,9 +569,11 @@ def _percentile(x, q: float) -> float:
     return float(a[lo] + (a[hi] - a[lo]) * (i - lo)) if a[hi] != a[lo] else float(a[lo])
 
 
-def _step_cost(cs, tp: int, max_seqs: int, token_budget: int, longest: int):
+def _step_cost(cs, tp: int, max_seqs: int, token_budget: int, longest: int, ep: int = 1, adp: int = 1):
     """Step-time tables from the cost model: decode at every batch size over geometric context bins, and the
-    marginal and fixed cost of prefill tokens in a batched pass."""
+    marginal and fixed cost of prefill tokens in a batched pass. With attention DP (``adp`` groups) a step's
+    sequences and prompt tokens are spread over the groups, which step together through the shared experts
+    (``ep``-way expert parallelism)."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -575,10 +583,13 @@ def _step_cost(cs, tp: int, max_seqs: int, token_budget: int, longest: int):
     eff = cs.efficiency
     bins = np.array(inputs.distinct(np.ceil(np.geomspace(16, max(longest, 32), 24))))
     B, C = np.meshgrid(np.arange(1, max_seqs + 1, dtype=np.float64), bins, indexing="ij")
-    dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, B.ravel(), 1.0, C.ravel(), tp).t_est.reshape(B.shape)
+    par, D = latency.Par(float(ep), float(adp)), float(adp)
+    dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, B.ravel() / D, 1.0, C.ravel(), tp / D,
+                        par=par).t_est.reshape(B.shape)
     dec = np.vstack([np.zeros((1, bins.size)), dec])
     tokens = np.array(inputs.distinct(np.ceil(np.geomspace(1, max(token_budget, longest), 40))))
-    t = latency.phase(cs.shape, cs.roofs, cs.formats, eff, 1.0, tokens, 0.0, tp, logits_tokens=1.0).t_est
+    t = latency.phase(cs.shape, cs.roofs, cs.formats, eff, 1.0 / D, tokens, 0.0, tp / D, logits_tokens=1.0,
+                      par=par).t_est
     half = np.searchsorted(tokens, token_budget / 2.0)
     full = np.searchsorted(tokens, token_budget)
     per_token = float((t[full] - t[half]) / (tokens[full] - tokens[half]))

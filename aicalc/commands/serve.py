@@ -14,14 +14,12 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         attention_dp=1) -> Result:
     import numpy as np
 
-    if (ep != 1 or attention_dp != 1) and (search or rate is not None or requests is not None
-                                           or requests_per_day is not None):
+    if (ep != 1 or attention_dp != 1) and (search or requests_per_day is not None):
         from aicalc.errors import ParameterError
 
         raise ParameterError("ep" if ep != 1 else "attention_dp", ep if ep != 1 else attention_dp,
-                             "is priced for a given deployment (serve without --search, --rate or --requests): the "
-                             "search tries expert and attention-data parallelism itself, and the traffic simulation "
-                             "runs plain TP replicas")
+                             "sets a given deployment's layout; --search tries expert and attention-data "
+                             "parallelism itself")
     if policy is not None and rate is None and requests is None and requests_per_day is None:
         from aicalc.errors import ParameterError
 
@@ -57,7 +55,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     tp, chips = node_split(chip, tp, chips)  # a node: its chips, one TP group unless --tp splits it
     if rate is not None or requests is not None:
         return _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate,
-                        requests, num_requests, seed, policy)
+                        requests, num_requests, seed, policy, ep, attention_dp)
 
     from aicalc.api.serving import max_concurrency, serve
     from aicalc.catalog.profiles import release_note
@@ -150,7 +148,7 @@ def _share(text) -> float:
 
 
 def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate, requests,
-             num_requests, seed, policy=None) -> Result:
+             num_requests, seed, policy=None, ep=1, attention_dp=1) -> Result:
     """serve with traffic: a discrete-event simulation of the scheduler (one row per arrival rate)."""
     from aicalc.api.traffic import simulate
     from aicalc.commands.options import engines_note
@@ -161,12 +159,13 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
     r = simulate(model, chip, sweep(rate, "--rate") if rate is not None else None, requests=requests,
                  prompt=parse_int(str(prompt), "--prompt"), gen=parse_int(str(gen), "--gen"),
                  num_requests=parse_int(str(num_requests), "--num-requests"), tp=tp, chips=chips, dtype=dtype,
-                 kv_dtype=kv_dtype, engine=engine, max_ttft=max_ttft, max_tpot=max_tpot, seed=int(seed), policy=policy)
+                 kv_dtype=kv_dtype, engine=engine, max_ttft=max_ttft, max_tpot=max_tpot, seed=int(seed), policy=policy,
+                 ep=ep, attention_dp=attention_dp)
     m = r.meta
     cs = m["setup"]
     src = f"trace {requests}" if requests else f"{r.requests[0]:,} requests of {prompt} + {gen} tokens, Poisson arrivals"
-    inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "replicas": m["replicas"],
-              "rate": rate, "requests": requests, "prompt": prompt, "gen": gen, "max_ttft": max_ttft,
+    inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "ep": ep,
+              "attention_dp": attention_dp, "replicas": m["replicas"], "rate": rate, "requests": requests, "prompt": prompt, "gen": gen, "max_ttft": max_ttft,
               "max_tpot": max_tpot, "dtype": dtype, "kv_dtype": kv_dtype, "engine": cs.engine, "seed": int(seed),
               "kv_blocks_per_replica": m["kv_blocks"], "policy": m["policy"]}
     columns = ["rate", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s", "output_tokens_per_s",
@@ -177,8 +176,9 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
              "goodput: requests per second meeting --max-ttft and --max-tpot (all requests when none is given)",
              engines_note([cs.chip.id], engine)]
     return Result("serve", inputs, r.rows(), warnings=r.warnings, columns=columns, notes=notes,
-                  title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} under traffic (TP {tp}, "
-                        f"{_replicas(m['replicas'])})")
+                  title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} under traffic (TP {tp}"
+                        + (f", EP {ep}" if ep > 1 else "") + (f", attention DP {attention_dp}" if attention_dp > 1 else "")
+                        + f", {_replicas(m['replicas'])})")
 
 
 def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, draft, draft_tokens,
@@ -286,9 +286,13 @@ def _fleet(model, chip, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, pr
         notes.append(f"best: {best['mode']}, {best['chips']} × {best['chip']}"
                      + (f" (prefill TP {best['prefill_tp']} × {best['prefill_replicas']}, decode TP "
                         f"{best['decode_tp']} × {best['decode_replicas']})" if best["mode"] == "disaggregated"
-                        else f" (TP {best['tp']} × {best['replicas']})")
+                        else f" (TP {best['tp']}" + (f", EP {best['ep']}" if (best.get("ep") or 1) > 1 else "")
+                        + (f", attention DP {best['attention_dp']}" if (best.get("attention_dp") or 1) > 1 else "")
+                        + f" × {best['replicas']})")
                      + (f", ${best['usd_per_day']:,.0f} a day" if best["usd_per_day"] else ""))
-    columns = ["mode", "chip", "chips", "tp", "replicas", "prefill_tp", "decode_tp", "dtype", "p99_ttft_s",
+    moe = any((x.get("ep") or 1) > 1 for x in rows)
+    columns = ["mode", "chip", "chips", "tp", *(["ep", "attention_dp"] if moe else []), "replicas", "prefill_tp",
+               "decode_tp", "dtype", "p99_ttft_s",
                "p99_tpot_s", "usd_per_hour", "usd_per_day", "usd_per_million_output_tokens", "meets_slo"]
     inputs = {"model": model, "chips": chip_ids, "rate": m["rate"], "requests_per_day": rpd,
               "peak_factor": float(_number(peak_factor, "--peak-factor")), "requests": requests, "prompt": prompt,
