@@ -65,8 +65,8 @@ class Efficiency:
     # per-expert shape (scheduling over groups, scattered rows); fitted on the MoE calibration cases
     grouped_gemm_tile: float = 64.0
     grouped_gemm_efficiency: float = 1.0
-    # small experts: a grouped GEMM's efficiency falls with the expert's narrower matrix dimension w (fine-grained
-    # experts: Qwen3-30B-A3B's 768, gpt-oss's 2880 against Mixtral's 4096 x 14336) as w / (w + this); 0: off
+    # fine-grained experts: a grouped GEMM's efficiency falls with the expert's FFN width w on the device
+    # (Qwen3-30B-A3B's 768, gpt-oss's 2880, DeepSeek-V3's 2048 against Mixtral's 14336) as w / (w + this); 0: off
     grouped_gemm_half_dim: float = 0.0
     # training only
     train_elementwise_bytes: float = 120.0  # bytes of non-matmul traffic per token per layer, in units of H

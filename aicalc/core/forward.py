@@ -162,6 +162,7 @@ class Op:
     bytes_per_weight: float = 2.0
     grouped: bool = False
     compute: str | None = None
+    expert_width: float = 0.0  # grouped GEMMs: one expert's FFN width on this device (F_e / expert TP)
 
 
 def experts_touched(s: Shape, tokens, ep=1.0):
