@@ -4,6 +4,8 @@ import math
 
 import pytest
 
+import aicalc
+
 
 @pytest.fixture(scope="module")
 def rows():
@@ -53,7 +55,13 @@ def test_sram_chip_count(rows):
     # 68,976,648,192 params × 2 B over 230 MB of SRAM per chip: at least 600 chips
     r = rows[("groq-lpu", "inference")]
     assert r["chips_needed"] >= math.ceil(68_976_648_192 * 2 / 230e6)
-    assert not rows[("groq-lpu", "training")]["fits"]
+    assert ("groq-lpu", "training") not in rows  # an SRAM-only inference chip: no training row unless asked
+
+
+def test_sram_chip_training_only_when_asked():
+    """It used to be a row of nulls (chips_needed, memory_bytes) that did not fit, at exit 0."""
+    r = aicalc.compare("llama-2-7b", ["groq-lpu"], training=True)
+    assert "training" in list(r["phase"]) and any("groq-lpu" in w for w in r.warnings)
 
 
 def test_cost_arithmetic(rows):

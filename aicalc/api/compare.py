@@ -228,7 +228,7 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
     ``daily_inference_cost_usd`` and ``annual_inference_cost_usd`` (365 days of it). ``engine``: the inference
     engine profile (default: each chip's own, :func:`aicalc.catalog.profiles.default_engine`). ``training``: whether
     to estimate training (default: on every chip but on-device ones, ``npu`` chips, which serve one user at
-    batch 1)."""
+    batch 1, and SRAM-only inference chips, Groq's LPU and Cerebras' wafer)."""
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip
     from aicalc.core import cost
@@ -263,7 +263,12 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
     rows = []
     for chip_id in chips:
         chip, _ = load_node_or_chip(chip_id)  # a node stands for its chip: compare finds how many it takes
-        train = training if training is not None else chip.kind not in ON_DEVICE_KINDS
+        from aicalc.api.roofline import SRAM_KINDS
+
+        train = training if training is not None else chip.kind not in ON_DEVICE_KINDS + SRAM_KINDS
+        if training is None and chip.kind in SRAM_KINDS:
+            warnings.append(f"no training row on {chip.id}: an inference chip whose weights sit in on-chip SRAM "
+                            "(--training estimates it anyway)")
         pair = ([_training(spec, chip, seq, tokens, warnings)] if train else []) + \
             [_inference(spec, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings, engine)]
         for row in pair:
