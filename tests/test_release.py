@@ -62,3 +62,11 @@ def test_mxfp4_experts_use_fp4_math_on_blackwell_and_are_dequantized_on_hopper()
     assert b200.formats.expert_compute == "fp4" and not b200.formats.expert_quantized
     assert h100.formats.expert_compute is None and h100.formats.expert_quantized
     assert any("mxfp4" in w for w in h100.warnings)
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-20b", "gpt-oss-120b"])
+def test_presets_show_states_the_release_and_its_bytes_match_the_published_size(cli, model):
+    r = cli("presets", "show", model, "--json")
+    row = json.loads(r.out)["rows"][0]
+    assert row["release_dtype"] == "mxfp4-experts"
+    assert row["release_weights_bytes"] == pytest.approx(row["release_checkpoint_bytes"], rel=0.01)

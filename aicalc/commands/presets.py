@@ -93,6 +93,14 @@ def show(name: str) -> Result:
             raise UnknownPreset("preset", store._short(name),
                                 [*store.ids("chip"), *store.ids("node"), *store.ids("model")]) from None
         row = model_row(spec)
+        from aicalc.api.catalog import resident_weights, weight_format
+
+        # the weights as released (a preset's release: block, a checkpoint's own bytes, else bf16), one device
+        row |= {"release_dtype": weight_format(spec, "release").label,
+                "release_weights_bytes": float(resident_weights(spec, "release", 1))}
+        rel = getattr(spec, "release", None)
+        if rel is not None and rel.checkpoint_bytes:
+            row["release_checkpoint_bytes"] = rel.checkpoint_bytes  # published, for comparison
         ck = getattr(spec, "checkpoint", None)
         if ck is not None:  # what the files store, exactly
             row |= {"checkpoint_bytes": ck.total_bytes, "checkpoint_tensors": ck.tensors,
