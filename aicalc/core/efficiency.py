@@ -65,7 +65,7 @@ class Efficiency:
     # per-expert shape (scheduling over groups, scattered rows); fitted on the MoE calibration cases
     grouped_gemm_tile: float = 64.0
     grouped_gemm_efficiency: float = 1.0
-    # fine-grained experts: a grouped GEMM's efficiency falls with the expert's FFN width w on the device
+    # fine-grained experts: a grouped GEMM's efficiency falls with the expert's FFN width w
     # (Qwen3-30B-A3B's 768, gpt-oss's 2880, DeepSeek-V3's 2048 against Mixtral's 14336) as w / (w + this); 0: off
     grouped_gemm_half_dim: float = 0.0
     # training only

@@ -162,7 +162,7 @@ class Op:
     bytes_per_weight: float = 2.0
     grouped: bool = False
     compute: str | None = None
-    expert_width: float = 0.0  # grouped GEMMs: one expert's FFN width on this device (F_e / expert TP)
+    expert_width: float = 0.0  # grouped GEMMs: one expert's FFN width F_e (the model's expert granularity)
 
 
 def experts_touched(s: Shape, tokens, ep=1.0):

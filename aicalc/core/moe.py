@@ -117,7 +117,7 @@ def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0):
                       bytes=rows * (n_dev + k_dev) * ab * Lm + w + zero, weight_bytes=w + zero, kernels=Lm + zero,
                       dims=(m_e, n_dev + zero, k_dev + zero), layers=Lm, quantized=fm.expert_quantized,
                       bytes_per_weight=wbe, grouped=True, compute=fm.expert_compute,
-                      expert_width=s.expert_ffn / etp))
+                      expert_width=float(s.expert_ffn)))
     add("moe_act", "stream", copies * imb * 4.0 * s.expert_ffn / etp * Lm,
         copies * imb / etp * (s.expert_in + s.expert_ffn) * ab * Lm)
     if s.shared_ffn:  # always-active experts: a dense FFN on the group's own tokens, split over its tp ranks

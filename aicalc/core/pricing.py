@@ -64,7 +64,7 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
             with np.errstate(divide="ignore", invalid="ignore"):
                 share = np.where(mp > 0, np.asarray(m, dtype=np.float64) / np.where(mp > 0, mp, 1.0), 1.0)
             g = gemm_efficiency(eff, mp, n, k, low_precision=low) * share * eff.grouped_gemm_efficiency
-            if eff.grouped_gemm_half_dim > 0:  # fine-grained experts: the expert's FFN width on this device
+            if eff.grouped_gemm_half_dim > 0:  # fine-grained experts: the expert's FFN width
                 w = np.asarray(op.expert_width, dtype=np.float64)
                 g = g * w / (w + eff.grouped_gemm_half_dim)
         else:
