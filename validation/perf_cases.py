@@ -69,22 +69,28 @@ def engine_max_seqs(engine: str | None) -> int | None:
     return int(v) if v else None
 
 
-def published_cases() -> list[dict]:
-    """The sourced measurements of validation/cases/inference.yaml, as cases of the public API. Whether a case
-    is in the calibration subset is said by validation/cases/calibration.yaml (the rest are held out)."""
+def _entries(calibration: str, names: tuple[str, ...]) -> tuple[list[dict], set[str]]:
+    """The rows of the case files ``names`` (each tagged with its file as ``collection``) and the ids of the
+    calibration subset: those listed in ``calibration`` and those whose ``split`` says so (the MoE-era files)."""
     import yaml
 
     calib = set()
-    cpath = CASES_DIR / "calibration-inference.yaml"
+    cpath = CASES_DIR / calibration
     if cpath.is_file():
         calib = set(yaml.safe_load(cpath.read_text(encoding="utf-8")) or [])
-    out = []
     entries = []
-    for name in ("inference.yaml", "moe-serving.yaml"):  # moe-serving's rows name their split themselves
+    for name in names:
         path = CASES_DIR / name
         if path.is_file():
             entries += [{**e, "collection": path.stem} for e in yaml.safe_load(path.read_text(encoding="utf-8")) or []]
-    calib |= {e["id"] for e in entries if e.get("split") == "calibration"}
+    return entries, calib | {e["id"] for e in entries if e.get("split") == "calibration"}
+
+
+def published_cases() -> list[dict]:
+    """The sourced measurements of validation/cases/inference.yaml, as cases of the public API. Whether a case
+    is in the calibration subset is said by validation/cases/calibration.yaml (the rest are held out)."""
+    entries, calib = _entries("calibration-inference.yaml", ("inference.yaml", "moe-serving.yaml"))
+    out = []
     for e in entries:
         if e["metric"] not in TRANSFORMS:
             e = {**e, "metric": "output_tokens_per_s",
@@ -173,18 +179,7 @@ def model_config(e: dict):
 def published_training_cases() -> list[dict]:
     """validation/cases/training.yaml as cases of ``aicalc.train_time``; what a source does not state takes the
     framework's default (written in the case's ``assumed``)."""
-    import yaml
-
-    calib = set()
-    cpath = CASES_DIR / "calibration-training.yaml"
-    if cpath.is_file():
-        calib = set(yaml.safe_load(cpath.read_text(encoding="utf-8")) or [])
-    entries = []
-    for name in ("training.yaml", "moe-training.yaml"):  # moe-training's rows name their split themselves
-        path = CASES_DIR / name
-        if path.is_file():
-            entries += [{**e, "collection": path.stem} for e in yaml.safe_load(path.read_text(encoding="utf-8")) or []]
-    calib |= {e["id"] for e in entries if e.get("split") == "calibration"}
+    entries, calib = _entries("calibration-training.yaml", ("training.yaml", "moe-training.yaml"))
     out = []
     for e in entries:
         fw = e.get("framework", "other")

@@ -186,6 +186,16 @@ def weight_format(spec, dtype: str | None) -> WeightFormat:
     return WeightFormat(name, bpp, edge)
 
 
+def named_format(spec, dtype: str | None) -> str:
+    """``dtype`` checked (:func:`weight_format`), and ``"release"`` named as tables show it (``fp8``,
+    ``mxfp4-experts``) where the name carries the format whole: a model read from files keeps ``"release"``, so
+    its files' exact bytes are used, not the nominal bits of the name."""
+    wf = weight_format(spec, dtype)
+    if dtype in (None, RELEASE) and getattr(spec, "checkpoint", None) is None:
+        return wf.label
+    return dtype
+
+
 def kv_format(spec, kv_dtype: str) -> str:
     """``kv_dtype`` as given, or ``"auto"``: the KV format the checkpoint's quantization_config asks for (fp8 where
     it quantizes the cache), else bf16."""

@@ -244,12 +244,11 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
     if kv_dtype != "auto":
         kv_bytes_per_element(kv_dtype, 128)
     spec = load_model(model)
-    from aicalc.api.catalog import weight_format
+    from aicalc.api.catalog import named_format
 
     # an unknown format is bad input here, not a blank inference row; "checkpoint" needs a model read from its
     # files; "release" is the official checkpoint's precision, named as tables show it (mxfp4-experts)
-    wf = weight_format(spec, dtype)
-    dtype = wf.label if dtype in (None, "release") else dtype
+    dtype = named_format(spec, dtype)
     price = inputs.single("price", price) if price is not None else None
     n = count_params(spec.arch)
     tokens = inputs.single("tokens", tokens) if tokens is not None else \

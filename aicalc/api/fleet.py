@@ -92,7 +92,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import load_model, load_node_or_chip, weight_format
+    from aicalc.api.catalog import load_model, load_node_or_chip, named_format
     from aicalc.api.deployment import moe_layouts
     from aicalc.api.traffic import Layout, replica
     from aicalc.core.dtypes import kv_bytes_per_element
@@ -105,10 +105,8 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
         chips = [chips]
     if not chips:
         raise ParameterError("chips", "[]", "is empty: give at least one chip")
-    for dt in dtypes:  # an unknown format is bad input, not a layout quietly left out
-        weight_format(spec, dt)
-    if getattr(spec, "checkpoint", None) is None:  # "release" named as tables show it (fp8, mxfp4-experts)
-        dtypes = [weight_format(spec, dt).label if dt in (None, "release") else dt for dt in dtypes]
+    # an unknown format is bad input, not a layout quietly left out; "release" named as tables show it
+    dtypes = [named_format(spec, dt) for dt in dtypes]
     for kvd in kv_dtypes:
         if kvd != "auto":
             kv_bytes_per_element(kvd, 128)

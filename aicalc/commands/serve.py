@@ -126,7 +126,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     return Result("serve", inputs, Rows(r.columns), warnings=warnings, exit_code=exit_code, columns=columns,
                   notes=notes,
                   title=f"{cs.model.name} on {n_chips} × {cs.chip.name} (TP {tp}"
-                        + (f", EP {ep}" if ep > 1 else "") + (f", attention DP {attention_dp}" if attention_dp > 1 else "")
+                        + _parallel(ep, attention_dp)
                         + f", {_replicas(m['replicas'])}, {dtype})")
 
 
@@ -134,6 +134,11 @@ def _count(chips) -> str:
     """``601`` or ``601-640``: the chips of the rows (SRAM-only chips: each row needs its own count)."""
     lo, hi = int(min(chips)), int(max(chips))
     return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+
+
+def _parallel(ep, attention_dp) -> str:
+    """", EP 8, attention DP 8" for a replica's expert and attention-data parallelism (nothing where 1 or absent)."""
+    return (f", EP {ep}" if (ep or 1) > 1 else "") + (f", attention DP {attention_dp}" if (attention_dp or 1) > 1 else "")
 
 
 def _share(text) -> float:
@@ -177,7 +182,7 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
              engines_note([cs.chip.id], engine)]
     return Result("serve", inputs, r.rows(), warnings=r.warnings, columns=columns, notes=notes,
                   title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} under traffic (TP {tp}"
-                        + (f", EP {ep}" if ep > 1 else "") + (f", attention DP {attention_dp}" if attention_dp > 1 else "")
+                        + _parallel(ep, attention_dp)
                         + f", {_replicas(m['replicas'])})")
 
 
@@ -232,8 +237,7 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
              "cost per million output tokens, those meeting the targets first; disaggregated: prefill and decode "
              "pools with the KV cache shipped between them (docs/serve.md)",
              f"best: {best['mode']} on {best['chips']} × {best['chip']}, TP {best['tp']}"
-             + (f", EP {best['ep']}" if best.get("ep", 1) > 1 else "")
-             + (f", attention DP {best['attention_dp']}" if best.get("attention_dp", 1) > 1 else "")
+             + _parallel(best.get("ep"), best.get("attention_dp"))
              + f", {best['dtype']} / KV {best['kv_dtype']}", engines_note(chip_ids, engine)]
     if traffic is not None:
         notes.insert(1, f"meets_slo from the scheduler simulation at {rows[0]['rate']:.4g} requests/s: p99 TTFT "
@@ -286,8 +290,7 @@ def _fleet(model, chip, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, pr
         notes.append(f"best: {best['mode']}, {best['chips']} × {best['chip']}"
                      + (f" (prefill TP {best['prefill_tp']} × {best['prefill_replicas']}, decode TP "
                         f"{best['decode_tp']} × {best['decode_replicas']})" if best["mode"] == "disaggregated"
-                        else f" (TP {best['tp']}" + (f", EP {best['ep']}" if (best.get("ep") or 1) > 1 else "")
-                        + (f", attention DP {best['attention_dp']}" if (best.get("attention_dp") or 1) > 1 else "")
+                        else f" (TP {best['tp']}" + _parallel(best.get("ep"), best.get("attention_dp"))
                         + f" × {best['replicas']})")
                      + (f", ${best['usd_per_day']:,.0f} a day" if best["usd_per_day"] else ""))
     moe = any((x.get("ep") or 1) > 1 for x in rows)
