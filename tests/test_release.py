@@ -56,10 +56,13 @@ def test_gpt_oss_20b_fits_one_l4_with_the_release_weights(cli):
     assert doc["rows"][0]["max_batch"] >= 1
 
 
-def test_mxfp4_experts_use_fp4_math_on_blackwell_and_are_dequantized_on_hopper():
+def test_mxfp4_experts_run_against_mxfp8_activations_on_blackwell_and_are_dequantized_on_hopper():
+    # TensorRT-LLM's gpt-oss guide: B200/GB200 run MXFP4 expert weights against MXFP8 activations, H200 against
+    # BF16 (Triton); the fp8 rate is the chip's, not fp4's
     b200 = roofline("gpt-oss-120b", "b200", 1, 128, 128).meta["setup"]
     h100 = roofline("gpt-oss-120b", "h100-sxm", 1, 128, 128).meta["setup"]
-    assert b200.formats.expert_compute == "fp4" and not b200.formats.expert_quantized
+    assert b200.formats.expert_compute == "fp8" and not b200.formats.expert_quantized
+    assert dict(b200.roofs.peaks)["fp8"] == b200.chip.peak_flop_per_s("fp8") < b200.chip.peak_flop_per_s("fp4")
     assert h100.formats.expert_compute is None and h100.formats.expert_quantized
     assert any("mxfp4" in w for w in h100.warnings)
 

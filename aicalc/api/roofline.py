@@ -69,9 +69,13 @@ def pick_compute(chip, dtype: str, compute_dtype: str | None, warnings: list[str
         return compute_dtype, dtype not in (compute_dtype, "fp32") and not (dtype in SIXTEEN_BIT and
                                                                            compute_dtype in SIXTEEN_BIT)
     if dtype in ("fp8", "fp4", "mxfp4"):
-        native = "fp4" if dtype == "mxfp4" else dtype
-        if native in have:
-            return native, False
+        # MXFP4 weights run against MXFP8 activations at the fp8 rate on chips with MX tensor math (Blackwell's
+        # mixed e2m1 x e4m3 MMA): TensorRT-LLM's gpt-oss guide (MoE backends TRTLLM and CUTLASS: "MXFP8
+        # activations, MXFP4 weights" on B200/GB200) and vLLM's FlashInfer MXFP4 x MXFP8 kernels
+        if dtype == "mxfp4" and "fp4" in have and "fp8" in have:
+            return "fp8", False
+        if dtype in have:
+            return dtype, False
         warnings.append(f"{chip.id} has no {dtype} tensor math: {dtype} weights are dequantized and multiplied in "
                         "16-bit (weight-only)")
     if dtype in GGUF and opts.get("gguf_compute") in have and chip.vendor in opts.get("gguf_compute_vendors", ()):
@@ -120,7 +124,8 @@ def cost_setup(model, chip="h100-sxm", dtype: str | None = "release", kv_dtype: 
     interconnect and TP needs one, with a warning), formats and the composed efficiency. ``kv_shared`` None:
     the engine's (a GQA kernel reads each kv head once for its query group). ``dtype`` "release" (the default):
     the official checkpoint's precision (:func:`aicalc.api.catalog.weight_format`); routed experts in their own
-    format (gpt-oss's MXFP4) compute in fp4 where the chip has fp4 tensor math, else dequantized (weight-only)."""
+    format (gpt-oss's MXFP4) compute against MXFP8 activations where the chip has MX tensor math (fp8 rate), else
+    dequantized (weight-only)."""
     from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, weight_format
     from aicalc.core.forward import formats, shape_of
     from aicalc.core.pricing import Roofs

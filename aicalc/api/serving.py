@@ -19,8 +19,9 @@ class Serving(Table):
 def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024, gen=256,
                     dtype: str = "release", kv_dtype: str = "bf16", utilization=0.9, engine: str | None = None,
                     ep: int = 1, attention_dp: int = 1) -> int:
-    """Requests of ``prompt + gen`` tokens the whole deployment holds in its KV budget (0 when none), and no
-    more per scheduler than the ``engine``'s runs at once by default (its profile's ``max_num_seqs``: vLLM 256);
+    """Requests of ``prompt + gen`` tokens the whole deployment holds in its KV budget (0 when none) — each at its
+    live context, or its whole prompt + gen where the ``engine`` reserves it at admission (its profile's
+    ``kv_reserve``: TensorRT-LLM) — and no more per scheduler than the ``engine``'s runs at once by default (its profile's ``max_num_seqs``: vLLM 256);
     with attention DP each of a replica's ``attention_dp`` groups holds its own sequences' cache and runs its own
     scheduler (SGLang's and vLLM's DP ranks)."""
     from aicalc.api import inputs
@@ -42,17 +43,20 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
     weights = resident_weights(spec, dtype, tp, ep=ep, attention_dp=attention_dp)
     budget = float(capacity.kv_budget_bytes(chip_obj.memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp)))
-    from aicalc.core.serving import live_context
+    from aicalc.core.serving import held_context
 
-    longest = float(live_context(inputs.positive("prompt", prompt, whole=True).max(),
-                                 inputs.positive("gen", gen, whole=True).max()))  # whole tokens, as serve's
-    shape = kv_shape(arch, kv_dtype, tp // attention_dp)
-    fit = int(capacity.max_batch(shape, budget, longest, BLOCK)[0]) if budget > 0 else 0
+    opts = {}
     if engine is not None:
         from aicalc.catalog import profiles
 
-        cap = profiles.load("engine", engine).options.get("max_num_seqs")
-        fit = min(fit, int(cap)) if cap else fit
+        opts = profiles.load("engine", engine).options
+    longest = float(held_context(inputs.positive("prompt", prompt, whole=True).max(),
+                                 inputs.positive("gen", gen, whole=True).max(),
+                                 opts.get("kv_reserve", "live")))  # whole tokens, as serve's
+    shape = kv_shape(arch, kv_dtype, tp // attention_dp)
+    fit = int(capacity.max_batch(shape, budget, longest, BLOCK)[0]) if budget > 0 else 0
+    cap = opts.get("max_num_seqs")
+    fit = min(fit, int(cap)) if cap else fit
     return fit * attention_dp * replicas
 
 
@@ -81,7 +85,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     from aicalc.core.efficiency import IDEAL
     from aicalc.core.geometry import check_parallel
     from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
-    from aicalc.core.serving import live_context, prefill_batch, steady_state
+    from aicalc.core.serving import held_context, prefill_batch, steady_state
     from aicalc.errors import ParameterError
 
     given_chips = chips
@@ -149,11 +153,14 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         out[name] = row
     ttft, tpot, tps = out["est"][:3]
     shape_kv = kv_shape(arch, kv_dtype, tp // attention_dp)
-    kv_dev = kv_cache_bytes(shape_kv, np.ceil(per_rep / D), live_context(P, G) - cached, BLOCK) + \
+    from aicalc.catalog import profiles
+
+    held = held_context(P, G, profiles.load("engine", cs.engine).options.get("kv_reserve", "live"))
+    kv_dev = kv_cache_bytes(shape_kv, np.ceil(per_rep / D), held - cached, BLOCK) + \
         kv_cache_bytes(shape_kv, np.where(cached > 0, 1.0, 0.0), cached, BLOCK)  # the shared prefix, once
     if spec is not None:
         weights = weights + spec["weights"]
-        kv_dev = kv_dev + kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, tp), per_rep, live_context(P, G) + spec["k"],
+        kv_dev = kv_dev + kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, tp), per_rep, held + spec["k"],
                                          BLOCK)
     fits = (kv_dev <= budget) & (budget > 0)
     if sram is not None:  # weights and cache spread over the replica's chips, no engine runtime beside them

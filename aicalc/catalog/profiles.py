@@ -21,7 +21,8 @@ kind whose factors and options it starts from; at most MAX_EXTENDS deep, no loop
   every built-in engine profile with factors has one), ``family`` (the engine a release belongs to: ``--engine cerebras``
   means the latest release of the family ``cerebras``, ``--engine cerebras-2024-08`` that one), ``kv_shared``
   (true/false), ``gguf_compute`` (a compute dtype) with ``gguf_compute_vendors`` (a list of vendor names),
-  ``max_num_seqs`` (a whole number of sequences, 1 to 2^24), ``by_class`` (chip class id → ``{factors: …}``);
+  ``max_num_seqs`` (a whole number of sequences, 1 to 2^24), ``kv_reserve`` (``live``: a running sequence
+  holds the blocks of its tokens so far; ``full``: its whole prompt + output is reserved at admission), ``by_class`` (chip class id → ``{factors: …}``);
 - framework: ``default_zero`` (a ZeRO stage, 0 to 3).
 
 Anything else, or a value of the wrong type or range, is an error naming the file and the key (exit 2).
@@ -150,6 +151,12 @@ def _scheduler(v) -> str | None:
     return None if isinstance(v, str) and v in POLICIES else f"must be one of {', '.join(POLICIES)}, got {_show(v)}"
 
 
+def _kv_reserve(v) -> str | None:
+    from aicalc.core.serving import KV_RESERVE
+
+    return None if isinstance(v, str) and v in KV_RESERVE else f"must be one of {', '.join(KV_RESERVE)}, got {_show(v)}"
+
+
 def _zero_stage(v) -> str | None:
     if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 3:
         return None
@@ -176,6 +183,7 @@ OPTIONS = {
     "class": {"pipeline_over_chips": _flag},
     "engine": {"release": _release, "family": _family, "kv_shared": _flag, "gguf_compute": _compute_dtype,
                "gguf_compute_vendors": _texts, "max_num_seqs": _sequences, "scheduler": _scheduler,
+               "kv_reserve": _kv_reserve,
                "by_class": None},  # by_class: read by _read_by_class
     "framework": {"default_zero": _zero_stage},
 }

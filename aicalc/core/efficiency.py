@@ -64,6 +64,8 @@ class Efficiency:
     # kernels tile M by 64-128; 0: no padding), and their efficiency relative to a dense GEMM of the padded
     # per-expert shape (scheduling over groups, scattered rows); fitted on the MoE calibration cases
     grouped_gemm_tile: float = 64.0
+    # the smallest row tile a kernel picks for few tokens per expert (0: the tile is fixed at grouped_gemm_tile)
+    grouped_gemm_tile_min: float = 0.0
     grouped_gemm_efficiency: float = 1.0
     # fine-grained experts: a grouped GEMM's efficiency falls with the expert's FFN width w
     # (Qwen3-30B-A3B's 768, gpt-oss's 2880, DeepSeek-V3's 2048 against Mixtral's 14336) as w / (w + this); 0: off
@@ -143,6 +145,7 @@ FACTOR_RANGES: dict[str, Range] = {
     "layer_latency_s": Range(0.0, 1.0, False, _SECONDS),
     "hop_latency_s": Range(0.0, 1.0, False, _SECONDS),
     "grouped_gemm_tile": Range(0.0, 1024.0, False, "rows per tile (0: no padding)"),
+    "grouped_gemm_tile_min": Range(0.0, 1024.0, False, "rows per tile (0: a fixed tile)"),
     "grouped_gemm_efficiency": Range(0.0, 1.0, True, _SHARE),
     "grouped_gemm_half_dim": Range(0.0, 65536.0, False, "an expert matrix width (0: no size curve)"),
     "train_elementwise_bytes": Range(0.0, 16384.0, False, "bytes per token per layer, in units of the hidden size"),
@@ -177,7 +180,7 @@ IDEAL = Efficiency(flop_max=1.0, gemm_half_dim=0.0, low_precision_flop_factor=1.
                    quant_bandwidth=1.0, overlap_p=float("inf"), kernel_overhead_s=0.0, step_overhead_s=0.0,
                    collective_latency_s=0.0, link=1.0, train_elementwise_bytes=0.0, dp_overlap=1.0, ep_overlap=1.0,
                    gemv_efficiency=0.0, dequant_ops_per_weight=0.0, layer_latency_s=0.0, hop_latency_s=0.0,
-                   grouped_gemm_tile=0.0, grouped_gemm_efficiency=1.0, grouped_gemm_half_dim=0.0,
+                   grouped_gemm_tile=0.0, grouped_gemm_tile_min=0.0, grouped_gemm_efficiency=1.0, grouped_gemm_half_dim=0.0,
                    train_gemm_plateau=0.0, train_gemm_plateau_8bit=0.0, train_gemm_sustained=1.0,
                    train_attention_efficiency=0.0, tp_overlap=1.0,
                    train_link=0.0)

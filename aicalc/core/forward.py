@@ -109,7 +109,7 @@ class Formats:
     #                         per query head (TensorRT-LLM ≤ v0.6 masked MHA, gpt-fast's repeat_interleave)
     expert_bytes: float | None = None  # bytes per routed-expert weight where the experts have their own format
     expert_quantized: bool | None = None  # the experts' weights are weight-only quantized (None: as ``quantized``)
-    expert_compute: str | None = None  # the experts' math where it differs from the rest ("fp4": MXFP4 on Blackwell)
+    expert_compute: str | None = None  # the experts' math where it differs from the rest ("fp8": MXFP4 x MXFP8 on Blackwell)
 
     def __post_init__(self):
         if self.expert_quantized is None:

@@ -56,15 +56,22 @@ def imbalance(copies, ep):
     return np.where(ep > 1.0, 1.0 + spread / np.maximum(mean, 1e-9), 1.0)
 
 
-def padded_rows(m, tile):
-    """Rows a grouped GEMM computes for an expert that receives ``m`` rows on average, with rows padded to the
-    kernel's row ``tile``: at least one tile per reached expert, and half a tile of padding on average beyond
-    (a uniform remainder); ``tile`` 0: no padding."""
+def padded_rows(m, tile, tile_min=0.0):
+    """Rows a grouped GEMM computes for an expert that receives ``m`` rows on average, each expert's rows padded
+    to the kernel's row tile. A fixed ``tile`` (``tile_min`` 0): at least one tile per reached expert, and half a
+    tile of padding on average beyond (a uniform remainder). With ``tile_min`` > 0 the kernel picks its row tile
+    from the tokens per expert, the next power of two between ``tile_min`` and ``tile`` (TensorRT-LLM's and
+    FlashInfer's TRTLLM-gen MoE ``tile_tokens_dim``, triton_kernels' ``block_m``, vLLM's fused-MoE
+    ``BLOCK_SIZE_M`` configs per batch size): rows below the largest tile pad by √2 on average (the geometric mean
+    of 1…2 for a power-of-two tile over log-uniform row counts), never by more than half the largest tile;
+    ``tile`` 0: no padding."""
     import numpy as np
 
     m = np.asarray(m, dtype=np.float64)
     if not tile:
         return m
+    if tile_min > 0:
+        return np.maximum(float(tile_min), m + np.minimum((np.sqrt(2.0) - 1.0) * m, tile / 2.0))
     return np.maximum(float(tile), m + tile / 2.0)
 
 

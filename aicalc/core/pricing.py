@@ -60,7 +60,7 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
             from aicalc.core.moe import padded_rows
 
             m, n, k = op.dims
-            mp = padded_rows(m, eff.grouped_gemm_tile)
+            mp = padded_rows(m, eff.grouped_gemm_tile, eff.grouped_gemm_tile_min)
             with np.errstate(divide="ignore", invalid="ignore"):
                 share = np.where(mp > 0, np.asarray(m, dtype=np.float64) / np.where(mp > 0, mp, 1.0), 1.0)
             g = gemm_efficiency(eff, mp, n, k, low_precision=low) * share * eff.grouped_gemm_efficiency

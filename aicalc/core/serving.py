@@ -30,9 +30,21 @@ def steady_state(pre_t, dec_t, per_replica, gen, batch=1.0):
     return ttft, tpot
 
 
+KV_RESERVE = ("live", "full")  # what a running sequence's KV blocks cover (engine profiles' ``kv_reserve``)
+
+
 def live_context(prompt, gen):
     """Average tokens held per running sequence in steady state: the prompt and half the generation."""
     return prompt + gen / 2.0
+
+
+def held_context(prompt, gen, reserve: str = "live"):
+    """Tokens of KV cache a running sequence takes from the budget in steady state. ``live`` (vLLM, SGLang: blocks
+    allocated as tokens arrive, preempting when the cache runs out): :func:`live_context`. ``full`` (TensorRT-LLM's
+    default capacity policy GUARANTEED_NO_EVICT: a request is admitted only with the blocks of its prompt plus its
+    maximum output reserved, so it is never paused — TensorRT-LLM docs, 'Useful Runtime Options', Capacity
+    Scheduler Policy): prompt + gen."""
+    return prompt + gen if reserve == "full" else live_context(prompt, gen)
 
 
 def concurrency_ladder(top: int, replicas: int = 1) -> list[float]:
