@@ -394,7 +394,8 @@ def train_time(
     ep: Annotated[int, typer.Option("--ep", help="expert parallel (MoE): experts split over N ranks folded over "
                                                  "tp·cp·dp (with --etp)")] = 1,
     etp: Annotated[int | None, typer.Option("--etp", help="expert tensor parallel (MoE parallel folding; default: "
-                                                          "--tp); ep·etp divides tp·cp·dp")] = None,
+                                                          "1 with --ep > 1, as MoE recipes run, else --tp); ep·etp "
+                                                          "divides tp·cp·dp")] = None,
     first_stage_layers: Annotated[int | None, typer.Option("--first-stage-layers", help="decoder layers on the first "
                                                            "pipeline stage (default: Megatron's / torchtitan's split)")] = None,
     last_stage_layers: Annotated[int | None, typer.Option("--last-stage-layers", help="decoder layers on the last "
@@ -445,7 +446,7 @@ def train_mem(
     cp: Annotated[str, typer.Option("--cp", help="context-parallel size (ring attention: sequence split over N ranks)")] = "1",
     ep: Annotated[int, typer.Option("--ep", help="expert-parallel size (MoE), folded over tp·cp·dp")] = 1,
     etp: Annotated[int | None, typer.Option("--etp", help="expert tensor-parallel size (MoE parallel folding; "
-                                                          "default: --tp)")] = None,
+                                                          "default: 1 with --ep > 1, else --tp)")] = None,
     first_stage_layers: Annotated[int | None, typer.Option("--first-stage-layers", help="decoder layers on the first "
                                                            "pipeline stage (default: Megatron's / torchtitan's split)")] = None,
     last_stage_layers: Annotated[int | None, typer.Option("--last-stage-layers", help="decoder layers on the last "

@@ -93,8 +93,11 @@ def test_an_ep_group_inside_the_nvlink_domain_exchanges_faster():
     # TP 2 × EP 8: with expert TP 1 the EP group spans 8 consecutive ranks (one DGX), with expert TP = TP 16 (two)
     kw = dict(seq=4096, global_batch=256, tp=2, dp=8, ep=8, precision="fp8")
     inside = aicalc.train_time("qwen3-30b-a3b", "h100-sxm", 1e12, etp=1, **kw)
-    across = aicalc.train_time("qwen3-30b-a3b", "h100-sxm", 1e12, **kw)
+    across = aicalc.train_time("qwen3-30b-a3b", "h100-sxm", 1e12, etp=2, **kw)
     assert float(inside["ep_comm_s"][0]) < float(across["ep_comm_s"][0])
+    # with EP, expert TP defaults to 1 (Megatron-Bridge's MoE recipes, torchtitan)
+    default = aicalc.train_time("qwen3-30b-a3b", "h100-sxm", 1e12, **kw)
+    assert int(default["etp"][0]) == 1 and float(default["ep_comm_s"][0]) == float(inside["ep_comm_s"][0])
 
 
 def test_pipeline_time_follows_the_bottleneck_stage():
@@ -142,7 +145,8 @@ def test_palm_tp12_at_2048_tokens_runs_on_tpu_v4():
     (["train-mem", "llama-3.1-8b", "--pp", "40"], "--pp 40 leaves a pipeline stage empty"),
     (["train-mem", "qwen3-235b-a22b", "--ep", "3"], "--ep 3 does not divide the 128 experts"),
     (["train-time", "deepseek-v3", "--chips", "64", "--ep", "256", "--etp", "1"], "is more than the 64"),
-    (["train-time", "qwen3-235b-a22b", "--chips", "256", "--tp", "2", "--pp", "8", "--ep", "32"],
+    (["train-time", "qwen3-235b-a22b", "--chips", "256", "--tp", "2", "--pp", "8", "--ep", "32",
+          "--etp", "2"],
      "--ep 32 × expert TP 2 = 64 is more than the 32"),
     (["train-mem", "qwen3-30b-a3b", "--ep", "8", "--etp", "5"], "--etp 5 does not divide the expert FFN size 768"),
 ])

@@ -193,6 +193,7 @@ def published_training_cases() -> list[dict]:
             dp = 1
         elif chips and chips > 1 and not any(e.get(k) is not None for k in ("tp", "pp", "dp")):
             why = "no layout published in text (TP, PP and DP unknown)"
+        why = why or e.get("unscored", "")
         if e["group"] == "run-level":  # reported beside the step model, never scored against it
             why = why or ("run-level GPU-hours include restarts, evaluation and other stages no step model sees "
                           "(their goodput is not published)")

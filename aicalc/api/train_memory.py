@@ -65,7 +65,9 @@ def setup_of(**kw):
                 dropout=None if s.dropout is None else inputs.share("dropout", s.dropout))
     if s.lora_rank is not None:
         tm.lora_targets(s.lora_targets)
-    s = replace(s, etp=None if s.etp is None else inputs.whole("etp", s.etp),
+    # expert TP 1 where experts are split over EP ranks: Megatron-Bridge's MoE perf recipes set
+    # expert_tensor_parallel_size = 1 and torchtitan's expert_tensor_parallel_degree defaults to 1
+    s = replace(s, etp=(1 if s.ep > 1 else None) if s.etp is None else inputs.whole("etp", s.etp),
                 first_stage_layers=stage_option("first_stage_layers", s.first_stage_layers),
                 last_stage_layers=stage_option("last_stage_layers", s.last_stage_layers))
     if s.framework == "megatron" and s.loss != "full":
@@ -137,7 +139,8 @@ def check_experts(arch, ep: int, etp, tp, dpcp) -> None:
     """Expert parallelism as Megatron-Core's MoE parallel folding lays it out (Liu et al. 2025, arXiv 2504.14960;
     ``expert_model_parallel_size``, ``expert_tensor_parallel_size``): per pipeline stage the ``tp·cp·dp`` ranks are
     regrouped as ETP × EP × expert-DP, so ``ep·etp`` must divide ``tp·cp·dp`` (EP may span tensor and data ranks),
-    ``ep`` the experts and ``etp`` the expert FFN. ``etp`` None: the attention's ``tp`` (Megatron's default)."""
+    ``ep`` the experts and ``etp`` the expert FFN. ``etp`` None: the attention's ``tp`` (Megatron-Core's own default; the APIs
+    pass 1 where ``ep`` > 1, as Megatron-Bridge's MoE recipes and torchtitan run experts)."""
     import numpy as np
 
     from aicalc.errors import ParameterError

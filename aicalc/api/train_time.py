@@ -175,7 +175,8 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     goodput = inputs.fraction("goodput", goodput)
     ep_v = inputs.whole("ep", ep)
     cp_v = inputs.whole("cp", cp)
-    etp_v = inputs.whole("etp", etp) if etp is not None else None
+    # expert TP 1 with EP (Megatron-Bridge's MoE recipes, torchtitan's default): aicalc.api.train_memory
+    etp_v = inputs.whole("etp", etp) if etp is not None else (1 if ep_v > 1 else None)
     from aicalc.api.train_memory import check_experts
 
     check_experts(spec.arch, ep_v, etp_v, g["tp"], g["dp"] * cp_v)
