@@ -123,6 +123,8 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
              f"efficiency: engine {release_note(cs.engine)} (presets/engines/{cs.engine}.yaml), chip class "
              f"{cs.chip_class} (presets/classes/{cs.chip_class}.yaml){engine_default(engine, cs.chip)}",
              cost_note(cs.chip, price_v, price is not None)]
+    if str(concurrency).strip().lower() == "max":
+        notes.append(_admission(cs.engine))
     return Result("serve", inputs, Rows(r.columns), warnings=warnings, exit_code=exit_code, columns=columns,
                   notes=notes,
                   title=f"{cs.model.name} on {n_chips} × {cs.chip.name} (TP {tp}"
@@ -432,3 +434,15 @@ def launch_emit(one, chip, tp, chips, dtype, kv_dtype, search, engine, draft, dr
         return render(result)
     write(script(result))
     return int(result.exit_code)
+
+
+def _admission(engine: str) -> str:
+    """How --concurrency max was counted: the KV budget at what the engine's scheduler holds per request, capped
+    by its sequence limit."""
+    from aicalc.catalog import profiles
+
+    opts = profiles.load("engine", engine).options
+    held = ("prompt + gen reserved per request at admission (the engine's no-evict capacity policy)"
+            if opts.get("kv_reserve") == "full" else "prompt + gen/2 held per request on average")
+    cap = f", at most {int(opts['max_num_seqs'])} per scheduler (its max_num_seqs)" if opts.get("max_num_seqs") else ""
+    return f"concurrency max: as many requests as the KV budget holds, {held}{cap}"
