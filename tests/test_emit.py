@@ -307,3 +307,25 @@ def test_cli_emits_traffic_and_fixed_concurrency_deployments(cli):
     assert r.code == 0, r.err
     flags = parse("sglang", r.json["rows"][0]["command"])
     assert flags["--max-running-requests"] == "24" and flags["--tp-size"] == "4"  # 48 requests over 2 replicas
+
+
+def test_cli_fleet_search_emits_its_cheapest_fleet_per_pool(cli):
+    """serve --search with a traffic and no --chips (the fleet search) emits its cheapest row: a disaggregated
+    fleet's row counts both pools' replicas, each pool's command runs on that pool's own replicas and TP."""
+    args = ["serve", "llama-2-70b", "--chip", "h100-sxm", "--requests-per-day", "10e6", "--max-ttft", "2s",
+            "--max-tpot", "100ms", "--search"]
+    best = cli(*args, "--json").json["rows"][0]
+    r = cli(*args, "--emit", "sglang", "--json")
+    assert r.code == 0, r.err
+    rows = r.json["rows"]
+    if best["mode"] == "disaggregated":
+        assert [x["pool"] for x in rows] == ["prefill", "decode"]
+        assert [x["replicas"] for x in rows] == [best["prefill_replicas"], best["decode_replicas"]]
+        assert [x["chips_per_replica"] for x in rows] == [best["prefill_tp"], best["decode_tp"]]
+        assert sum(x["replicas"] * x["chips_per_replica"] for x in rows) == best["chips"]
+        for x in rows:
+            assert parse("sglang", x["command"])["--disaggregation-mode"] == x["pool"]
+    else:
+        assert [x["pool"] for x in rows] == ["aggregated"] and rows[0]["replicas"] == best["replicas"]
+    # the simulator's scheduler runs 256 sequences per replica (docs/serve.md, vLLM's default max_num_seqs)
+    assert parse("sglang", rows[-1]["command"])["--max-running-requests"] == "256"
