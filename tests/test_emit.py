@@ -277,18 +277,35 @@ def test_trtllm_extractor_reads_click_options_and_llm_args_fields():
     ready for a record made with --source tensorrt_llm=WHEEL."""
     rec = _load_recorder()
     serve = (b"import click\n@click.command('serve')\n@click.argument('model')\n"
-             b"@click.option('--tp_size', type=int, default=1)\n"
+             b"@click.option('--tensor_parallel_size', '--tp_size', type=int, default=1)\n"
              b"@click.option('--backend', type=ChoiceWithAlias(['pytorch', 'tensorrt'], {'trt': 'tensorrt'}))\n"
              b"@click.option('--trust_remote_code', is_flag=True, default=False)\n"
-             b"def serve(model, tp_size, backend, trust_remote_code):\n    pass\n")
+             b"@click.option('--config', '--extra_llm_api_options', 'extra_llm_api_options', type=str)\n"
+             b"def serve(model, tensor_parallel_size, backend, trust_remote_code, extra_llm_api_options):\n"
+             b"    pass\n"
+             b"@click.command('disaggregated')\n@click.option('-c', '--config_file', type=str, default=None)\n"
+             b"def disaggregated(config_file):\n    pass\n")
+    disagg = (b"class ServerRole(IntEnum):\n    CONTEXT = 0\n    GENERATION = 1\n"
+              b"@dataclass\nclass CtxGenServerConfig:\n    type: Literal['ctx', 'gen']\n    hostname: str = None\n"
+              b"def extract_disagg_cfg(hostname='localhost', port=8000, context_servers=None, **kwargs):\n"
+              b"    pass\n")
     llm_args = (b"from typing import Literal, Optional\n"
                 b"class KvCacheConfig(StrictBaseModel):\n    dtype: str = 'auto'\n"
                 b"class CacheTransceiverConfig(StrictBaseModel):\n"
                 b"    backend: Optional[Literal['DEFAULT', 'UCX', 'NIXL']] = None\n"
                 b"class BaseLlmArgs(StrictBaseModel):\n    enable_attention_dp: bool = False\n"
                 b"class TorchLlmArgs(BaseLlmArgs):\n    kv_cache_config: KvCacheConfig = None\n")
-    out = rec.extract_trtllm({"tensorrt_llm/commands/serve.py": serve, "tensorrt_llm/llmapi/llm_args.py": llm_args})
-    assert out["flags"]["--tp_size"] == {"value": True, "choices": None, "aliases": []}
+    out = rec.extract_trtllm({"tensorrt_llm/commands/serve.py": serve, "tensorrt_llm/llmapi/llm_args.py": llm_args,
+                              "tensorrt_llm/llmapi/disagg_utils.py": disagg})
+    assert out["flags"]["--tensor_parallel_size"] == {"value": True, "choices": None, "aliases": ["--tp_size"]}
+    assert out["flags"]["--tp_size"] == {"alias_of": "--tensor_parallel_size"}
+    assert out["flags"]["--extra_llm_api_options"] == {"alias_of": "--config"}  # the bare name is the parameter
+    assert set(out["commands"]) == {"serve", "disaggregated"}
+    assert out["commands"]["disaggregated"]["-c"] == {"alias_of": "--config_file"} or \
+        out["commands"]["disaggregated"]["--config_file"] == {"alias_of": "-c"}
+    assert out["registries"]["server_role"] == ["CONTEXT", "GENERATION"]
+    assert out["configs"]["disagg_utils.CtxGenServerConfig"]["type"]["choices"] == ["ctx", "gen"]
+    assert out["functions"]["disagg_utils.extract_disagg_cfg"] == ["hostname", "port", "context_servers"]
     assert out["flags"]["--backend"]["choices"] == ["pytorch", "tensorrt"]
     assert out["flags"]["--trust_remote_code"]["value"] is False
     torch_args = out["configs"]["TorchLlmArgs"]
@@ -307,3 +324,95 @@ def test_cli_emits_traffic_and_fixed_concurrency_deployments(cli):
     assert r.code == 0, r.err
     flags = parse("sglang", r.json["rows"][0]["command"])
     assert flags["--max-running-requests"] == "24" and flags["--tp-size"] == "4"  # 48 requests over 2 replicas
+
+
+def test_cli_fleet_search_emits_its_cheapest_fleet_per_pool(cli):
+    """serve --search with a traffic and no --chips (the fleet search) emits its cheapest row: a disaggregated
+    fleet's row counts both pools' replicas, each pool's command runs on that pool's own replicas and TP."""
+    args = ["serve", "llama-2-70b", "--chip", "h100-sxm", "--requests-per-day", "10e6", "--max-ttft", "2s",
+            "--max-tpot", "100ms", "--search"]
+    best = cli(*args, "--json").json["rows"][0]
+    r = cli(*args, "--emit", "sglang", "--json")
+    assert r.code == 0, r.err
+    rows = r.json["rows"]
+    if best["mode"] == "disaggregated":
+        assert [x["pool"] for x in rows] == ["prefill", "decode"]
+        assert [x["replicas"] for x in rows] == [best["prefill_replicas"], best["decode_replicas"]]
+        assert [x["chips_per_replica"] for x in rows] == [best["prefill_tp"], best["decode_tp"]]
+        assert sum(x["replicas"] * x["chips_per_replica"] for x in rows) == best["chips"]
+        for x in rows:
+            assert parse("sglang", x["command"])["--disaggregation-mode"] == x["pool"]
+    else:
+        assert [x["pool"] for x in rows] == ["aggregated"] and rows[0]["replicas"] == best["replicas"]
+    # the simulator's scheduler runs 256 sequences per replica (docs/serve.md, vLLM's default max_num_seqs)
+    assert parse("sglang", rows[-1]["command"])["--max-running-requests"] == "256"
+
+
+_TRT_SERVE = (b"import click\n@click.command('serve')\n@click.argument('model')\n"
+              b"@click.option('--tp_size', type=int, default=1)\n"
+              b"@click.option('--extra_llm_api_options', type=str, default=None)\n"
+              b"def serve(model, tp_size, extra_llm_api_options):\n    pass\n")
+_TRT_ARGS = (b"from typing import Literal, Optional\n"
+             b"class KvCacheConfig(StrictBaseModel):\n    dtype: str = 'auto'\n"
+             b"class TorchLlmArgs(StrictBaseModel):\n    enable_attention_dp: bool = False\n")
+
+
+def _git_release(repo, versions):
+    """A git repository holding TensorRT-LLM's two source files and version.py, one commit and tag per version."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    for v in versions:
+        for rel, body in (("tensorrt_llm/commands/serve.py", _TRT_SERVE + f"# {v}\n".encode()),
+                          ("tensorrt_llm/llmapi/llm_args.py", _TRT_ARGS),
+                          ("tensorrt_llm/llmapi/disagg_utils.py", b"class ServerRole(IntEnum):\n    CONTEXT = 0\n"),
+                          ("tensorrt_llm/version.py", f'__version__ = "{v}"\n'.encode())):
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_bytes(body)
+        git("add", "-A")
+        git("commit", "-qm", v)
+        git("tag", f"v{v}")
+
+
+def test_record_reads_a_release_from_a_git_tag(tmp_path, monkeypatch, capsys):
+    """--source tensorrt_llm=GIT_DIR@TAG: the files at the tag, the tag and its commit in the record, each file's
+    SHA-256; --check re-reads them; a tag of another release, or no such tag, is refused (exit 2)."""
+    import hashlib
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    rec = _load_recorder()
+    monkeypatch.setattr(rec, "download", lambda package, version, into: (_ for _ in ()).throw(
+        RuntimeError("no network")))
+    repo = tmp_path / "TensorRT-LLM"
+    repo.mkdir()
+    _git_release(repo, ["1.2.0", "1.2.1", "1.3.0"])
+    pinned = rec.ENGINES["tensorrt_llm"]["version"]
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", f"v{pinned}^{{commit}}"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    copy = tmp_path / "engine_args.json"
+    copy.write_text((DATA / "engine_args.json").read_text())
+    assert rec.main(["--source", f"tensorrt_llm={repo}@v{pinned}", "--out", str(copy)]) == 0
+    data = json.loads(copy.read_text())
+    trt = data["engines"]["tensorrt_llm"]
+    assert trt["git"] == {"tag": f"v{pinned}", "commit": commit} and "archive" not in trt
+    assert trt["files"]["tensorrt_llm/commands/serve.py"] == hashlib.sha256(
+        _TRT_SERVE + f"# {pinned}\n".encode()).hexdigest()
+    assert set(trt["flags"]) == {"--tp_size", "--extra_llm_api_options"}
+    assert trt["configs"]["TorchLlmArgs"]["enable_attention_dp"]["bool"]
+    for name in ("vllm", "sglang"):  # kept as recorded: they could not be downloaded
+        assert data["engines"][name] == RECORD["engines"][name]
+    assert data["checksum"] == rec.checksum(data["engines"])
+    capsys.readouterr()
+    assert rec.main(["--check", "--source", f"tensorrt_llm={repo}@v{pinned}", "--out", str(copy)]) == 0
+    assert "tensorrt_llm re-extracted and identical" in capsys.readouterr().out
+    assert rec.main(["--check", "--source", f"tensorrt_llm={repo}@v1.3.0", "--out", str(copy)]) == 2
+    assert f"says 1.3.0, not the pinned {pinned}" in capsys.readouterr().err
+    assert rec.main(["--source", f"tensorrt_llm={repo}@v9", "--out", str(copy)]) == 2
+    assert "has no tag v9" in capsys.readouterr().err

@@ -13,7 +13,8 @@ imported or executed) and records:
   YAML file (vLLM's ``--speculative-config`` and ``--kv-transfer-config``, TensorRT-LLM's LLM API options), with
   their ``Literal`` choices;
 - ``registries``: names registered in the source (vLLM's KV connectors);
-- the archive's file name and SHA-256 and each source file's SHA-256.
+- where the files came from: the archive's file name and SHA-256, or the git tag and commit; and each source
+  file's SHA-256.
 
 How each engine defines its flags, at the pinned releases:
 
@@ -28,10 +29,15 @@ How each engine defines its flags, at the pinned releases:
   (``sglang/srt/speculative/spec_info.py``, ``from_string``), recorded as a registry.
 - TensorRT-LLM: ``trtllm-serve`` is a click command (``tensorrt_llm/commands/serve.py``, ``@click.option``); the
   ``--extra_llm_api_options`` YAML holds fields of the pydantic ``LlmArgs`` classes
-  (``tensorrt_llm/llmapi/llm_args.py``). Its wheels are published on NVIDIA's own package index, not on PyPI
-  (PyPI holds a stub sdist that fetches them at install time): where pip is not configured with that index,
-  pass the wheel with ``--source tensorrt_llm=PATH``; without either, TensorRT-LLM is left out of the record
-  and ``serve --emit trtllm`` says so.
+  (``tensorrt_llm/llmapi/llm_args.py``). Its wheels are published on NVIDIA's own package index, not on PyPI:
+  PyPI holds, for every 1.x release, only a 10 kB sdist built by ``wheel-stub`` that downloads the wheel from
+  that index when installed, and no wheel (``pip download --only-binary :all:`` finds none). So the release
+  comes from one of: the wheel (``--source tensorrt_llm=WHEEL``, where pip can reach NVIDIA's index), or a
+  clone of the GitHub repository NVIDIA/TensorRT-LLM read at the release's tag
+  (``--source tensorrt_llm=GIT_DIR@v1.2.1``: a bare repository or a work tree's ``.git``; the files are read
+  with ``git cat-file`` at the tag, whose ``tensorrt_llm/version.py`` must say the pinned version, and the
+  record keeps the tag and its commit). Without either, TensorRT-LLM is left out of the record and
+  ``serve --emit trtllm`` says so.
 
 The record ends with ``checksum``: the SHA-256 of its canonical JSON without that key.
 
@@ -77,9 +83,12 @@ ENGINES = {
     },
     "tensorrt_llm": {
         "package": "tensorrt_llm", "version": "1.2.1", "command": "trtllm-serve MODEL",
-        "files": ["tensorrt_llm/commands/serve.py", "tensorrt_llm/llmapi/llm_args.py"],
+        "files": ["tensorrt_llm/commands/serve.py", "tensorrt_llm/llmapi/llm_args.py",
+                  "tensorrt_llm/llmapi/disagg_utils.py", "tensorrt_llm/version.py"],
+        "version_file": "tensorrt_llm/version.py",  # a git tag's files must be this release's
     },
 }
+GIT_TIMEOUT_S = 120
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -127,6 +136,62 @@ def read_sources(path: Path, patterns: list[str]) -> dict[str, bytes]:
         if not any(_match(n, p) for n in out):
             raise ValueError(f"{path.name} holds no {p}")
     return dict(sorted(out.items()))
+
+
+def split_git_source(text: str) -> tuple[Path, str] | None:
+    """``GIT_DIR@TAG`` → (GIT_DIR, TAG) where GIT_DIR is a git directory (a bare repository, or a work tree's
+    ``.git``, or the work tree itself); None for any other path."""
+    path, at, tag = text.rpartition("@")
+    if not at or not path or not tag:
+        return None
+    folder = Path(path)
+    if (folder / ".git").is_dir():
+        folder = folder / ".git"
+    if not ((folder / "HEAD").is_file() and (folder / "objects").is_dir()):
+        return None
+    return folder, tag
+
+
+def _git(git_dir: Path, *args: str, text: bool = True):
+    r = subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, text=text,
+                       timeout=GIT_TIMEOUT_S, check=False)
+    if r.returncode != 0:
+        err = r.stderr if text else r.stderr.decode(errors="replace")
+        raise ValueError(f"git {' '.join(args[:2])}: {(err.strip().splitlines() or ['failed'])[-1][:300]}")
+    return r.stdout
+
+
+def read_git(git_dir: Path, tag: str, patterns: list[str]) -> tuple[dict[str, bytes], str]:
+    """(files of ``patterns`` at ``tag``, the commit the tag names) of a git repository; ``tag`` must be a tag
+    (a branch would move), each file at most MAX_SOURCE_BYTES."""
+    refs = _git(git_dir, "tag", "--list", tag).split()
+    if tag not in refs:
+        raise ValueError(f"{git_dir} has no tag {tag} (a release is read at its tag, not at a branch or commit)")
+    commit = _git(git_dir, "rev-parse", f"{tag}^{{commit}}").strip()
+    folders = sorted({p.rsplit("/", 1)[0] if "/" in p else "." for p in patterns})
+    listing = _git(git_dir, "ls-tree", "-r", "-l", commit, "--", *folders)
+    out: dict[str, bytes] = {}
+    for line in listing.splitlines():
+        meta, _, name = line.partition("\t")
+        kind, size = meta.split()[1], meta.split()[3]
+        if kind != "blob" or not any(_match(name, p) for p in patterns):
+            continue
+        if int(size) > MAX_SOURCE_BYTES:
+            raise ValueError(f"{name}: {int(size):,} bytes, more than a source file should hold")
+        out[name] = _git(git_dir, "cat-file", "blob", f"{commit}:{name}", text=False)
+    for p in patterns:
+        if not any(_match(n, p) for n in out):
+            raise ValueError(f"{tag} holds no {p}")
+    return dict(sorted(out.items())), commit
+
+
+def source_version(source: bytes) -> str | None:
+    """``__version__ = "X"`` of a version file."""
+    for node in ast.parse(source).body:
+        if (isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__version__" for t in node.targets)
+                and isinstance(node.value, ast.Constant)):
+            return str(node.value.value)
+    return None
 
 
 def download(package: str, version: str, into: Path) -> Path:
@@ -455,15 +520,24 @@ def extract_sglang(sources: dict[str, bytes]) -> dict:
             "registries": {"speculative_algorithm": sorted(algorithms)}}
 
 
-def extract_trtllm(sources: dict[str, bytes]) -> dict:
-    trees = {f: ast.parse(b, f) for f, b in sources.items()}
-    env = Env(trees)
-    flags: dict[str, dict] = {}
-    serve = trees["tensorrt_llm/commands/serve.py"]
-    for fn in ast.walk(serve):
-        if not (isinstance(fn, ast.FunctionDef) and fn.name == "serve"):
+def click_commands(tree: ast.Module, env: Env, fname: str) -> dict[str, dict]:
+    """``{command: {flag: ...}}`` of every ``@click.command("name")`` function (named by the function where the
+    decorator names none): the names of each ``@click.option`` that start with ``-`` (the first the main one,
+    the rest aliases; a bare name is the Python parameter, not a flag), ``is_flag=True`` taking no value, and
+    the choices of a ``click.Choice``/``ChoiceWithAlias`` type where they are constants."""
+    commands: dict[str, dict] = {}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef):
             continue
+        name = None
         for deco in fn.decorator_list:
+            if isinstance(deco, ast.Call) and getattr(deco.func, "attr", "") == "command":
+                first = deco.args[0] if deco.args else None
+                name = first.value if isinstance(first, ast.Constant) else fn.name
+        if name is None:
+            continue
+        flags: dict[str, dict] = {}
+        for deco in reversed(fn.decorator_list):  # click applies them bottom up; the order does not matter here
             if not (isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute) and deco.func.attr == "option"):
                 continue
             names = [a.value for a in deco.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")]
@@ -474,26 +548,76 @@ def extract_trtllm(sources: dict[str, bytes]) -> dict:
             choices = None
             if isinstance(typ, ast.Call) and getattr(typ.func, "attr", getattr(typ.func, "id", "")) in (
                     "Choice", "ChoiceWithAlias") and typ.args:
-                choices = constants(typ.args[0], env, "tensorrt_llm/commands/serve.py")
+                choices = constants(typ.args[0], env, fname)
             entry = {"value": not (isinstance(is_flag, ast.Constant) and is_flag.value is True),
                      "choices": _jsonable(choices)}
             _add_flag(flags, names, entry)
+        commands[name] = dict(sorted(flags.items()))
+    return dict(sorted(commands.items()))
+
+
+def enum_members(tree: ast.Module, cls: str) -> list[str]:
+    """Upper-case member names assigned in class ``cls`` (an Enum)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return sorted(t.id for stmt in node.body if isinstance(stmt, ast.Assign) for t in stmt.targets
+                          if isinstance(t, ast.Name) and t.id.isupper())
+    return []
+
+
+def function_params(tree: ast.Module) -> dict[str, list[str]]:
+    """``{function: [parameter, ...]}`` of a module's top-level functions."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            a = node.args
+            out[node.name] = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+    return dict(sorted(out.items()))
+
+
+def extract_trtllm(sources: dict[str, bytes]) -> dict:
+    """``flags``: trtllm-serve's (the ``serve`` click command); ``commands``: every click command of
+    ``tensorrt_llm/commands/serve.py`` (``disaggregated`` starts the disaggregated server); ``configs``: the
+    fields of ``llm_args.py``'s ``*Config`` and ``*LlmArgs`` classes (what ``--extra_llm_api_options`` YAML
+    holds) and of ``disagg_utils.py``'s classes; ``functions``: the parameters of ``disagg_utils.py``'s
+    functions (its config file's keys are the keyword arguments of the function that parses it);
+    ``registries``: ``server_role`` (``ServerRole`` members) where that file is read."""
+    trees = {f: ast.parse(b, f) for f, b in sources.items()}
+    env = Env(trees)
+    commands = click_commands(trees["tensorrt_llm/commands/serve.py"], env, "tensorrt_llm/commands/serve.py")
     fields = class_fields({f: t for f, t in trees.items() if f.endswith("llm_args.py")}, env)
-    wanted = ("TorchLlmArgs", "KvCacheConfig", "CacheTransceiverConfig", "EagleDecodingConfig",
-              "Eagle3DecodingConfig", "MTPDecodingConfig", "DraftTargetDecodingConfig")
-    return {"flags": dict(sorted(flags.items())), "configs": {c: fields[c] for c in wanted if c in fields},
-            "registries": {}}
+    configs = {c: v for c, v in fields.items() if c.endswith(("Config", "LlmArgs"))}
+    out = {"flags": commands.get("serve", {}), "commands": commands, "configs": configs, "registries": {}}
+    disagg = trees.get("tensorrt_llm/llmapi/disagg_utils.py")
+    if disagg is not None:
+        out["configs"] |= {f"disagg_utils.{c}": v
+                           for c, v in class_fields({"disagg_utils.py": disagg}, env).items()}
+        out["functions"] = {f"disagg_utils.{k}": v for k, v in function_params(disagg).items()}
+        out["registries"]["server_role"] = enum_members(disagg, "ServerRole")
+    out["configs"] = dict(sorted(out["configs"].items()))
+    return out
 
 
 EXTRACT = {"vllm": extract_vllm, "sglang": extract_sglang, "tensorrt_llm": extract_trtllm}
 
 
-def record_engine(name: str, archive: Path) -> dict:
+def record_engine(name: str, archive) -> dict:
+    """The record of one engine from ``archive``: a wheel, sdist or folder (a Path), or (GIT_DIR, TAG)."""
     spec = ENGINES[name]
-    sources = read_sources(archive, spec["files"])
-    entry = {"package": spec["package"], "version": spec["version"], "command": spec["command"],
-             "archive": {"filename": archive.name, "sha256": file_sha256(archive) if archive.is_file() else None},
-             "files": {f: sha256(b) for f, b in sources.items()}}
+    entry = {"package": spec["package"], "version": spec["version"], "command": spec["command"]}
+    if isinstance(archive, tuple):
+        git_dir, tag = archive
+        sources, commit = read_git(git_dir, tag, spec["files"])
+        entry["git"] = {"tag": tag, "commit": commit}
+    else:
+        sources = read_sources(archive, spec["files"])
+        entry["archive"] = {"filename": archive.name,
+                            "sha256": file_sha256(archive) if archive.is_file() else None}
+    if spec.get("version_file"):
+        found = source_version(sources[spec["version_file"]])
+        if found != spec["version"]:
+            raise ValueError(f"{spec['version_file']} says {found}, not the pinned {spec['version']}")
+    entry["files"] = {f: sha256(b) for f, b in sources.items()}
     entry.update(EXTRACT[name](sources))
     return entry
 
@@ -502,7 +626,8 @@ def checksum(engines: dict) -> str:
     return sha256(json.dumps(engines, sort_keys=True, separators=(",", ":")).encode())
 
 
-def obtain(name: str, given: dict[str, Path], tmp: Path) -> Path:
+def obtain(name: str, given: dict, tmp: Path):
+    """The release of engine ``name``: as given with --source (a Path, or (GIT_DIR, TAG)), else downloaded."""
     if name in given:
         return given[name]
     spec = ENGINES[name]
@@ -515,7 +640,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with the committed record instead of writing it")
     ap.add_argument("--source", action="append", default=[], metavar="NAME=PATH",
-                    help="take ENGINE's release from a wheel, sdist or folder instead of downloading it")
+                    help="take ENGINE's release from a wheel, sdist or folder, or from a git repository at a tag "
+                         "(GIT_DIR@TAG), instead of downloading it")
     ap.add_argument("--out", type=Path, default=RECORD)
     args = ap.parse_args(argv)
     given = {}
@@ -523,7 +649,7 @@ def main(argv=None) -> int:
         name, _, path = s.partition("=")
         if name not in ENGINES or not path:
             ap.error(f"--source takes NAME=PATH with NAME one of {', '.join(ENGINES)}")
-        given[name] = Path(path)
+        given[name] = split_git_source(path) or Path(path)
 
     old = json.loads(args.out.read_text()) if args.out.exists() else None
     if args.check:
@@ -544,15 +670,20 @@ def main(argv=None) -> int:
                 if old and name in old["engines"]:
                     engines[name] = old["engines"][name]
                 continue
-            print(f"{name} {ENGINES[name]['version']}: {archive.name}")
-            engines[name] = record_engine(name, archive)
+            where = f"{archive[0]} at {archive[1]}" if isinstance(archive, tuple) else archive.name
+            print(f"{name} {ENGINES[name]['version']}: {where}")
+            try:
+                engines[name] = record_engine(name, archive)
+            except (ValueError, OSError, subprocess.TimeoutExpired) as e:  # a release given that is not the one pinned
+                print(f"{name}: {e}", file=sys.stderr)
+                return 2
             if args.check:
                 if old is None or name not in old["engines"]:
                     failures.append(f"{name}: not in the record")
                     continue
                 new, was = engines[name], old["engines"][name]
-                for key in ("version", "files", "flags", "configs", "registries"):
-                    if new[key] != was[key]:
+                for key in ("version", "files", "flags", "commands", "configs", "functions", "registries"):
+                    if new.get(key) != was.get(key):
                         failures.append(f"{name}: {key} differ from the record")
     for u in unchecked:
         print(f"not re-extracted, {u}", file=sys.stderr)

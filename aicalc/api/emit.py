@@ -120,8 +120,9 @@ def check_engine(engine: str, chip) -> None:
                           f"({vendor} {getattr(chip_obj, 'kind', 'chip')})")
     if engine == "trtllm":
         raise AicalcError(f"{name} {version}'s argument definitions are not recorded (its wheels are published on "
-                          "NVIDIA's package index only, not on PyPI), so no trtllm-serve flag can be checked: record "
-                          "them with validation/record_engine_args.py --source tensorrt_llm=WHEEL")
+                          "NVIDIA's package index only; PyPI holds a stub that fetches them), so no trtllm-serve flag "
+                          "can be checked: record them with validation/record_engine_args.py --source "
+                          f"tensorrt_llm=WHEEL, or tensorrt_llm=GIT_DIR@v{version} from a clone of NVIDIA/TensorRT-LLM")
 
 
 def _chip_id(chip) -> str:

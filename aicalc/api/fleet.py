@@ -158,9 +158,11 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
     if disaggregate:
         rows += search.disaggregated(reps)
     if search.skipped:
-        pools = {}
-        for pool, _ in search.skipped:
-            pools[pool] = pools.get(pool, 0) + 1
+        pools = {}  # in the search's order (the set's own order changes with each process's string hashes)
+        for pool in ("aggregated", "prefill", "decode"):
+            k = sum(1 for p, _ in search.skipped if p == pool)
+            if k:
+                pools[pool] = k
         warnings.append("not sized, as even at full throughput they would cost more than the cheapest fleet found: "
                         + ", ".join(f"{k} {pool} layout{'s' if k > 1 else ''}" for pool, k in pools.items()))
     for row in rows:

@@ -353,7 +353,20 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
     prompt = max(int_sweep(str(_axis_text(inp["prompt"])), "--prompt"))
     gen = max(int_sweep(str(_axis_text(inp["gen"])), "--gen"))
     utilization = inp.get("gpu_memory_utilization") or inspect.signature(serve).parameters["utilization"].default
-    if inp.get("search"):
+    if inp.get("fleet"):  # the fleet search's cheapest row: simulated with the scheduler's sequence cap
+        if not rows:
+            e = AicalcError("no fleet meets the targets: nothing to launch")
+            e.exit_code = ExitCode.BUDGET
+            raise e
+        best = dict(rows[0], max_num_seqs=inspect.signature(simulate).parameters["max_seqs"].default)
+        model = inp["model"]
+        if best["mode"] == "disaggregated":  # a fleet row counts both pools' replicas; emit takes the decode pool's
+            chip, best["replicas"] = best["decode_chip"], best["decode_replicas"]
+        else:
+            chip = best["chip"]
+        picked = (f"the cheapest of {len(rows)} fleets ({best['mode']}, {best['chips']} chips); its scheduler runs "
+                  "at most max_seqs sequences per replica")
+    elif inp.get("search"):
         best = dict(rows[0])
         chip, model = best["chip"], inp["model"]
         best["max_num_seqs"] = math.ceil(best["concurrency"] / max(1, best["replicas"]))

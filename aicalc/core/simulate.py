@@ -42,8 +42,10 @@ error instead of a wait.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
+from math import ceil, inf
 
 from aicalc.errors import AicalcError
 
@@ -87,7 +89,6 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
     ``give_up``: (TTFT limit, TPOT limit, count): stop with a :class:`SimulationError` (reason "targets") as
     soon as more than ``count`` requests have gone past one of the limits (a fleet search's verdict is then
     known: that many past a limit put the percentile it stands for past it too)."""
-    import bisect
     import heapq
     import math
 
@@ -149,18 +150,11 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
             done = step - start_step[r]
             length = base[r] + done
             out[r] += done
-            free += math.ceil(length / block)
+            free += ceil(length / block)
             decoding -= 1
             crossings[cross_of[r]] -= 1
             ctx_sum -= length
         held[r] = 0
-
-    def head_blocks() -> int:
-        """Blocks the head of the queue reserves, plus the watermark, where a slot is free for it; else 0."""
-        if not waiting or len(order) >= max_seqs:
-            return 0
-        r = waiting[0]
-        return math.ceil((prompt[r] + out[r]) / block) + mark
 
     while finished < n:
         while nxt < n and arrival[nxt] <= clock:
@@ -169,17 +163,21 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
         if not order and not waiting:
             clock = arrival[nxt]
             continue
-        head = head_blocks()
+        # blocks the head of the queue reserves, plus the watermark, where a slot is free for it; else 0
+        head = ceil((prompt[waiting[0]] + out[waiting[0]]) / block) + mark if waiting and len(order) < max_seqs else 0
         if not first_only and decoding >= token_budget:
             head = 0  # the decodes fill the step's token budget: no prefill chunk this step
         admissible = 0 < head <= free
         prefill_step = first_only and (bool(filling) or admissible)
         if decoding and not filling and not prefill_step:  # only decodes: leap over the quiet steps
             m, dt = _quiet_steps(step, clock, ctx_sum, decoding, free, crossings, ends[0][0] if ends else step + 1,
-                                 arrival[nxt] if nxt < n else math.inf, bins, dec[min(decoding, top)], block, head)
+                                 arrival[nxt] if nxt < n else inf, bins, dec[decoding if decoding < top else top],
+                                 block, head)
             if m > 0:
                 cycles, part = divmod(m, block)
-                free -= cycles * decoding + sum(crossings[(step + i) % block] for i in range(part))
+                at = step % block  # the blocks taken at the `part` steps past whole cycles: a window of crossings
+                free -= cycles * decoding + (sum(crossings[at:at + part]) if at + part <= block else
+                                             sum(crossings[at:]) + sum(crossings[:at + part - block]))
                 clock += m * dt
                 ctx_sum += m * decoding
                 step += m
@@ -202,7 +200,7 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
                 work += PREEMPTION_WORK
                 if was_decoding and (cross_of[victim] - step) % block == 0:
                     need -= 1
-            free -= min(need, free)
+            free -= need if need < free else free
             b = decoding
         budget = token_budget - b
         chunks: list[tuple[int, int]] = []
@@ -215,7 +213,7 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
                 budget -= c
             while waiting and budget > 0 and len(order) < max_seqs:
                 r = waiting[0]
-                need_r = math.ceil((prompt[r] + out[r]) / block)  # the whole pass's blocks, reserved up front
+                need_r = ceil((prompt[r] + out[r]) / block)  # the whole pass's blocks, reserved up front
                 if need_r + mark > free:
                     break
                 waiting.popleft()
@@ -228,12 +226,12 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
                 c = min(base[r], budget)
                 chunks.append((r, c))
                 budget -= c
-        pre_tokens = sum(c for _, c in chunks)
+        pre_tokens = token_budget - b - budget  # the chunks' tokens
         if b:
-            j = min(bisect.bisect_left(bins, ctx_sum / b), nb - 1)
-            clock += dec[min(b, top)][j] + pre_tokens * cost.prefill_s_per_token
+            j = bisect_left(bins, ctx_sum / b)
+            clock += dec[b if b < top else top][j if j < nb else nb - 1] + pre_tokens * cost.prefill_s_per_token
         elif pre_tokens:
-            i = min(max(bisect.bisect_left(pt, pre_tokens), 1), len(pt) - 1)
+            i = min(max(bisect_left(pt, pre_tokens), 1), len(pt) - 1)
             x0, x1 = pt[i - 1], pt[i]
             clock += ps[i - 1] + (ps[i] - ps[i - 1]) * (pre_tokens - x0) / (x1 - x0)
         else:  # nothing admissible: wait for the next arrival
@@ -309,20 +307,24 @@ def _quiet_steps(step, clock, ctx_sum, b, free, crossings, next_end, next_arriva
     (``head_blocks`` to reserve with the watermark, 0 when none may be admitted) stays out: the free blocks only
     shrink.
     Returns (steps, seconds each)."""
-    import bisect
-    import math
-
     if free < 0:  # prefill took more blocks than were free: this step preempts
         return 0, 0.0
-    j = min(bisect.bisect_left(bins, ctx_sum / b), len(bins) - 1)
+    last = len(bins) - 1
+    j = bisect_left(bins, ctx_sum / b)
+    if j >= last:
+        j = last
     m = next_end - step - 1  # the step after the last one taken finishes the first sequence
-    if j < len(bins) - 1:  # a context ctx_sum / b + i stays at bin j while it is at most bins[j]
-        m = min(m, (int(bins[j]) * b - ctx_sum) // b + 1)
+    if j < last:  # a context ctx_sum / b + i stays at bin j while it is at most bins[j]
+        k = (int(bins[j]) * b - ctx_sum) // b + 1
+        if k < m:
+            m = k
     if 0 < head_blocks <= free - crossings[step % block]:
         return 0, 0.0  # the head of the queue may be admitted at this step
     dt = dec_row[j]
-    if math.isfinite(next_arrival) and dt > 0:  # the step after them must still start before the next arrival
-        m = min(m, math.ceil((next_arrival - clock) / dt) - 1)
+    if next_arrival < inf and dt > 0:  # the step after them must still start before the next arrival
+        k = ceil((next_arrival - clock) / dt) - 1
+        if k < m:
+            m = k
         while m > 0 and clock + m * dt >= next_arrival:
             m -= 1
     if m <= 0:
@@ -332,4 +334,5 @@ def _quiet_steps(step, clock, ctx_sum, b, free, crossings, next_end, next_arriva
     while part < block and crossings[(step + part) % block] <= left:
         left -= crossings[(step + part) % block]
         part += 1
-    return min(m, cycles * block + part), dt
+    k = cycles * block + part
+    return (m if m < k else k), dt
