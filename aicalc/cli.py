@@ -387,7 +387,7 @@ def train_time(
                                                                "bf16-mixed, fp16-mixed, fp8-mixed name the same)")] = "bf16",
     dp_bandwidth: Annotated[str | None, typer.Option("--dp-bandwidth", help="inter-node bandwidth per chip per direction (default: the chip preset's scale-out figure, else 25GB/s)")] = None,
     eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
-    framework: Annotated[str, typer.Option("--framework", help="megatron | fsdp | deepspeed: overlap profile "
+    framework: Annotated[str, typer.Option("--framework", help="megatron | fsdp | deepspeed | torchtitan: overlap profile "
                                                                "(presets/frameworks/)")] = "megatron",
     cp: Annotated[int, typer.Option("--cp", help="context parallel: the sequence split over N ranks (chips = "
                                                  "tp·pp·cp·dp)")] = 1,
