@@ -374,7 +374,7 @@ def train_time(
     dp: Annotated[str | None, typer.Option("--dp", help="data parallel (sweepable)")] = None,
     mfu: Annotated[str, typer.Option("--mfu", help="model FLOPs utilisation (0.4, 40%) or auto")] = "auto",
     achieved: Annotated[str | None, typer.Option("--achieved", help="achieved FLOP/s per chip as counted with recompute, e.g. 144TFLOPS")] = None,
-    recompute: Annotated[str, typer.Option("--recompute", help="none | selective | full")] = "selective",
+    recompute: Annotated[str, typer.Option("--recompute", help="none | selective | full | selective-op (torchtitan's op-level SAC)")] = "selective",
     attention: Annotated[str, typer.Option("--attention", help="eager | sdpa | flash | materialized (eager = materialized "
                                                                   "scores; sdpa = a fused kernel, as flash)")] = "flash",
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp",
@@ -387,7 +387,7 @@ def train_time(
                                                                "bf16-mixed, fp16-mixed, fp8-mixed name the same)")] = "bf16",
     dp_bandwidth: Annotated[str | None, typer.Option("--dp-bandwidth", help="inter-node bandwidth per chip per direction (default: the chip preset's scale-out figure, else 25GB/s)")] = None,
     eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
-    framework: Annotated[str, typer.Option("--framework", help="megatron | fsdp | deepspeed: overlap profile "
+    framework: Annotated[str, typer.Option("--framework", help="megatron | fsdp | deepspeed | torchtitan: overlap profile "
                                                                "(presets/frameworks/)")] = "megatron",
     cp: Annotated[int, typer.Option("--cp", help="context parallel: the sequence split over N ranks (chips = "
                                                  "tp·pp·cp·dp)")] = 1,

@@ -130,7 +130,7 @@ def test_exposed_overlap():
     assert exposed(2.0, 5.0, 0.45) == pytest.approx(1.1)  # the (1 − overlap) share of what it covers
 
 
-@pytest.mark.parametrize("framework", ["megatron", "fsdp", "deepspeed"])
+@pytest.mark.parametrize("framework", ["megatron", "fsdp", "deepspeed", "torchtitan"])
 def test_framework_profiles_have_sourced_factors(framework):
     from aicalc.catalog import profiles
 
@@ -396,3 +396,99 @@ def test_serve_says_when_no_price_is_known(cli):
     r = cli("serve", "llama-3.1-8b", "--chip", "gaudi3", "--concurrency", "8", "--json").json
     assert "usd_per_million_output_tokens" not in r["rows"][0]
     assert "give --price" in cli("serve", "llama-3.1-8b", "--chip", "gaudi3", "--concurrency", "8", width=400).out
+
+
+def test_op_level_selective_ac_recomputes_every_second_matmul():
+    """torchtitan's op-level SAC (``_apply_ac_to_transformer_block``: save aten.mm outputs "except every second
+    mm", save the SDPA kernels', recompute the rest). Llama 3.1 8B's block runs wq, wk, wv, wo, w1, w3, w2 (all
+    bias-free aten.mm), so wk, wo and w3 run again: per token and layer 2·(4096·1024 + 4096·4096 + 4096·14336)
+    FLOPs more than the model FLOPs, and no attention recompute."""
+    from aicalc.api.catalog import load_model
+    from aicalc.core.train_time import op_sac_recompute
+
+    s = shape_of(load_model("llama-3.1-8b").arch)
+    shares = op_sac_recompute(s)
+    assert shares["qkv_proj"] == pytest.approx(1024 / (4096 + 2 * 1024))  # wk of wq, wk, wv
+    assert shares["o_proj"] == 1.0 and shares["mlp_up"] == 0.5 and shares["mlp_down"] == 0.0
+    model, hw = flops_per_token(s, 8192, "selective-op")
+    assert hw - model == pytest.approx(32 * 2 * (4096 * 1024 + 4096 * 4096 + 4096 * 14336))
+    # a GPT block with biased linears (addmm, not in torchtitan's save list) recomputes them all
+    g = shape_of(gpt(2, 256, 4))
+    assert set(op_sac_recompute(g).values()) == {1.0}
+
+
+def test_fsdp_block_by_block_exposure():
+    """FSDP2's collectives per micro-batch (fsdp_exposed): the first block's all-gather unhidden, then layers − 1
+    blocks each with an all-gather beside one layer's forward and an all-gather + reduce-scatter beside its
+    backward (exposed: what the compute cannot cover, plus the 1 − overlap share of what it covers)."""
+    from aicalc.core.train_time import fsdp_exposed
+
+    assert fsdp_exposed(1.0, 2.0, 10.0, 20.0, 4, 1.0) == 1.0  # hidden but for the first all-gather
+    assert fsdp_exposed(1.0, 2.0, 10.0, 20.0, 4, 0.0) == 1.0 + 3 * (1.0 + 3.0)  # nothing hidden
+    # a small per-GPU batch: the all-gather (5) outlasts one layer's forward (2) and gather + scatter (10) the
+    # backward (6), so a block exposes 3 + 4 even at full overlap
+    assert fsdp_exposed(5.0, 5.0, 2.0, 6.0, 3, 1.0) == 5.0 + 2 * (3.0 + 4.0)
+
+
+def test_fsdp_with_a_pipeline_gathers_once_per_step():
+    """With PP, torchtitan keeps FSDP blocks unsharded (reshard_after_forward=False) and torch's PipelineStage
+    skips the gradient sync until the last backward: the data-parallel time does not grow with the micro-batches,
+    while without PP every micro-batch gathers and reduce-scatters again."""
+    from dataclasses import replace
+
+    from aicalc.core.efficiency import IDEAL
+    from aicalc.core.train_time import TrainChip, step_time
+
+    chip = TrainChip(peak_flop_per_s=1e15, bandwidth_bytes_per_s=3e12, link_bytes_per_s=400e9, dp_bytes_per_s=50e9)
+    eff = replace(IDEAL, dp_overlap=0.0)
+    s = shape_of(gpt(8, 1024, 16))
+    kw = dict(seq=1024, micro_batch=1, tp=1, dp=16, recompute="none", zero=3)
+    piped = [float(step_time(s, chip, eff, global_batch=16 * m, pp=2, **kw)["dp_comm_s"]) for m in (4, 8)]
+    flat = [float(step_time(s, chip, eff, global_batch=16 * m, pp=1, **kw)["dp_comm_s"]) for m in (4, 8)]
+    assert piped[0] == pytest.approx(piped[1]) and piped[0] > 0
+    assert flat[1] > 1.9 * flat[0]
+
+
+def test_torchtitan_reduces_gradients_in_fp32():
+    """torchtitan's MixedPrecisionPolicy reduces in fp32 (config_manager's only choice): with everything else
+    equal, its reduce-scatter moves twice fsdp's bf16 bytes, so its exposed DP time is larger."""
+    import aicalc
+    from aicalc.catalog import profiles
+
+    assert profiles.load("framework", "torchtitan").options["reduce_dtype"] == "fp32"
+    kw = dict(seq=4096, global_batch=16, micro_batch=1, dp=16, zero=3, recompute="full", efficiency={"dp_overlap": 0.0})
+    fp32 = float(aicalc.train_time("llama-3.1-8b", "h100-sxm", framework="torchtitan", **kw)["dp_comm_s"][0])
+    bf16 = float(aicalc.train_time("llama-3.1-8b", "h100-sxm", framework="fsdp", **kw)["dp_comm_s"][0])
+    assert fp32 > 1.2 * bf16
+
+
+def test_op_level_sac_costs_what_torchtitan_measured():
+    """torchtitan's docs/performance.md @ 0413364 (Llama 2 13B, 64 A100 80GB, local batch 2, seq 4096): no AC
+    2162 WPS, selective op AC 1904 WPS (validation/cases/training.yaml FD-09's notes). The step model's
+    op-level SAC (every second matmul recomputed, attention kept) prices that slowdown within 5 %; Megatron's
+    selective recompute (the attention core) would give half of it."""
+    import aicalc
+
+    kw = dict(model="llama-2-13b", chip="a100-80gb", seq=4096, global_batch=128, micro_batch=2, dp=64, zero=3,
+              framework="torchtitan")
+    tok = {rc: float(aicalc.train_time(recompute=rc, **kw)["tokens_per_s_per_chip"][0])
+           for rc in ("none", "selective-op", "selective")}
+    measured = 2162 / 1904
+    assert tok["none"] / tok["selective-op"] == pytest.approx(measured, rel=0.05)
+    assert tok["none"] / tok["selective"] - 1 < (measured - 1) / 2
+
+
+def test_fp8_all_gather_halves_the_block_gathers():
+    """torchao's enable_fsdp_float8_all_gather gathers the blocks' 8-bit linear weights at 1 byte instead of bf16's
+    2: with no overlap and pure FSDP (each micro-batch: L block all-gathers forward, L − 1 backward), the DP time
+    drops by half the blocks' gather time; it needs precision fp8."""
+    import aicalc
+    from aicalc.errors import ParameterError
+
+    kw = dict(seq=4096, global_batch=16, micro_batch=1, dp=16, zero=3, recompute="full", framework="torchtitan",
+              efficiency={"dp_overlap": 0.0})
+    fp8 = float(aicalc.train_time("llama-3.1-8b", "h100-sxm", precision="fp8", fp8_all_gather=True, **kw)["dp_comm_s"][0])
+    bf16 = float(aicalc.train_time("llama-3.1-8b", "h100-sxm", precision="fp8", **kw)["dp_comm_s"][0])
+    assert 0.6 * bf16 < fp8 < 0.9 * bf16  # the fp32 reduce-scatters (4 B) and the root's bf16 gathers remain
+    with pytest.raises(ParameterError, match="precision fp8"):
+        aicalc.train_time("llama-3.1-8b", "h100-sxm", fp8_all_gather=True, **kw)

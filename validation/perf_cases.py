@@ -151,7 +151,7 @@ def published_cases() -> list[dict]:
     return out
 
 
-FRAMEWORK = {"fsdp": "fsdp", "torchtitan": "fsdp", "maxtext": "fsdp", "megatron": "megatron", "nemo": "megatron",
+FRAMEWORK = {"fsdp": "fsdp", "torchtitan": "torchtitan", "maxtext": "fsdp", "megatron": "megatron", "nemo": "megatron",
              "deepspeed": "deepspeed", "other": "megatron"}
 RECOMPUTE = {"fsdp": "none", "torchtitan": "none", "maxtext": "full", "megatron": "selective", "nemo": "selective",
              "deepspeed": "full", "other": "selective"}
@@ -206,7 +206,7 @@ def published_training_cases() -> list[dict]:
             assumed.append(f"recompute {rc}")
         zero = e.get("zero")
         if zero is None:
-            zero = 3 if FRAMEWORK[fw] in ("fsdp", "deepspeed") else 1
+            zero = 3 if FRAMEWORK[fw] in ("fsdp", "torchtitan", "deepspeed") else 1
             assumed.append(f"ZeRO {zero}")
         what = e["what"]
         attention = "materialized" if any(w in what for w in ("BLOOM", "OPT-175B")) else "flash"
@@ -215,7 +215,8 @@ def published_training_cases() -> list[dict]:
                     ep=e.get("ep") or 1, recompute=rc, attention=attention, zero=zero,
                     precision="fp8" if e.get("precision") == "fp8" else "bf16", framework=FRAMEWORK[fw],
                     interleave=e.get("vp") or 1)
-        for k in ("etp", "first_stage_layers", "last_stage_layers"):  # layouts as the run's framework ran them
+        # layouts and FSDP settings as the run's framework ran them
+        for k in ("etp", "first_stage_layers", "last_stage_layers", "fp8_all_gather"):
             if e.get(k) is not None:
                 args[k] = e[k]
         metric, scale, unit = TRAIN_METRICS[e["metric"]]

@@ -76,6 +76,7 @@ def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: li
                         peak_16bit_flop_per_s=peak16)
 
 
+GRAD_BYTES = {"bf16": 2.0, "fp32": 4.0}  # a framework profile's reduce_dtype: bytes per gradient element reduced
 MIN_SHARE_OF_PEAK = 1e-6  # an MFU or achieved rate below a millionth of the peak is a typo (1e-300 overflowed)
 
 
@@ -118,7 +119,8 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
                dp=1, mfu=None, achieved=None, recompute: str = "selective", attention: str = "flash",
                sequence_parallel: bool = True, interleave: int = 1, zero: int = 0, precision: str = "bf16",
                dp_bandwidth=None, efficiency=None, price=None, ep=1, cp=1, framework: str = "megatron",
-               goodput=1.0, etp=None, first_stage_layers=None, last_stage_layers=None) -> TrainTime:
+               goodput=1.0, etp=None, first_stage_layers=None, last_stage_layers=None,
+               fp8_all_gather: bool = False) -> TrainTime:
     """Training on ``tokens`` tokens with a TP × PP × CP × DP layout (arrays broadcast; ``ep`` experts split over
     EP ranks folded over the tensor, context and data ranks, with ``etp`` the experts' own tensor parallelism,
     Megatron-Core's MoE parallel folding; default ``tp``). Pipeline stages follow
@@ -126,7 +128,9 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     ``--decoder-{first,last}-pipeline-num-layers``). ``mfu`` (a fraction) or ``achieved`` (FLOP/s per chip, counted with recompute) give the
     rate; else the step-time model predicts it, with the chip class's and the ``framework``'s profile
     (``presets/frameworks/``: megatron, fsdp, deepspeed). ``goodput`` < 1 stretches total time and chip-hours
-    for restarts, evaluation and other stages no step model sees."""
+    for restarts, evaluation and other stages no step model sees. ``fp8_all_gather``: FSDP all-gathers the blocks'
+    8-bit linear weights in fp8, 1 byte each (torchao's ``enable_fsdp_float8_all_gather``, torchtitan's
+    ``--float8.enable_fsdp_float8_all_gather``; precision fp8 only); else in bf16."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -139,6 +143,9 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     from aicalc.errors import ParameterError, check_choice
 
     check_choice("recompute", recompute, tt.RECOMPUTE)
+    if recompute == "selective-op" and framework == "megatron":
+        raise ParameterError("recompute", recompute, "is torchtitan's op-level selective activation checkpointing; "
+                             "with --framework megatron use none, selective or full")
     check_choice("attention", attention, ("flash", "materialized"))
     check_choice("zero", zero, (0, 1, 2, 3))
     interleave = inputs.count("interleave", interleave)  # a whole number ≥ 1, as --interleave
@@ -151,6 +158,11 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
                          micro_batch=inputs.positive("micro_batch", micro_batch, whole=True))
     for t in inputs.distinct(g["tp"]):
         check_tp(spec.arch, int(t))
+    if fp8_all_gather not in (True, False):
+        raise ParameterError("fp8_all_gather", fp8_all_gather, "must be true or false")
+    if fp8_all_gather and precision != "fp8":
+        raise ParameterError("fp8_all_gather", fp8_all_gather, "all-gathers the fp8 weights of 8-bit linear layers: "
+                             "it needs precision fp8")
     from aicalc.api.train_memory import stage_option
 
     first_stage_layers = stage_option("first_stage_layers", first_stage_layers)
@@ -184,7 +196,8 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     kw = dict(tokens=D, seq=g["seq"], global_batch=g["global_batch"], micro_batch=g["micro_batch"], tp=g["tp"],
               pp=g["pp"], dp=g["dp"], recompute=recompute, flash=attention == "flash",
               sequence_parallel=sequence_parallel, interleave=interleave, zero=zero, ep=ep_v, cp=cp_v,
-              goodput=goodput, etp=etp_v, stage_layers=stages)
+              goodput=goodput, etp=etp_v, stage_layers=stages,
+              grad_bytes=GRAD_BYTES[fw.options.get("reduce_dtype", "bf16")], gather_bytes=1.0 if fp8_all_gather else 2.0)
     r = tt.training(s, tchip, eff, mfu=mfu_v, achieved_flop_per_s=achieved_v, **kw)
     ideal = tt.training(s, tchip, IDEAL, **kw)
     cols = {"tp": g["tp"].astype(np.int64), "pp": g["pp"].astype(np.int64), "dp": g["dp"].astype(np.int64),

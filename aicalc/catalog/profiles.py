@@ -23,7 +23,8 @@ kind whose factors and options it starts from; at most MAX_EXTENDS deep, no loop
   (true/false), ``gguf_compute`` (a compute dtype) with ``gguf_compute_vendors`` (a list of vendor names),
   ``max_num_seqs`` (a whole number of sequences, 1 to 2^24), ``kv_reserve`` (``live``: a running sequence
   holds the blocks of its tokens so far; ``full``: its whole prompt + output is reserved at admission), ``by_class`` (chip class id → ``{factors: …}``);
-- framework: ``default_zero`` (a ZeRO stage, 0 to 3).
+- framework: ``default_zero`` (a ZeRO stage, 0 to 3), ``reduce_dtype`` (``fp32`` or ``bf16``: the dtype the data-parallel
+  gradient reduction runs in; bf16 where unset).
 
 Anything else, or a value of the wrong type or range, is an error naming the file and the key (exit 2).
 """
@@ -108,7 +109,8 @@ def _ids(roots: tuple[str, ...], kind: str) -> tuple[str, ...]:
 # --- what a profile file may hold -----------------------------------------------------------------------------
 # Every key of a profile, by kind, with the check of its value: the options are what the code reads
 # (aicalc.api.roofline: pipeline_over_chips, kv_shared, gguf_compute, gguf_compute_vendors, by_class;
-# aicalc.api.serving: max_num_seqs; aicalc.api.traffic: scheduler; aicalc.commands.train_time: default_zero), each with an optional
+# aicalc.api.serving: max_num_seqs; aicalc.api.traffic: scheduler; aicalc.commands.train_time: default_zero;
+# aicalc.api.train_time: reduce_dtype), each with an optional
 # ``KEY_source`` text. A key no code reads is refused rather than silently ignored (a typo would change nothing).
 
 def _show(v) -> str:
@@ -163,6 +165,10 @@ def _zero_stage(v) -> str | None:
     return f"must be a ZeRO stage, 0, 1, 2 or 3, got {_show(v)}"
 
 
+def _reduce_dtype(v) -> str | None:
+    return None if v in ("fp32", "bf16") else f"must be fp32 or bf16, got {_show(v)}"
+
+
 def _release(v) -> str | None:
     """An engine release: ``{version: text, date: YYYY-MM or YYYY-MM-DD, source: text}``."""
     if not isinstance(v, dict) or set(v) != {"version", "date", "source"}:
@@ -185,7 +191,7 @@ OPTIONS = {
                "gguf_compute_vendors": _texts, "max_num_seqs": _sequences, "scheduler": _scheduler,
                "kv_reserve": _kv_reserve,
                "by_class": None},  # by_class: read by _read_by_class
-    "framework": {"default_zero": _zero_stage},
+    "framework": {"default_zero": _zero_stage, "reduce_dtype": _reduce_dtype},
 }
 
 

@@ -12,7 +12,9 @@ FLOP counts (validation-cases TT-01):
   LM head. For a GPT with 4H FFN and A·d = H this is exactly ``72·L·h²·(1 + s/(6h) + V/(12hL))``.
 - Full recompute adds one more forward of every layer: ``2·N_mm + 4·L·s·A·d`` (Megatron-LM 2021, the
   ``96·B·s·L·h²·(1 + s/(6h) + V/(16Lh))`` formula); selective recompute adds only the attention core
-  ``4·L·s·A·d`` (Korthikanti et al. §5, HFU vs MFU of Table 5).
+  ``4·L·s·A·d`` (Korthikanti et al. §5, HFU vs MFU of Table 5); torchtitan's op-level selective AC
+  (``selective-op``) adds the forward of every second ``aten.mm`` of a block and keeps the attention
+  (:func:`op_sac_recompute`).
 - ``time = D · FLOPs per token / (chips · achieved FLOP/s)`` (TT-01), which reproduces TT-17…TT-31.
 
 Step-time model (``mfu = auto``): the forward pass of one micro-batch is the operation list of
@@ -23,9 +25,9 @@ selective recompute too, Korthikanti et al. §5), the LM head forward + backward
 forward and backward pass (Shoeybi et al. 2019). The forward's elementwise kernels are replaced by the
 training traffic of norms, dropout, residuals and activation functions over all passes
 (``train_elementwise_bytes·H`` bytes per token and layer). Then the pipeline bubble ``(pp − 1)/v`` extra
-micro-batch slots (Narayanan et al. 2021 §2.2), the data-parallel gradient all-reduce (ring factor; ZeRO-3
-adds a parameter all-gather: 1.5× the volume, Rajbhandari et al. 2020 §7) and the optimizer update
-(memory-bound).
+micro-batch slots (Narayanan et al. 2021 §2.2), the data-parallel gradient all-reduce (ring factor; ZeRO-3 /
+FSDP gathers the parameters and reduce-scatters the gradients block by block, :func:`fsdp_exposed`; Rajbhandari
+et al. 2020 §7) and the optimizer update (memory-bound).
 
 Training-only corrections (fields at the end of :class:`aicalc.core.efficiency.Efficiency`, fitted on
 validation/cases/calibration-training.yaml; docs/train-time.md): GEMMs at ``train_gemm_sustained`` of the chip
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 from aicalc.core.efficiency import Efficiency
 from aicalc.core.forward import Shape
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "selective-op")
 ATTN_DROPOUT_BYTES_PER_SCORE = 5.0  # training only: dropout mask (1 B) and output (2 B) written, output read (2 B)
 #                                     per materialized score element and pass (Korthikanti et al. 2022 Table 2)
 FLASH_BACKWARD = 2.5  # FlashAttention backward: recomputes S = QKᵀ, then dV, dP, dQ, dK (Dao 2023, Algorithm 2)
@@ -73,7 +75,54 @@ def flops_per_token(s: Shape, seq, recompute: str = "none"):
         return model, model + 2.0 * n_mm + attn
     if recompute == "selective":
         return model, model + attn
+    if recompute == "selective-op":
+        return model, model + 2.0 * op_sac_recomputed_params(s)
     return model, model
+
+
+def _block_linears(s: Shape) -> list[tuple[str, float, bool]]:
+    """One dense decoder block's linear layers in forward order, as ``(forward op, weights, dispatched as
+    aten.mm)``. torchtitan's Llama (``torchtitan/models/llama/model.py``): ``attention.wq``, ``wk``, ``wv``,
+    ``wo``, then ``feed_forward`` ``w2(F.silu(w1(x)) * w3(x))`` (w1 the gate before w3 the up projection); a
+    bias-free ``nn.Linear`` is ``aten.mm``, a biased one ``aten.addmm`` (the order of
+    :func:`aicalc.core.activations._mm_widths`)."""
+    a = s.arch
+    q, kv = a.heads * a.head_dim * s.H, a.kv_heads * a.head_dim * s.H
+    out = [("qkv_proj", q, not a.qkv_bias), ("qkv_proj", kv, not a.qkv_bias), ("qkv_proj", kv, not a.qkv_bias),
+           ("o_proj", s.attn_out_params, not a.o_bias)]
+    up = [("mlp_up", s.H * s.ffn, not a.mlp_bias)] * (2 if a.gated_ffn else 1)
+    return out + up + [("mlp_down", s.ffn * s.H, not a.mlp_bias)]
+
+
+def op_sac_recompute(s: Shape) -> dict[str, float]:
+    """Share of each forward GEMM op (:func:`aicalc.core.forward.forward_ops` names) that torchtitan's op-level
+    selective activation checkpointing recomputes in the backward (``activation_checkpoint.mode = "selective"``,
+    ``selective_ac_option = "op"``, the default of its Llama 3 configs, e.g. ``train_configs/llama3_8b.toml`` @
+    9dec370). ``_apply_ac_to_transformer_block`` (``torchtitan/parallelisms/parallelize_llama.py`` @ 9dec370)
+    saves the outputs of ``aten.mm`` and of the SDPA flash / efficient attention kernels, "except every second
+    mm" (a counter per block call), and recomputes every other op: a Llama block recomputes wk, wo and w3
+    (the up projection), none of the attention core, and every elementwise op. An op not in the save list
+    (a biased linear's ``addmm``; MoE expert and router GEMMs) is recomputed whole."""
+    done: dict[str, list[float]] = {}
+    count = 0
+    for name, w, mm in _block_linears(s):
+        count += 1 if mm else 0
+        again = (not mm) or count % 2 == 0
+        tot = done.setdefault(name, [0.0, 0.0])
+        tot[0] += w * again
+        tot[1] += w
+    return {k: (v[0] / v[1] if v[1] else 0.0) for k, v in done.items()}
+
+
+def op_sac_recomputed_params(s: Shape) -> float:
+    """Matmul weights per token, summed over layers, whose forward op-level SAC runs again
+    (:func:`op_sac_recompute`): the recomputed share of the attention projections on every layer, of the dense
+    FFN on dense layers, and all of a MoE layer's FFN (expert and router GEMMs are not ``aten.mm``)."""
+    shares = op_sac_recompute(s)
+    attn_in = shares["qkv_proj"] * s.attn_in_params + shares["o_proj"] * s.attn_out_params
+    ffn_dense = s.H * (shares["mlp_up"] * s.ffn_in + shares["mlp_down"] * s.ffn)
+    ffn_moe = s.H * (s.experts_per_token * (s.expert_in + s.expert_ffn) + s.shared_in + s.shared_ffn + s.experts)
+    return s.L * attn_in + s.dense_layers * ffn_dense + s.moe_layers * ffn_moe
 
 
 def time_from_rate(tokens, flops_per_token_counted, chips, achieved_flop_per_s_per_chip):
@@ -140,6 +189,28 @@ def exposed(t_comm, t_compute, overlap):
     return t_comm - overlap * np.minimum(t_comm, t_compute)
 
 
+def fsdp_exposed(gather, scatter, t_forward, t_backward, layers, overlap):
+    """Seconds FSDP's block collectives add to one micro-batch of a rank holding ``layers`` decoder layers,
+    sharded block by block as FSDP2 ``fully_shard`` wraps them (torchtitan ``apply_fsdp``: each TransformerBlock,
+    then the root module with the embedding, final norm and LM head, whose collectives the caller adds).
+    ``gather`` / ``scatter``: one block's parameter all-gather and gradient reduce-scatter (each half a ring
+    all-reduce's volume in its own dtype, plus NCCL's latency); ``t_forward`` / ``t_backward``: one layer's
+    forward and backward (with its recompute) compute.
+
+    A block's all-gather is issued on a separate stream while the block before it computes (FSDP2's implicit
+    forward prefetch; in the backward the next block's all-gather and the previous block's reduce-scatter run
+    beside the current block's backward, Zhao et al. 2023 §3.4, FSDP2 ``fully_shard`` docs), so ``layers − 1``
+    blocks hide their all-gather behind one layer's forward and their all-gather plus reduce-scatter behind one
+    layer's backward (:func:`exposed`: what the compute cannot cover, plus the ``1 − overlap`` share of what it
+    covers). Nothing runs beside the first block's all-gather. The last block is not resharded after forward
+    (torchtitan's ``reshard_after_forward = layer_id < n_layers − 1``), so the backward gathers ``layers − 1``
+    blocks. The last reduce-scatter is the caller's (nothing waits for it but the optimizer)."""
+    import numpy as np
+
+    per_layer = exposed(gather, t_forward, overlap) + exposed(gather + scatter, t_backward, overlap)
+    return gather + np.maximum(layers - 1.0, 0.0) * per_layer
+
+
 def span_bandwidth(chip: TrainChip, span):
     """Per-direction bandwidth of a collective whose group spans ``span`` consecutive ranks: the scale-up link
     inside one domain, the scale-out network per chip beyond it (its slowest link sets a ring's pace)."""
@@ -150,7 +221,7 @@ def span_bandwidth(chip: TrainChip, span):
 
 def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, micro_batch, tp, pp, dp,
               recompute="full", flash=True, sequence_parallel=True, interleave=1, zero=0, grad_bytes=2.0, ep=1,
-              cp=1, etp=None, stage_layers=None):
+              cp=1, etp=None, stage_layers=None, gather_bytes=2.0):
     """Seconds per optimizer step and its parts (dict of arrays).
 
     ``stage_layers``: (first, fullest middle, last) pipeline ranks' decoder layers (:mod:`aicalc.core.stages`;
@@ -168,7 +239,9 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     ``tp_overlap`` against the layer GEMMs for the TP collectives; ``ep_overlap`` against the layer compute
     (another micro-batch's, in 1F1B / DualPipe schedules) for the MoE all-to-alls, which group-limited routing
     (DeepSeek's node-limited routing) sends across domains once per destination domain
-    (:func:`aicalc.core.collectives.moe_alltoall_copies`)."""
+    (:func:`aicalc.core.collectives.moe_alltoall_copies`). FSDP (``zero`` 3) runs block by block
+    (:func:`fsdp_exposed`); ``gather_bytes`` / ``grad_bytes``: bytes per element of its parameter all-gather
+    (bf16 2, fp8 1) and of its gradient reduction (bf16 2, fp32 4)."""
     from dataclasses import replace
 
     import numpy as np
@@ -191,6 +264,9 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     passes = 3.0 + (1.0 if recompute == "full" else 0.0)  # forward, backward (2×), recompute forward
     # a fused (flash) attention backward recomputes the scores: 5 matmuls against the forward's 2
     attn_passes = 1.0 + (FLASH_BACKWARD if flash else 2.0) + (1.0 if recompute in ("full", "selective") else 0.0)
+    # torchtitan's op-level SAC: every second aten.mm of a block and every elementwise op run again
+    again = op_sac_recompute(s) if recompute == "selective-op" else {}
+    elem_passes = passes + (1.0 if again else 0.0)
     link_tp = span_bandwidth(chip, tp)
     roofs = Roofs(chip.peak_flop_per_s, bw, link_tp, chip.low_precision, chip.vector_flop_per_s)
     # 8-bit training (Transformer Engine, torchao float8) runs the linear layers' GEMMs in fp8; attention and the
@@ -208,15 +284,18 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
         sixteen = op.name.startswith("attn_") or op.name == "lm_head"
         op.t_ideal, op.t_est = op_times(op, roofs16 if sixteen else roofs, eff_attn if op.kind == "attention" else eff,
                                         tp, False)
-    t_layers, t_tp, t_head, t_gemm = 0.0, 0.0, 0.0, 0.0
+    t_layers, t_tp, t_head, t_gemm, t_fwd = 0.0, 0.0, 0.0, 0.0, 0.0  # t_fwd: the layers' forward pass alone
     for op in ops:
         if op.name == "lm_head":
             t_head = 3.0 * op.t_est  # forward + backward, never recomputed
         elif op.name.startswith("attn_"):
             t_layers = t_layers + attn_passes * op.t_est
+            t_fwd = t_fwd + op.t_est
         elif op.kind == "gemm":
-            t_layers = t_layers + passes * op.t_est
-            t_gemm = t_gemm + passes * op.t_est
+            n = passes + (again.get(op.name, 1.0) if again else 0.0)
+            t_layers = t_layers + n * op.t_est
+            t_gemm = t_gemm + n * op.t_est
+            t_fwd = t_fwd + op.t_est
         elif op.kind == "collective":
             t_tp = t_tp + (passes - 1.0) * op.t_est  # 2 per forward pass and per backward (2 more with full)
     # TP communication overlap (Transformer Engine userbuffers, PyTorch async TP): the sequence-parallel
@@ -224,15 +303,16 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     t_tp = exposed(t_tp, t_gemm, eff.tp_overlap)
     # training elementwise traffic (norms, dropout, residuals, activations over every pass), per layer
     split = tp if sequence_parallel else 1.0
-    elem = eff.train_elementwise_bytes * s.H * M / split * passes / 3.0
+    elem = eff.train_elementwise_bytes * s.H * M / split * elem_passes / 3.0
     if not flash:  # attention dropout over the materialized score matrix (inference has none)
         scores = M * _attn_keys(s, s_) / s.L * s.A / tp
         elem = elem + ATTN_DROPOUT_BYTES_PER_SCORE * scores * attn_passes
-    t_layers = t_layers + s.L * (elem / (bw * eff.bandwidth) + ELEMENTWISE_KERNELS_PER_LAYER * passes
-                                 * eff.kernel_overhead_s)
+    t_elem = s.L * (elem / (bw * eff.bandwidth) + ELEMENTWISE_KERNELS_PER_LAYER * elem_passes * eff.kernel_overhead_s)
+    t_layers = t_layers + t_elem
+    t_fwd = t_fwd + t_elem / elem_passes
     if s.moe_layers:  # token permutation: the k copies of each token gathered into expert order (read H, write
         #               k·H) and scattered back (read k·H, write H), in the forward, the backward and a recompute
-        perm = 2.0 * (1.0 + s.experts_per_token) * s.H * ACT_BYTES * M / split * (passes - 1.0)
+        perm = 2.0 * (1.0 + s.experts_per_token) * s.H * ACT_BYTES * M / split * (elem_passes - 1.0)
         t_layers = t_layers + s.moe_layers * perm / (bw * eff.bandwidth)
     # MoE: dispatch and combine all-to-alls per MoE layer, in every pass but the last backward's weight grads
     t_a2a = 0.0
@@ -244,7 +324,7 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
         t_one = moe_alltoall_seconds(M / split * s.H * ACT_BYTES, s.experts_per_token, ep, etp, chip.domain,
                                      chip.link_bytes_per_s, chip.dp_bytes_per_s, eff.link,
                                      moe.n_group if moe else 1, moe.topk_group if moe else 1)
-        n_a2a = 2.0 * (passes - 1.0) * s.moe_layers
+        n_a2a = 2.0 * (elem_passes - 1.0) * s.moe_layers
         t_a2a = np.where(ep > 1, n_a2a * (t_one + eff.collective_latency_s), 0.0)
         t_a2a = exposed(t_a2a, t_layers, eff.ep_overlap)
     # pipeline: activations (and their gradients) cross each stage boundary once per micro-batch
@@ -267,15 +347,33 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
 
     m = Bg / (dp * b)  # micro-batches per pipeline per step
     lat = eff.collective_latency_s
-    if zero >= 3:  # FSDP / ZeRO-3: per micro-batch, all-gather the parameters for forward and for backward,
-        #            reduce-scatter the gradients (each half a ring all-reduce's volume)
-        per_mb = (allreduce(dense_dev, shards, tp) + allreduce(expert_dev, eshards, etp * ep)) / 2.0 \
-            * (2.0 * 2.0 + grad_bytes) + np.where(shards > 1, 3.0 * lat, 0.0)
-        exposed_mb = exposed(per_mb, t_compute, eff.dp_overlap)
-        t_dp = m * exposed_mb
+    if zero >= 3:  # FSDP / ZeRO-3, block by block (fsdp_exposed)
+        root_dev = (s.embedding_params + (0.0 if s.arch.tied_embeddings else s.V * s.H)) / (tp * pp)
+        on = np.where(shards > 1, 1.0, 0.0)
+        per_elem = (allreduce(dense_dev - root_dev, shards, tp) + allreduce(expert_dev, eshards, etp * ep)) / 2.0 \
+            / (s.L / pp)  # one layer's all-gather or reduce-scatter, seconds per byte of each element
+        root_gather = allreduce(root_dev, shards, tp) / 2.0 * 2.0 + on * lat  # embedding and LM head in bf16
+        root_scatter = allreduce(root_dev, shards, tp) / 2.0 * grad_bytes + on * lat
+        gather, scatter = per_elem * gather_bytes + on * lat, per_elem * grad_bytes + on * lat
+        t_f, t_b = t_fwd / s.L, (t_layers + t_tp + t_a2a - t_fwd) / s.L
+        piped = pp > 1
+        # no pipeline: every micro-batch gathers and reduce-scatters (the last reduce-scatters, the first block's
+        # and the root's, run beside the next micro-batch's forward; only the optimizer waits for them: once per
+        # step). With a pipeline the blocks stay unsharded from the first micro-batch's forward to the end of the
+        # step (torchtitan apply_fsdp: reshard_after_forward=False with PP; torch.distributed.pipelining
+        # PipelineStage.backward_maybe_with_nosync: set_reshard_after_backward(False) and
+        # set_requires_gradient_sync(False) until the last backward, whose run_post_backward reduce-scatters every
+        # block): one all-gather per step, beside the first micro-batch's forward, and one reduce-scatter after
+        # the last backward, which nothing hides
+        exposed_mb = np.where(piped, 0.0, fsdp_exposed(gather, scatter, t_f, t_b, n_bottleneck, eff.dp_overlap)
+                              + root_gather)
+        t_once = np.where(piped, root_gather + gather + np.maximum(n_bottleneck - 1.0, 0.0)
+                          * exposed(gather, t_f, eff.dp_overlap) + n_bottleneck * scatter, scatter) + root_scatter
+        t_dp = m * exposed_mb + t_once
         t_mb = t_compute + t_p2p + exposed_mb
     else:  # DDP / ZeRO-1/2: one gradient all-reduce (reduce-scatter + all-gather) per step, overlapped with the
         #    last micro-batch's backward
+        t_once = 0.0
         t_all = (allreduce(dense_dev, shards, tp) + allreduce(expert_dev, eshards, etp * ep)) * grad_bytes \
             + np.where(shards > 1, lat, 0.0)
         t_dp = exposed(t_all, t_compute * 2.0 / 3.0, eff.dp_overlap)
@@ -284,7 +382,7 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     t_pipe = (m + bubble) * t_mb
     shard = shards if zero >= 1 else 1.0
     t_opt = (dense_dev + expert_dev) / shard * OPTIMIZER_BYTES_PER_PARAM / (bw * eff.bandwidth)
-    total = t_pipe + (t_dp if zero < 3 else 0.0) + t_opt
+    total = t_pipe + (t_dp if zero < 3 else t_once) + t_opt
     return {"step_s": total, "pipeline_s": t_pipe, "bubble_s": bubble * t_mb, "dp_comm_s": t_dp, "optimizer_s": t_opt,
             "tp_comm_s": m * t_tp * n_bottleneck / s.L, "ep_comm_s": m * t_a2a * n_bottleneck / s.L,
             "pp_comm_s": m * t_p2p,
@@ -293,7 +391,7 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
 
 def training(s: Shape, chip: TrainChip, eff: Efficiency, *, tokens, seq, global_batch, micro_batch, tp, pp, dp,
              recompute="full", mfu=None, achieved_flop_per_s=None, flash=True, sequence_parallel=True, interleave=1,
-             zero=0, ep=1, cp=1, goodput=1.0, etp=None, stage_layers=None):
+             zero=0, ep=1, cp=1, goodput=1.0, etp=None, stage_layers=None, grad_bytes=2.0, gather_bytes=2.0):
     """Throughput, MFU, total time and chip-hours; ``mfu``/``achieved_flop_per_s`` given, else predicted.
     ``goodput``: the share of wall-clock time a run spends on training steps (restarts, evaluation and other
     stages lengthen it); total time and chip-hours are divided by it."""
@@ -309,7 +407,8 @@ def training(s: Shape, chip: TrainChip, eff: Efficiency, *, tokens, seq, global_
     else:
         parts = step_time(s, chip, eff, seq=seq, global_batch=global_batch, micro_batch=micro_batch, tp=tp, pp=pp,
                           dp=dp, recompute=recompute, flash=flash, sequence_parallel=sequence_parallel,
-                          interleave=interleave, zero=zero, ep=ep, cp=cp, etp=etp, stage_layers=stage_layers)
+                          interleave=interleave, zero=zero, ep=ep, cp=cp, etp=etp, stage_layers=stage_layers,
+                          grad_bytes=grad_bytes, gather_bytes=gather_bytes)
         tok_s = np.asarray(global_batch, dtype=np.float64) * seq / parts["step_s"]
     mfu_v = tok_s * model_f / (chips * chip.peak_flop_per_s)
     total = np.asarray(tokens, dtype=np.float64) / tok_s / goodput
