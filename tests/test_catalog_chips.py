@@ -76,6 +76,7 @@ REFERENCE_IDS: dict[str, str | None] = {
     "apple-m2-ultra": None,
     "apple-m3-ultra": None,
     "apple-neural-engine": None,
+    "h100-hbm2e": None,
 }
 # Where the reference stores a dtype under another key: preset id -> {preset dtype: reference key}.
 REFERENCE_DTYPE_KEYS: dict[str, dict[str, str]] = {
