@@ -95,6 +95,11 @@ AttentionDp = Annotated[int, typer.Option("--attention-dp", help="attention data
                                                                 "run attention as N groups of tp/N, each on its own "
                                                                 "sequences (SGLang --enable-dp-attention, "
                                                                 "TensorRT-LLM enable_attention_dp)")]
+RedundantExperts = Annotated[int, typer.Option("--redundant-experts", help="extra expert replicas over the --ep "
+                                                                         "ranks, as expert-parallel load balancers "
+                                                                         "place them (DeepSeek's EPLB; SGLang "
+                                                                         "--ep-num-redundant-experts): ep divides "
+                                                                         "experts + N")]
 WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: release (default: the official checkpoint's "
                                                           "precision, e.g. gpt-oss's MXFP4 experts, DeepSeek-V3's "
                                                           "fp8), bf16, fp16, fp8, fp4, mxfp4, int8, int4, nf4, q8_0, "
@@ -318,6 +323,7 @@ def roofline(
     engine: Engine = None,
     ep: Ep = 1,
     attention_dp: AttentionDp = 1,
+    redundant_experts: RedundantExperts = 0,
     draft: Draft = None,
     draft_tokens: DraftTokens = 4,
     acceptance: Acceptance = "0.7",
@@ -341,7 +347,7 @@ def roofline(
         r = cmd.run(model, c, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, tp=tp,
                     compute_dtype=compute_dtype, group_size=group_size, attention=attention, ops=ops, eff=eff,
                     kv_per_query_head=kv_per_query_head, engine=engine, draft=draft, draft_tokens=draft_tokens,
-                    acceptance=acceptance, ep=ep, attention_dp=attention_dp)
+                    acceptance=acceptance, ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts)
         if "peak_flop_per_s" in r.inputs:
             roofs.append((c, r.rows[0]["ridge_point"], r.inputs["peak_flop_per_s"],
                           r.inputs["memory_bandwidth_bytes_per_s"]))
@@ -526,6 +532,7 @@ def serve(
     engine: Engine = None,
     ep: Ep = 1,
     attention_dp: AttentionDp = 1,
+    redundant_experts: RedundantExperts = 0,
     draft: Draft = None,
     draft_tokens: DraftTokens = 4,
     acceptance: Acceptance = "0.7",
@@ -570,7 +577,7 @@ def serve(
                    draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate,
                    requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot,
                    requests_per_day=requests_per_day, peak_factor=peak_factor, policy=policy, ep=ep,
-                   attention_dp=attention_dp)
+                   attention_dp=attention_dp, redundant_experts=redundant_experts)
 
     chip = chip or ["h100-sxm"]
     if emit_engine is not None:

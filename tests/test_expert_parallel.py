@@ -124,3 +124,33 @@ def test_traffic_simulation_and_fleet_take_expert_and_attention_data_parallelism
     f = aicalc.size_fleet("deepseek-v3", ["h200"], rate=2, prompt=1000, gen=200, max_ttft="2s", max_tpot="100ms",
                           num_requests=100, disaggregate=False)
     assert {(row["ep"], row["attention_dp"]) for row in f.rows()} >= {(1, 1), (8, 8)}
+
+
+def test_redundant_experts_let_ep_divide_the_slots_and_hold_their_weights():
+    # SGLang's DeepSeek decode on 72 GPUs: 256 experts + 32 EPLB replicas = 288 slots, 4 per rank; each rank holds
+    # R/E more of the routed experts' bytes than without replicas, split over the EP ranks
+    from aicalc.api.catalog import load_model
+    from aicalc.core.params import routed_expert_params
+    from aicalc.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="does not divide the 256 experts"):
+        aicalc.roofline("deepseek-v3", "h100-sxm", batch=72, prompt=64, gen=8, tp=72, ep=72, attention_dp=72)
+    kw = dict(batch=72, prompt=64, gen=8, tp=64, ep=64, attention_dp=64)
+    plain = aicalc.roofline("deepseek-v3", "h100-sxm", **kw)
+    extra = aicalc.roofline("deepseek-v3", "h100-sxm", redundant_experts=64, **kw)
+    arch = load_model("deepseek-v3").arch
+    fp8_block = 1.0 + 4.0 / (128 * 128)  # DeepSeek-V3's release: fp8 with an fp32 scale per 128x128 block
+    added = routed_expert_params(arch) * 64 / 256 / 64 * fp8_block
+    got = float(extra["weights_bytes_per_device"][0]) - float(plain["weights_bytes_per_device"][0])
+    assert got == pytest.approx(added, rel=1e-3)
+    ok = aicalc.roofline("deepseek-v3", "h100-sxm", batch=72, prompt=64, gen=8, tp=72, ep=72, attention_dp=72,
+                         redundant_experts=32)
+    assert int(ok["redundant_experts"][0]) == 32
+    with pytest.raises(ParameterError, match="256 experts \\+ 8 redundant"):
+        aicalc.roofline("deepseek-v3", "h100-sxm", redundant_experts=8, **{**kw, "tp": 72, "ep": 72,
+                                                                            "attention_dp": 72})
+
+
+def test_redundant_experts_need_expert_parallelism(cli):
+    r = cli("roofline", "deepseek-v3", "--tp", "8", "--redundant-experts", "8")
+    assert r.code == 2 and "ep > 1" in r.err

@@ -37,6 +37,10 @@ TRANSFORMS = {
     "output_tokens_per_s_per_chip": ("output_tokens_per_s", "per_tp"),
     "prefill_tokens_per_s": ("ttft_s", "prompt_rate"),
     "ttft_s": ("ttft_s", None),
+    # one pool of a prefill/decode-disaggregated deployment (the entry's ``pool``), per chip: a decode pool's
+    # batch emits a token per TPOT; a prefill pool's batch of prompts is done per TTFT
+    "decode_pool_output_tokens_per_s_per_chip": ("tpot_s", "batch_rate_per_tp"),
+    "input_tokens_per_s_per_chip": ("ttft_s", "prompt_rate_per_tp"),
 }
 
 
@@ -92,6 +96,12 @@ def published_cases() -> list[dict]:
     entries, calib = _entries("calibration-inference.yaml", ("inference.yaml", "moe-serving.yaml"))
     out = []
     for e in entries:
+        if e.get("pool") == "decode" and e["metric"] == "output_tokens_per_s_per_chip":
+            e = {**e, "metric": "decode_pool_output_tokens_per_s_per_chip"}
+        if e.get("pool") == "decode" and e.get("batch") is not None and e.get("attention_dp"):
+            e = {**e, "batch": int(e["batch"]) * int(e["attention_dp"])}  # per GPU (one per DP rank) → the pool's
+        if e.get("pool") == "prefill" and e.get("batch_per_chip") is not None:
+            e = {**e, "batch": int(e["batch_per_chip"]) * int(e.get("chips") or 1)}
         if e["metric"] not in TRANSFORMS:
             e = {**e, "metric": "output_tokens_per_s",
                  "unscored": e.get("unscored") or f"{e['metric']}: a prefill-only pool, not priced by this harness"}
@@ -101,15 +111,13 @@ def published_cases() -> list[dict]:
             e = {k: v for k, v in e.items() if k != "dtype"}  # the runs load OpenAI's release: MXFP4 experts
         if e.get("prompt") == 0:
             e = {**e, "prompt": 1}  # generation from an empty context: one token in
-        if e.get("redundant_experts") and not e.get("unscored"):
-            e = {**e, "unscored": "EPLB's redundant experts (E + r experts over the EP ranks) are not modelled"}
         if e.get("chips") is None and e.get("regime") == "moe-serving" and not e.get("unscored"):
             e = {**e, "unscored": "deployment size not published"}
         metric, transform = TRANSFORMS[e["metric"]]
         if e["metric"] in UNSCORED_METRICS.get(e["id"][:2], ()) or e["id"] in UNSCORED:
             e = {**e, "unscored": UNSCORED.get(e["id"]) or UNSCORED_METRICS[e["id"][:2]][e["metric"]]}
         args = {k: e[k] for k in ("model", "chip", "dtype", "kv_dtype", "tp", "batch", "prompt", "gen", "engine", "ep",
-                                  "attention_dp")
+                                  "attention_dp", "redundant_experts")
                 if e.get(k) is not None and e.get(k) != "other"}
         args.setdefault("tp", 1)
         assumed = [f"{k} {v}" for k, v in (("batch", 1), ("prompt", 128), ("gen", 128)) if k not in args]
@@ -117,10 +125,14 @@ def published_cases() -> list[dict]:
             args.setdefault(k, v)
         if e["metric"] in ("ttft_s", "prefill_tokens_per_s"):
             args["gen"] = max(int(args["gen"]), 1)  # a prefill measurement: one token out
+        if e["metric"] == "input_tokens_per_s_per_chip":  # a prefill pool: one token out, handed to the decode pool
+            args["gen"] = 1
+            assumed = [a for a in assumed if not a.startswith("gen")]
         if e.get("chips") and e["chip"] not in ("groq-lpu", "cerebras-wse3") and e.get("tp", 1) < e["chips"]:
             assumed.append(f"{e['chips'] // args['tp']} replicas")
         api = "roofline"
-        if e["regime"] in ("serving-load", "amd", "moe-serving", "dense-fp8", "dense-fp4") and "batch" not in e:
+        if e["regime"] in ("serving-load", "amd", "moe-serving", "dense-fp8", "dense-fp4") and "batch" not in e \
+                and not e.get("pool"):
             # throughput at full load: the scheduler keeps as many requests running as the KV cache holds
             api = "serve"
             args = {k: v for k, v in args.items() if k != "batch"} | {"concurrency": "max", "chips": args["tp"]}
@@ -140,8 +152,10 @@ def published_cases() -> list[dict]:
                 if fit > cap * (args["chips"] // args["tp"]):
                     assumed = [f"{cap} running sequences (the engine's default max_num_seqs)"
                                if x == "as many requests as fit" else x for x in assumed]
-        unit = {"ttft_s": "s", "prefill_tokens_per_s": "prompt tok/s"}.get(e["metric"], "tok/s")
-        out.append({"id": e["id"], "kind": "prefill" if e["metric"] in ("ttft_s", "prefill_tokens_per_s") else "decode",
+        unit = {"ttft_s": "s", "prefill_tokens_per_s": "prompt tok/s",
+                "input_tokens_per_s_per_chip": "prompt tok/s/chip"}.get(e["metric"], "tok/s")
+        prefill = e["metric"] in ("ttft_s", "prefill_tokens_per_s", "input_tokens_per_s_per_chip")
+        out.append({"id": e["id"], "kind": "prefill" if prefill else "decode",
                     "regime": e["regime"], "what": e["what"], "measured": float(e["measured"]), "unit": unit,
                     "api": api, "args": args, "metric": metric, "transform": transform, "per_gpu": False,
                     "scored": not e.get("unscored"), "why_not": e.get("unscored", ""), "source": e["source"],
@@ -353,6 +367,10 @@ def read(c: dict, x: float) -> float:
         x = x / a["tp"]
     elif t == "prompt_rate":
         x = a["batch"] * a["prompt"] / x
+    elif t == "prompt_rate_per_tp":
+        x = a["batch"] * a["prompt"] / x / a["tp"]
+    elif t == "batch_rate_per_tp":
+        x = a["batch"] / x / a["tp"]
     return x * c.get("scale", 1.0)
 
 
@@ -420,9 +438,10 @@ def table(results, title: str = "Performance validation: estimates vs published 
         "their calibration rows. TensorRT-LLM's max-throughput rows run as its scheduler does: at most its default",
         "max_batch_size (2048) requests, each admitted with prompt + output reserved (GUARANTEED_NO_EVICT); gpt-oss's",
         "MXFP4 experts run against MXFP8 activations on Blackwell. MoE is not yet at the dense rows' accuracy (the",
-        "15 % goal): per-release software differences (Megatron-Bridge 25.09 to 26.06 runs the same layout up to 3x",
-        "apart), EPLB's redundant experts and prefill-only pools are not modelled, and a case aicalc refuses is listed",
-        "unscored with the refusal.",
+        "15 % goal in training): per-release software differences (Megatron-Bridge 25.09 to 26.06 runs the same",
+        "layout up to 3x apart); EPLB's redundant experts are priced as slots under uniform routing (the skew they",
+        "relieve is not modelled); one pool of a disaggregated deployment (`pool`) is priced alone, a decode pool",
+        "as batch / TPOT, a prefill pool as prompts / TTFT; a case aicalc refuses is listed unscored with the refusal.",
         "",
         f"**Scored cases: {len(scored)}; geometric-mean error {geomean_error([e for _, e in scored]):.1%}; worst "
         f"{max(e for _, e in scored):.1%}. Held out: {len(held)}"

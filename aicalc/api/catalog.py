@@ -205,13 +205,14 @@ def kv_format(spec, kv_dtype: str) -> str:
     return (ck.kv_dtype if ck is not None else None) or "bf16"
 
 
-def resident_weights(spec, dtype: str | None, tp=1, bytes_per_param: float | None = None, *, ep=1, attention_dp=1):
+def resident_weights(spec, dtype: str | None, tp=1, bytes_per_param: float | None = None, *, ep=1, attention_dp=1,
+                     redundant=0):
     """Weight bytes one device holds (:func:`aicalc.core.geometry.weight_bytes_per_device`) under ``dtype``
     (``"release"``: the official checkpoint's; ``"checkpoint"``: the files' own bytes); ``ep`` / ``attention_dp``:
-    expert and attention-data parallelism inside a replica of ``tp`` chips."""
+    expert and attention-data parallelism inside a replica of ``tp`` chips; ``redundant``: extra expert replicas."""
     from aicalc.core.geometry import weight_bytes_per_device
 
     wf = weight_format(spec, dtype)
     return weight_bytes_per_device(spec.arch, wf.name, tp, bytes_per_param=bytes_per_param or wf.bytes_per_param,
                                    edge_bpp=wf.edge_bytes_per_param, expert_bpp=wf.expert_bytes_per_param,
-                                   attention_dp=attention_dp)
+                                   attention_dp=attention_dp, redundant=redundant)

@@ -29,13 +29,14 @@ CAPS: dict[str, tuple[float, str]] = {
     "achieved": (1e21, "FLOP/s"), "total_chips": (_DEVICES, "chips"), "prefill_tp": (_DEVICES, "devices"),
     "decode_tp": (_DEVICES, "devices"), "etp": (_DEVICES, "devices"),
     "first_stage_layers": (2**20, "layers"), "last_stage_layers": (2**20, "layers"),
+    "redundant_experts": (2**20, "experts"),
 }
 INT_CAP = 2**40  # any other integer option
 # Least values of the command line's integer and float options (the library checks its own arguments).
 MINIMA: dict[str, float] = {
     **dict.fromkeys(("tp", "pp", "dp", "cp", "ep", "chips", "batch", "microbatches", "lora_rank", "group_size",
                      "virtual_stages", "interleave", "top", "block_size", "etp"), 1),
-    "zero": 0, "first_stage_layers": 0, "last_stage_layers": 0,
+    "zero": 0, "first_stage_layers": 0, "last_stage_layers": 0, "redundant_experts": 0,
 }
 
 

@@ -208,7 +208,8 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
              kv_dtype: str = "bf16",
              tp=None, compute_dtype: str | None = None, group_size: int | None = None, attention: str = "flash",
              kv_shared: bool | None = None, engine: str | None = None, efficiency=None, draft=None,
-             draft_tokens: int = 4, acceptance=0.7, ep: int = 1, attention_dp: int = 1) -> Roofline:
+             draft_tokens: int = 4, acceptance=0.7, ep: int = 1, attention_dp: int = 1,
+             redundant_experts: int = 0) -> Roofline:
     """Prefill and decode of ``batch`` sequences of ``prompt`` + ``gen`` tokens on a TP group of ``chip``
     (arrays broadcast; ``tp`` defaults to a node's chips, else 1): FLOPs, bytes, bound, TTFT, TPOT and tokens/s,
     estimated and ideal. ``engine``: an engine
@@ -217,7 +218,8 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     ``draft_tokens``, ``acceptance``: speculative decoding (:func:`draft_setup`): TTFT, TPOT and tokens/s are
     then those of a speculative decode, with ``speculative_speedup`` against the plain one. ``ep``,
     ``attention_dp``: expert and attention-data parallelism inside the replica of ``tp`` chips
-    (:func:`aicalc.core.geometry.check_parallel`): ``batch`` is the replica's, spread over the attention groups.
+    (:func:`aicalc.core.geometry.check_parallel`): ``batch`` is the replica's, spread over the attention groups;
+    ``redundant_experts``: extra expert replicas over the EP ranks (EPLB).
     ``dtype`` "release" (default): the official checkpoint's precision."""
     import numpy as np
 
@@ -228,6 +230,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
 
     ep = inputs.whole("ep", ep)
     attention_dp = inputs.whole("attention_dp", attention_dp)
+    redundant = inputs.count("redundant_experts", redundant_experts, minimum=0)
     if tp is None:  # a node id is one TP group of its chips; a chip id is TP 1
         from aicalc.api.catalog import node_count
 
@@ -241,13 +244,13 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
                     efficiency=efficiency)
     arch = cs.model.arch
     for t in inputs.distinct(TP):
-        check_parallel(arch, int(t), ep, attention_dp)
+        check_parallel(arch, int(t), ep, attention_dp, redundant)
     eff = cs.efficiency
     D = float(attention_dp)
     TPa, Ba = TP / D, B / D  # one attention group: its chips and its share of the sequences
     weights = weight_bytes_per_device(arch, cs.dtype, TP, bytes_per_param=cs.formats.weight_bytes,
                                       edge_bpp=cs.formats.edge_bytes, expert_bpp=cs.formats.expert_bytes,
-                                      attention_dp=attention_dp)
+                                      attention_dp=attention_dp, redundant=redundant)
     kv_dtype = cs.kv_dtype
     kv = np.zeros_like(B)
     for t in inputs.distinct(TP):  # the cache geometry per attention TP degree
@@ -266,7 +269,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
             kv[sel] += kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, int(t)), B[sel], S[sel] + G[sel] + spec["k"])
     chips_needed = np.ceil((weights + kv) * TP / float(cs.chip.memory_bytes))
     # a dataflow deployment spreads the weights over chips_needed chips that every token crosses in turn
-    par = latency.Par(float(ep), D)
+    par = latency.Par(float(ep), D, float(redundant))
     pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, Ba, S, G, TPa,
                                       chips_needed if cs.dataflow else 1.0, par)
     for key in out:  # the replica's tokens/s: its attention groups run side by side
@@ -291,7 +294,8 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     e, ideal = out["est"], out["ideal"]
     cols = {"batch": B.astype(np.int64), "prompt": S.astype(np.int64), "gen": G.astype(np.int64),
             "tp": TP.astype(np.int64), "ep": ep + 0 * TP.astype(np.int64),
-            "attention_dp": attention_dp + 0 * TP.astype(np.int64), "ridge_point": cs.roofs.ridge_point,
+            "attention_dp": attention_dp + 0 * TP.astype(np.int64),
+            "redundant_experts": redundant + 0 * TP.astype(np.int64), "ridge_point": cs.roofs.ridge_point,
             "prefill_flop": pre.flop, "prefill_bytes": pre.bytes, "prefill_time_s": pre.t_est,
             "prefill_ideal_time_s": pre.t_ideal, "decode_flop": dec.flop, "decode_bytes": dec.bytes,
             "decode_time_s": dec.t_est, "decode_ideal_time_s": dec.t_ideal,

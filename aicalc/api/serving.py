@@ -18,7 +18,7 @@ class Serving(Table):
 
 def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024, gen=256,
                     dtype: str = "release", kv_dtype: str = "bf16", utilization=0.9, engine: str | None = None,
-                    ep: int = 1, attention_dp: int = 1) -> int:
+                    ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0) -> int:
     """Requests of ``prompt + gen`` tokens the whole deployment holds in its KV budget (0 when none) — each at its
     live context, or its whole prompt + gen where the ``engine`` reserves it at admission (its profile's
     ``kv_reserve``: TensorRT-LLM) — and no more per scheduler than the ``engine``'s runs at once by default (its profile's ``max_num_seqs``: vLLM 256);
@@ -39,8 +39,9 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
     ep, attention_dp = inputs.whole("ep", ep), inputs.whole("attention_dp", attention_dp)
     from aicalc.core.geometry import check_parallel
 
-    check_parallel(arch, tp, ep, attention_dp)
-    weights = resident_weights(spec, dtype, tp, ep=ep, attention_dp=attention_dp)
+    redundant = inputs.count("redundant_experts", redundant_experts, minimum=0)
+    check_parallel(arch, tp, ep, attention_dp, redundant)
+    weights = resident_weights(spec, dtype, tp, ep=ep, attention_dp=attention_dp, redundant=redundant)
     budget = float(capacity.kv_budget_bytes(chip_obj.memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp)))
     from aicalc.core.serving import held_context
@@ -63,7 +64,7 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
 def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: int | None = None, chips: int | None = None,
           dtype: str = "release", kv_dtype: str = "bf16", max_ttft=None, max_tpot=None, price=None,
           utilization=0.9, engine: str | None = None, efficiency=None, draft=None, draft_tokens: int = 4,
-          acceptance=0.7, prefix_hit=0.0, ep: int = 1, attention_dp: int = 1) -> Serving:
+          acceptance=0.7, prefix_hit=0.0, ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0) -> Serving:
     """``concurrency`` requests of ``prompt`` + ``gen`` tokens over ``chips`` chips in replicas of TP ``tp``
     (arrays broadcast); ``concurrency="max"``: as many as the KV budget holds and the engine's scheduler runs
     (serving at full load).
@@ -75,7 +76,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     (:mod:`aicalc.core.speculative`). ``prefix_hit``: the share of every prompt found in the prefix cache: it is
     not prefilled, and its KV blocks are held once per replica. ``ep`` / ``attention_dp``: expert and attention-data
     parallelism inside each replica of ``tp`` chips (:func:`aicalc.core.geometry.check_parallel`): a replica's
-    sequences are spread over its attention groups, which step together through the shared experts."""
+    sequences are spread over its attention groups, which step together through the shared experts;
+    ``redundant_experts``: extra expert replicas over the EP ranks (EPLB), whose weights each rank also holds."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -95,12 +97,13 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=tp > 1, engine=engine, efficiency=efficiency)
     arch = cs.model.arch
     ep, attention_dp = inputs.whole("ep", ep), inputs.whole("attention_dp", attention_dp)
-    check_parallel(arch, tp, ep, attention_dp)
+    redundant = inputs.count("redundant_experts", redundant_experts, minimum=0)
+    check_parallel(arch, tp, ep, attention_dp, redundant)
     if (ep > 1 or attention_dp > 1) and draft is not None:
         raise ParameterError("draft", draft, "is not modelled with ep or attention_dp (speculative decoding is priced "
                              "on a plain TP replica)")
     D = float(attention_dp)
-    par = latency.Par(float(ep), D)
+    par = latency.Par(float(ep), D, float(redundant))
     if chips < 1 or chips % tp:
         raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}")
     replicas = chips // tp
@@ -109,7 +112,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if isinstance(concurrency, str) and concurrency == "max":
         concurrency = max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompt, gen=gen, dtype=dtype,
                                              kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
-                                             attention_dp=attention_dp))
+                                             attention_dp=attention_dp, redundant_experts=redundant))
     g = inputs.broadcast(concurrency=inputs.positive("concurrency", concurrency, whole=True),
                          prompt=inputs.positive("prompt", prompt, whole=True),
                          gen=inputs.positive("gen", gen, whole=True))
@@ -121,7 +124,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     utilization = inputs.fraction("utilization", utilization)
     from aicalc.api.catalog import resident_weights
 
-    weights = resident_weights(cs.model, dtype, tp, ep=ep, attention_dp=attention_dp)
+    weights = resident_weights(cs.model, dtype, tp, ep=ep, attention_dp=attention_dp, redundant=redundant)
     dtype, kv_dtype = cs.dtype_label, cs.kv_dtype
     overhead = capacity.runtime_overhead_bytes(arch, tp)
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, utilization, weights, overhead))
@@ -174,7 +177,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if max_tpot is not None:
         meets &= tpot <= max_tpot
     cols = {"concurrency": C.astype(np.int64), "prompt": P.astype(np.int64), "gen": G.astype(np.int64),
-            "replicas": replicas, "tp": tp, "ep": ep, "attention_dp": attention_dp, "chips": chips,
+            "replicas": replicas, "tp": tp, "ep": ep, "attention_dp": attention_dp, "redundant_experts": redundant,
+            "chips": chips,
             "batch_per_replica": per_rep.astype(np.int64),
             "prefill_batch": k, "prefix_cached_tokens": cached,
             "ttft_s": ttft, "tpot_s": tpot, "output_tokens_per_s": tps,

@@ -14,13 +14,13 @@ from aicalc.result import Result
 def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: str = "release", kv_dtype: str = "bf16",
         tp=None, compute_dtype=None, group_size=None, attention: str = "flash", ops: bool = False, eff=None,
         kv_per_query_head: bool = False, engine=None, draft=None, draft_tokens=4, acceptance="0.7", ep=1,
-        attention_dp=1) -> Result:
+        attention_dp=1, redundant_experts=0) -> Result:
     from aicalc.commands.merge import choices, over
 
     if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # a table across formats
         return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
             model, chip, batch, prompt, gen, d, kd, tp, compute_dtype, group_size, attention, ops, eff,
-            kv_per_query_head, engine, draft, draft_tokens, acceptance, ep, attention_dp)))
+            kv_per_query_head, engine, draft, draft_tokens, acceptance, ep, attention_dp, redundant_experts)))
 
     from aicalc.api.roofline import roofline
     from aicalc.catalog.profiles import release_note
@@ -39,7 +39,7 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
                  compute_dtype=compute_dtype, group_size=group_size, attention=attention,
                  kv_shared=False if kv_per_query_head else None, engine=engine,
                  efficiency=efficiency_overrides(eff), draft=draft, draft_tokens=draft_tokens, acceptance=acceptance,
-                 ep=ep, attention_dp=attention_dp)
+                 ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts)
     cs, effm = r.meta["setup"], r.meta["efficiency"]
     ridge = cs.roofs.ridge_point
     c = r.columns
@@ -48,7 +48,7 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
     for i in range(len(r)):
         common = {"batch": int(c["batch"][i]), "prompt": int(c["prompt"][i]), "gen": int(c["gen"][i]),
                   "tp": int(c["tp"][i]), "ep": int(c["ep"][i]), "attention_dp": int(c["attention_dp"][i]),
-                  "ridge_point": ridge}
+                  "ridge_point": ridge, **({"redundant_experts": int(redundant_experts)} if redundant_experts else {})}
         mem_row = {"weights_bytes_per_device": float(c["weights_bytes_per_device"][i]),
                    "kv_cache_bytes_per_device": float(c["kv_cache_bytes_per_device"][i]), "fits": bool(c["fits"][i]),
                    "chips_needed": int(c["chips_needed"][i])}
@@ -77,7 +77,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
             if ops:
                 rows += _op_rows(ph.ops, i, name, common, tails, ridge)
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "batch": batch, "prompt": prompt, "gen": gen, "dtype": cs.dtype_label,
-              "kv_dtype": cs.kv_dtype, "tp": tp, "ep": ep, "attention_dp": attention_dp, "compute_dtype": cs.compute_dtype, "attention": attention,
+              "kv_dtype": cs.kv_dtype, "tp": tp, "ep": ep, "attention_dp": attention_dp,
+              "redundant_experts": int(redundant_experts), "compute_dtype": cs.compute_dtype, "attention": attention,
               "group_size": group_size, "kv_shared": cs.formats.kv_shared, "engine": cs.engine,
               "engine_release": engine_release(cs.engine), "draft": draft, "draft_tokens": draft_tokens if draft else None,
               "acceptance": acceptance if draft else None,
@@ -89,6 +90,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
                *([] if cs.dataflow else ["fits"])]
     if ep > 1 or attention_dp > 1:
         columns[columns.index("tp") + 1:columns.index("tp") + 1] = ["ep", "attention_dp"]
+    if redundant_experts:
+        columns.insert(columns.index("ep") + 1, "redundant_experts")
     if not ops:
         columns.remove("op")
     if draft is not None:

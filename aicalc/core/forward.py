@@ -176,7 +176,7 @@ def experts_touched(s: Shape, tokens, ep=1.0):
 
 
 def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_tokens=None, ep=1.0, *, etp=None,
-                moe_sources=None) -> list[Op]:
+                moe_sources=None, redundant=0.0) -> list[Op]:
     """Operations of one forward pass over B sequences × T new tokens with P cached tokens, per device of a
     group of ``tp`` tensor-parallel ranks; ``logits_tokens`` per sequence reach the LM head (default all T; 1 in
     a prefill that samples one token). MoE layers (:func:`aicalc.core.moe.moe_ops`): ``ep`` ranks share the
@@ -254,7 +254,7 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     if s.moe_layers:
         from aicalc.core.moe import moe_ops
 
-        ops += moe_ops(s, fm, M, tp, ep=ep, etp=etp, sources=moe_sources, zero=zero)
+        ops += moe_ops(s, fm, M, tp, ep=ep, etp=etp, sources=moe_sources, zero=zero, redundant=redundant)
 
     # TP all-reduce after attention and after the MLP: payload B·T·H activations
     on = np.where(tp > 1, 1.0, 0.0)

@@ -35,20 +35,29 @@ def check_tp(arch: Arch, tp: int) -> None:
         raise ParameterError("tp", tp, f"neither divides the {arch.kv_heads} kv heads nor is a multiple of them")
 
 
-def check_parallel(arch: Arch, tp: int, ep: int = 1, attention_dp: int = 1) -> None:
+def check_parallel(arch: Arch, tp: int, ep: int = 1, attention_dp: int = 1, redundant: int = 0) -> None:
     """A serving replica of ``tp`` chips with ``ep``-way expert parallelism and ``attention_dp`` attention
     data-parallel groups, as SGLang (``--tp N --ep N --dp N --enable-dp-attention``), TensorRT-LLM
     (``tp_size``, ``moe_expert_parallel_size``, ``enable_attention_dp``) and vLLM (``--enable-expert-parallel``)
     lay it out: ``tp`` is the replica's chips; attention runs TP tp/attention_dp in each of attention_dp groups;
-    the experts are split ep ways (ep dividing both the experts and the replica's chips), each over tp/ep chips."""
+    the experts are split ep ways (ep dividing both the experts and the replica's chips), each over tp/ep chips.
+    ``redundant`` R: extra replicas of the busiest experts that expert-parallel load balancers place beside the E
+    experts (DeepSeek's EPLB; SGLang ``--ep-num-redundant-experts``, vLLM ``--num-redundant-experts``): ep then
+    divides the E + R expert slots."""
     for name, v in (("ep", ep), ("attention_dp", attention_dp)):
         if not v >= 1:
             raise ParameterError(name, v, "must be at least 1")
+    if not redundant >= 0:
+        raise ParameterError("redundant_experts", redundant, "must be 0 or more")
+    if redundant and (arch.moe is None or ep <= 1):
+        raise ParameterError("redundant_experts", redundant, "replicates experts over expert-parallel ranks: it needs "
+                             "a model with experts and ep > 1")
     if ep > 1:
         if arch.moe is None:
             raise ParameterError("ep", ep, "is expert parallelism, and this model has no experts")
-        if arch.moe.experts % ep:
-            raise ParameterError("ep", ep, f"does not divide the {arch.moe.experts} experts")
+        if (arch.moe.experts + redundant) % ep:
+            slots = f"{arch.moe.experts} experts" + (f" + {redundant} redundant" if redundant else "")
+            raise ParameterError("ep", ep, f"does not divide the {slots}")
         if tp % ep:
             raise ParameterError("ep", ep, f"must divide the {tp} chips of a replica (tp {tp}): the experts are split "
                                  "over the replica's chips")
@@ -155,7 +164,8 @@ class WeightBytes(NamedTuple):
 
 
 def weight_bytes(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float | None = None,
-                 edge_bpp: float | None = None, expert_bpp: float | None = None, attention_dp=1) -> WeightBytes:
+                 edge_bpp: float | None = None, expert_bpp: float | None = None, attention_dp=1,
+                 redundant=0) -> WeightBytes:
     """Weights held by one device under tensor parallelism (Megatron-LM, Shoeybi et al. 2019 §3; vLLM's parallel
     linear layers): q, o and FFN/expert matrices, the embedding and the LM head split over ``tp``; norms
     replicated; the format covers the block linears (and every matrix for GGUF). ``bytes_per_param``
@@ -165,22 +175,25 @@ def weight_bytes(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float |
     ``attention_dp`` D: attention data parallelism inside a replica of ``tp`` chips (SGLang ``--enable-dp-attention``,
     TensorRT-LLM ``enable_attention_dp``): everything but the routed experts is replicated over D groups of tp/D
     chips (split tp/D ways), the routed experts are split over all tp chips (expert parallelism ep × expert TP
-    tp/ep; the bytes do not depend on the split)."""
+    tp/ep; the bytes do not depend on the split); ``redundant`` R extra expert replicas (:func:`check_parallel`)
+    add R/E of the routed experts' bytes."""
     from aicalc.core.params import routed_expert_params
 
     n = count_params(arch)
     q = weight_bytes_per_param(dtype) if bytes_per_param is None else bytes_per_param
     edge = edge_bytes_per_param(dtype, q) if edge_bpp is None else edge_bpp
     routed = routed_expert_params(arch)
+    slots = routed * (1.0 + redundant / arch.moe.experts) if (redundant and arch.moe is not None) else routed
     qe = q if expert_bpp is None else expert_bpp
     ta = tp / attention_dp if not (isinstance(attention_dp, int) and attention_dp == 1) else tp
     return WeightBytes(embedding=n.embedding / ta * edge, lm_head=n.lm_head / ta * edge,
                        attention=arch.layers * attention_params_per_device(arch, ta) * q,
-                       ffn=(n.ffn - routed) / ta * q + routed / tp * qe,
+                       ffn=(n.ffn - routed) / ta * q + slots / tp * qe,
                        norms=n.norms * norm_bytes_per_param(dtype))
 
 
 def weight_bytes_per_device(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float | None = None,
-                            edge_bpp: float | None = None, expert_bpp: float | None = None, attention_dp=1):
+                            edge_bpp: float | None = None, expert_bpp: float | None = None, attention_dp=1,
+                            redundant=0):
     """Total resident weight bytes on one device (see :func:`weight_bytes`)."""
-    return weight_bytes(arch, dtype, tp, bytes_per_param, edge_bpp, expert_bpp, attention_dp).total
+    return weight_bytes(arch, dtype, tp, bytes_per_param, edge_bpp, expert_bpp, attention_dp, redundant).total

@@ -25,11 +25,13 @@ class Par(NamedTuple):
 
     ep: float = 1.0
     adp: float = 1.0
+    redundant: float = 0.0  # extra expert replicas over the EP ranks (EPLB), aicalc.core.geometry.check_parallel
 
 
 def forward_ops(s, fm, B, T, P, tp, logits_tokens=None, par: Par = Par()):
     """:func:`aicalc.core.forward.forward_ops` of one attention group of a replica laid out as ``par``."""
-    return _forward_ops(s, fm, B, T, P, tp, logits_tokens, ep=par.ep, etp=tp * par.adp / par.ep, moe_sources=par.adp)
+    return _forward_ops(s, fm, B, T, P, tp, logits_tokens, ep=par.ep, etp=tp * par.adp / par.ep, moe_sources=par.adp,
+                        redundant=par.redundant)
 
 
 class Phase:

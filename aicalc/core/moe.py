@@ -33,14 +33,15 @@ Sources of the terms:
 from __future__ import annotations
 
 
-def experts_touched(E: float, k: float, tokens, ep=1.0):
+def experts_touched(E: float, k: float, tokens, ep=1.0, redundant=0.0):
     """Experts of one MoE layer a device reads in a pass where ``tokens`` tokens are routed over the E experts
-    of its EP group: its E/ep experts, each reached with probability 1 − (1 − k/E)^tokens (the power as an exp)."""
+    of its EP group: its E/ep experts, each reached with probability 1 − (1 − k/E)^tokens (the power as an exp);
+    with ``redundant`` R extra replicas its (E + R)/ep expert slots, each reached as its expert is."""
     import numpy as np
 
     ep = np.asarray(ep, dtype=np.float64)
     n = np.asarray(tokens, dtype=np.float64)
-    return E / ep * (-np.expm1(n * np.log1p(-k / E)) if k < E else 1.0 + 0.0 * n)
+    return (E + redundant) / ep * (-np.expm1(n * np.log1p(-k / E)) if k < E else 1.0 + 0.0 * n)
 
 
 def imbalance(copies, ep):
@@ -75,14 +76,17 @@ def padded_rows(m, tile, tile_min=0.0):
     return np.maximum(float(tile), m + tile / 2.0)
 
 
-def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0):
+def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant=0.0):
     """The operations of the MoE layers of one pass on one device (see the module doc), as
     :class:`aicalc.core.forward.Op`: router, top-k, permute, grouped up/down projections, activation, unpermute,
     shared experts, and the dispatch/combine exchange where tokens are not already on every rank.
 
     ``M`` tokens of this device's attention group, ``tp`` its attention TP; ``ep`` ranks share the experts, each
     expert split over ``etp`` (default ``tp``); ``sources`` attention groups feed one EP group (default ``ep``:
-    training's EP over data-parallel ranks)."""
+    training's EP over data-parallel ranks). ``redundant`` R extra expert replicas (EPLB): each rank holds
+    (E + R)/ep expert slots, a replicated expert's tokens split over its replicas; routing here is uniform, so the
+    replicas add slots (weights to hold and read) and spread the same rows thinner — the hot experts they relieve
+    under skewed routing are outside this model."""
     import numpy as np
 
     from aicalc.core.forward import ACT_BYTES, Op
@@ -97,7 +101,7 @@ def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0):
     routed = M * src  # tokens routed over the EP group's experts
     copies = routed * k / ep  # routed copies one EP rank receives on average
     imb = imbalance(routed * k, ep)
-    touched = experts_touched(E, k, routed, ep) + zero
+    touched = experts_touched(E, k, routed, ep, redundant) + zero
     m_e = copies * imb / np.where(touched > 0, touched, 1.0)  # rows per reached expert on the busiest rank
     wbe, wb = fm.expert_bytes or fm.weight_bytes, fm.weight_bytes
     ops = []
