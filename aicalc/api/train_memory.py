@@ -62,7 +62,8 @@ def setup_of(**kw):
     s = replace(s, ep=inputs.count("ep", s.ep), virtual_stages=inputs.count("virtual_stages", s.virtual_stages),
                 lora_rank=None if s.lora_rank is None else inputs.count("lora_rank", s.lora_rank),
                 microbatches=None if s.microbatches is None else inputs.count("microbatches", s.microbatches),
-                dropout=None if s.dropout is None else inputs.share("dropout", s.dropout))
+                dropout=None if s.dropout is None else inputs.share("dropout", s.dropout),
+                lora_dropout=inputs.share("lora_dropout", s.lora_dropout))
     if s.lora_rank is not None:
         tm.lora_targets(s.lora_targets)
     s = replace(s, etp=None if s.etp is None else inputs.whole("etp", s.etp),
