@@ -13,8 +13,9 @@ class TrainMemory(Table):
     """Columns: ``batch`` (micro-batch per device), ``seq``, ``dp``, ``tp``, ``pp``, ``cp``, ``zero``,
     ``recompute``, ``params``, ``params_per_device``, ``trainable_params``, ``weights_bytes``,
     ``gradients_bytes``, ``optimizer_bytes``, ``activations_bytes``, ``transient_bytes`` (at the peak phase),
-    ``loss_transient_bytes``, ``workspace_bytes``, ``optimizer_step_bytes``, ``peak_phase``, ``overhead_bytes``,
-    ``peak_allocated_bytes``, ``peak_bytes`` (per device: allocated + CUDA context), ``peak_reserved_bytes``
+    ``loss_transient_bytes``, ``workspace_bytes``, ``optimizer_step_bytes``, ``peak_phase``, ``overhead_bytes``
+    (``context_bytes`` + ``comm_buffers_bytes`` with a chip whose class states them, else a stated 1 GiB),
+    ``peak_allocated_bytes``, ``peak_bytes`` (per device: allocated + overhead), ``peak_reserved_bytes``
     (what the caching allocator reserves at that peak), ``stage`` and ``stage_layers`` (the pipeline rank whose peak
     this is, 0 = first, and its decoder layers), ``host_bytes``, ``states_bytes_per_param``; with a chip
     ``chip_memory_bytes`` and ``fits`` (judged on the reserved peak); from a search ``headroom_bytes``."""
@@ -89,6 +90,24 @@ def setup_of(**kw):
         raise ParameterError("framework", "hf", "has no sequence parallelism or virtual pipeline stages; use "
                              "{framework=megatron}")
     return s
+
+
+def with_chip_memory(st, chip_obj):
+    """The setup with its chip class's memory outside the tensors (``context_bytes``, ``nccl_communicator_bytes``,
+    ``nccl_all_to_all_bytes`` in presets/classes), unless the caller gave an ``overhead`` or the class states
+    none (then the stated 1 GiB, ``train_memory.CUDA_OVERHEAD_BYTES``)."""
+    from dataclasses import replace
+
+    from aicalc.catalog import profiles
+
+    if chip_obj is None or st.overhead is not None or st.context_bytes is not None:
+        return st
+    opt = profiles.load("class", profiles.chip_class(chip_obj)).options
+    if opt.get("context_bytes") is None:
+        return st
+    return replace(st, context_bytes=float(opt["context_bytes"]),
+                   comm_bytes=float(opt.get("nccl_communicator_bytes") or 0.0),
+                   all_to_all_bytes=float(opt.get("nccl_all_to_all_bytes") or 0.0))
 
 
 def phase_names(index):
@@ -184,6 +203,7 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
                          zero=inputs.positive("zero", zero, whole=True, minimum=0))
     chip_obj = load_node_or_chip(chip)[0] if chip is not None else None
     xla = chip_obj is not None and profiles.chip_class(chip_obj) == "tpu"
+    st = with_chip_memory(st, chip_obj)
     check_layout(spec.arch, st, g["tp"], g["pp"], g["zero"], g["cp"], g["seq"], g["dp"], xla)
     if st.offload == "params" and np.any(g["zero"] < 3):
         raise ParameterError("offload", "params", "needs {zero=3} (ZeRO-Infinity / FSDP CPU offload)")
@@ -244,6 +264,7 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     from aicalc.catalog import profiles
 
     xla = chip_obj is not None and profiles.chip_class(chip_obj) == "tpu"
+    st = with_chip_memory(st, chip_obj)
     check_experts(spec.arch, st.ep, st.etp, 1, chips)
     max_batch = inputs.whole("max_batch", max_batch)
     n = layout_search.count(spec.arch, chips, seqs, max_batch, cps, recomputes, st.virtual_stages,

@@ -444,6 +444,20 @@ def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", 
     return loss, workspace, gather
 
 
+def comm_buffer_bytes(dp, tp, pp, cp=1, ep=1, per_communicator=0.0, all_to_all=0.0):
+    """NCCL's buffers on one device, outside PyTorch's allocator: ``per_communicator`` for each parallel group
+    of more than one rank that communicates through NCCL (data parallel over dp·cp, the gradients' all-reduce or
+    FSDP/ZeRO's reduce-scatter and all-gather; tensor parallel; pipeline parallel's send/recv; context
+    parallel's K/V ring), plus ``all_to_all`` with expert parallelism (its token dispatch connects every peer).
+    The figures are the chip class's (presets/classes ``nccl_communicator_bytes``, ``nccl_all_to_all_bytes``:
+    NCCL connects a channel's buffers per peer, NVIDIA/nccl issue #1685)."""
+    import numpy as np
+
+    dp, tp, pp, cp, ep = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, cp, ep))
+    groups = (dp * cp > 1) * 1.0 + (tp > 1) + (pp > 1) + (cp > 1)
+    return groups * per_communicator + (ep > 1) * all_to_all
+
+
 ADAMW_IMPLS = ("foreach", "fused")
 
 

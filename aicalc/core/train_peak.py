@@ -49,6 +49,11 @@ class TrainSetup:
     offload: str = "none"
     dropout: float | None = None
     overhead: float | None = None
+    # the chip class's memory outside the tensors (presets/classes, aicalc.api.train_memory fills them for a chip):
+    # with context_bytes set (and no overhead given), the overhead is the context plus NCCL's buffers per layout
+    context_bytes: float | None = None
+    comm_bytes: float | None = None
+    all_to_all_bytes: float | None = None
     adamw: str = "foreach"
     lora_dropout: float = 0.0  # LoRA's own dropout on the adapters' input (PEFT/LitGPT lora_dropout)
     bnb_keeps_inputs: bool = False  # bitsandbytes < 0.43.2: MatMul4Bit keeps its input (tm.bnb_kept_inputs)
@@ -244,6 +249,11 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         host = host + weights
         weights = weights * 0.0
     overhead = tm.CUDA_OVERHEAD_BYTES if o.overhead is None else o.overhead
+    context, comm = 0.0, 0.0
+    if o.overhead is None and o.context_bytes is not None:
+        context = o.context_bytes
+        comm = tm.comm_buffer_bytes(dp, tp, pp, cp, o.ep, o.comm_bytes or 0.0, o.all_to_all_bytes or 0.0)
+        overhead = context + comm
     # Gradients live through the forward when something keeps them between steps: DDP/ZeRO buckets
     # (dp > 1), gradient accumulation (microbatches > 1), Megatron's contiguous grad buffer. Otherwise
     # (one device, zero_grad(set_to_none=True)) they are allocated in the backward while the activations
@@ -288,7 +298,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         "recompute": recompute,
         "params": float(split.total), "params_per_device": n_dev, "trainable_params": trainable_total,
         "weights_bytes": weights, "gradients_bytes": grads, "optimizer_bytes": optimizer,
-        "activations_bytes": activ, "transient_bytes": transient, "overhead_bytes": overhead,
+        "activations_bytes": activ, "transient_bytes": transient, "overhead_bytes": overhead + 0.0 * allocated,
+        "context_bytes": context + 0.0 * allocated, "comm_buffers_bytes": comm + 0.0 * allocated,
         "loss_transient_bytes": loss_t + 0.0 * activ, "workspace_bytes": workspace + gather + 0.0 * activ,
         "optimizer_step_bytes": step_t + 0.0 * activ, "peak_phase": peak_phase,
         "peak_allocated_bytes": allocated, "peak_bytes": allocated + overhead,
