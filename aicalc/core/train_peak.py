@@ -178,6 +178,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         dropout = o.dropout if o.dropout is not None else (0.1 if arch.family == "gpt2" else 0.0)
         kw = dict(dropout=dropout, attn_dropout=dropout if arch.family == "gpt2" else 0.0)
         layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
+        if o.precision in ("bf16-mixed", "fp16-mixed") and not o.lora_rank:
+            layer = layer + act.amp_saved(B, S_loc, arch, a, tp)
         inflight = np.minimum(inflight_cap, o.microbatches) if o.microbatches else inflight_cap
         if o.lora_rank:  # frozen base: its linears keep no inputs; the adapters keep theirs
             layer = layer + lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp, o.lora_dtype == "fp32",
