@@ -110,3 +110,14 @@ def test_litgpt_trace(rec):
         r = _estimate(c, bnb_keeps_inputs=keep)
         assert abs(float(r["peak_allocated_bytes"][0]) / rec[key]["peak_bytes"] - 1) < 0.10, (rec["id"], key)
         assert float(r["weights_bytes"][0]) == pytest.approx(rec[key]["weights_bytes"], rel=0.005), rec["id"]
+
+
+def test_litgpt_layouts_are_data_parallel():
+    from aicalc.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="not a LitGPT layout"):
+        aicalc.train_memory("llama-3.1-8b", pp=2, framework="litgpt", lora_rank=8)
+    with pytest.raises(ParameterError, match="one layout per device count"):
+        aicalc.search_layouts("llama-3.1-8b", chip="h100-sxm", chips=8, framework="litgpt")
+    r = aicalc.train_memory("llama-3.1-8b", dp=8, zero=3, framework="litgpt", lora_rank=8)
+    assert float(r["peak_allocated_bytes"][0]) > 0

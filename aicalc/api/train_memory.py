@@ -131,6 +131,12 @@ def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None, dp=None, xla=Fals
     from aicalc.core.stages import rank_layers
     from aicalc.errors import ParameterError
 
+    if setup.framework == "litgpt":
+        # LitGPT's finetune scripts run one device or Fabric's DDP/FSDP (--devices, --num_nodes): no TP/PP/CP
+        for name, v in (("tp", tp), ("pp", pp), ("cp", cp)):
+            if v is not None and np.any(np.asarray(v) > 1):
+                raise ParameterError(name, int(np.max(v)), "is not a LitGPT layout: its finetune scripts run data "
+                                     "parallel (DDP, or FSDP as {zero=3}) only")
     if cp is not None and np.any(cp > 1):
         # causal load balancing splits the sequence into 2·cp chunks, two per rank (Megatron-LM
         # get_batch_on_this_cp_rank; TransformerEngine's p2p CP; torch context_parallel's head-tail balancer)
@@ -246,6 +252,9 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
 
     spec = load_model(model)
     st = setup_of(**setup)
+    if st.framework == "litgpt":
+        raise ParameterError("framework", "litgpt", "has one layout per device count (data parallel, or FSDP as "
+                             "{zero=3}): give {dp} and {zero} instead of a search")
     chip_obj, count = load_node_or_chip(chip) if chip is not None else (None, 1)
     if chip_obj is None and limit is None:
         raise ParameterError("chip", None, "is needed (or a memory limit) to know what fits")
