@@ -229,8 +229,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         workspace = workspace + dq
         if litgpt:
             loss_t = loss_t + np.where(is_last, dq, 0.0)
-            if o.bnb_keeps_inputs:  # the previous micro-batch's graph, alive through this forward
-                kept = np.where(is_last, tm.bnb_kept_inputs(B, S_loc, arch, a, tp) * stage_layers / arch.layers, 0.0)
+            if o.bnb_keeps_inputs:  # the previous micro-batch's graph, alive through this forward (one stage)
+                kept = tm.bnb_kept_inputs(B, S_loc, arch, a, tp)
     if o.optimizer_in_backward:
         # one parameter's gradient at a time (tm.largest_param_tensor), sharded like the gradients
         gbytes = asb.grads if o.lora_rank else sb.grads
