@@ -465,7 +465,7 @@ def train_mem(
     recompute: Annotated[str, typer.Option("--recompute", help="none | full | selective (megatron: the attention "
                                            "core) | selective-op (hf: torchtitan op-level SAC) | every-N (hf: "
                                            "checkpoint every N-th layer)")] = "none",
-    framework: Annotated[str, typer.Option("--framework", help="hf | megatron (activation model)")] = "hf",
+    framework: Annotated[str, typer.Option("--framework", help="hf | megatron | litgpt (activation model; litgpt: LitGPT's finetune scripts)")] = "hf",
     attention: Annotated[str, typer.Option("--attention", help="eager | sdpa | flash (materialized = eager)")] = "sdpa",
     lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank (fine-tune adapters only)")] = None,
     lora_targets: Annotated[str, typer.Option("--lora-targets", help="q,k,v,o,gate,up,down or all")] = "q,v",
@@ -475,6 +475,8 @@ def train_mem(
     adamw: Annotated[str, typer.Option("--adamw", help="torch AdamW kernel: foreach (default; a temporary state-sized buffer in the step) | fused")] = "foreach",
     trace: Annotated[bool, typer.Option("--trace", help="also trace the step with PyTorch's memory tracker on fake tensors (needs the trace extra)")] = False,
     quant: Annotated[str, typer.Option("--quant", help="base weights with LoRA: none | nf4 | nf4-dq | int8")] = "none",
+    lora_dropout: Annotated[float, typer.Option("--lora-dropout", help="LoRA dropout on the adapters' input (modelled with --framework litgpt)")] = 0.0,
+    bnb_keeps_inputs: Annotated[bool, typer.Option("--bnb-keeps-inputs", help="bitsandbytes < 0.43.2: MatMul4Bit keeps its input until the graph is freed")] = False,
     offload: Annotated[str, typer.Option("--offload", help="none | optimizer | params (to host memory)")] = "none",
     dropout: Annotated[float | None, typer.Option("--dropout", help="hidden dropout (default: the family's)")] = None,
     chip: Annotated[list[str] | None, typer.Option("--chip", help="chip id: fits per device (repeatable)",
@@ -506,7 +508,7 @@ def train_mem(
                        microbatches=microbatches, recompute=recompute, framework=framework, attention=attention,
                        lora_rank=lora_rank, lora_targets=lora_targets, lora_dtype=lora_dtype, loss=loss,
                        optimizer_in_backward=optimizer_in_backward, quant=quant, offload=offload, dropout=dropout,
-                       adamw=adamw)
+                       adamw=adamw, lora_dropout=lora_dropout, bnb_keeps_inputs=bnb_keeps_inputs)
 
         result = per_chip(chip, one) if chip else one(None)
     return emit(result, fmt, json_, columns)

@@ -30,7 +30,7 @@ BANDS = {
 # Within 5 % but high for a known reason: torch AMP (``bf16-mixed`` here) keeps fp32 weights and gradients and
 # saves bf16 copies of the *linear* weights for backward; aicalc itemizes the ZeRO form (bf16 weights + fp32
 # master), whose 2 bytes per parameter also cover the embedding, which autocast never copies (half of the tiny
-# untied llama3-style model: +4.8 %; ≈ 7 % of Llama-3.1-8B's parameters, ≈ 1 % of its peak). With foreach AdamW
+# untied llama3-style model: +5.0 %; ≈ 7 % of Llama-3.1-8B's parameters, ≈ 1 % of its peak). With foreach AdamW
 # the optimizer step sets the peak and the two forms agree exactly.
 
 

@@ -81,6 +81,12 @@ MODELS: dict[str, dict[str, Any]] = {
         "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 64,
         "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
     },
+    # Qwen3: RMSNorm on each query and key head (q_norm, k_norm); attention width A·d = 512 ≠ H
+    "qwen3-style": {
+        "model_type": "qwen3", "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 8000,
+        "max_position_embeddings": 4096, "tie_word_embeddings": True, "hidden_act": "silu", "rope_theta": 1000000.0,
+    },
     "mixtral-style": {
         "model_type": "mixtral", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 8000, "max_position_embeddings": 4096,
@@ -138,6 +144,11 @@ def cases() -> list[dict[str, Any]]:
     out.append(_case("gemma2-style", 2, 256, "eager", "bf16"))
     out.append(_case("gemma2-style", 2, 256, "eager", "fp32"))
     out.append(_case("gemma2-style", 1, 512, "eager", "bf16", "full"))
+    # torch AMP where the activations set the peak (long sequences): autocast's per-op casts of the fp32 norm outputs
+    out.append(_case("llama2-style", 4, 2048, "sdpa", "bf16-mixed"))
+    out.append(_case("gemma2-style", 2, 1024, "eager", "bf16-mixed"))
+    out.append(_case("qwen3-style", 2, 512, "sdpa", "bf16"))
+    out.append(_case("qwen3-style", 4, 2048, "sdpa", "bf16-mixed"))
     out.append(_case("gpt2-style", 2, 256, "eager", "fp32"))
     out.append(_case("gpt2-style", 2, 256, "eager", "bf16"))
     out.append(_case("gpt2-style", 2, 256, "eager", "fp32", "full"))
@@ -158,7 +169,9 @@ EXCLUDED = [
     {"what": "QLoRA (bitsandbytes NF4 base weights)",
      "reason": "bitsandbytes is not in the validate extra and its Linear4bit keeps packed uint8 weights with a "
                "QuantState that fake tensors do not trace; QLoRA is held to the published QLoRA peaks in "
-               "tests/test_train_mem_measured.py (TM-21, TM-28, TM-29) instead"},
+               "tests/test_train_mem_measured.py (TM-21, TM-28, TM-29) and tests/test_train_qlora.py instead, and "
+               "LitGPT's QLoRA loop is traced with bitsandbytes' MatMul4Bit re-implemented for its memory by "
+               "validation/record_litgpt_qlora.py"},
     {"what": "Mixtral/Qwen2-MoE/DeepSeek-V3 styles in fp32 or bf16-mixed (fp32 expert weights)",
      "reason": "transformers' grouped_mm experts cast their input to the expert weights' dtype (torch._grouped_mm "
                "is not autocast-enabled) and torch 2.13's meta kernel for _grouped_mm accepts bf16 only "

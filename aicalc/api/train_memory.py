@@ -13,8 +13,9 @@ class TrainMemory(Table):
     """Columns: ``batch`` (micro-batch per device), ``seq``, ``dp``, ``tp``, ``pp``, ``cp``, ``zero``,
     ``recompute``, ``params``, ``params_per_device``, ``trainable_params``, ``weights_bytes``,
     ``gradients_bytes``, ``optimizer_bytes``, ``activations_bytes``, ``transient_bytes`` (at the peak phase),
-    ``loss_transient_bytes``, ``workspace_bytes``, ``optimizer_step_bytes``, ``peak_phase``, ``overhead_bytes``,
-    ``peak_allocated_bytes``, ``peak_bytes`` (per device: allocated + CUDA context), ``peak_reserved_bytes``
+    ``loss_transient_bytes``, ``workspace_bytes``, ``optimizer_step_bytes``, ``peak_phase``, ``overhead_bytes``
+    (``context_bytes`` + ``comm_buffers_bytes`` with a chip whose class states them, else a stated 1 GiB),
+    ``peak_allocated_bytes``, ``peak_bytes`` (per device: allocated + overhead), ``peak_reserved_bytes``
     (what the caching allocator reserves at that peak), ``stage`` and ``stage_layers`` (the pipeline rank whose peak
     this is, 0 = first, and its decoder layers), ``host_bytes``, ``states_bytes_per_param``; with a chip
     ``chip_memory_bytes`` and ``fits`` (judged on the reserved peak); from a search ``headroom_bytes``."""
@@ -62,7 +63,8 @@ def setup_of(**kw):
     s = replace(s, ep=inputs.count("ep", s.ep), virtual_stages=inputs.count("virtual_stages", s.virtual_stages),
                 lora_rank=None if s.lora_rank is None else inputs.count("lora_rank", s.lora_rank),
                 microbatches=None if s.microbatches is None else inputs.count("microbatches", s.microbatches),
-                dropout=None if s.dropout is None else inputs.share("dropout", s.dropout))
+                dropout=None if s.dropout is None else inputs.share("dropout", s.dropout),
+                lora_dropout=inputs.share("lora_dropout", s.lora_dropout))
     if s.lora_rank is not None:
         tm.lora_targets(s.lora_targets)
     # expert TP 1 where experts are split over EP ranks: Megatron-Bridge's MoE perf recipes set
@@ -92,6 +94,24 @@ def setup_of(**kw):
     return s
 
 
+def with_chip_memory(st, chip_obj):
+    """The setup with its chip class's memory outside the tensors (``context_bytes``, ``nccl_communicator_bytes``,
+    ``nccl_all_to_all_bytes`` in presets/classes), unless the caller gave an ``overhead`` or the class states
+    none (then the stated 1 GiB, ``train_memory.CUDA_OVERHEAD_BYTES``)."""
+    from dataclasses import replace
+
+    from aicalc.catalog import profiles
+
+    if chip_obj is None or st.overhead is not None or st.context_bytes is not None:
+        return st
+    opt = profiles.load("class", profiles.chip_class(chip_obj)).options
+    if opt.get("context_bytes") is None:
+        return st
+    return replace(st, context_bytes=float(opt["context_bytes"]),
+                   comm_bytes=float(opt.get("nccl_communicator_bytes") or 0.0),
+                   all_to_all_bytes=float(opt.get("nccl_all_to_all_bytes") or 0.0))
+
+
 def phase_names(index):
     """``peak_phase`` as names (``core.train_peak.PHASES``; the core keeps a one-byte index per layout)."""
     import numpy as np
@@ -113,6 +133,12 @@ def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None, dp=None, xla=Fals
     from aicalc.core.stages import rank_layers
     from aicalc.errors import ParameterError
 
+    if setup.framework == "litgpt":
+        # LitGPT's finetune scripts run one device or Fabric's DDP/FSDP (--devices, --num_nodes): no TP/PP/CP
+        for name, v in (("tp", tp), ("pp", pp), ("cp", cp)):
+            if v is not None and np.any(np.asarray(v) > 1):
+                raise ParameterError(name, int(np.max(v)), "is not a LitGPT layout: its finetune scripts run data "
+                                     "parallel (DDP, or FSDP as {zero=3}) only")
     if cp is not None and np.any(cp > 1):
         # causal load balancing splits the sequence into 2·cp chunks, two per rank (Megatron-LM
         # get_batch_on_this_cp_rank; TransformerEngine's p2p CP; torch context_parallel's head-tail balancer)
@@ -186,6 +212,7 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
                          zero=inputs.positive("zero", zero, whole=True, minimum=0))
     chip_obj = load_node_or_chip(chip)[0] if chip is not None else None
     xla = chip_obj is not None and profiles.chip_class(chip_obj) == "tpu"
+    st = with_chip_memory(st, chip_obj)
     check_layout(spec.arch, st, g["tp"], g["pp"], g["zero"], g["cp"], g["seq"], g["dp"], xla)
     if st.offload == "params" and np.any(g["zero"] < 3):
         raise ParameterError("offload", "params", "needs {zero=3} (ZeRO-Infinity / FSDP CPU offload)")
@@ -228,6 +255,9 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
 
     spec = load_model(model)
     st = setup_of(**setup)
+    if st.framework == "litgpt":
+        raise ParameterError("framework", "litgpt", "has one layout per device count (data parallel, or FSDP as "
+                             "{zero=3}): give {dp} and {zero} instead of a search")
     chip_obj, count = load_node_or_chip(chip) if chip is not None else (None, 1)
     if chip_obj is None and limit is None:
         raise ParameterError("chip", None, "is needed (or a memory limit) to know what fits")
@@ -246,6 +276,7 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     from aicalc.catalog import profiles
 
     xla = chip_obj is not None and profiles.chip_class(chip_obj) == "tpu"
+    st = with_chip_memory(st, chip_obj)
     check_experts(spec.arch, st.ep, st.etp, 1, chips)
     max_batch = inputs.whole("max_batch", max_batch)
     n = layout_search.count(spec.arch, chips, seqs, max_batch, cps, recomputes, st.virtual_stages,

@@ -16,7 +16,10 @@ Every profile may hold ``id`` (the file's name), ``name``, ``description``, ``fa
 kind whose factors and options it starts from; at most MAX_EXTENDS deep, no loops). Each kind has its options
 (:data:`OPTIONS`), each with an optional ``KEY_source`` text:
 
-- class: ``pipeline_over_chips`` (true/false);
+- class: ``pipeline_over_chips`` (true/false); the memory a process holds outside PyTorch's allocated tensors
+  (aicalc.api.train_memory): ``context_bytes`` (CUDA context and library workspaces), ``nccl_communicator_bytes``
+  (one NCCL communicator's buffers), ``nccl_all_to_all_bytes`` (what an all-to-all adds), each a number of bytes
+  or null (not stated);
 - engine: ``release`` (the software release the factors describe: ``{version, date: YYYY-MM[-DD], source}``;
   every built-in engine profile with factors has one), ``family`` (the engine a release belongs to: ``--engine cerebras``
   means the latest release of the family ``cerebras``, ``--engine cerebras-2024-08`` that one), ``kv_shared``
@@ -109,7 +112,8 @@ def _ids(roots: tuple[str, ...], kind: str) -> tuple[str, ...]:
 # --- what a profile file may hold -----------------------------------------------------------------------------
 # Every key of a profile, by kind, with the check of its value: the options are what the code reads
 # (aicalc.api.roofline: pipeline_over_chips, kv_shared, gguf_compute, gguf_compute_vendors, by_class;
-# aicalc.api.serving: max_num_seqs; aicalc.api.traffic: scheduler; aicalc.commands.train_time: default_zero;
+# aicalc.api.train_memory: context_bytes, nccl_communicator_bytes, nccl_all_to_all_bytes; aicalc.api.serving:
+# max_num_seqs, kv_reserve; aicalc.api.traffic: scheduler; aicalc.commands.train_time: default_zero;
 # aicalc.api.train_time: reduce_dtype), each with an optional
 # ``KEY_source`` text. A key no code reads is refused rather than silently ignored (a typo would change nothing).
 
@@ -159,6 +163,14 @@ def _kv_reserve(v) -> str | None:
     return None if isinstance(v, str) and v in KV_RESERVE else f"must be one of {', '.join(KV_RESERVE)}, got {_show(v)}"
 
 
+def _bytes(v) -> str | None:
+    """A memory figure in bytes: a number from 0 to 1 TiB, or null (not stated for this class: a class that
+    extends another without its CUDA/NCCL stack)."""
+    if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 2**40):
+        return None
+    return f"must be a number of bytes from 0 to 1 TiB, got {_show(v)}"
+
+
 def _zero_stage(v) -> str | None:
     if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 3:
         return None
@@ -186,7 +198,8 @@ def _family(v) -> str | None:
 
 COMMON_KEYS = ("id", "name", "description", "factors", "extends")
 OPTIONS = {
-    "class": {"pipeline_over_chips": _flag},
+    "class": {"pipeline_over_chips": _flag, "context_bytes": _bytes, "nccl_communicator_bytes": _bytes,
+              "nccl_all_to_all_bytes": _bytes},
     "engine": {"release": _release, "family": _family, "kv_shared": _flag, "gguf_compute": _compute_dtype,
                "gguf_compute_vendors": _texts, "max_num_seqs": _sequences, "scheduler": _scheduler,
                "kv_reserve": _kv_reserve,

@@ -83,8 +83,8 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                              "recompute framework attention lora_targets lora_dtype loss quant offload budget overhead "
                              "adamw",
                         int="ep etp first_stage_layers last_stage_layers virtual_stages interleave microbatches "
-                            "lora_rank chips top", float="dropout",
-                        flag="sequence_parallel sp optimizer_in_backward search trace", texts="chip",
+                            "lora_rank chips top", float="dropout lora_dropout",
+                        flag="sequence_parallel sp optimizer_in_backward bnb_keeps_inputs search trace", texts="chip",
                         params={"micro_batch": "batch", "sequence_parallel": "sp", "interleave": "virtual_stages"}),
     "roofline": _kinds(text="batch prompt gen dtype kv_dtype tp compute_dtype attention engine draft acceptance plot",
                        int="group_size draft_tokens ep attention_dp redundant_experts", flag="kv_per_query_head ops", texts="chip eff"),

@@ -12,7 +12,7 @@ from aicalc.result import Result
 SETUP = ("precision", "optimizer", "grad_dtype", "optimizer_dtype", "ep", "etp", "first_stage_layers",
          "last_stage_layers", "sp", "virtual_stages", "microbatches",
          "recompute", "framework", "attention", "lora_rank", "lora_targets", "lora_dtype", "loss",
-         "optimizer_in_backward", "quant", "offload", "dropout", "adamw")
+         "optimizer_in_backward", "quant", "offload", "dropout", "adamw", "lora_dropout", "bnb_keeps_inputs")
 
 
 def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp="1", chip=None, budget=None,
@@ -95,7 +95,8 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
     columns = ["batch", "seq", "dp", "tp", "pp", *(["cp"] if np.any(r.cp > 1) else []),
                *(["stage", "stage_layers"] if np.any(r.pp > 1) else []), "zero",
                "trainable_params", "weights_bytes", "gradients_bytes",
-               "optimizer_bytes", "activations_bytes", "transient_bytes", "peak_bytes", "peak_reserved_bytes"]
+               "optimizer_bytes", "activations_bytes", "transient_bytes", "overhead_bytes", "peak_bytes",
+               "peak_reserved_bytes"]
     if trace:
         _trace_rows(spec, st, rows)
         columns += ["peak_allocated_bytes", "peak_phase", "traced_peak_bytes", "traced_phase"]
@@ -106,10 +107,21 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
              "peak = weights + optimizer + the largest phase of the step (hf: the loss with every saved activation, "
              "a layer's backward, the gradients with a layer's workspace, the optimizer step with its foreach "
              f"temporaries; peak phase: {rows[0]['peak_phase']}) + "
-             f"{rows[0]['overhead_bytes'] / 2**30:.2g} GiB CUDA context/allocator overhead; see docs/train-mem.md"]
+             f"the overhead ({_overhead_note(st, rows[0])}); see docs/train-mem.md"]
     notes += _stage_notes(spec.arch, sorted({int(p) for p in np.ravel(r.pp)}), st)
     return Result("train-mem", inputs_, rows, warnings, code, title=f"train-mem {spec.id}", notes=notes,
                   columns=columns)
+
+
+def _overhead_note(st, row) -> str:
+    """What the overhead column holds: the chip class's context and NCCL figures, or the stated default."""
+    if st.context_bytes is not None and st.overhead is None:
+        return (f"CUDA context and cuBLAS workspace {row['context_bytes'] / 2**20:,.0f} MiB + NCCL buffers of "
+                f"{(st.comm_bytes or 0) / 1e9:.2g} GB per parallel group, {(st.all_to_all_bytes or 0) / 1e9:.3g} GB "
+                "more with expert parallelism: the chip class's figures")
+    if st.overhead is not None:
+        return f"{row['overhead_bytes'] / 2**30:.3g} GiB as given"
+    return f"{row['overhead_bytes'] / 2**30:.2g} GiB stated for the CUDA context, workspaces and communication buffers"
 
 
 def _stage_notes(arch, pps, st) -> list[str]:

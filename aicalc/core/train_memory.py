@@ -26,6 +26,8 @@ CUDA_OVERHEAD_BYTES = 2**30
 ALLOCATOR_RESERVE = 0.05
 # torchtune's CEWithChunkedOutputLoss default (``num_output_chunks=8``), the model's output split to match.
 CHUNKED_LOSS_CHUNKS = 8
+# LitGPT's finetune scripts: ``model(input_ids, lm_head_chunk_size=128)`` (litgpt/finetune/lora.py)
+LITGPT_LM_HEAD_CHUNK = 128
 
 
 @dataclass(frozen=True)
@@ -314,15 +316,52 @@ def base_weight_bytes(split: ParamSplit, quant: str, base_bytes: float) -> float
     return (split.linear * q + rest * base_bytes) / split.total
 
 
-def dequantized_weight_bytes(arch: Arch, a=2.0, t=1):
+def dequantized_weight_bytes(arch: Arch, a=2.0, t=1, head=False, from_fp16=False):
     """The 16-bit copy of one quantized weight that bitsandbytes makes for each matmul (QLoRA's backward
     workspace): ``bnb.matmul_4bit`` on a training batch runs ``MatMul4Bit``, whose forward computes
     ``F.linear(A, dequantize_4bit(B, quant_state).to(A.dtype).t())`` and whose backward dequantizes again for
     ``grad_A`` (``bitsandbytes/autograd/_functions.py``); the copy is freed after each matmul, so one is live at
     a time: the largest linear weight, ``a·H·max(F, A·d)/t`` (an expert's F for MoE). LLM.int8() (``int8``)
-    likewise dequantizes its weight for the backward. Llama-3.1-8B: 4096 × 14336 × 2 B = 117 MB."""
+    likewise dequantizes its weight for the backward. Llama-3.1-8B: 4096 × 14336 × 2 B = 117 MB.
+
+    ``head``: the LM head is quantized too (LitGPT: Lightning's ``BitsandbytesPrecision`` swaps every
+    ``torch.nn.Linear`` made under ``fabric.init_module``, the ``lm_head`` included), so the largest quantized
+    weight is ``V·H`` (Llama-3.1-8B: 128256 × 4096 × 2 B = 1.05 GB), dequantized for every 128-token chunk of the
+    logits. ``from_fp16``: Lightning's ``_Linear4bit.quantize`` casts the weight to ``torch.half`` before
+    ``quantize_4bit``, so ``dequantize_4bit`` returns fp16 (its ``quant_state.dtype``) and ``.to(A.dtype)`` makes
+    a second copy in the compute dtype: ``2 + a`` bytes per element while both live (``a`` = 2 with fp16
+    compute, where ``.to`` is a no-op: 2)."""
     F = arch.moe.expert_ffn if arch.moe else arch.ffn
-    return a * arch.hidden * max(F, arch.heads * arch.head_dim) / t
+    n = arch.hidden * max(F, arch.heads * arch.head_dim, arch.vocab if head else 0)
+    per = (2.0 + a) if from_fp16 else a
+    return per * n / t
+
+
+def bnb_kept_inputs(B, S, arch: Arch, a=2.0, t=1, per_layer=False):
+    """What bitsandbytes < 0.43.2 keeps of one micro-batch until its autograd graph is freed.
+
+    ``MatMul4Bit.forward`` in bitsandbytes 0.42.0 stores its input on the context object
+    (``ctx.tensors = (A, B)``, ``bitsandbytes/autograd/_functions.py``) instead of ``ctx.save_for_backward``,
+    so the backward does not release it: the input of every quantized linear that needs a gradient lives as
+    long as the graph (fixed in 0.43.2, bitsandbytes PR #1270 "fix QLoRA mem bug: delete useless buffered
+    activation"). LitGPT's ``finetune/lora.py`` loop keeps the graph through ``logits`` (a list of the
+    ``lm_head``'s chunk outputs, rebound only when the next micro-batch's forward returns), so at the end of the
+    next forward the previous micro-batch's linear inputs and its a-byte logits are still allocated. Per layer:
+    the QKV input (the first norm's output, ``a·BSH``; not in the first layer, whose input comes from the frozen
+    embedding and needs no gradient), the output projection's (``a·BS·A·d``), the MLP's shared input
+    (``a·BSH``) and the down projection's (``a·BS·F``); then the ``lm_head`` input (``a·BSH``) and the logits
+    (``a·BS·V``). The LoRA adapters' own inputs are saved normally and freed. ``per_layer``: one layer's share,
+    which the current micro-batch's activations hold as well (what the frozen base's linears otherwise keep none
+    of, ``activations.hf_frozen_saving``)."""
+    import numpy as np
+
+    B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
+    H, F, V = arch.hidden, (arch.moe.expert_ffn if arch.moe else arch.ffn), arch.vocab
+    layer = 2 * H + (arch.heads * arch.head_dim + F) / t
+    if per_layer:
+        return a * B * S * layer
+    # the first layer's missing QKV input and the lm_head input are both a·BSH: they cancel
+    return a * B * S * (layer * arch.layers + V / t)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -386,6 +425,10 @@ def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", 
     V, F, A = arch.vocab, (arch.moe.expert_ffn if arch.moe else arch.ffn), arch.heads
     if loss_kind == "chunked":
         loss = (8 + a) * BS * V / (CHUNKED_LOSS_CHUNKS * t)
+    elif framework == "litgpt":
+        # LitGPT's chunked_cross_entropy in the model dtype: one 128-token chunk's log-softmax gradient and its
+        # logits gradient at a time (litgpt/utils.py; the chunks' own logits and log-softmax are activations)
+        loss = 2 * a * B * np.minimum(S, LITGPT_LM_HEAD_CHUNK) * V / t
     else:
         loss = (np.maximum(a + 4, 8.0) if framework == "hf" else 4.0) * BS * V / t
     mlp = 3 * a * BS * F / t
@@ -399,6 +442,20 @@ def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", 
     workspace = np.maximum(workspace, kv)
     gather = np.where(np.asarray(zero) >= 3, 4.0 * largest_layer_params, 0.0)
     return loss, workspace, gather
+
+
+def comm_buffer_bytes(dp, tp, pp, cp=1, ep=1, per_communicator=0.0, all_to_all=0.0):
+    """NCCL's buffers on one device, outside PyTorch's allocator: ``per_communicator`` for each parallel group
+    of more than one rank that communicates through NCCL (data parallel over dp·cp, the gradients' all-reduce or
+    FSDP/ZeRO's reduce-scatter and all-gather; tensor parallel; pipeline parallel's send/recv; context
+    parallel's K/V ring), plus ``all_to_all`` with expert parallelism (its token dispatch connects every peer).
+    The figures are the chip class's (presets/classes ``nccl_communicator_bytes``, ``nccl_all_to_all_bytes``:
+    NCCL connects a channel's buffers per peer, NVIDIA/nccl issue #1685)."""
+    import numpy as np
+
+    dp, tp, pp, cp, ep = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, cp, ep))
+    groups = (dp * cp > 1) * 1.0 + (tp > 1) + (pp > 1) + (cp > 1)
+    return groups * per_communicator + (ep > 1) * all_to_all
 
 
 ADAMW_IMPLS = ("foreach", "fused")

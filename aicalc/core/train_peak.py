@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from aicalc.errors import ParameterError
 
-FRAMEWORKS = ("hf", "megatron")
+# litgpt: LitGPT's finetune scripts (the hf activation model, LitGPT's loss and its bitsandbytes plugin)
+FRAMEWORKS = ("hf", "megatron", "litgpt")
 ATTENTION = ("eager", "sdpa", "flash")
 OFFLOAD = ("none", "optimizer", "params")
 LOSSES = ("full", "chunked")
@@ -48,7 +49,14 @@ class TrainSetup:
     offload: str = "none"
     dropout: float | None = None
     overhead: float | None = None
+    # the chip class's memory outside the tensors (presets/classes, aicalc.api.train_memory fills them for a chip):
+    # with context_bytes set (and no overhead given), the overhead is the context plus NCCL's buffers per layout
+    context_bytes: float | None = None
+    comm_bytes: float | None = None
+    all_to_all_bytes: float | None = None
     adamw: str = "foreach"
+    lora_dropout: float = 0.0  # LoRA's own dropout on the adapters' input (PEFT/LitGPT lora_dropout)
+    bnb_keeps_inputs: bool = False  # bitsandbytes < 0.43.2: MatMul4Bit keeps its input (tm.bnb_kept_inputs)
 
 
 def evaluate(arch, o, g: dict):
@@ -131,6 +139,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         # lora_dtype='bf16' keeps them in the model dtype (torchtune): 2 w + 2 g + states in that dtype
         asb = tm.state_bytes("fp32" if o.lora_dtype == "fp32" else "bf16", o.optimizer)
         w0 = n_dev * base_b + lora_dev * asb.weights
+        if o.framework == "litgpt":
+            w0 = w0 + np.where(is_last, _litgpt_head_extra(arch, o.quant, sb.weights), 0.0) / tp
         weights = w0 / np.where(zero >= 3, shard, 1.0)
         _, grads, optimizer = tm.shard_states(lora_dev, lora_dev, asb, zero, shard)
         trainable_total = float(lora_total)
@@ -168,10 +178,16 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         dropout = o.dropout if o.dropout is not None else (0.1 if arch.family == "gpt2" else 0.0)
         kw = dict(dropout=dropout, attn_dropout=dropout if arch.family == "gpt2" else 0.0)
         layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
+        if o.precision in ("bf16-mixed", "fp16-mixed") and not o.lora_rank:
+            layer = layer + act.amp_saved(B, S_loc, arch, a, tp)
         inflight = np.minimum(inflight_cap, o.microbatches) if o.microbatches else inflight_cap
         if o.lora_rank:  # frozen base: its linears keep no inputs; the adapters keep theirs
             layer = layer + lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp, o.lora_dtype == "fp32",
                                        o.attention) - act.hf_frozen_saving(B, S_loc, arch, a, o.attention, tp)
+            if o.quant != "none" and o.bnb_keeps_inputs:
+                layer = layer + tm.bnb_kept_inputs(B, S_loc, arch, a, tp, per_layer=True)
+        if o.framework == "litgpt":
+            layer = layer + litgpt_layer_extra(arch, targets, B, S_loc, a, tp, o.lora_dropout if o.lora_rank else 0.0)
         # full / every-N: checkpointed layers keep their input, the others everything (act.checkpointed_layers);
         # selective-op: torchtitan's op-level SAC on every layer (act.hf_selective_op_layer)
         op = np.asarray(recompute) == act.SELECTIVE_OP
@@ -188,6 +204,12 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         outside = {st: act.hf_outside(B, S_loc, arch, a, tp, kw["dropout"], recompute=recompute,
                                       attention=o.attention, loss=o.loss, stage=st, layers=layers_dev)
                    for st in ("first", "last")}
+        if o.framework == "litgpt":
+            # LitGPT's loss (finetune/*.py: ``model(input_ids, lm_head_chunk_size=128)`` then
+            # ``chunked_cross_entropy``): the 128-token logits chunks in the model dtype, held by the loop, and each
+            # chunk's ``cross_entropy`` saving its log-softmax in that dtype, 2·a·BS·V, where transformers saves an
+            # fp32 log-softmax (4·BS·V, counted by hf_outside)
+            outside["last"] = outside["last"] + (2 * a - 4) * B * S_loc * arch.vocab / tp
         if o.lora_rank:
             outside = {st: v - np.where(np.asarray(recompute) == "full", 0.0,
                                         act.hf_frozen_outside(B, S_loc, arch, a, stage=st))
@@ -198,8 +220,17 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
     layer_max = layer
     loss_t, workspace, gather = tm.transient_bytes(B, S, arch, a, tp, o.framework, o.attention, recompute,
                                                    layer_max, zero, split.largest_layer, sb.weights, cp, o.loss)
+    litgpt = o.framework == "litgpt"
+    kept = 0.0  # what the previous micro-batch still holds at the end of this one's forward
     if o.quant != "none":
-        workspace = workspace + tm.dequantized_weight_bytes(arch, a, tp)
+        # LitGPT quantizes the lm_head too, from fp16 (tm.dequantized_weight_bytes): the head's dequantized copies
+        # are made for each logits chunk at the end of the forward, everything saved by then
+        dq = tm.dequantized_weight_bytes(arch, a, tp, head=litgpt, from_fp16=litgpt and o.precision != "fp16")
+        workspace = workspace + dq
+        if litgpt:
+            loss_t = loss_t + np.where(is_last, dq, 0.0)
+            if o.bnb_keeps_inputs:  # the previous micro-batch's graph, alive through this forward (one stage)
+                kept = tm.bnb_kept_inputs(B, S_loc, arch, a, tp)
     if o.optimizer_in_backward:
         # one parameter's gradient at a time (tm.largest_param_tensor), sharded like the gradients
         gbytes = asb.grads if o.lora_rank else sb.grads
@@ -220,6 +251,11 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         host = host + weights
         weights = weights * 0.0
     overhead = tm.CUDA_OVERHEAD_BYTES if o.overhead is None else o.overhead
+    context, comm = 0.0, 0.0
+    if o.overhead is None and o.context_bytes is not None:
+        context = o.context_bytes
+        comm = tm.comm_buffer_bytes(dp, tp, pp, cp, o.ep, o.comm_bytes or 0.0, o.all_to_all_bytes or 0.0)
+        overhead = context + comm
     # Gradients live through the forward when something keeps them between steps: DDP/ZeRO buckets
     # (dp > 1), gradient accumulation (microbatches > 1), Megatron's contiguous grad buffer. Otherwise
     # (one device, zero_grad(set_to_none=True)) they are allocated in the backward while the activations
@@ -240,11 +276,13 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         # * optimizer: every gradient + the step's temporaries (foreach AdamW).
         head = 0.0 if o.lora_rank else arch.vocab * arch.hidden * sb.grads / tp
         freed = np.where(np.asarray(pp) > 1, 0.0, outside["last"])
-        live = {"loss": activ + held + loss_t,
+        if litgpt:  # the loop's ``logits`` list lives through the backward
+            freed = np.maximum(freed - a * B * S_loc * arch.vocab / tp, 0.0)
+        live = {"loss": activ + held + loss_t + kept,
                 "backward": np.maximum(activ - freed, 0.0) + np.where(persistent, grads, head) + workspace + gather,
                 "gradients": grads + workspace + gather,
                 "optimizer": grads + step_t}
-        phase_t = {"loss": loss_t, "backward": workspace + gather, "gradients": workspace + gather,
+        phase_t = {"loss": loss_t + kept, "backward": workspace + gather, "gradients": workspace + gather,
                    "optimizer": step_t}
     names = list(live)
     top, transient, at = live[names[0]], phase_t[names[0]], 0
@@ -262,7 +300,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         "recompute": recompute,
         "params": float(split.total), "params_per_device": n_dev, "trainable_params": trainable_total,
         "weights_bytes": weights, "gradients_bytes": grads, "optimizer_bytes": optimizer,
-        "activations_bytes": activ, "transient_bytes": transient, "overhead_bytes": overhead,
+        "activations_bytes": activ, "transient_bytes": transient, "overhead_bytes": overhead + 0.0 * allocated,
+        "context_bytes": context + 0.0 * allocated, "comm_buffers_bytes": comm + 0.0 * allocated,
         "loss_transient_bytes": loss_t + 0.0 * activ, "workspace_bytes": workspace + gather + 0.0 * activ,
         "optimizer_step_bytes": step_t + 0.0 * activ, "peak_phase": peak_phase,
         "peak_allocated_bytes": allocated, "peak_bytes": allocated + overhead,
@@ -270,6 +309,39 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         "host_bytes": host,
         "states_bytes_per_param": (weights + grads + optimizer + host) / n_dev,
     }
+
+
+def litgpt_layer_extra(arch, targets, B, S, a, tp=1, lora_dropout=0.0):
+    """What a LitGPT decoder layer saves beyond the transformers layer (``litgpt/model.py``, ``litgpt/lora.py``
+    at the v0.4 releases):
+
+    * grouped-query attention: ``CausalSelfAttention.forward`` expands k and v to every query head
+      (``k.expand(...)`` then ``reshape``, a copy) before SDPA, which saves them: ``2·a·BS·(A − K)·d/t`` more
+      than k and v at their K heads;
+    * LoRA dropout (``lora_dropout`` > 0, 0.05 in the config hub): every LoRA module (``LoRALinear``,
+      ``LoRAQKVLinear`` for the fused q, k, v) drops out its own copy of its input, saving the 1-byte mask and the
+      a-byte output that ``lora_A`` keeps: ``(1 + a)·BS·in`` per module, one module for q, k, v together."""
+    H, A, K, d, F = arch.hidden, arch.heads, arch.kv_heads, arch.head_dim, arch.ffn
+    extra = 2 * a * B * S * max(A - K, 0) * d / tp
+    if lora_dropout > 0:
+        ins = {"qkv": H, "o": A * d / tp, "gate": H, "up": H, "down": F / tp}
+        mods = {("qkv" if t in ("q", "k", "v") else t) for t in targets if t != "gate" or arch.gated_ffn}
+        extra = extra + (1 + a) * B * S * sum(ins[m] for m in mods)
+    return extra
+
+
+def _litgpt_head_extra(arch, quant, base_bytes):
+    """LitGPT's ``GPT`` always has its own ``lm_head`` (``litgpt/model.py``; a tied checkpoint such as Gemma's is
+    converted with the embedding copied into it), quantized with the other linears under ``bnb.*``
+    (``BitsandbytesPrecision.module_init_context`` replaces every ``torch.nn.Linear``): the head's bytes beyond
+    what ``base_weight_bytes`` counts for it (16-bit when untied, nothing when tied)."""
+    from aicalc.core.dtypes import qlora_bytes_per_param
+    from aicalc.core.params import count_params
+
+    q = qlora_bytes_per_param(quant) if quant != "none" else None
+    head = arch.vocab * arch.hidden
+    counted = 0.0 if count_params(arch).lm_head == 0 else base_bytes
+    return head * ((base_bytes if q is None else q) - counted)
 
 
 def lora_saved(arch, targets, rank, B, S, a, tp, fp32_adapters=True, attention="sdpa"):
