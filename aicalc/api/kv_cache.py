@@ -28,8 +28,14 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, resident_weights, weight_format
-    from aicalc.api.roofline import SRAM_KINDS
+    from aicalc.api.catalog import (
+        SRAM_KINDS,
+        kv_format,
+        load_model,
+        load_node_or_chip,
+        resident_weights,
+        weight_format,
+    )
     from aicalc.core import capacity
     from aicalc.core.geometry import check_tp
     from aicalc.core.kv_cache import bytes_of, held_tokens, kv_shape

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aicalc.api.catalog import SRAM_KINDS  # noqa: F401 - defined beside the loaders (kv_cache needs no roofline)
 from aicalc.api.results import Table
 
 SIXTEEN_BIT = ("bf16", "fp16")
 EIGHT_BIT_COMPUTE = ("fp8", "int8")
 PCIE_FALLBACK_BYTES_PER_S = 32e9  # PCIe Gen4 x16, one direction: chips without a listed interconnect
-SRAM_KINDS = ("lpu", "wafer")  # chips whose only memory is on-chip SRAM
 
 
 class Roofline(Table):
