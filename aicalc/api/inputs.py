@@ -379,4 +379,7 @@ def distinct(values) -> list:
     import numpy as np
 
     a = np.ravel(values)
-    return sorted(set(a.tolist())) if a.size <= 4096 else np.unique(a).tolist()
+    if a.size <= 4096:
+        return sorted(set(a.tolist()))
+    lo, hi = a.min(), a.max()  # a sweep's constant columns (one tp, one pp) need no sort of a million values
+    return [lo.item()] if lo == hi else np.unique(a).tolist()

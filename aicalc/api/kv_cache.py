@@ -87,12 +87,12 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     elif chip_obj is not None:
         room = capacity.room_bytes(chip_obj.memory_bytes, utilization, weights, over)  # one number: no array
         budget = fl.full(np.maximum(room, 0.0))
-        fit, concurrency = capacity.fit_of(shape, np.maximum(room, 0.0), held, block_size)
+        fit, concurrency = capacity.fit_of(shape, np.maximum(room, 0.0), held, block_size, out=fl.row())
         headroom = np.subtract(room, paged, out=fl.row())
         shortfall = np.subtract(paged, room, out=fl.row())
         cols |= {"memory_bytes": ints.full(chip_obj.memory_bytes), "kv_budget_bytes_per_device": budget,
                  "max_batch": _ints(ints, fit), "max_concurrency": concurrency,
-                 "fits": (fit >= B) & (room > 0), "headroom_bytes": np.maximum(headroom, 0.0, out=headroom),
+                 "fits": fit >= B if room > 0 else np.zeros(B.shape, dtype=bool), "headroom_bytes": np.maximum(headroom, 0.0, out=headroom),
                  "shortfall_bytes": np.maximum(shortfall, 0.0, out=shortfall)}
         if max_context:
             mc = capacity.max_context(shape, budget, B, block_size)

@@ -61,9 +61,10 @@ def max_batch(shape: KVShape, budget, context, block_size: int | None):
     return fit_of(shape, budget, held_tokens(shape, context, block_size), block_size)
 
 
-def fit_of(shape: KVShape, budget, held, block_size: int | None):
+def fit_of(shape: KVShape, budget, held, block_size: int | None, out=None):
     """:func:`max_batch` from the tokens one sequence holds over all layers, ``held``
-    (:func:`aicalc.core.kv_cache.held_tokens`, a new array this call may overwrite)."""
+    (:func:`aicalc.core.kv_cache.held_tokens`, a new array this call may overwrite); the whole sequences into
+    ``out`` when given."""
     import numpy as np
 
     budget = np.asarray(budget, dtype=np.float64)
@@ -77,7 +78,7 @@ def fit_of(shape: KVShape, budget, held, block_size: int | None):
         concurrency = np.divide(np.floor(np.maximum(budget, 0) / block_bytes), per_seq, out=per_seq if mine else None)
     else:
         concurrency = np.divide(np.maximum(budget, 0), per_seq, out=per_seq if mine else None)
-    fit = concurrency + 1e-9
+    fit = np.add(concurrency, 1e-9, out=out)
     return np.floor(fit, out=fit if isinstance(fit, np.ndarray) else None), concurrency
 
 
