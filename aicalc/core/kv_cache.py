@@ -80,7 +80,8 @@ def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None
     if shape.sliding_layers:
         window = np.minimum(S, shape.window)
         if block_size:
-            window = np.ceil(window / block_size)
+            window = np.divide(window, block_size, out=window if isinstance(window, np.ndarray) else None)
+            window = np.ceil(window, out=window if isinstance(window, np.ndarray) else None)
             window *= block_size
         window *= shape.sliding_layers
         held += window
