@@ -10,6 +10,12 @@ of the issue are ≤ 1.1 for both. Bytecode is compiled first (as an installed p
 catalog index is built by a warm-up run.
 
     python benchmarks/bench_startup.py [--runs 20]
+
+On a shared or busy machine times drift by more than the differences sought; ``--instructions`` counts instead
+the instructions each process executes (valgrind's callgrind, one run each, with ``PYTHONHASHSEED=0`` and one
+BLAS thread: the same count from run to run) and prints each query's count as a ratio to the floor's. It leaves out
+what the kernel does for a process (mapping numpy's libraries, page faults), so its ratios run higher than the
+CPU-time ratios.
 """
 
 from __future__ import annotations
@@ -92,10 +98,21 @@ def pair(a: list[str], b: list[str], runs: int) -> dict:
             "a_ms": 1e3 * statistics.median(a_wall), "b_ms": 1e3 * statistics.median(b_wall)}
 
 
+def instructions(argv: list[str]) -> int:
+    """Instructions one run of ``argv`` executes in user space (callgrind's ``I refs``)."""
+    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")  # BLAS threads spin a varying while
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv], cwd=ROOT,
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True).stderr
+    return int(next(line for line in out.splitlines() if "I   refs" in line).split()[-1].replace(",", ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
-    runs = parser.parse_args().runs
+    parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind) instead of "
+                        "timing")
+    args = parser.parse_args()
+    runs = args.runs
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "aicalc")], check=True,
                    stdout=subprocess.DEVNULL)
     tmp = Path(tempfile.mkdtemp())
@@ -107,6 +124,16 @@ def main() -> None:
         cases = [(" ".join(q[:2]), [*_aicalc(), *q], *floor) for q in QUERIES]
         cases.append(("aicalc --help", [*_aicalc(), "--help"], "two-command Typer app --help",
                       [sys.executable, str(two), "--help"]))
+        if args.instructions:
+            if shutil.which("valgrind") is None:
+                raise SystemExit("--instructions needs valgrind")
+            _once(cases[0][1]), _once(cases[0][3])  # the catalog index, once
+            print(f"python {sys.version.split()[0]}; instructions executed, one run each (valgrind callgrind)")
+            for name, a, yardstick, b in cases:
+                ia, ib = instructions(a), instructions(b)
+                print(f"{name:<28} {ia / 1e6:7.0f} M  vs {yardstick:<32} {ib / 1e6:7.0f} M:  {ia / ib:.2f}x "
+                      "(target <= 1.1x)")
+            return
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, {runs} pairs each; median of A/B per pair")
         for name, a, yardstick, b in cases:
             r = pair(a, b, runs)

@@ -8,6 +8,8 @@ from typing import NamedTuple
 from aicalc.catalog.store import ModelSpec
 from aicalc.errors import AicalcError
 
+SRAM_KINDS = ("lpu", "wafer")  # chips whose only memory is on-chip SRAM (aicalc.api.roofline re-exports it)
+
 
 def load_model(model) -> ModelSpec:
     """A model preset id (``"llama-3.1-8b"``), a path to a ``config.json`` (or a folder holding one), a

@@ -137,6 +137,8 @@ def positive(param: str, value, whole: bool = False, parser=None, minimum: float
     from aicalc.units import parse_count
 
     arr = _parse(param, value, parser or parse_count)
+    if arr.size > 4096 and _plain(arr, minimum, whole, CAPS.get(param, (np.inf,))[0]):
+        return arr  # a large sweep in range: checked by reductions, no per-element temporaries
     bad = ~np.isfinite(arr) | ((arr <= 0) if minimum is None else (arr < minimum))
     if bad.any():
         v = float(arr.reshape(-1)[np.flatnonzero(bad.reshape(-1))[0]])
@@ -147,6 +149,25 @@ def positive(param: str, value, whole: bool = False, parser=None, minimum: float
         v = arr.reshape(-1)[np.flatnonzero((arr != np.round(arr)).reshape(-1))[0]]
         raise ParameterError(param, v, "must be a whole number")
     return arr
+
+
+def _plain(arr, minimum, whole: bool, limit: float) -> bool:
+    """True when every value of ``arr`` is finite, above zero (or at least ``minimum``), within ``limit`` and, with
+    ``whole``, a whole number: what :func:`positive` checks, by a minimum, a maximum and blocks small enough to stay
+    in cache. False sends :func:`positive` to its element-wise checks, which name the first offending value."""
+    import numpy as np
+
+    lo, hi = arr.min(), arr.max()  # nan propagates: lo is nan and fails the test
+    if not ((lo > 0 if minimum is None else lo >= minimum) and hi <= limit and np.isfinite(hi)):
+        return False
+    if whole:
+        flat = arr.reshape(-1)
+        step = 1 << 15
+        for i in range(0, flat.size, step):
+            block = flat[i:i + step]
+            if not np.array_equal(block, np.round(block)):
+                return False
+    return True
 
 
 def whole(param: str, value) -> int:
@@ -359,4 +380,7 @@ def distinct(values) -> list:
     import numpy as np
 
     a = np.ravel(values)
-    return sorted(set(a.tolist())) if a.size <= 4096 else np.unique(a).tolist()
+    if a.size <= 4096:
+        return sorted(set(a.tolist()))
+    lo, hi = a.min(), a.max()  # a sweep's constant columns (one tp, one pp) need no sort of a million values
+    return [lo.item()] if lo == hi else np.unique(a).tolist()

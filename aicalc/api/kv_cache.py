@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aicalc.api.results import Table
+from aicalc.api.results import Block, Table
 
 
 class KVCache(Table):
@@ -28,11 +28,17 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, resident_weights, weight_format
-    from aicalc.api.roofline import SRAM_KINDS
+    from aicalc.api.catalog import (
+        SRAM_KINDS,
+        kv_format,
+        load_model,
+        load_node_or_chip,
+        resident_weights,
+        weight_format,
+    )
     from aicalc.core import capacity
     from aicalc.core.geometry import check_tp
-    from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
+    from aicalc.core.kv_cache import bytes_of, held_tokens, kv_shape
     from aicalc.errors import ParameterError
 
     spec = load_model(model)
@@ -55,42 +61,60 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     weights = resident_weights(spec, dtype, tp)
     dtype = weight_format(spec, dtype).label  # "release" resolved: the format the weights were counted in
     over = capacity.runtime_overhead_bytes(arch, tp) if overhead is None else inputs.nbytes("overhead", overhead)
-    exact = kv_cache_bytes(shape, B, S, None)
-    paged = kv_cache_bytes(shape, B, S, block_size)
+    fl, ints = Block(B.size, 16), Block(B.size, 4, np.int64)  # the columns, written in place (out=)
+    exact = held_tokens(shape, S, None, out=fl.row())
+    exact = bytes_of(shape, B, exact, out=exact)
+    held = held_tokens(shape, S, block_size, out=fl.row())  # one sequence, all layers, whole blocks
+    paged = bytes_of(shape, B, held, out=fl.row())
+    sram = chip_obj is not None and chip_obj.kind in SRAM_KINDS
+    sram_cols = _sram_only(chip_obj, weights * tp, exact * tp, B) if sram else {}
     cols = {
-        "batch": B.astype(np.int64), "context": S.astype(np.int64),
-        "kv_bytes_per_token": shape.bytes_per_token * tp, "kv_cache_bytes": paged * tp,
-        "kv_cache_bytes_per_device": paged, "kv_per_sequence_bytes": paged / B,
-        "paging_waste_bytes_per_device": paged - exact, "weights_bytes_per_device": weights,
-        "runtime_overhead_bytes": over, "total_bytes_per_device": weights + over + paged,
+        "batch": _ints(ints, B), "context": _ints(ints, S),
+        "kv_bytes_per_token": fl.full(shape.bytes_per_token * tp), "kv_cache_bytes": np.multiply(paged, tp,
+                                                                                                 out=fl.row()),
+        "kv_cache_bytes_per_device": paged, "kv_per_sequence_bytes": np.divide(paged, B, out=fl.row()),
+        "paging_waste_bytes_per_device": np.subtract(paged, exact, out=exact),
+        "weights_bytes_per_device": fl.full(weights), "runtime_overhead_bytes": fl.full(over),
+        "total_bytes_per_device": np.add(weights + over, paged, out=fl.row()),
     }
     warnings = []
     if S.max() > arch.max_context:
         warnings.append(f"context {int(S.max()):,} exceeds the model's max_position_embeddings {arch.max_context:,}")
-    if chip_obj is not None and chip_obj.kind in SRAM_KINDS:
-        cols |= _sram_only(chip_obj, weights * tp, exact * tp, B)
+    if sram:
+        cols |= sram_cols
         if max_context:  # more chips hold a longer cache: the model's own limit
             cols["max_context"] = np.full(B.shape, float(arch.max_context))
     elif chip_obj is not None:
-        room = np.broadcast_to(capacity.room_bytes(chip_obj.memory_bytes, utilization, weights, over), B.shape)
-        budget = np.maximum(room, 0.0)
-        fit, concurrency = capacity.max_batch(shape, budget, S, block_size)
-        cols |= {"memory_bytes": chip_obj.memory_bytes, "kv_budget_bytes_per_device": budget,
-                 "max_batch": fit.astype(np.int64), "max_concurrency": concurrency,
-                 "fits": (fit >= B) & (budget > 0), "headroom_bytes": np.maximum(room - paged, 0.0),
-                 "shortfall_bytes": np.maximum(paged - room, 0.0)}
+        room = capacity.room_bytes(chip_obj.memory_bytes, utilization, weights, over)  # one number: no array
+        budget = fl.full(np.maximum(room, 0.0))
+        fit, concurrency = capacity.fit_of(shape, np.maximum(room, 0.0), held, block_size, out=fl.row())
+        headroom = np.subtract(room, paged, out=fl.row())
+        shortfall = np.subtract(paged, room, out=fl.row())
+        cols |= {"memory_bytes": ints.full(chip_obj.memory_bytes), "kv_budget_bytes_per_device": budget,
+                 "max_batch": _ints(ints, fit), "max_concurrency": concurrency,
+                 "fits": fit >= B if room > 0 else np.zeros(B.shape, dtype=bool), "headroom_bytes": np.maximum(headroom, 0.0, out=headroom),
+                 "shortfall_bytes": np.maximum(shortfall, 0.0, out=shortfall)}
         if max_context:
             mc = capacity.max_context(shape, budget, B, block_size)
             capped = mc > arch.max_context
             cols["max_context"] = np.where(capped, arch.max_context, mc)
             if capped.any():
                 warnings.append(f"max_context capped at the model's limit of {arch.max_context:,} tokens")
-        if np.any(budget <= 0):
+        if room <= 0:
             warnings.append(f"weights ({_gib(weights)}) and runtime overhead ({_gib(over)}) leave no room on "
-                            f"{chip_obj.id} at {utilization:.0%} utilization: short by {_gib(-room.min())} "
+                            f"{chip_obj.id} at {utilization:.0%} utilization: short by {_gib(-room)} "
                             "per device")
     return KVCache(cols, warnings, model=spec, chip=chip_obj, shape=shape, tp=tp, kv_dtype=kv_dtype, dtype=dtype,
                    block_size=block_size, engine=engine, utilization=utilization, overhead_bytes=over)
+
+
+def _ints(block, values):
+    """``values.astype(np.int64)`` into a row of ``block``."""
+    import numpy as np
+
+    out = block.row()
+    np.copyto(out, values, casting="unsafe")
+    return out
 
 
 def _sram_only(chip, weights, kv, B) -> dict:

@@ -70,6 +70,33 @@ class Columns(dict):
         return repr(self.names)
 
 
+class Block:
+    """A table's columns cut in turn from one block of memory (``rows`` rows of ``n``, each row a column), to
+    write them with ``out=``: one allocation instead of one per column. Fresh memory is paid for page by page
+    as it is first written, and one large block pages in much faster than many 8 MB arrays (13 columns of
+    10⁶ numbers: 14 ms against 22–28 ms on Linux, benchmarks/bench_kv_cache.py). Rows never taken cost
+    nothing (they are never written); the block lives as long as any column does."""
+
+    def __init__(self, n: int, rows: int, dtype="float64"):
+        import numpy as np
+
+        self._dtype = np.dtype(dtype)
+        self._rows = iter(np.empty((rows, n), dtype=dtype))
+
+    def row(self):
+        return next(self._rows)
+
+    def full(self, value):
+        """A column of ``value`` where its type is the block's (as :class:`Table` would fill it), else ``value``."""
+        import numpy as np
+
+        if np.asarray(value).dtype != self._dtype:
+            return value
+        out = self.row()
+        out.fill(value)
+        return out
+
+
 def _column(v, n: int):
     import numpy as np
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
+from aicalc.api.catalog import SRAM_KINDS  # noqa: F401 - defined beside the loaders (kv_cache needs no roofline)
 from aicalc.api.results import Table
 
 SIXTEEN_BIT = ("bf16", "fp16")
 EIGHT_BIT_COMPUTE = ("fp8", "int8")
 PCIE_FALLBACK_BYTES_PER_S = 32e9  # PCIe Gen4 x16, one direction: chips without a listed interconnect
-SRAM_KINDS = ("lpu", "wafer")  # chips whose only memory is on-chip SRAM
 
 
 class Roofline(Table):
@@ -21,9 +21,9 @@ class Roofline(Table):
     ``ridge_point``. ``meta['prefill']`` / ``meta['decode']`` hold the per-operation breakdown (``.ops``)."""
 
 
-@dataclass(frozen=True)
-class CostSetup:
-    """A model on a chip, in an engine, as the cost model sees it."""
+class CostSetup(NamedTuple):
+    """A model on a chip, in an engine, as the cost model sees it (a named tuple: a frozen dataclass compiles its
+    generated methods at import, ~1.5 ms of a one-off query, docs/robustness.md)."""
 
     model: object  # ModelSpec
     chip: object

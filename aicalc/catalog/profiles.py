@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 from aicalc.errors import AicalcError, ParameterError
 
@@ -50,15 +50,15 @@ _ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 COMPUTE_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4", "int4")
 
 
-@dataclass(frozen=True)
-class Profile:
-    """An efficiency profile (chip class, engine or framework) read from presets, each factor with its source."""
+class Profile(NamedTuple):
+    """An efficiency profile (chip class, engine or framework) read from presets, each factor with its source (a
+    named tuple: a frozen dataclass compiles its generated methods at import, docs/robustness.md)."""
 
     id: str
     name: str
     factors: dict[str, float]
     sources: dict[str, str]
-    options: dict = field(default_factory=dict)  # engine kernel mapping and dataflow flags
+    options: dict  # engine kernel mapping and dataflow flags
 
 
 def _folders(kind: str) -> list[Path]:

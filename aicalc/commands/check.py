@@ -84,8 +84,6 @@ def _lines(path) -> int:
 def _check_work(file: Path, prepared) -> None:
     """Refuse a budget file whose checks together would do more than one command may: simulate more than
     traffic.MAX_SIMULATED requests, or search more deployments than one search (counted before any check runs)."""
-    from aicalc.api.deployment import MAX_SEARCH_CONFIGS, MAX_SEARCH_SPLITS
-    from aicalc.api.traffic import MAX_SIMULATED
     from aicalc.catalog.store import _short
 
     total = [0, 0, 0]
@@ -95,6 +93,10 @@ def _check_work(file: Path, prepared) -> None:
         except AicalcError as e:
             raise AicalcError(f"check '{check.name}': {e}") from None
         total = [a + b for a, b in zip(total, work, strict=True)]
+    if not any(total):  # no simulation, no search (memory and latency checks): no caps to import
+        return
+    from aicalc.api.deployment import MAX_SEARCH_CONFIGS, MAX_SEARCH_SPLITS
+    from aicalc.api.traffic import MAX_SIMULATED
     for amount, cap, what in zip(total, (MAX_SIMULATED, MAX_SEARCH_CONFIGS, MAX_SEARCH_SPLITS),
                                  ("simulated requests", "deployment configurations searched",
                                   "prefill/decode splits searched"), strict=True):

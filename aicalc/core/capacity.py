@@ -8,7 +8,7 @@ default 0.9); the KV budget is what remains after weights and the runtime overhe
 from __future__ import annotations
 
 from aicalc.catalog.arch import Arch
-from aicalc.core.kv_cache import KVShape, kv_cache_bytes
+from aicalc.core.kv_cache import KVShape, held_tokens
 
 FIXED_OVERHEAD_BYTES = 1 << 30
 MAX_BATCHED_TOKENS = 8192
@@ -58,17 +58,28 @@ def max_batch(shape: KVShape, budget, context, block_size: int | None):
     Paged (IM-11 steps 4–5): blocks = floor(budget / (block · bytes_per_token_layer · layers)),
     concurrency = blocks / blocks-per-sequence, and whole sequences = floor(concurrency).
     """
+    return fit_of(shape, budget, held_tokens(shape, context, block_size), block_size)
+
+
+def fit_of(shape: KVShape, budget, held, block_size: int | None, out=None):
+    """:func:`max_batch` from the tokens one sequence holds over all layers, ``held``
+    (:func:`aicalc.core.kv_cache.held_tokens`, a new array this call may overwrite); the whole sequences into
+    ``out`` when given."""
     import numpy as np
 
     budget = np.asarray(budget, dtype=np.float64)
-    per_seq = kv_cache_bytes(shape, 1, context, block_size)
+    # in place where held is an array of the result's shape (1 · held · bytes_per_token_layer: bytes_of's product)
+    mine = isinstance(held, np.ndarray) and np.broadcast_shapes(budget.shape, held.shape) == held.shape
+    per_seq = np.multiply(held, shape.bytes_per_token_layer, out=held if mine else None)
     layers = shape.full_layers + shape.sliding_layers
     if block_size:
         block_bytes = block_size * shape.bytes_per_token_layer * layers
-        concurrency = np.floor(np.maximum(budget, 0) / block_bytes) / (per_seq / block_bytes)
+        per_seq = np.divide(per_seq, block_bytes, out=per_seq if mine else None)
+        concurrency = np.divide(np.floor(np.maximum(budget, 0) / block_bytes), per_seq, out=per_seq if mine else None)
     else:
-        concurrency = np.maximum(budget, 0) / per_seq
-    return np.floor(concurrency + 1e-9), concurrency
+        concurrency = np.divide(np.maximum(budget, 0), per_seq, out=per_seq if mine else None)
+    fit = np.add(concurrency, 1e-9, out=out)
+    return np.floor(fit, out=fit if isinstance(fit, np.ndarray) else None), concurrency
 
 
 def max_context(shape: KVShape, budget, batch, block_size: int | None):

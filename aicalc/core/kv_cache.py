@@ -63,22 +63,41 @@ def cached_tokens(shape: KVShape, context):
     return tokens_held(shape.full_layers, shape.sliding_layers, shape.window, context)
 
 
-def kv_cache_bytes(shape: KVShape, batch, context, block_size: int | None = None):
-    """Bytes per device for ``batch`` sequences of ``context`` tokens; paged when ``block_size``."""
+def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None):
+    """Tokens held per sequence, summed over layers, as a new array (or into ``out``): :func:`cached_tokens`, or with
+    ``block_size`` every layer's tokens rounded up to whole blocks (vLLM's paged allocation, IM-10/IM-11)."""
     import numpy as np
 
     S = np.asarray(context, dtype=np.float64)
-    if block_size:  # in place where a temporary is ours (whole numbers below 2⁵³: every product is exact)
-        held = np.ceil(S / block_size)
+    # in place where a temporary is ours (whole numbers below 2⁵³: every product is exact)
+    if block_size:
+        held = np.divide(S, block_size, out=out)
+        held = np.ceil(held, out=held if isinstance(held, np.ndarray) else None)
         held *= block_size
-        held *= shape.full_layers
-        if shape.sliding_layers:
-            window = np.ceil(np.minimum(S, shape.window) / block_size)
-            window *= block_size
-            window *= shape.sliding_layers
-            held += window
     else:
-        held = cached_tokens(shape, S)
-    out = np.asarray(batch, dtype=np.float64) * held
+        held = np.multiply(S, 1.0, out=out)  # a copy: cached_tokens' sum, S · full + min(S, W) · sliding
+    held *= shape.full_layers
+    if shape.sliding_layers:
+        window = np.minimum(S, shape.window)
+        if block_size:
+            window = np.divide(window, block_size, out=window if isinstance(window, np.ndarray) else None)
+            window = np.ceil(window, out=window if isinstance(window, np.ndarray) else None)
+            window *= block_size
+        window *= shape.sliding_layers
+        held += window
+    return held
+
+
+def kv_cache_bytes(shape: KVShape, batch, context, block_size: int | None = None):
+    """Bytes per device for ``batch`` sequences of ``context`` tokens; paged when ``block_size``."""
+    return bytes_of(shape, batch, held_tokens(shape, context, block_size))
+
+
+def bytes_of(shape: KVShape, batch, held, out=None):
+    """Bytes per device for ``batch`` sequences each holding ``held`` tokens over all layers (:func:`held_tokens`);
+    into ``out`` when given (``held`` itself, say, when the caller has no more use for it)."""
+    import numpy as np
+
+    out = np.multiply(np.asarray(batch, dtype=np.float64), held, out=out)
     out *= shape.bytes_per_token_layer
     return out
