@@ -10,15 +10,23 @@ from aicalc.core.moe import padded_rows
 
 
 def test_trtllm_reserves_prompt_plus_output_where_vllm_holds_the_live_context():
-    # GUARANTEED_NO_EVICT (TensorRT-LLM's default) reserves P + G blocks per request; a live-allocating engine
-    # holds P + G/2 on average: at 1024/1024 the same budget admits 1536/2048 = 3/4 as many (block size 16
-    # divides both, so no rounding)
-    live = aicalc.max_concurrency("llama-3.1-70b", "h100-sxm", tp=4, prompt=1024, gen=1024, dtype="fp8",
-                                  engine="generic")
-    full = aicalc.max_concurrency("llama-3.1-70b", "h100-sxm", tp=4, prompt=1024, gen=1024, dtype="fp8",
-                                  engine="trtllm")
-    assert live < 2048  # the engine's max_batch_size does not bind here
-    assert full == math.floor(live * 1536 / 2048) or full == math.ceil(live * 1536 / 2048) - 1
+    # Llama-3.1-70B at TP 4, bf16 KV: 80 layers x (K, V) x 2 kv heads per device x 128 x 2 bytes = 81,920 B per
+    # token. GUARANTEED_NO_EVICT (TensorRT-LLM's default) reserves P + G = 2048 tokens per request out of 0.9 of
+    # the memory the weights and runtime leave; a live-allocating engine holds P + G/2 = 1536 on average out of
+    # 0.9 of the card (block size 16 divides both, so no rounding)
+    from aicalc.api.catalog import load_chip, load_model, resident_weights
+    from aicalc.core.capacity import runtime_overhead_bytes
+
+    spec = load_model("llama-3.1-70b")
+    mem = load_chip("h100-sxm").memory_bytes
+    w, o = resident_weights(spec, "fp8", 4), runtime_overhead_bytes(spec.arch, 4)
+    per_token = 80 * 2 * 2 * 128 * 2
+    kw = dict(tp=4, prompt=1024, gen=1024, dtype="fp8")
+    live = aicalc.max_concurrency("llama-3.1-70b", "h100-sxm", engine="generic", **kw)
+    full = aicalc.max_concurrency("llama-3.1-70b", "h100-sxm", engine="trtllm", **kw)
+    assert live == math.floor((math.ceil(mem * 0.9) - w - o) / (1536 * per_token))
+    assert full == math.floor((mem - w - o) * 0.9 / (2048 * per_token))
+    assert full < 2048  # the engine's max_batch_size does not bind here
 
 
 def test_trtllm_runs_at_most_its_default_max_batch_size():
@@ -47,3 +55,20 @@ def test_adaptive_row_tile(m, padded):
 
 def test_fixed_tile_unchanged_without_a_smallest_tile():
     assert float(padded_rows(35, 128)) == 128 and float(padded_rows(1000, 128)) == 1064
+
+
+def test_memory_fraction_of_the_whole_card_or_of_what_the_weights_leave():
+    # vLLM's gpu_memory_utilization 0.9 of 80 GB is 72 GB, weights (40) and overhead (2) come out of it: 30 GB;
+    # TensorRT-LLM's free_gpu_memory_fraction 0.9 is of the 38 GB the weights and overhead leave: 34.2 GB
+    from aicalc.core.capacity import kv_budget_bytes
+
+    assert float(kv_budget_bytes(80e9, 0.9, 40e9, 2e9)) == pytest.approx(30e9)
+    assert float(kv_budget_bytes(80e9, 0.9, 40e9, 2e9, "free")) == pytest.approx(34.2e9)
+    assert float(kv_budget_bytes(80e9, 0.9, 79e9, 2e9, "free")) == 0.0
+
+
+def test_trtllm_profile_takes_its_fraction_of_free_memory():
+    from aicalc.catalog import profiles
+
+    assert profiles.load("engine", "trtllm").options["kv_budget"] == "free"
+    assert profiles.load("engine", "vllm").options.get("kv_budget", "total") == "total"

@@ -42,15 +42,16 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
     redundant = inputs.count("redundant_experts", redundant_experts, minimum=0)
     check_parallel(arch, tp, ep, attention_dp, redundant)
     weights = resident_weights(spec, dtype, tp, ep=ep, attention_dp=attention_dp, redundant=redundant)
-    budget = float(capacity.kv_budget_bytes(chip_obj.memory_bytes, inputs.fraction("utilization", utilization),
-                                            weights, capacity.runtime_overhead_bytes(arch, tp)))
-    from aicalc.core.serving import held_context
-
     opts = {}
     if engine is not None:
         from aicalc.catalog import profiles
 
         opts = profiles.load("engine", engine).options
+    budget = float(capacity.kv_budget_bytes(chip_obj.memory_bytes, inputs.fraction("utilization", utilization),
+                                            weights, capacity.runtime_overhead_bytes(arch, tp),
+                                            opts.get("kv_budget", "total")))
+    from aicalc.core.serving import held_context
+
     longest = float(held_context(inputs.positive("prompt", prompt, whole=True).max(),
                                  inputs.positive("gen", gen, whole=True).max(),
                                  opts.get("kv_reserve", "live")))  # whole tokens, as serve's
@@ -127,7 +128,11 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     weights = resident_weights(cs.model, dtype, tp, ep=ep, attention_dp=attention_dp, redundant=redundant)
     dtype, kv_dtype = cs.dtype_label, cs.kv_dtype
     overhead = capacity.runtime_overhead_bytes(arch, tp)
-    budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, utilization, weights, overhead))
+    from aicalc.catalog import profiles
+
+    eng_opts = profiles.load("engine", cs.engine).options
+    budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, utilization, weights, overhead,
+                                            eng_opts.get("kv_budget", "total")))
     per_rep = np.ceil(C / replicas)
     hit = inputs.share("prefix_hit", prefix_hit)  # a number or "75%", as the command line reads it
     cached = np.floor(P * hit)  # prompt tokens found in the prefix cache
@@ -156,9 +161,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         out[name] = row
     ttft, tpot, tps = out["est"][:3]
     shape_kv = kv_shape(arch, kv_dtype, tp // attention_dp)
-    from aicalc.catalog import profiles
-
-    held = held_context(P, G, profiles.load("engine", cs.engine).options.get("kv_reserve", "live"))
+    held = held_context(P, G, eng_opts.get("kv_reserve", "live"))
     kv_dev = kv_cache_bytes(shape_kv, np.ceil(per_rep / D), held - cached, BLOCK) + \
         kv_cache_bytes(shape_kv, np.where(cached > 0, 1.0, 0.0), cached, BLOCK)  # the shared prefix, once
     if spec is not None:

@@ -335,8 +335,11 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     ep, adp = layout.ep, layout.attention_dp
     check_parallel(arch, tp, ep, adp)
     weights = resident_weights(cs.model, layout.dtype, tp, ep=ep, attention_dp=adp)
+    from aicalc.catalog import profiles
+
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, inputs.fraction("utilization", utilization),
-                                            weights, capacity.runtime_overhead_bytes(arch, tp)))
+                                            weights, capacity.runtime_overhead_bytes(arch, tp),
+                                            profiles.load("engine", cs.engine).options.get("kv_budget", "total")))
     block = 16
     # with attention DP each group's chips hold the cache of its own sequences: the replica's blocks are the groups'
     block_bytes = block * float(kv_bytes_per_token_layer(arch, cs.kv_dtype, tp // adp)) * arch.layers

@@ -25,7 +25,8 @@ kind whose factors and options it starts from; at most MAX_EXTENDS deep, no loop
   means the latest release of the family ``cerebras``, ``--engine cerebras-2024-08`` that one), ``kv_shared``
   (true/false), ``gguf_compute`` (a compute dtype) with ``gguf_compute_vendors`` (a list of vendor names),
   ``max_num_seqs`` (a whole number of sequences, 1 to 2^24), ``kv_reserve`` (``live``: a running sequence
-  holds the blocks of its tokens so far; ``full``: its whole prompt + output is reserved at admission), ``by_class`` (chip class id → ``{factors: …}``);
+  holds the blocks of its tokens so far; ``full``: its whole prompt + output is reserved at admission), ``kv_budget``
+  (``total``: the memory fraction is of the whole memory, vLLM's; ``free``: of what the weights leave, TensorRT-LLM's), ``by_class`` (chip class id → ``{factors: …}``);
 - framework: ``default_zero`` (a ZeRO stage, 0 to 3), ``reduce_dtype`` (``fp32`` or ``bf16``: the dtype the data-parallel
   gradient reduction runs in; bf16 where unset).
 
@@ -113,7 +114,7 @@ def _ids(roots: tuple[str, ...], kind: str) -> tuple[str, ...]:
 # Every key of a profile, by kind, with the check of its value: the options are what the code reads
 # (aicalc.api.roofline: pipeline_over_chips, kv_shared, gguf_compute, gguf_compute_vendors, by_class;
 # aicalc.api.train_memory: context_bytes, nccl_communicator_bytes, nccl_all_to_all_bytes; aicalc.api.serving:
-# max_num_seqs, kv_reserve; aicalc.api.traffic: scheduler; aicalc.commands.train_time: default_zero;
+# max_num_seqs, kv_reserve, kv_budget; aicalc.api.traffic: scheduler; aicalc.commands.train_time: default_zero;
 # aicalc.api.train_time: reduce_dtype), each with an optional
 # ``KEY_source`` text. A key no code reads is refused rather than silently ignored (a typo would change nothing).
 
@@ -163,6 +164,12 @@ def _kv_reserve(v) -> str | None:
     return None if isinstance(v, str) and v in KV_RESERVE else f"must be one of {', '.join(KV_RESERVE)}, got {_show(v)}"
 
 
+def _kv_budget(v) -> str | None:
+    from aicalc.core.capacity import KV_BUDGET
+
+    return None if isinstance(v, str) and v in KV_BUDGET else f"must be one of {', '.join(KV_BUDGET)}, got {_show(v)}"
+
+
 def _bytes(v) -> str | None:
     """A memory figure in bytes: a number from 0 to 1 TiB, or null (not stated for this class: a class that
     extends another without its CUDA/NCCL stack)."""
@@ -202,7 +209,7 @@ OPTIONS = {
               "nccl_all_to_all_bytes": _bytes},
     "engine": {"release": _release, "family": _family, "kv_shared": _flag, "gguf_compute": _compute_dtype,
                "gguf_compute_vendors": _texts, "max_num_seqs": _sequences, "scheduler": _scheduler,
-               "kv_reserve": _kv_reserve,
+               "kv_reserve": _kv_reserve, "kv_budget": _kv_budget,
                "by_class": None},  # by_class: read by _read_by_class
     "framework": {"default_zero": _zero_stage, "reduce_dtype": _reduce_dtype},
 }

@@ -44,11 +44,18 @@ def room_bytes(memory_bytes: float, utilization: float, weights: float, overhead
     return np.ceil(memory_bytes * utilization) - weights - overhead
 
 
-def kv_budget_bytes(memory_bytes: float, utilization: float, weights: float, overhead: float):
-    """The bytes per device left for the KV cache: :func:`room_bytes`, or 0 when there is none (vLLM then
-    refuses to start: "No available memory for the cache blocks")."""
+KV_BUDGET = ("total", "free")  # what an engine's memory fraction is a fraction of (engine profiles' ``kv_budget``)
+
+
+def kv_budget_bytes(memory_bytes: float, utilization: float, weights: float, overhead: float, of: str = "total"):
+    """The bytes per device left for the KV cache, 0 when there is none (vLLM then refuses to start: "No
+    available memory for the cache blocks"). ``of`` "total": :func:`room_bytes` (vLLM's gpu_memory_utilization,
+    a share of the whole memory the weights and overhead come out of); "free": ``utilization`` of what the weights
+    and overhead leave (TensorRT-LLM's KvCacheConfig.free_gpu_memory_fraction, 0.9 by default)."""
     import numpy as np
 
+    if of == "free":
+        return np.maximum((memory_bytes - weights - overhead) * utilization, 0.0)
     return np.maximum(room_bytes(memory_bytes, utilization, weights, overhead), 0.0)
 
 
