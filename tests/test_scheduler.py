@@ -30,6 +30,32 @@ def test_preempted_request_is_recomputed_in_one_pass_and_keeps_its_first_token_t
     assert tpot == pytest.approx([1.0, 5.0 / 3.0])
 
 
+@pytest.mark.parametrize("policy", ["chunked", "prefill-first"])
+def test_full_reservation_admits_what_completes_and_never_preempts(policy):
+    """The trace of the preemption test under TensorRT-LLM's GUARANTEED_NO_EVICT: each request reserves its 2
+    prompt + 4 output blocks at admission, so only A (6 blocks) fits the 6-block cache and B waits. t=1 A's pass,
+    first token; t=2..4 A decodes its 2nd to 4th token and ends, freeing 6 blocks; t=5 B's pass (TTFT 5 s), first
+    token; t=6..8 its last three. No preemption; A's TPOT 1 s, B's 1 s."""
+    ttft, tpot, finish, pre = run([0.0, 0.0], [2, 2], [4, 4], UNIT, kv_blocks=6, block=1, watermark=0.0,
+                                  policy=policy, reserve="full")
+    assert pre == 0
+    assert ttft == pytest.approx([1.0, 5.0])
+    assert finish == pytest.approx([4.0, 8.0])
+    assert tpot == pytest.approx([1.0, 1.0])
+    # with room for both reservations (12 blocks) they run side by side, as under live allocation
+    ttft, tpot, finish, pre = run([0.0, 0.0], [2, 2], [4, 4], UNIT, kv_blocks=12, block=1, watermark=0.0,
+                                  policy=policy, reserve="full")
+    assert pre == 0 and ttft == pytest.approx([1.0, 1.0]) and finish == pytest.approx([4.0, 4.0])
+
+
+def test_trtllm_replicas_reserve_in_the_traffic_simulation():
+    from aicalc.api.traffic import Layout, replica
+
+    lay = Layout(chip="h100-sxm", tp=1, dtype="bf16", kv_dtype="bf16")
+    assert replica("llama-3.1-8b", lay, engine="trtllm").reserve == "full"
+    assert replica("llama-3.1-8b", lay, engine="vllm").reserve == "live"
+
+
 def test_admission_reserves_the_prompt_blocks_and_keeps_a_watermark_free():
     """A (50 prompt, 2 output) and B (46 prompt, 1 output) at t = 0, 100 blocks of one token, 5 % watermark
     (5 blocks): A reserves 50, so B would leave 100 - 50 - 46 = 4 < 5 free and waits. t=1 A's first token,

@@ -276,6 +276,7 @@ class Replica:
     max_seqs: int
     token_budget: int
     policy: str
+    reserve: str = "live"  # the engine's KV admission (profiles' kv_reserve): "full" reserves prompt + output
 
     @property
     def capacity_tokens(self) -> int:
@@ -293,7 +294,7 @@ class Replica:
         stats: dict = {}
         ttft, tpot, finish, pre = sim.run(arrival, prompt, gen, cost or self.cost, self.kv_blocks, self.block,
                                           self.max_seqs, self.token_budget, max_work=max_work, stats=stats,
-                                          policy=self.policy, give_up=give_up)
+                                          policy=self.policy, give_up=give_up, reserve=self.reserve)
         return ttft, tpot, finish, pre, stats["work"]
 
 
@@ -337,15 +338,17 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     weights = resident_weights(cs.model, layout.dtype, tp, ep=ep, attention_dp=adp)
     from aicalc.catalog import profiles
 
+    eng_opts = profiles.load("engine", cs.engine).options
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp),
-                                            profiles.load("engine", cs.engine).options.get("kv_budget", "total")))
+                                            eng_opts.get("kv_budget", "total")))
     block = 16
     # with attention DP each group's chips hold the cache of its own sequences: the replica's blocks are the groups'
     block_bytes = block * float(kv_bytes_per_token_layer(arch, cs.kv_dtype, tp // adp)) * arch.layers
     kv_blocks = int(max(budget, 0.0) // block_bytes) * adp
     cost = _step_cost(cs, tp, int(max_seqs), int(token_budget), int(longest), ep, adp)
-    return Replica(layout, cs, cost, kv_blocks, block, int(max_seqs), int(token_budget), policy_of(engine, policy))
+    return Replica(layout, cs, cost, kv_blocks, block, int(max_seqs), int(token_budget), policy_of(engine, policy),
+                   eng_opts.get("kv_reserve", "live"))
 
 
 def _rate_text(rate):

@@ -11,7 +11,9 @@ Two scheduling policies (:data:`POLICIES`), as the engines run them:
   decode batch): a step with prefill to do (a pass still filling, or a waiting request that can be admitted) is a
   prefill-only step of up to the token budget, and the running sequences stall for it; other steps decode.
 
-Admission as vLLM's block manager does it (``BlockSpaceManager.can_allocate``): a waiting request is admitted
+With ``reserve="full"`` (TensorRT-LLM's default capacity policy GUARANTEED_NO_EVICT) a request is admitted only
+with the blocks of its prompt and its whole output reserved; it holds them until it ends, takes none while
+decoding and is never preempted. Otherwise admission is as vLLM's block manager does it (``BlockSpaceManager.can_allocate``): a waiting request is admitted
 when a sequence slot (``max_num_seqs``) is free and the blocks of its whole pass fit with ``watermark`` of the
 cache's blocks still free afterwards (vLLM's 1 %); those blocks are reserved at admission. A decoding sequence
 takes a new KV block each time its context crosses a block boundary; when none is free the latest admitted
@@ -78,7 +80,7 @@ class StepCost:
 
 def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, max_seqs: int = 256,
         token_budget: int = 8192, max_work: int | None = None, stats: dict | None = None, policy: str = "chunked",
-        watermark: float = WATERMARK, give_up: tuple[float, float, int] | None = None):
+        watermark: float = WATERMARK, give_up: tuple[float, float, int] | None = None, reserve: str = "live"):
     """(ttft_s, tpot_s, finish_s, preemptions) per request (TPOT NaN where gen = 1). ``arrival``: finite,
     non-decreasing seconds; ``prompt`` and ``gen``: whole numbers >= 1. ``policy``: ``"chunked"`` (decodes and
     prefill chunks share a step) or ``"prefill-first"`` (a step with prefill to do prefills only), see
@@ -88,7 +90,10 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
     here receives ``steps``, ``work`` and ``free_blocks`` (all of ``kv_blocks`` again at the end).
     ``give_up``: (TTFT limit, TPOT limit, count): stop with a :class:`SimulationError` (reason "targets") as
     soon as more than ``count`` requests have gone past one of the limits (a fleet search's verdict is then
-    known: that many past a limit put the percentile it stands for past it too)."""
+    known: that many past a limit put the percentile it stands for past it too). ``reserve``: ``"live"`` (the
+    blocks a sequence holds follow its length, as above) or ``"full"`` (TensorRT-LLM's GUARANTEED_NO_EVICT: a
+    request is admitted only with the blocks of its prompt and its whole output reserved, held until it ends; it
+    takes no block while decoding and is never preempted)."""
     import heapq
     import math
 
@@ -108,6 +113,8 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
                              "numbers >= 1")
         last = t
     first_only = policy == "prefill-first"
+    full = reserve == "full"
+    growing = 0  # decoding sequences that take a block each ``block`` steps (all of them under "live")
     ttft_limit, tpot_limit, allowed = give_up or (math.inf, math.inf, n)
     late_ttft = late_tpot = 0  # requests past a give_up limit
     mark = int(watermark * kv_blocks)  # vLLM's watermark_blocks: int(0.01 × num_gpu_blocks)
@@ -141,7 +148,7 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
         """Free a sequence's blocks: a prefilling one holds ``held``, a decoding one a block per ``block`` tokens
         of its length (its pass's tokens + tokens decoded since, each written at one decode step); a decoding
         one keeps the count of tokens it produced."""
-        nonlocal free, decoding, ctx_sum
+        nonlocal free, decoding, ctx_sum, growing
         alive[r] = False
         if r in filling:
             del filling[r]
@@ -150,10 +157,14 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
             done = step - start_step[r]
             length = base[r] + done
             out[r] += done
-            free += ceil(length / block)
             decoding -= 1
-            crossings[cross_of[r]] -= 1
             ctx_sum -= length
+            if full:  # its reservation, whatever its length
+                free += held[r]
+            else:
+                free += ceil(length / block)
+                growing -= 1
+                crossings[cross_of[r]] -= 1
         held[r] = 0
 
     while finished < n:
@@ -164,7 +175,8 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
             clock = arrival[nxt]
             continue
         # blocks the head of the queue reserves, plus the watermark, where a slot is free for it; else 0
-        head = ceil((prompt[waiting[0]] + out[waiting[0]]) / block) + mark if waiting and len(order) < max_seqs else 0
+        head = ceil((prompt[waiting[0]] + (gen[waiting[0]] if full else out[waiting[0]])) / block) + mark \
+            if waiting and len(order) < max_seqs else 0
         if not first_only and decoding >= token_budget:
             head = 0  # the decodes fill the step's token budget: no prefill chunk this step
         admissible = 0 < head <= free
@@ -172,11 +184,11 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
         if decoding and not filling and not prefill_step:  # only decodes: leap over the quiet steps
             m, dt = _quiet_steps(step, clock, ctx_sum, decoding, free, crossings, ends[0][0] if ends else step + 1,
                                  arrival[nxt] if nxt < n else inf, bins, dec[decoding if decoding < top else top],
-                                 block, head)
+                                 block, head, growing)
             if m > 0:
                 cycles, part = divmod(m, block)
                 at = step % block  # the blocks taken at the `part` steps past whole cycles: a window of crossings
-                free -= cycles * decoding + (sum(crossings[at:at + part]) if at + part <= block else
+                free -= cycles * growing + (sum(crossings[at:at + part]) if at + part <= block else
                                              sum(crossings[at:]) + sum(crossings[:at + part - block]))
                 clock += m * dt
                 ctx_sum += m * decoding
@@ -213,7 +225,8 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
                 budget -= c
             while waiting and budget > 0 and len(order) < max_seqs:
                 r = waiting[0]
-                need_r = ceil((prompt[r] + out[r]) / block)  # the whole pass's blocks, reserved up front
+                # the whole pass's blocks, reserved up front (under "full" the whole output's too)
+                need_r = ceil((prompt[r] + (gen[r] if full else out[r])) / block)
                 if need_r + mark > free:
                     break
                 waiting.popleft()
@@ -272,13 +285,15 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
                     order.remove(r)
                     finished += 1
                     continue
-                held[r] = 0  # from now on its blocks follow its length
                 del filling[r]
                 decoding += 1
                 start_step[r] = step  # its decodes write positions base, base + 1, … from the next decode step
                 ctx_sum += base[r]
-                cross_of[r] = (step - base[r]) % block
-                crossings[cross_of[r]] += 1
+                if not full:
+                    held[r] = 0  # from now on its blocks follow its length
+                    growing += 1
+                    cross_of[r] = (step - base[r]) % block
+                    crossings[cross_of[r]] += 1
                 heapq.heappush(ends, (step + gen[r] - out[r], r, epoch[r]))
         while ends and ends[0][0] <= step:
             _, r, ep = heapq.heappop(ends)
@@ -299,7 +314,7 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
 
 
 def _quiet_steps(step, clock, ctx_sum, b, free, crossings, next_end, next_arrival, bins, dec_row, block,
-                 head_blocks) -> tuple[int, float]:
+                 head_blocks, growing=None) -> tuple[int, float]:
     """How many of the coming steps of ``b`` decoding sequences (none prefilling) change nothing but the clock,
     the context and the free blocks, so the loop may take them at once and the step after them as usual: each
     is at the same context bin, before the next finish (``next_end``) and the next arrival, needs no more blocks
@@ -329,7 +344,10 @@ def _quiet_steps(step, clock, ctx_sum, b, free, crossings, next_end, next_arriva
             m -= 1
     if m <= 0:
         return 0, 0.0
-    cycles, left = divmod(free, b)  # blocks: b for every `block` steps, then the first steps of a cycle
+    g = b if growing is None else growing
+    if g == 0:  # no sequence takes a block (reserved up front): nothing but the clock and the context change
+        return m, dt
+    cycles, left = divmod(free, g)  # blocks: g for every `block` steps, then the first steps of a cycle
     part = 0
     while part < block and crossings[(step + part) % block] <= left:
         left -= crossings[(step + part) % block]
