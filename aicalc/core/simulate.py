@@ -13,9 +13,10 @@ Two scheduling policies (:data:`POLICIES`), as the engines run them:
 
 With ``reserve="full"`` (TensorRT-LLM's default capacity policy GUARANTEED_NO_EVICT) a request is admitted only
 with the blocks of its prompt and its whole output reserved; it holds them until it ends, takes none while
-decoding and is never preempted. Otherwise admission is as vLLM's block manager does it (``BlockSpaceManager.can_allocate``): a waiting request is admitted
-when a sequence slot (``max_num_seqs``) is free and the blocks of its whole pass fit with ``watermark`` of the
-cache's blocks still free afterwards (vLLM's 1 %); those blocks are reserved at admission. A decoding sequence
+decoding and is never preempted. Otherwise admission is as vLLM's block manager does it
+(``BlockSpaceManager.can_allocate``): a waiting request is admitted when a sequence slot (``max_num_seqs``) is
+free and the blocks of its whole pass fit with ``watermark`` of the cache's blocks still free afterwards (vLLM's
+1 %); those blocks are reserved at admission. A decoding sequence
 takes a new KV block each time its context crosses a block boundary; when none is free the latest admitted
 sequence is preempted: its blocks freed, back to the head of the queue, and recomputed when readmitted by one
 prefill pass over its prompt and the tokens it had already generated (vLLM's default ``RECOMPUTE`` preemption);
