@@ -119,7 +119,7 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
                         "a token crosses them in turn" if need != [1] else f"weights and KV cache fit one "
                         f"{cs.chip.id}")
     return Result("roofline", inputs, rows, warnings=warnings, exit_code=code,
-                  title=f"{cs.model.id} on {_where(chip, cs.chip)} ({cs.dtype_label}, {cs.compute_dtype} math)", notes=notes,
+                  title=f"{cs.model.id} on {_where(chip, cs.chip)} ({cs.dtype_label}, {_math(cs)})", notes=notes,
                   columns=columns, chart=chart)
 
 
@@ -151,3 +151,10 @@ def _where(given, chip) -> str:
 
     n = node_count(given) if isinstance(given, str) else 1
     return f"{given.lower()} ({n} × {chip.id})" if n > 1 else chip.id
+
+
+def _math(cs) -> str:
+    """The math the estimate runs in: the compute dtype, and the routed experts' where it differs (gpt-oss's MXFP4
+    experts against MXFP8 activations on Blackwell)."""
+    ec = cs.formats.expert_compute
+    return f"{cs.compute_dtype} math" + (f", experts in {ec}" if ec and ec != cs.compute_dtype else "")
