@@ -59,7 +59,7 @@ class TrainSetup:
     bnb_keeps_inputs: bool = False  # bitsandbytes < 0.43.2: MatMul4Bit keeps its input (tm.bnb_kept_inputs)
 
 
-CHUNK = 1 << 16  # grid points evaluated at a time: every intermediate array stays in the processor's cache
+CHUNK = 1 << 17  # grid points evaluated at a time: every intermediate array stays in the processor's cache
 
 
 def evaluate(arch, o, g: dict, grid_columns: bool = True):
@@ -264,9 +264,21 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
     else:
         dropout = o.dropout if o.dropout is not None else (0.1 if arch.family == "gpt2" else 0.0)
         kw = dict(dropout=dropout, attn_dropout=dropout if arch.family == "gpt2" else 0.0)
-        layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
-        if o.precision in ("bf16-mixed", "fp16-mixed") and not o.lora_rank:
-            layer = layer + act.amp_saved(B, S_loc, arch, a, tp)
+        amp = o.precision in ("bf16-mixed", "fp16-mixed") and not o.lora_rank
+        per_token = None
+        if o.attention != "eager" and np.ndim(tp) == 0:
+            # without eager attention's S² scores a layer saves so many bytes per token: one product per point,
+            # where they are a whole number (then the sums are exact either way: the same numbers)
+            one = np.float64(1.0)
+            per_token = act.hf_layer(one, one, arch, a, o.attention, tp, **kw)
+            if amp:
+                per_token = per_token + act.amp_saved(one, one, arch, a, tp)
+        if per_token is not None and per_token == np.floor(per_token):
+            layer = (B * S_loc) * per_token
+        else:
+            layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
+            if amp:
+                layer = layer + act.amp_saved(B, S_loc, arch, a, tp)
         inflight = np.minimum(inflight_cap, o.microbatches) if o.microbatches else inflight_cap
         if o.lora_rank:  # frozen base: its linears keep no inputs; the adapters keep theirs
             layer = layer + lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp, o.lora_dtype == "fp32",
@@ -305,7 +317,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
                        for st, v in outside.items()}
         # 1F1B: rank r holds pp − r micro-batches in flight (PipeDream-Flush, Narayanan et al. 2021 §2.2); the first
         # stage the embedding terms, the last the final norm and the loss (one stage: both)
-        activ = activ + _pick(is_first, outside["first"], 0.0) + _pick(is_last, outside["last"], 0.0)
+        activ = _plus(activ, _pick(is_first, outside["first"], 0.0), _pick(is_last, outside["last"], 0.0))
     layer_max = layer
     loss_t, workspace, gather = tm.transient_bytes(B, S, arch, a, tp, o.framework, o.attention, recompute,
                                                    layer_max, zero, split.largest_layer, sb.weights, cp, o.loss)
@@ -354,6 +366,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
     if o.framework == "megatron":
         # one phase: everything at once (the Megatron rows are calibrated on this sum; TM-04, TM-34)
         transient = loss_t + workspace + gather
+        wg = workspace + gather
         live = {"all": activ + grads + transient}
         phase_t = {"all": transient}
     else:
@@ -368,7 +381,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
         if litgpt:  # the loop's ``logits`` list lives through the backward
             freed = np.maximum(freed - a * B * S_loc * arch.vocab / tp, 0.0)
         live = {"loss": _plus(activ, held, loss_t, kept),
-                "backward": _plus(np.maximum(activ - freed, 0.0), np.where(persistent, grads, head), workspace,
+                "backward": _plus(np.maximum(_plus(activ, -freed), 0.0), np.where(persistent, grads, head), workspace,
                                   gather),
                 "gradients": _plus(grads, workspace, gather),
                 "optimizer": grads + step_t}
@@ -393,7 +406,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
         "weights_bytes": weights, "gradients_bytes": grads, "optimizer_bytes": optimizer,
         "activations_bytes": activ, "transient_bytes": transient, "overhead_bytes": full(overhead),
         "context_bytes": full(context), "comm_buffers_bytes": full(comm),
-        "loss_transient_bytes": full(loss_t), "workspace_bytes": full(workspace + gather),
+        "loss_transient_bytes": full(loss_t), "workspace_bytes": full(wg),
         "optimizer_step_bytes": full(step_t), "peak_phase": peak_phase,
         "peak_allocated_bytes": allocated, "peak_bytes": allocated + overhead,
         "peak_reserved_bytes": allocated * (1.0 + tm.ALLOCATOR_RESERVE) + overhead,
