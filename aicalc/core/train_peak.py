@@ -69,21 +69,29 @@ def evaluate(arch, o, g: dict, grid_columns: bool = True):
     LM head and the loss). Columns ``stage`` (its pipeline rank) and ``stage_layers`` say which. ``grid_columns``
     False: without the columns that repeat the grid (batch, seq, dp, tp, pp, cp, zero), for a caller that has them.
 
-    A long one-dimensional grid is evaluated :data:`CHUNK` points at a time, each chunk's columns written into one
-    block of memory: the same operations on each point, so the same numbers, but the intermediate arrays of a
-    chunk stay in the processor's cache instead of each going out to memory and back, and a layout given as one
-    value repeated (a batch × length sweep) is computed once per stage instead of once per point."""
+    A long one-dimensional grid of one pipeline depth (a batch × length sweep) is evaluated :data:`CHUNK` points
+    at a time, one pipeline stage after the other, each written into one block of memory: the same operations on
+    each point, so the same numbers, but the intermediate arrays of a chunk stay in the processor's cache instead
+    of each going out to memory and back, and a layout column that holds one value is computed once per stage
+    instead of once per point."""
     import numpy as np
 
     vals = {k: np.asarray(v) for k, v in g.items()}
     n = max((v.shape[0] for v in vals.values() if v.ndim == 1), default=0)
-    if n <= CHUNK or any(v.ndim > 1 or (v.ndim == 1 and v.shape[0] not in (1, n)) for v in vals.values()):
+    part = None
+    if n > CHUNK and all(v.ndim == 0 or (v.ndim == 1 and v.shape[0] in (1, n)) for v in vals.values()):
+        # a column that is one value repeated (a broadcast scalar, or numbers whose least and greatest agree) goes
+        # in as that value; None: sliced into chunks
+        part = {k: (v[0] if _single(v) else None) if v.ndim == 1 and v.shape[0] == n else g[k]
+                for k, v in vals.items()}
+    if part is None or part["pp"] is None or np.ndim(part["pp"]) != 0:
+        # short, or pipeline depths that vary (a layout search's slice): the grid at once
         cols = _evaluate(arch, o, g)
         return cols if grid_columns else {f: v for f, v in cols.items() if f not in GRID}
     # which columns are arrays, and of what type, as the whole grid at once gives them: one point says; a second
     # stage is merged in wherever pp > 1, which makes every merged column a float64 array
     probe = _evaluate(arch, o, {k: v[:1] if v.ndim == 1 and v.shape[0] == n else g[k] for k, v in vals.items()})
-    merged = bool(np.any(vals["pp"] > 1))
+    merged = bool(part["pp"] > 1)
     out = {}
     arrays = [f for f, v in probe.items() if f not in ("recompute", "params", "trainable_params")
               and (merged or np.ndim(v)) and (grid_columns or f not in GRID)]
@@ -96,28 +104,25 @@ def evaluate(arch, o, g: dict, grid_columns: bool = True):
             out[f] = next(block) if f in floats else np.empty(n, dtype=np.asarray(v).dtype)
         elif grid_columns or f not in GRID:
             out[f] = v  # the same for every point: it depends on no array of the grid
-    # a column that is one value repeated (a broadcast scalar) goes in as that value
-    part = {k: v[0] if v.ndim == 1 and v.shape[0] == n and v.strides[0] == 0 else
-            None if v.ndim == 1 and v.shape[0] == n else g[k] for k, v in vals.items()}
-    one = part["pp"] is not None and np.ndim(part["pp"]) == 0
     for lo in range(0, n, CHUNK):
         sl = slice(lo, lo + CHUNK)
         chunk = {k: vals[k][sl] if v is None else v for k, v in part.items()}
-        if one:  # each stage's columns written in turn, a later stage's where its peak is higher
-            for cols, worse in _stages(arch, o, chunk):
-                if worse is not None and not worse.all():
-                    if not worse.any():
-                        continue
-                    for f in arrays:
-                        np.copyto(out[f][sl], cols[f], where=worse)
+        # each stage's columns written in turn, a later stage's where its peak is higher
+        for cols, worse in _stages(arch, o, chunk):
+            if worse is not None and not worse.all():
+                if not worse.any():
                     continue
                 for f in arrays:
-                    np.copyto(out[f][sl], cols[f])
-        else:
-            cols = _evaluate(arch, o, chunk)
+                    np.copyto(out[f][sl], cols[f], where=worse)
+                continue
             for f in arrays:
                 np.copyto(out[f][sl], cols[f])
     return out
+
+
+def _single(v) -> bool:
+    """``v`` (one-dimensional) holds one value, repeated."""
+    return v.strides[0] == 0 or (v.dtype.kind in "fiub" and v.min() == v.max())
 
 
 GRID = ("batch", "seq", "dp", "tp", "pp", "cp", "zero")
