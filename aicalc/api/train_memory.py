@@ -199,9 +199,10 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
 
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip
+    from aicalc.api.results import Block
     from aicalc.catalog import profiles
     from aicalc.core import train_memory as tm
-    from aicalc.core.train_peak import evaluate
+    from aicalc.core.train_peak import GRID, evaluate
     from aicalc.errors import ParameterError
 
     spec = load_model(model)
@@ -228,16 +229,23 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
             warnings.append(f"sequence {int(np.broadcast_to(g['seq'], pad.shape).ravel()[i])} padded to "
                             f"{int(seq_run.ravel()[i])} tokens where tp does not divide the tokens per context-parallel "
                             "rank (sequence parallelism scatters the sequence over the TP ranks)")
-    cols = {k: v for k, v in evaluate(spec.arch, st, {**g, "seq": seq_run}).items()}
-    cols["seq"] = g["seq"]
+    # the grid's own columns from the grid (the core's would repeat them), the whole numbers written in place
+    ints = Block(g["batch"].size, len(GRID) + 4, np.int64)
+    cols = {k: g[k] for k in GRID}
+    cols.update(evaluate(spec.arch, st, {**g, "seq": seq_run}, grid_columns=False))
     cols["peak_phase"] = phase_names(cols["peak_phase"])
     if chip_obj is not None:
-        cols["chip_memory_bytes"] = float(chip_obj.memory_bytes)
+        cols["chip_memory_bytes"] = Block(g["batch"].size, 1).full(float(chip_obj.memory_bytes))
         cols["fits"] = cols["peak_reserved_bytes"] <= chip_obj.memory_bytes  # what the allocator will reserve
-    for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero", "stage", "stage_layers"):
-        cols[k] = np.asarray(cols[k], dtype=np.float64).astype(np.int64)
-    cols["params"] = int(cols["params"])
-    cols["trainable_params"] = int(cols["trainable_params"])
+    for k in GRID + ("stage", "stage_layers"):
+        v = np.broadcast_to(np.asarray(cols[k], dtype=np.float64), g["batch"].shape)
+        cols[k] = ints.row()
+        if v.size and v.strides[0] == 0:  # one number repeated (a broadcast layout)
+            cols[k].fill(int(v[0]))
+        else:
+            np.copyto(cols[k], v, casting="unsafe")  # as astype(np.int64)
+    cols["params"] = ints.full(int(cols["params"]))
+    cols["trainable_params"] = ints.full(int(cols["trainable_params"]))
     return TrainMemory(cols, warnings, model=spec, chip=chip_obj, setup=st)
 
 

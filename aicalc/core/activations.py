@@ -169,9 +169,10 @@ def hf_norm(B, S, H, a, norm="rms", stat_bytes=4):
     LayerNorm (GPT-2): ``native_layer_norm`` saves its input (aBSH), mean and rstd (B·S each, fp32 on
     CUDA), and the next linear saves the output (aBSH).
     """
+    BS = B * S  # the bytes per token summed first: one product per point (whole numbers, so the same sums)
     if norm == "rms":
-        return 4 * B * S * H + 2 * a * B * S * H + 4 * B * S
-    return 2 * a * B * S * H + 2 * stat_bytes * B * S
+        return BS * (4 * H + 2 * a * H + 4)
+    return BS * (2 * a * H + 2 * stat_bytes)
 
 
 def gemma_norm(B, S, H, a, feeds_linear=True):
@@ -532,6 +533,23 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
     selective = np.asarray(recompute) == SELECTIVE_OP
     if np.any(every > 1):
         selective = selective | ((every > 1) & (L >= every))
+    if stage == "last":
+        emb = 0.0  # on the first stage
+    else:
+        emb = _embedding_saved(B, S, arch, a, dropout, mask_bytes, attention, full, selective)
+        if stage == "first":
+            return emb
+    final = gemma_norm(B, S, H, a) if arch.family.startswith("gemma") else hf_norm(B, S, H, a, arch.norm, stat_bytes)
+    per_logit = a if loss == "chunked" else 4.0
+    loss = per_logit * B * S * V / t + 8 * B * (S + 1) + 4  # labels are padded by one and shifted (a view)
+    if arch.extra.get("final_logit_softcapping"):
+        loss = loss + a * B * S * V / t  # the soft-capped logits' tanh output (softcap_saved)
+    return final + loss if stage == "last" else emb + final + loss
+
+
+def _embedding_saved(B, S, arch: Arch, a, dropout, mask_bytes, attention, full, selective):
+    """:func:`hf_outside`'s embedding terms (the first pipeline stage's)."""
+    H = arch.hidden
     emb = 8 * B * S
     if arch.learned_positions:
         emb = emb + 8 * S
@@ -547,14 +565,7 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
         # (the reentrant full-recompute closure keeps it too, but the harness does not see it there)
         kept = (full | selective) if arch.family == "gpt2" else selective
         emb = emb + _pick(kept, a * B * S * S, 0.0)
-    if stage == "first":
-        return emb
-    final = gemma_norm(B, S, H, a) if arch.family.startswith("gemma") else hf_norm(B, S, H, a, arch.norm, stat_bytes)
-    per_logit = a if loss == "chunked" else 4.0
-    loss = per_logit * B * S * V / t + 8 * B * (S + 1) + 4  # labels are padded by one and shifted (a view)
-    if arch.extra.get("final_logit_softcapping"):
-        loss = loss + a * B * S * V / t  # the soft-capped logits' tanh output (softcap_saved)
-    return final + loss if stage == "last" else emb + final + loss
+    return emb
 
 
 def hf_activations(B, S, arch: Arch, a, attention="sdpa", recompute="none", t=1, layers=None,

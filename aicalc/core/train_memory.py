@@ -419,7 +419,7 @@ def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", 
     import numpy as np
 
     B, S, a, t, cp = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t, cp))
-    kv = cp_kv_buffers(B, S, arch, a, t, cp)
+    kv = None if np.ndim(cp) == 0 and cp <= 1 else cp_kv_buffers(B, S, arch, a, t, cp)  # None: no CP, no buffers
     S = S / cp
     BS = B * S
     V, F, A = arch.vocab, (arch.moe.expert_ffn if arch.moe else arch.ffn), arch.heads
@@ -433,13 +433,14 @@ def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", 
         loss = (np.maximum(a + 4, 8.0) if framework == "hf" else 4.0) * BS * V / t
     mlp = 3 * a * BS * F / t
     eager = 8 * B * (A / t) * S * S if attention == "eager" else 0.0
-    workspace = np.maximum(mlp, eager)
-    from aicalc.core.activations import SELECTIVE_OP, recompute_every
+    workspace = mlp if np.ndim(eager) == 0 and eager == 0 else np.maximum(mlp, eager)  # mlp ≥ 0
+    from aicalc.core.activations import SELECTIVE_OP, _pick, recompute_every
 
     # a layer rebuilt in backward: full recompute, every-N's checkpointed layers, selective-op's recomputed ops
     rebuilt = (recompute_every(recompute) > 0) | (np.asarray(recompute) == SELECTIVE_OP)
-    workspace = np.where(rebuilt, np.asarray(layer_bytes, dtype=np.float64) + workspace, workspace)
-    workspace = np.maximum(workspace, kv)
+    workspace = _pick(rebuilt, np.asarray(layer_bytes, dtype=np.float64) + workspace, workspace)
+    if kv is not None:
+        workspace = np.maximum(workspace, kv)
     gather = np.where(np.asarray(zero) >= 3, 4.0 * largest_layer_params, 0.0)
     return loss, workspace, gather
 

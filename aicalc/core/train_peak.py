@@ -59,11 +59,102 @@ class TrainSetup:
     bnb_keeps_inputs: bool = False  # bitsandbytes < 0.43.2: MatMul4Bit keeps its input (tm.bnb_kept_inputs)
 
 
-def evaluate(arch, o, g: dict):
+CHUNK = 1 << 17  # grid points evaluated at a time: every intermediate array stays in the processor's cache
+
+
+def evaluate(arch, o, g: dict, grid_columns: bool = True):
     """The core call: every column of the result for the grid ``g`` (numpy arrays of equal length), for the
     pipeline stage whose peak is the highest (:func:`aicalc.core.stages.stage_candidates`: the first stage holds the
     embedding and the most micro-batches in flight under 1F1B, the fullest middle stage the most layers, the last the
-    LM head and the loss). Columns ``stage`` (its pipeline rank) and ``stage_layers`` say which."""
+    LM head and the loss). Columns ``stage`` (its pipeline rank) and ``stage_layers`` say which. ``grid_columns``
+    False: without the columns that repeat the grid (batch, seq, dp, tp, pp, cp, zero), for a caller that has them.
+
+    A long one-dimensional grid of one pipeline depth (a batch × length sweep) is evaluated :data:`CHUNK` points
+    at a time, one pipeline stage after the other, each written into one block of memory: the same operations on
+    each point, so the same numbers, but the intermediate arrays of a chunk stay in the processor's cache instead
+    of each going out to memory and back, and a layout column that holds one value is computed once per stage
+    instead of once per point."""
+    import numpy as np
+
+    vals = {k: np.asarray(v) for k, v in g.items()}
+    n = max((v.shape[0] for v in vals.values() if v.ndim == 1), default=0)
+    part = None
+    if n > CHUNK and all(v.ndim == 0 or (v.ndim == 1 and v.shape[0] in (1, n)) for v in vals.values()):
+        # a column that is one value repeated (a broadcast scalar, or numbers whose least and greatest agree) goes
+        # in as that value; None: sliced into chunks
+        part = {k: (v[0] if _single(v) else None) if v.ndim == 1 and v.shape[0] == n else g[k]
+                for k, v in vals.items()}
+    if part is None or part["pp"] is None or np.ndim(part["pp"]) != 0:
+        # short, or pipeline depths that vary (a layout search's slice): the grid at once
+        cols = _evaluate(arch, o, g)
+        return cols if grid_columns else {f: v for f, v in cols.items() if f not in GRID}
+    # which columns are arrays, and of what type, as the whole grid at once gives them: one point says; a second
+    # stage is merged in wherever pp > 1, which makes every merged column a float64 array
+    probe = _evaluate(arch, o, {k: v[:1] if v.ndim == 1 and v.shape[0] == n else g[k] for k, v in vals.items()})
+    merged = bool(part["pp"] > 1)
+    out = {}
+    arrays = [f for f, v in probe.items() if f not in ("recompute", "params", "trainable_params")
+              and (merged or np.ndim(v)) and (grid_columns or f not in GRID)]
+    floats = [f for f in arrays if merged or np.asarray(probe[f]).dtype == np.float64]
+    block = iter(np.empty((len(floats), n)))  # one allocation: it pages in faster than one array per column
+    for f, v in probe.items():
+        if f == "recompute":
+            out[f] = g.get("recompute", o.recompute)
+        elif f in arrays:
+            out[f] = next(block) if f in floats else np.empty(n, dtype=np.asarray(v).dtype)
+        elif grid_columns or f not in GRID:
+            out[f] = v  # the same for every point: it depends on no array of the grid
+    for lo in range(0, n, CHUNK):
+        sl = slice(lo, lo + CHUNK)
+        chunk = {k: vals[k][sl] if v is None else v for k, v in part.items()}
+        # each stage's columns written in turn, a later stage's where its peak is higher
+        for cols, worse in _stages(arch, o, chunk):
+            if worse is not None and not worse.all():
+                if not worse.any():
+                    continue
+                for f in arrays:
+                    np.copyto(out[f][sl], cols[f], where=worse)
+                continue
+            for f in arrays:
+                np.copyto(out[f][sl], cols[f])
+    return out
+
+
+def _single(v) -> bool:
+    """``v`` (one-dimensional) holds one value, repeated."""
+    return v.strides[0] == 0 or (v.dtype.kind in "fiub" and v.min() == v.max())
+
+
+GRID = ("batch", "seq", "dp", "tp", "pp", "cp", "zero")
+
+
+def _stages(arch, o, g: dict):
+    """For ``g`` whose ``pp`` is one number: (columns, where they beat the stages before) for the first stage
+    (None: everywhere), then the last and the fullest middle stage where they exist; the columns are scalars where
+    they depend on no array of ``g``."""
+    import numpy as np
+
+    from aicalc.core.stages import stage_candidates
+
+    p = float(g["pp"])
+    moe = tuple(arch.moe_layers) if arch.moe is not None else None
+    c = stage_candidates(arch.layers, int(p), o.virtual_stages, o.first_stage_layers, o.last_stage_layers, moe)
+    first = [np.float64(x) for x in c["first"]]
+    best = _stage(arch, o, g, *first, np.float64(p), lean=True)
+    yield best, None
+    peak = best["peak_allocated_bytes"]
+    for k in ("last", "middle"):
+        r, n, m = (np.float64(x) for x in c.get(k, c["first"]))
+        if not (p > 1 if k == "last" else p > 2 and n > first[1]):
+            continue
+        cols = _stage(arch, o, g, r, n, m, np.float64(p), lean=True)
+        worse = cols["peak_allocated_bytes"] > peak
+        yield cols, worse
+        peak = np.where(worse, cols["peak_allocated_bytes"], peak)
+
+
+def _evaluate(arch, o, g: dict):
+    """:func:`evaluate` on a grid at once."""
     import numpy as np
 
     from aicalc.core.stages import stage_candidates
@@ -98,13 +189,14 @@ def evaluate(arch, o, g: dict):
     return best
 
 
-def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
+def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
     """Every column for one pipeline rank ``rank`` holding ``stage_layers`` decoder layers (``stage_moe`` of them
-    MoE), arrays over the grid ``g``."""
+    MoE), arrays over the grid ``g`` (``lean``: a column that depends on no array of ``g`` left a scalar)."""
     import numpy as np
 
     from aicalc.core import activations as act
     from aicalc.core import train_memory as tm
+    from aicalc.core.activations import _pick
 
     B, S, dp, tp, zero = g["batch"], g["seq"], g["dp"], g["tp"], g["zero"]
     is_first, is_last = rank == 0, rank == pp - 1
@@ -171,15 +263,27 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
             weights = weights + tm.fp8_weight_cache_bytes(split.linear * frac)
         # TM-17 outside the layers: the embedding term on the first stage; the final norm, output layer input and
         # fp32 logits (korthikanti_outside's p = 1 term less its one-micro-batch embedding term) on the last
-        outside = act.korthikanti_outside(S_loc, B, arch.hidden, arch.vocab, tp, pp, o.sp)
-        head = act.korthikanti_outside(S_loc, B, arch.hidden, arch.vocab, tp, 1, o.sp) - S_loc * B * arch.hidden / tp
-        activ = activ + np.where(is_first, outside, 0.0) + np.where(is_last & (pp > 1), head, 0.0)
+        activ = activ + _on(is_first, lambda: act.korthikanti_outside(S_loc, B, arch.hidden, arch.vocab, tp, pp, o.sp))
+        activ = activ + _on(is_last & (pp > 1), lambda: act.korthikanti_outside(
+            S_loc, B, arch.hidden, arch.vocab, tp, 1, o.sp) - S_loc * B * arch.hidden / tp)
     else:
         dropout = o.dropout if o.dropout is not None else (0.1 if arch.family == "gpt2" else 0.0)
         kw = dict(dropout=dropout, attn_dropout=dropout if arch.family == "gpt2" else 0.0)
-        layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
-        if o.precision in ("bf16-mixed", "fp16-mixed") and not o.lora_rank:
-            layer = layer + act.amp_saved(B, S_loc, arch, a, tp)
+        amp = o.precision in ("bf16-mixed", "fp16-mixed") and not o.lora_rank
+        per_token = None
+        if o.attention != "eager" and np.ndim(tp) == 0:
+            # without eager attention's S² scores a layer saves so many bytes per token: one product per point,
+            # where they are a whole number (then the sums are exact either way: the same numbers)
+            one = np.float64(1.0)
+            per_token = act.hf_layer(one, one, arch, a, o.attention, tp, **kw)
+            if amp:
+                per_token = per_token + act.amp_saved(one, one, arch, a, tp)
+        if per_token is not None and per_token == np.floor(per_token):
+            layer = (B * S_loc) * per_token
+        else:
+            layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
+            if amp:
+                layer = layer + act.amp_saved(B, S_loc, arch, a, tp)
         inflight = np.minimum(inflight_cap, o.microbatches) if o.microbatches else inflight_cap
         if o.lora_rank:  # frozen base: its linears keep no inputs; the adapters keep theirs
             layer = layer + lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp, o.lora_dtype == "fp32",
@@ -201,10 +305,12 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
             ckpt = act.checkpointed_layers(recompute, layers_dev) / np.maximum(layers_dev, 1.0)
             per_layer = ckpt * a * B * S_loc * arch.hidden + (1 - ckpt) * per_layer
         activ = per_layer * layers_dev * inflight
+        # each stage's terms where this rank may be that stage (0 where it is not: they are never added)
+        ends = [st for st, c in (("first", is_first), ("last", is_last)) if np.ndim(c) or c]
         outside = {st: act.hf_outside(B, S_loc, arch, a, tp, kw["dropout"], recompute=recompute,
                                       attention=o.attention, loss=o.loss, stage=st, layers=layers_dev)
-                   for st in ("first", "last")}
-        if o.framework == "litgpt":
+                   if st in ends else 0.0 for st in ("first", "last")}
+        if o.framework == "litgpt" and "last" in ends:
             # LitGPT's loss (finetune/*.py: ``model(input_ids, lm_head_chunk_size=128)`` then
             # ``chunked_cross_entropy``): the 128-token logits chunks in the model dtype, held by the loop, and each
             # chunk's ``cross_entropy`` saving its log-softmax in that dtype, 2·a·BS·V, where transformers saves an
@@ -212,11 +318,11 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
             outside["last"] = outside["last"] + (2 * a - 4) * B * S_loc * arch.vocab / tp
         if o.lora_rank:
             outside = {st: v - np.where(np.asarray(recompute) == "full", 0.0,
-                                        act.hf_frozen_outside(B, S_loc, arch, a, stage=st))
+                                        act.hf_frozen_outside(B, S_loc, arch, a, stage=st)) if st in ends else v
                        for st, v in outside.items()}
         # 1F1B: rank r holds pp − r micro-batches in flight (PipeDream-Flush, Narayanan et al. 2021 §2.2); the first
         # stage the embedding terms, the last the final norm and the loss (one stage: both)
-        activ = activ + np.where(is_first, outside["first"], 0.0) + np.where(is_last, outside["last"], 0.0)
+        activ = _plus(activ, _pick(is_first, outside["first"], 0.0), _pick(is_last, outside["last"], 0.0))
     layer_max = layer
     loss_t, workspace, gather = tm.transient_bytes(B, S, arch, a, tp, o.framework, o.attention, recompute,
                                                    layer_max, zero, split.largest_layer, sb.weights, cp, o.loss)
@@ -228,7 +334,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         dq = tm.dequantized_weight_bytes(arch, a, tp, head=litgpt, from_fp16=litgpt and o.precision != "fp16")
         workspace = workspace + dq
         if litgpt:
-            loss_t = loss_t + np.where(is_last, dq, 0.0)
+            loss_t = loss_t + _pick(is_last, dq, 0.0)
             if o.bnb_keeps_inputs:  # the previous micro-batch's graph, alive through this forward (one stage)
                 kept = tm.bnb_kept_inputs(B, S_loc, arch, a, tp)
     if o.optimizer_in_backward:
@@ -265,6 +371,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
     if o.framework == "megatron":
         # one phase: everything at once (the Megatron rows are calibrated on this sum; TM-04, TM-34)
         transient = loss_t + workspace + gather
+        wg = workspace + gather
         live = {"all": activ + grads + transient}
         phase_t = {"all": transient}
     else:
@@ -275,40 +382,61 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         # * gradients: the end of the backward, every gradient + one layer's workspace;
         # * optimizer: every gradient + the step's temporaries (foreach AdamW).
         head = 0.0 if o.lora_rank else arch.vocab * arch.hidden * sb.grads / tp
-        freed = np.where(np.asarray(pp) > 1, 0.0, outside["last"])
+        freed = _pick(np.asarray(pp) > 1, 0.0, outside["last"])
         if litgpt:  # the loop's ``logits`` list lives through the backward
             freed = np.maximum(freed - a * B * S_loc * arch.vocab / tp, 0.0)
-        live = {"loss": activ + held + loss_t + kept,
-                "backward": np.maximum(activ - freed, 0.0) + np.where(persistent, grads, head) + workspace + gather,
-                "gradients": grads + workspace + gather,
+        live = {"loss": _plus(activ, held, loss_t, kept),
+                "backward": _plus(np.maximum(_plus(activ, -freed), 0.0), np.where(persistent, grads, head), workspace,
+                                  gather),
+                "gradients": _plus(grads, workspace, gather),
                 "optimizer": grads + step_t}
-        phase_t = {"loss": loss_t + kept, "backward": workspace + gather, "gradients": workspace + gather,
-                   "optimizer": step_t}
+        wg = _plus(workspace, gather)
+        phase_t = {"loss": _plus(loss_t, kept), "backward": wg, "gradients": wg, "optimizer": step_t}
     names = list(live)
-    top, transient, at = live[names[0]], phase_t[names[0]], 0
+    code = [np.int8(PHASES.index(k)) for k in names]  # an index into PHASES (one byte per layout: the layout
+    top, transient, at = live[names[0]], phase_t[names[0]], code[0]  # search keeps millions); the API names it
     for i, k in enumerate(names[1:], 1):  # the first phase wins ties, as argmax would
         more = live[k] > top
-        top, transient, at = np.maximum(top, live[k]), np.where(more, phase_t[k], transient), np.where(more, i, at)
+        top, transient, at = np.maximum(top, live[k]), np.where(more, phase_t[k], transient), np.where(more, code[i], at)
     allocated = weights + optimizer + top
     shape = np.shape(allocated)
     transient = np.broadcast_to(transient, shape)
-    # an index into PHASES (one byte per layout: the layout search keeps millions); the API names it
-    peak_phase = np.broadcast_to(np.asarray([PHASES.index(k) for k in names], dtype=np.int8)[at], shape)
+    peak_phase = np.broadcast_to(np.asarray(at, dtype=np.int8), shape)
+    full = (lambda x: x) if lean else (lambda x: x + 0.0 * allocated)
     return {
         "batch": B, "seq": S, "dp": dp, "tp": tp, "pp": g["pp"], "cp": cp, "zero": zero,
-        "stage": rank + 0.0 * allocated, "stage_layers": stage_layers + 0.0 * allocated,
+        "stage": full(rank), "stage_layers": full(stage_layers),
         "recompute": recompute,
         "params": float(split.total), "params_per_device": n_dev, "trainable_params": trainable_total,
         "weights_bytes": weights, "gradients_bytes": grads, "optimizer_bytes": optimizer,
-        "activations_bytes": activ, "transient_bytes": transient, "overhead_bytes": overhead + 0.0 * allocated,
-        "context_bytes": context + 0.0 * allocated, "comm_buffers_bytes": comm + 0.0 * allocated,
-        "loss_transient_bytes": loss_t + 0.0 * activ, "workspace_bytes": workspace + gather + 0.0 * activ,
-        "optimizer_step_bytes": step_t + 0.0 * activ, "peak_phase": peak_phase,
+        "activations_bytes": activ, "transient_bytes": transient, "overhead_bytes": full(overhead),
+        "context_bytes": full(context), "comm_buffers_bytes": full(comm),
+        "loss_transient_bytes": full(loss_t), "workspace_bytes": full(wg),
+        "optimizer_step_bytes": full(step_t), "peak_phase": peak_phase,
         "peak_allocated_bytes": allocated, "peak_bytes": allocated + overhead,
         "peak_reserved_bytes": allocated * (1.0 + tm.ALLOCATOR_RESERVE) + overhead,
         "host_bytes": host,
         "states_bytes_per_param": (weights + grads + optimizer + host) / n_dev,
     }
+
+
+def _plus(x, *ys):
+    """``x + y + …`` left to right, leaving out each ``y`` that is one 0 (adding it changes nothing)."""
+    import numpy as np
+
+    for y in ys:
+        if not (np.ndim(y) == 0 and y == 0):
+            x = x + y
+    return x
+
+
+def _on(cond, make):
+    """``make()`` where ``cond`` holds, else 0; not made at all where ``cond`` is one False."""
+    import numpy as np
+
+    if np.ndim(cond) == 0:
+        return make() if cond else 0.0
+    return np.where(cond, make(), 0.0)
 
 
 def litgpt_layer_extra(arch, targets, B, S, a, tp=1, lora_dropout=0.0):
