@@ -408,6 +408,10 @@ def train_time(
                                                           "pipeline stage")] = None,
     goodput: Annotated[str, typer.Option("--goodput", metavar="FRACTION", help="share of wall-clock time spent on "
                                          "useful steps (restarts, evaluation); stretches time and chip-hours")] = "1",
+    attention_flops: Annotated[str, typer.Option("--attention-flops", help="how model FLOPs (MFU, --mfu, "
+                                                 "--achieved) count attention: causal (Megatron-Bridge's and "
+                                                 "MaxText's current count) or full (Megatron-LM's paper formula, "
+                                                 "PaLM)")] = "causal",
     search: Annotated[bool, typer.Option("--search", help="rank the layouts of --chips that fit by time")] = False,
     top: Annotated[int, typer.Option("--top", help="layouts shown by --search")] = 10,
     price: Price = None,
@@ -429,7 +433,7 @@ def train_time(
             sequence_parallel=sequence_parallel, interleave=interleave, zero=z, precision=precision,
             dp_bandwidth=dp_bandwidth, eff=eff, framework=framework, search=search, top=top, cp=cp, ep=ep,
             goodput=goodput, price=price, etp=etp, first_stage_layers=first_stage_layers,
-            last_stage_layers=last_stage_layers)))), fmt, json_,
+            last_stage_layers=last_stage_layers, attention_flops=attention_flops)))), fmt, json_,
                 columns)
 
 

@@ -12,7 +12,7 @@ _PANELS = {
                             "lora_rank lora_targets lora_dtype lora_dropout loss optimizer_in_backward quant bnb_keeps_inputs offload "
                             "dropout "
                             "recompute attention overhead utilization kv_per_query_head",
-    "Performance model": "eff mfu achieved dp_bandwidth ops policy",
+    "Performance model": "eff mfu achieved attention_flops dp_bandwidth ops policy",
     "Limits and cost": "budget max_ttft max_tpot price fail_on_warn",
     "Output": "fmt json_ columns plot emit_engine junit schema help",
 }

@@ -228,7 +228,10 @@ def published_training_cases() -> list[dict]:
                     seq=e.get("seq", 2048), global_batch=gb, micro_batch=mb, tp=tp, pp=pp, dp=dp, cp=cp,
                     ep=e.get("ep") or 1, recompute=rc, attention=attention, zero=zero,
                     precision="fp8" if e.get("precision") == "fp8" else "bf16", framework=FRAMEWORK[fw],
-                    interleave=e.get("vp") or 1)
+                    interleave=e.get("vp") or 1,
+                    # the published MFU / TFLOP/s of these sources (2021-2024 papers and READMEs) count attention
+                    # over all seq keys; a row whose source counts causal attention says so
+                    attention_flops=e.get("attention_flops", "full"))
         # layouts and FSDP settings as the run's framework ran them
         for k in ("etp", "first_stage_layers", "last_stage_layers", "fp8_all_gather"):
             if e.get(k) is not None:
@@ -292,7 +295,7 @@ def _tt(id_, what, measured, unit, metric, a, h, L, tp, pp, dp, gb, mb, recomput
     return case(id_, "training", what, measured, unit, "train_time",
                 dict(model=gpt_config(L, h, a), chip=A100, tokens=1e9, seq=2048, global_batch=gb, micro_batch=mb,
                      tp=tp, pp=pp, dp=dp, recompute=recompute, attention="materialized", sequence_parallel=sp,
-                     interleave=v, dp_bandwidth=SELENE_IB), metric)
+                     interleave=v, dp_bandwidth=SELENE_IB, attention_flops="full"), metric)
 
 
 def cases() -> list[dict]:

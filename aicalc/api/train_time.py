@@ -120,7 +120,7 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
                sequence_parallel: bool = True, interleave: int = 1, zero: int = 0, precision: str = "bf16",
                dp_bandwidth=None, efficiency=None, price=None, ep=1, cp=1, framework: str = "megatron",
                goodput=1.0, etp=None, first_stage_layers=None, last_stage_layers=None,
-               fp8_all_gather: bool = False) -> TrainTime:
+               fp8_all_gather: bool = False, attention_flops: str = "causal") -> TrainTime:
     """Training on ``tokens`` tokens with a TP × PP × CP × DP layout (arrays broadcast; ``ep`` experts split over
     EP ranks folded over the tensor, context and data ranks, with ``etp`` the experts' own tensor parallelism,
     Megatron-Core's MoE parallel folding; default ``tp``). Pipeline stages follow
@@ -130,7 +130,10 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     (``presets/frameworks/``: megatron, fsdp, deepspeed). ``goodput`` < 1 stretches total time and chip-hours
     for restarts, evaluation and other stages no step model sees. ``fp8_all_gather``: FSDP all-gathers the blocks'
     8-bit linear weights in fp8, 1 byte each (torchao's ``enable_fsdp_float8_all_gather``, torchtitan's
-    ``--float8.enable_fsdp_float8_all_gather``; precision fp8 only); else in bf16."""
+    ``--float8.enable_fsdp_float8_all_gather``; precision fp8 only); else in bf16. ``attention_flops``: how
+    model FLOPs (MFU, ``model_flop_per_token``, and a given ``mfu`` or ``achieved``) count attention — "causal"
+    (the keys before each token, as FlashAttention computes and Megatron-Bridge and MaxText report) or "full"
+    (Megatron-LM's paper formula and PaLM's MFU); the predicted time does not depend on it."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -143,6 +146,7 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     from aicalc.errors import ParameterError, check_choice
 
     check_choice("recompute", recompute, tt.RECOMPUTE)
+    check_choice("attention_flops", attention_flops, tt.ATTENTION_FLOPS)
     if recompute == "selective-op" and framework == "megatron":
         raise ParameterError("recompute", recompute, "is torchtitan's op-level selective activation checkpointing; "
                              "with --framework megatron use none, selective or full")
@@ -197,7 +201,8 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
               pp=g["pp"], dp=g["dp"], recompute=recompute, flash=attention == "flash",
               sequence_parallel=sequence_parallel, interleave=interleave, zero=zero, ep=ep_v, cp=cp_v,
               goodput=goodput, etp=etp_v, stage_layers=stages,
-              grad_bytes=GRAD_BYTES[fw.options.get("reduce_dtype", "bf16")], gather_bytes=1.0 if fp8_all_gather else 2.0)
+              grad_bytes=GRAD_BYTES[fw.options.get("reduce_dtype", "bf16")], gather_bytes=1.0 if fp8_all_gather else 2.0,
+              attention_flops=attention_flops)
     r = tt.training(s, tchip, eff, mfu=mfu_v, achieved_flop_per_s=achieved_v, **kw)
     ideal = tt.training(s, tchip, IDEAL, **kw)
     cols = {"tp": g["tp"].astype(np.int64), "pp": g["pp"].astype(np.int64), "dp": g["dp"].astype(np.int64),

@@ -93,7 +93,7 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                     int="draft_tokens seed ep attention_dp redundant_experts", flag="search", texts="chip",
                     params={"emit": "emit_engine"}),
     "train-time": _kinds(text="chips tokens seq global_batch micro_batch tp pp dp mfu achieved recompute attention "
-                              "zero precision dp_bandwidth framework goodput price",
+                              "zero precision dp_bandwidth framework goodput price attention_flops",
                          int="virtual_stages interleave cp ep etp first_stage_layers last_stage_layers top",
                          flag="sequence_parallel sp search",
                          texts="chip eff", params={"sp": "sequence_parallel", "virtual_stages": "interleave"}),

@@ -10,7 +10,8 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
         dp=None, chips=None, mfu="auto", achieved=None, recompute: str = "selective", attention: str = "flash",
         sequence_parallel: bool = True, interleave: int = 1, zero=None, precision: str = "bf16",
         dp_bandwidth=None, eff=None, framework: str = "megatron", search: bool = False, top: int = 10, cp: int = 1,
-        ep: int = 1, goodput="1", price=None, etp=None, first_stage_layers=None, last_stage_layers=None) -> Result:
+        ep: int = 1, goodput="1", price=None, etp=None, first_stage_layers=None, last_stage_layers=None,
+        attention_flops: str = "causal") -> Result:
     import numpy as np
 
     from aicalc.api.train_time import train_time
@@ -54,7 +55,7 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                    zero=int(zero), precision=precision, dp_bandwidth=dp_bandwidth,
                    efficiency=efficiency_overrides(eff), framework=framework, cp=int(cp), ep=int(ep),
                    goodput=goodput, price=price_per_hour(price), etp=etp, first_stage_layers=first_stage_layers,
-                   last_stage_layers=last_stage_layers)
+                   last_stage_layers=last_stage_layers, attention_flops=attention_flops)
     m = r.meta
     tc, spec, chip_obj = m["train_chip"], m["model"], m["chip"]
     inputs = {"model": spec.id, "chip": chip_obj.id, "tokens": float(r.tokens[0]), "seq": seq,
@@ -63,9 +64,10 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
               "sequence_parallel": sequence_parallel, "interleave": interleave, "zero": zero, "precision": precision,
               "dp_bandwidth_bytes_per_s": tc.dp_bytes_per_s, "efficiency": m["efficiency"].as_dict(), "cp": cp,
               "ep": ep, "etp": etp, "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
-              "goodput": goodput, "price_per_chip_hour_usd": m["price"]}
-    notes = [f"MFU {m['mfu_source']}; model FLOPs = 6·N_mm + 12·L·s·A·d + 6·V·H per token (TT-01); ideal = bare "
-             "roofline of the same layout (no efficiency factors)",
+              "goodput": goodput, "price_per_chip_hour_usd": m["price"], "attention_flops": attention_flops}
+    attn = "6·L·s·A·d (causal)" if attention_flops == "causal" else "12·L·s·A·d (full attention)"
+    notes = [f"MFU {m['mfu_source']}; model FLOPs = 6·N_mm + {attn} + 6·V·H per token (TT-01; --attention-flops); "
+             "ideal = bare roofline of the same layout (no efficiency factors)",
              f"peak {tc.peak_flop_per_s / 1e12:,.1f} TFLOP/s dense {precision} per chip; DP network "
              f"{tc.dp_bytes_per_s / 1e9:,.0f} GB/s per chip per direction (--dp-bandwidth)",
              cost_note(chip_obj, m["price"], price is not None)]
