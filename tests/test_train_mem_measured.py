@@ -165,7 +165,6 @@ TM29_7B = ("llama-2-7b", *TT_COMMON, "--batch", "4", "--seq", "2048")
                             "--zero", "3", "--dp", "2"), 16.2),
         ("7B QLoRA 1x4090", ("--lora-rank", "8", "--lora-targets", "all", "--lora-dtype", "bf16",
                              "--quant", "nf4-dq"), 12.3),
-        ("7B full 4x4090", ("--zero", "3", "--dp", "4"), 24.1),
     ],
 )
 def test_tm29_llama2_7b(capsys, row, extra, measured_gb):
@@ -184,6 +183,13 @@ def test_tm29_llama2_7b_full_1x4090_remeasured(capsys):
     r = _row(capsys, *TM29_7B, "--offload", "optimizer", "--optimizer-in-backward")
     assert r["peak_allocated_bytes"] == pytest.approx(20.2e9, rel=0.10)
     assert r["peak_allocated_bytes"] < 24.1e9
+
+
+def test_tm29_llama2_7b_full_4x4090_bounded(capsys):
+    # FSDP1 FULL_SHARD, pure bf16, torch AdamW: the same 24.1 GB as the unreproduced single-device row, so only
+    # bounded: the sharded states stay below the estimate and the estimate below the printed figure
+    r = _row(capsys, *TM29_7B, "--zero", "3", "--dp", "4")
+    assert _states(r) < r["peak_allocated_bytes"] < 24.1e9
 
 
 def test_tm29_llama2_70b_full_8xa100(capsys):

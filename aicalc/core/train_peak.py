@@ -150,10 +150,14 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         extra = 0.0
         if o.optimizer == "adafactor":
             extra = tm.adafactor_elements(arch) * 4.0 * frac
-        weights, grads, optimizer = tm.shard_states(dense_dev, dense_dev, sb, zero, shard, extra)
-        if np.any(expert_dev):
-            ew, eg, eo = tm.shard_states(expert_dev, expert_dev, sb, zero, edp)
-            weights, grads, optimizer = weights + ew, grads + eg, optimizer + eo
+        states = _states(dense_dev, expert_dev, sb, zero, shard, edp, extra)
+        if o.precision.endswith("-mixed") and o.framework != "megatron" and np.any(np.asarray(zero) >= 3):
+            # FSDP2's mixed precision (MixedPrecisionPolicy): the sharded fp32 parameter is the master copy and
+            # its gradient is fp32 too; the bf16 copies exist only unsharded, one block at a time
+            # (tm.fsdp2_buffers): 4 w + 4 g + the states, no sharded 16-bit copy between steps
+            f = _states(dense_dev, expert_dev, tm.StateBytes(4.0, 4.0, 0.0, sb.optimizer), zero, shard, edp, extra)
+            states = tuple(np.where(np.asarray(zero) >= 3, x, y) for x, y in zip(f, states, strict=True))
+        weights, grads, optimizer = states
         trainable_total = float(split.total)
         targets = ()
 
@@ -179,7 +183,9 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         kw = dict(dropout=dropout, attn_dropout=dropout if arch.family == "gpt2" else 0.0)
         layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
         if o.precision in ("bf16-mixed", "fp16-mixed") and not o.lora_rank:
-            layer = layer + act.amp_saved(B, S_loc, arch, a, tp)
+            # torch AMP; under FSDP2 (zero 3) the parameters are cast to bf16 when gathered and the layers run as
+            # a pure 16-bit model (validation/record_step_peak.py, step_peak_fsdp.json)
+            layer = layer + np.where(np.asarray(zero) >= 3, 0.0, act.amp_saved(B, S_loc, arch, a, tp))
         inflight = np.minimum(inflight_cap, o.microbatches) if o.microbatches else inflight_cap
         if o.lora_rank:  # frozen base: its linears keep no inputs; the adapters keep theirs
             layer = layer + lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp, o.lora_dtype == "fp32",
@@ -260,7 +266,10 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
     # (dp > 1), gradient accumulation (microbatches > 1), Megatron's contiguous grad buffer. Otherwise
     # (one device, zero_grad(set_to_none=True)) they are allocated in the backward while the activations
     # are freed.
-    persistent = (o.framework == "megatron") | (np.asarray(shard) > 1) | ((o.microbatches or 1) > 1)
+    # FSDP2 (zero 3, full training) frees its sharded gradients with zero_grad(set_to_none=True) and makes them
+    # in the backward's reduce-scatters, so without accumulation they do not live through the forward.
+    fsdp = (np.asarray(zero) >= 3) & (o.framework != "megatron") & (not o.lora_rank)
+    persistent = (o.framework == "megatron") | ((np.asarray(shard) > 1) & ~fsdp) | ((o.microbatches or 1) > 1)
     held = np.where(persistent, grads, 0.0)
     if o.framework == "megatron":
         # one phase: everything at once (the Megatron rows are calibrated on this sum; TM-04, TM-34)
@@ -275,15 +284,25 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         # * gradients: the end of the backward, every gradient + one layer's workspace;
         # * optimizer: every gradient + the step's temporaries (foreach AdamW).
         head = 0.0 if o.lora_rank else arch.vocab * arch.hidden * sb.grads / tp
+        # FSDP2's unsharded root and block buffers (tm.fsdp2_buffers) in place of the ZeRO-3 gather
+        root = dense_dev - split.layers * stage_layers / arch.layers / tp
+        block = split.layers / arch.layers / tp
+        if arch.n_moe_layers:
+            block = block + split.experts / arch.n_moe_layers / (o.ep * etp)
+        f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block, a, np.where(is_last, arch.vocab * arch.hidden / tp,
+                                                                                 0.0), shard)
+        f_loss, f_back, f_grads = (np.where(fsdp, x, 0.0) for x in (f_loss, f_back, f_grads))
         freed = np.where(np.asarray(pp) > 1, 0.0, outside["last"])
         if litgpt:  # the loop's ``logits`` list lives through the backward
             freed = np.maximum(freed - a * B * S_loc * arch.vocab / tp, 0.0)
-        live = {"loss": activ + held + loss_t + kept,
-                "backward": np.maximum(activ - freed, 0.0) + np.where(persistent, grads, head) + workspace + gather,
-                "gradients": grads + workspace + gather,
+        gather = np.where(fsdp, f_back, gather)
+        live = {"loss": activ + held + loss_t + kept + f_loss,
+                "backward": (np.maximum(activ - freed, 0.0) + np.where(persistent, grads, np.where(fsdp, 0.0, head))
+                             + workspace + gather),
+                "gradients": grads + np.where(fsdp, f_grads, workspace + gather),
                 "optimizer": grads + step_t}
-        phase_t = {"loss": loss_t + kept, "backward": workspace + gather, "gradients": workspace + gather,
-                   "optimizer": step_t}
+        phase_t = {"loss": loss_t + kept + f_loss, "backward": workspace + gather,
+                   "gradients": np.where(fsdp, f_grads, workspace + gather), "optimizer": step_t}
     names = list(live)
     top, transient, at = live[names[0]], phase_t[names[0]], 0
     for i, k in enumerate(names[1:], 1):  # the first phase wins ties, as argmax would
@@ -309,6 +328,19 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         "host_bytes": host,
         "states_bytes_per_param": (weights + grads + optimizer + host) / n_dev,
     }
+
+
+def _states(dense, experts, sb, zero, shard, edp, extra=0.0):
+    """(weights, grads, optimizer) of the dense part sharded over ``shard`` and the routed experts over ``edp``."""
+    import numpy as np
+
+    from aicalc.core import train_memory as tm
+
+    weights, grads, optimizer = tm.shard_states(dense, dense, sb, zero, shard, extra)
+    if np.any(experts):
+        ew, eg, eo = tm.shard_states(experts, experts, sb, zero, edp)
+        weights, grads, optimizer = weights + ew, grads + eg, optimizer + eo
+    return weights, grads, optimizer
 
 
 def litgpt_layer_extra(arch, targets, B, S, a, tp=1, lora_dropout=0.0):
