@@ -290,7 +290,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp):
         if arch.n_moe_layers:
             block = block + split.experts / arch.n_moe_layers / (o.ep * etp)
         f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block, a, np.where(is_last, arch.vocab * arch.hidden / tp,
-                                                                                 0.0), shard)
+                                                                                 0.0), shard,
+                                                   arch.tied_embeddings)
         f_loss, f_back, f_grads = (np.where(fsdp, x, 0.0) for x in (f_loss, f_back, f_grads))
         freed = np.where(np.asarray(pp) > 1, 0.0, outside["last"])
         if litgpt:  # the loop's ``logits`` list lives through the backward
