@@ -146,30 +146,50 @@ def test_tm28_a6000_rows_bracketed(capsys, args, measured):
 # 7B_full_low_memory: bnb PagedAdamW + optimizer_in_bwd; 7B_lora(_single_device): r 8 on q, v;
 # 7B_qlora_single_device: r 8 on q, k, v, output_proj + MLP, NF4; distributed recipes shard with FSDP
 # (→ --zero 3 --dp N); 7B_full (4 GPUs): torch AdamW, states in bf16. "GB" is taken as 10^9 B (the README does
-# not say; GiB would move the figures by 7 %, inside the band).
+# not say; GiB would move the figures by 7 %, inside the band). Which statistic the table shows is not said
+# either: the recipes log all three of torchtune/utils/memory.py's ``get_memory_stats`` (``peak_memory_active``
+# = ``active_bytes.all.peak``, ``peak_memory_alloc`` = ``max_memory_allocated``, ``peak_memory_reserved`` =
+# ``max_memory_reserved``, each / 1e9) when ``log_peak_memory_stats`` is on. The two full-finetune rows are not
+# reproduced by torchtune's own developers: the day after, rohan-varma re-ran the 1× 4090 config at batch 4 × 2048
+# (pytorch/torchtune PR #961, "Can't reproduce 24.1GB on a single device full finetune and instead seeing 20.2
+# peak memory allocated (and similar for reserved)"; kartikayk: "On my A100, I'm getting 22.3"), so reserved
+# memory does not explain the gap; both rows print 24.1 GB, 94 % of the card.
 TM29_7B = ("llama-2-7b", *TT_COMMON, "--batch", "4", "--seq", "2048")
 
 
 @pytest.mark.parametrize(
     "row, extra, measured_gb",
     [
-        ("7B full 1x4090", ("--offload", "optimizer", "--optimizer-in-backward"), 24.1),
         ("7B LoRA 1x4090", ("--lora-rank", "8", "--lora-targets", "q,v", "--lora-dtype", "bf16"), 21.3),
         ("7B LoRA 2x4090", ("--lora-rank", "8", "--lora-targets", "q,v", "--lora-dtype", "bf16",
                             "--zero", "3", "--dp", "2"), 16.2),
         ("7B QLoRA 1x4090", ("--lora-rank", "8", "--lora-targets", "all", "--lora-dtype", "bf16",
                              "--quant", "nf4-dq"), 12.3),
-        ("7B full 4x4090", ("--zero", "3", "--dp", "4"), 24.1),
     ],
 )
 def test_tm29_llama2_7b(capsys, row, extra, measured_gb):
     # Since the whole-step phases (issue 23: the loss buffers and a recomputed layer's workspace are never live
-    # together, as PyTorch's tracker shows on transformers models) four rows are low by 21-24 %: torchtune's
+    # together, as PyTorch's tracker shows on transformers models) these rows are low by 10-24 %: torchtune's
     # 2024 recipes are not transformers models (the decoder returned ``output(h).float()`` and the training loop
     # keeps that fp32 ``logits`` tensor referenced through ``loss.backward()``), which no option models yet.
     # Band ±25 % (docs/train-mem.md, "Measured rows").
     r = _row(capsys, *TM29_7B, *extra)
     assert r["peak_allocated_bytes"] == pytest.approx(measured_gb * 1e9, rel=0.25), row
+
+
+def test_tm29_llama2_7b_full_1x4090_remeasured(capsys):
+    # the README's 24.1 GB was not reproduced (PR #961 above); the re-measurement, 20.2 GB allocated at batch
+    # 4 × 2048 with the same config, is the row's figure; the README's stays an upper bound
+    r = _row(capsys, *TM29_7B, "--offload", "optimizer", "--optimizer-in-backward")
+    assert r["peak_allocated_bytes"] == pytest.approx(20.2e9, rel=0.10)
+    assert r["peak_allocated_bytes"] < 24.1e9
+
+
+def test_tm29_llama2_7b_full_4x4090_bounded(capsys):
+    # FSDP1 FULL_SHARD, pure bf16, torch AdamW: the same 24.1 GB as the unreproduced single-device row, so only
+    # bounded: the sharded states stay below the estimate and the estimate below the printed figure
+    r = _row(capsys, *TM29_7B, "--zero", "3", "--dp", "4")
+    assert _states(r) < r["peak_allocated_bytes"] < 24.1e9
 
 
 def test_tm29_llama2_70b_full_8xa100(capsys):

@@ -109,3 +109,55 @@ def test_peak_phase_names_what_sets_it():
     assert float(fused["optimizer_step_bytes"][0]) == 0.0
     assert float(fp32["optimizer_step_bytes"][0]) == pytest.approx(by["llama2-style/sdpa/fp32/foreach/b2s256"]
                                                                    ["params"] * 4, rel=1e-6)
+
+
+# FSDP2 on a fake process group (validation/record_step_peak.py, ``measure_fsdp``): one rank of fully_shard per
+# decoder layer and the root, bf16 parameters / fp32 reduce-scatter, real model sizes at dp 2 and 8.
+FSDP_DATA = Path(__file__).parent / "data" / "validation" / "step_peak_fsdp.json"
+FSDP = json.loads(FSDP_DATA.read_text())["records"] if FSDP_DATA.exists() else []
+
+
+def fsdp_estimate(rec: dict) -> dict:
+    return aicalc.train_memory(rec["config"], batch=rec["batch"], seq=rec["seq"], attention=rec["attention"],
+                               precision=rec["precision"], recompute=rec["recompute"], adamw=rec["adamw"],
+                               zero=3, dp=rec["dp"])
+
+
+def test_fsdp_records_cover_the_setups():
+    assert len(FSDP) >= 12
+    assert {r["dp"] for r in FSDP} == {2, 8}
+    assert {r["config"]["model_type"] for r in FSDP} == {"llama", "qwen3"}
+    assert {r["recompute"] for r in FSDP} == {"none", "full"}
+    # the loss, the root's reduce-scatter at the end of the backward and the optimizer step each set a peak
+    assert {r["peak_phase"].split()[-1] for r in FSDP} == {"backward", "optimizer"}
+    assert any(r["peak_breakdown"]["reduce_scatter"] > 0 for r in FSDP)
+    # the root's reduce-scatter sets a traced peak with tied and with untied embeddings
+    at_root = {r["config"]["tie_word_embeddings"] for r in FSDP
+               if fsdp_estimate(r)["peak_phase"][0] == "gradients"}
+    assert at_root == {True, False}
+
+
+@pytest.mark.parametrize("rec", FSDP, ids=[r["name"] for r in FSDP])
+def test_fsdp_peak_within_5_percent(rec):
+    est = float(fsdp_estimate(rec)["peak_allocated_bytes"][0])
+    err = est / rec["peak_bytes"] - 1
+    assert abs(err) <= TOLERANCE, f"{rec['name']}: estimate {est:,.0f} vs traced {rec['peak_bytes']:,} ({err:+.2%})"
+
+
+@pytest.mark.parametrize("rec", FSDP, ids=[r["name"] for r in FSDP])
+def test_fsdp_sharded_states_are_the_traced_ones(rec):
+    """Between steps FSDP2 holds its fp32 parameter shard (the master copy) and two fp32 AdamW states per
+    parameter, 12 bytes over dp, and no gradients (zero_grad(set_to_none=True)); the root's parameters are
+    unsharded in bf16 through the forward (tm.fsdp2_buffers)."""
+    est = fsdp_estimate(rec)
+    after = rec["after_step"]
+    assert after["sharded_param"] + after["optstate"] == pytest.approx(12 * rec["params"] / rec["dp"], rel=1e-3)
+    assert after["sharded_grad"] == 0
+    held = float(est["weights_bytes"][0]) + float(est["optimizer_bytes"][0])
+    assert held == pytest.approx(after["sharded_param"] + after["optstate"], rel=1e-3)
+    h, v = rec["config"]["hidden_size"], rec["config"]["vocab_size"]
+    root = h * v * (1 if rec["config"]["tie_word_embeddings"] else 2) + h
+    # at the forward's peak: the root's parameters, and one layer's where that peak falls inside a layer
+    layer = (rec["params"] - root) / rec["config"]["num_hidden_layers"]
+    extra = rec["phases_last_step"]["forward"]["unsharded_param"] - 2 * root
+    assert extra == pytest.approx(0, abs=1e6) or extra == pytest.approx(2 * layer, rel=1e-3)

@@ -22,6 +22,11 @@ What the harness does to make the CPU trace stand for a CUDA run (each documente
 * **mixed precision**: ``torch.autocast("cpu", torch.bfloat16)``. Its op lists differ from CUDA's; the
   matmuls (``linear``, ``matmul``, ``bmm``, SDPA) are cast in both.
 
+FSDP2 (``measure_fsdp``, ``tests/data/validation/step_peak_fsdp.json``): one rank of ``fully_shard`` per decoder
+layer and on the root (torchtitan's ``apply_fsdp``: bf16 parameters, fp32 reduce-scatter, resharded after forward)
+on PyTorch's ``fake`` process group, at dp 2 and 8 on Llama-3.2-1B, Llama-3.1-8B and Qwen3-1.7B shapes, counted
+by ``FSDPMemTracker`` (sharded/unsharded parameters and gradients, all-gather and reduce-scatter buffers).
+
 Every number comes from torch; nothing here is computed by formula, and aicalc is not imported.
 ``tests/test_train_peak.py`` compares aicalc's ``peak_allocated_bytes`` with the records.
 
@@ -177,9 +182,8 @@ EXCLUDED = [
                "is not autocast-enabled) and torch 2.13's meta kernel for _grouped_mm accepts bf16 only "
                "('Expected inputs of BF16 type'), so fake tensors cannot trace fp32 experts; CUDA's kernel "
                "is bf16-only too"},
-    {"what": "FSDP2 (fully_shard) on a fake process group",
-     "reason": "not traced in this round: the sharded cases are left to the ZeRO formulas (TM-09) and the "
-               "published rows"},
+    {"what": "FSDP2 with LoRA, MoE experts or gradient accumulation",
+     "reason": "the FSDP2 records (step_peak_fsdp.json) cover full training of dense models only"},
 ]
 
 
@@ -416,6 +420,174 @@ def measure(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
             "peak_phase": where, "peak_breakdown": best, "phases_last_step": phases, "after_step": after}
 
 
+# FSDP2 (``fully_shard``) on a fake process group: real model sizes, one rank of ``dp`` traced.
+FSDP_FILENAME = "step_peak_fsdp.json"
+FSDP_MODELS: dict[str, dict[str, Any]] = {
+    # Llama-3.2-1B's shapes (tied embeddings)
+    "llama3.2-1b-style": {
+        "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+        "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "tie_word_embeddings": True, "hidden_act": "silu",
+        "rope_theta": 500000.0,
+    },
+    # Llama-3.1-8B's shapes
+    "llama3.1-8b-style": {
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
+        "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu",
+        "rope_theta": 500000.0,
+    },
+    # Qwen3-1.7B's shapes (q/k norms, tied embeddings)
+    "qwen3-1.7b-style": {
+        "model_type": "qwen3", "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "max_position_embeddings": 8192, "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_act": "silu",
+        "rope_theta": 1000000.0,
+    },
+}
+
+
+def fsdp_cases() -> list[dict[str, Any]]:
+    """One rank of FSDP2 at dp 2 and 8, with and without full recompute (torchtitan's setup: bf16 compute); the
+    batch 1 × 512 runs with full recompute leave the peak to the root's reduce-scatter at the end of the backward
+    (tied and untied embeddings)."""
+    out = []
+    for model, batch, seq, recompute, dp in (
+            ("llama3.2-1b-style", 2, 2048, "none", 2), ("llama3.2-1b-style", 2, 2048, "none", 8),
+            ("llama3.2-1b-style", 4, 2048, "full", 8), ("llama3.2-1b-style", 1, 512, "full", 8),
+            ("llama3.1-8b-style", 1, 2048, "none", 8), ("llama3.1-8b-style", 1, 2048, "none", 2),
+            ("llama3.1-8b-style", 2, 4096, "full", 8), ("llama3.1-8b-style", 1, 2048, "full", 2),
+            ("llama3.1-8b-style", 1, 512, "full", 8),
+            ("qwen3-1.7b-style", 2, 2048, "none", 8), ("qwen3-1.7b-style", 4, 2048, "full", 2),
+            ("qwen3-1.7b-style", 1, 512, "full", 8)):
+        out.append({**_case(model, batch, seq, "sdpa", "bf16-mixed", recompute), "dp": dp})
+    return out
+
+
+def fsdp_case_name(c: dict[str, Any]) -> str:
+    return f"fsdp2-dp{c['dp']}/" + case_name(c)
+
+
+def _fsdp_snap(d: dict) -> dict[str, int]:
+    """One device's ``FSDPMemTracker`` snapshot as plain ``{category: bytes}``."""
+    (dev_snap,) = d.values() if d else ({},)
+    out: dict[str, int] = {}
+    for k, v in dev_snap.items():
+        name = getattr(k, "value", k)
+        out["total" if name == "Total" else name.lower().replace(" ", "_")] = int(v)
+    return out
+
+
+def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
+    """One rank's training step under FSDP2 as torchtitan applies it (``apply_fsdp``): ``fully_shard`` on every
+    decoder layer and then on the whole model, ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``,
+    ``reshard_after_forward=True``; fp32 parameters (the sharded copy is the master), foreach AdamW over the
+    sharded ``DTensor`` parameters. The process group is PyTorch's ``fake`` backend (``FakeStore``: collectives
+    return at once, their outputs allocated as on a real rank); the device mesh is made before the fake mode (its
+    constructor reads a tensor's values). ``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker`` counts
+    the memory (it sorts FSDP's own buffers: sharded and unsharded parameters and gradients, all-gather and
+    reduce-scatter buffers). The first step is not recorded: its optimizer step counts 13.5× the sharded
+    parameters' bytes (tensors of the unsharded shapes on the first call of each foreach op on DTensors, cached
+    afterwards; a real rank allocates nothing of the kind), so the peak is taken over steps 2 and 3."""
+    import copy
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from transformers import AutoModelForCausalLM
+
+    class Tracker(FSDPMemTracker):
+        def _update_peak_stats(self, peak_state):
+            # the global peak only (as _tracker)
+            for dev, dev_snap in self._curr_mem_snap.items():
+                if self._peak_mem.get(dev, 0) < dev_snap["Total"]:
+                    self._peak_mem[dev] = dev_snap["Total"]
+                    self._peak_mem_snap[dev] = dict(dev_snap)
+
+    cfg = rp.build_config(FSDP_MODELS[c["model"]])
+    orig, cuda_dropout = _cuda_dropout()
+    F.dropout = cuda_dropout
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=c["dp"])
+    try:
+        mesh = init_device_mesh("cpu", (c["dp"],))
+        with FakeTensorMode():
+            torch.manual_seed(0)
+            m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"], dtype=torch.float32)
+            if c["recompute"] != "none":
+                _enable_recompute(m, c["recompute"])
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            for layer in m.model.layers:
+                fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=True)
+            fully_shard(m, mesh=mesh, mp_policy=mp, reshard_after_forward=True)
+            m.train()
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=c["adamw"] == "foreach",
+                                    fused=c["adamw"] == "fused")
+            ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]))
+            mt = Tracker(m, opt)
+            mt.track_inputs((ids,))
+            phases: dict[str, dict[str, int]] = {}
+            state = {}
+
+            def phase(name, fn):
+                cur = mt.get_tracker_snapshot("current")
+                mt._peak_mem = {d: s["Total"] for d, s in cur.items()}
+                mt._peak_mem_snap = copy.deepcopy(cur)
+                fn()
+                phases[name] = _fsdp_snap(mt.get_tracker_snapshot("peak"))
+
+            def forward():
+                mt.reset_mod_stats()
+                state["loss"] = m(input_ids=ids, labels=ids).loss
+
+            def backward():
+                state.pop("loss").backward()
+
+            def step():
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            best, where = {"total": -1}, ""
+            with mt:
+                for s in range(STEPS):
+                    phases.clear()
+                    for name, fn in (("forward", forward), ("backward", backward), ("optimizer", step)):
+                        phase(name, fn)
+                    for name, snap in phases.items():
+                        if s > 0 and snap["total"] > best["total"]:
+                            best, where = snap, f"step {s + 1} {name}"
+                after = _fsdp_snap(mt.get_tracker_snapshot("current"))
+            n_params = sum(p.numel() for p in m.parameters())
+    finally:
+        F.dropout = orig
+        dist.destroy_process_group()
+    if verbose:
+        print(f"  peak at {where}: {best}", file=sys.stderr)
+    return {"params": int(n_params), "trainable_params": int(n_params), "peak_bytes": best["total"],
+            "peak_phase": where, "peak_breakdown": best, "phases_last_step": phases, "after_step": after}
+
+
+def record_fsdp(only: str | None = None, verbose: bool = False) -> list[dict[str, Any]]:
+    records = []
+    t0 = time.time()
+    for c in fsdp_cases():
+        name = fsdp_case_name(c)
+        if only and only not in name:
+            continue
+        t1 = time.time()
+        r = measure_fsdp(c, verbose)
+        if verbose:
+            print(f"{name}: peak {r['peak_bytes']:,} B ({r['peak_phase']}) in {time.time() - t1:.2f} s",
+                  file=sys.stderr)
+        records.append({"name": name, **c, "config": FSDP_MODELS[c["model"]], **r})
+    print(f"{len(records)} FSDP2 cases in {time.time() - t0:.1f} s", file=sys.stderr)
+    return records
+
+
 def record_all(only: str | None = None, verbose: bool = False) -> list[dict[str, Any]]:
     import torch
 
@@ -447,16 +619,23 @@ def main(argv: list[str] | None = None) -> int:
     rp.set_root(args.root)
     rp.quiet()
     records = record_all(args.only, args.verbose)
-    path = rp.out_path(FILENAME)
+    fsdp = record_fsdp(args.only, args.verbose)
+    path, fsdp_path = rp.out_path(FILENAME), rp.out_path(FSDP_FILENAME)
     extra = {"method": f"MemTracker under FakeTensorMode, {STEPS} steps (forward+loss, backward, AdamW step, "
                        f"zero_grad(set_to_none=True)); {BLOCK}-byte blocks; CUDA's native_dropout",
              "excluded": EXCLUDED}
+    fsdp_extra = {"method": f"FSDPMemTracker under FakeTensorMode, one rank of a fake process group; fully_shard "
+                            f"per decoder layer and the root, bf16 params / fp32 reduce, reshard_after_forward; "
+                            f"{STEPS} steps, the first not recorded; {BLOCK}-byte blocks; CUDA's native_dropout"}
     if args.check:
-        return rp.check_envelope(path, records, ("name",), **extra)
+        return (rp.check_envelope(path, records, ("name",), **extra)
+                | rp.check_envelope(fsdp_path, fsdp, ("name",), **fsdp_extra))
     if args.only:
         return 0
     rp.write_envelope(path, GENERATED_BY, records, **extra)
-    print(f"wrote {path.relative_to(rp.ROOT)} ({len(records)} records)")
+    rp.write_envelope(fsdp_path, GENERATED_BY, fsdp, **fsdp_extra)
+    print(f"wrote {path.relative_to(rp.ROOT)} ({len(records)} records), {fsdp_path.relative_to(rp.ROOT)} "
+          f"({len(fsdp)} records)")
     return 0
 
 

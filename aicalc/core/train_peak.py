@@ -242,10 +242,14 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
         extra = 0.0
         if o.optimizer == "adafactor":
             extra = tm.adafactor_elements(arch) * 4.0 * frac
-        weights, grads, optimizer = tm.shard_states(dense_dev, dense_dev, sb, zero, shard, extra)
-        if np.any(expert_dev):
-            ew, eg, eo = tm.shard_states(expert_dev, expert_dev, sb, zero, edp)
-            weights, grads, optimizer = weights + ew, grads + eg, optimizer + eo
+        states = _states(dense_dev, expert_dev, sb, zero, shard, edp, extra)
+        if o.precision.endswith("-mixed") and o.framework != "megatron" and np.any(np.asarray(zero) >= 3):
+            # FSDP2's mixed precision (MixedPrecisionPolicy): the sharded fp32 parameter is the master copy and
+            # its gradient is fp32 too; the bf16 copies exist only unsharded, one block at a time
+            # (tm.fsdp2_buffers): 4 w + 4 g + the states, no sharded 16-bit copy between steps
+            f = _states(dense_dev, expert_dev, tm.StateBytes(4.0, 4.0, 0.0, sb.optimizer), zero, shard, edp, extra)
+            states = tuple(np.where(np.asarray(zero) >= 3, x, y) for x, y in zip(f, states, strict=True))
+        weights, grads, optimizer = states
         trainable_total = float(split.total)
         targets = ()
 
@@ -270,20 +274,23 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
         dropout = o.dropout if o.dropout is not None else (0.1 if arch.family == "gpt2" else 0.0)
         kw = dict(dropout=dropout, attn_dropout=dropout if arch.family == "gpt2" else 0.0)
         amp = o.precision in ("bf16-mixed", "fp16-mixed") and not o.lora_rank
+        # torch AMP's extra saved copies; under FSDP2 (zero 3) the parameters are cast to bf16 when gathered and the
+        # layers run as a pure 16-bit model (validation/record_step_peak.py, step_peak_fsdp.json)
+        amp_fixed = amp and np.ndim(zero) == 0  # one zero stage for every point: AMP's copies in or out for all
         per_token = None
-        if o.attention != "eager" and np.ndim(tp) == 0:
+        if o.attention != "eager" and np.ndim(tp) == 0 and (not amp or amp_fixed):
             # without eager attention's S² scores a layer saves so many bytes per token: one product per point,
             # where they are a whole number (then the sums are exact either way: the same numbers)
             one = np.float64(1.0)
             per_token = act.hf_layer(one, one, arch, a, o.attention, tp, **kw)
-            if amp:
+            if amp and zero < 3:
                 per_token = per_token + act.amp_saved(one, one, arch, a, tp)
         if per_token is not None and per_token == np.floor(per_token):
             layer = (B * S_loc) * per_token
         else:
             layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
             if amp:
-                layer = layer + act.amp_saved(B, S_loc, arch, a, tp)
+                layer = layer + np.where(np.asarray(zero) >= 3, 0.0, act.amp_saved(B, S_loc, arch, a, tp))
         inflight = np.minimum(inflight_cap, o.microbatches) if o.microbatches else inflight_cap
         if o.lora_rank:  # frozen base: its linears keep no inputs; the adapters keep theirs
             layer = layer + lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp, o.lora_dtype == "fp32",
@@ -366,7 +373,10 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
     # (dp > 1), gradient accumulation (microbatches > 1), Megatron's contiguous grad buffer. Otherwise
     # (one device, zero_grad(set_to_none=True)) they are allocated in the backward while the activations
     # are freed.
-    persistent = (o.framework == "megatron") | (np.asarray(shard) > 1) | ((o.microbatches or 1) > 1)
+    # FSDP2 (zero 3, full training) frees its sharded gradients with zero_grad(set_to_none=True) and makes them
+    # in the backward's reduce-scatters, so without accumulation they do not live through the forward.
+    fsdp = (np.asarray(zero) >= 3) & (o.framework != "megatron") & (not o.lora_rank)
+    persistent = (o.framework == "megatron") | ((np.asarray(shard) > 1) & ~fsdp) | ((o.microbatches or 1) > 1)
     held = np.where(persistent, grads, 0.0)
     if o.framework == "megatron":
         # one phase: everything at once (the Megatron rows are calibrated on this sum; TM-04, TM-34)
@@ -382,16 +392,27 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
         # * gradients: the end of the backward, every gradient + one layer's workspace;
         # * optimizer: every gradient + the step's temporaries (foreach AdamW).
         head = 0.0 if o.lora_rank else arch.vocab * arch.hidden * sb.grads / tp
+        # FSDP2's unsharded root and block buffers (tm.fsdp2_buffers) in place of the ZeRO-3 gather
+        root = dense_dev - split.layers * stage_layers / arch.layers / tp
+        block = split.layers / arch.layers / tp
+        if arch.n_moe_layers:
+            block = block + split.experts / arch.n_moe_layers / (o.ep * etp)
+        f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block, a, np.where(is_last, arch.vocab * arch.hidden / tp,
+                                                                                 0.0), shard,
+                                                   arch.tied_embeddings)
+        f_loss, f_back, f_grads = (np.where(fsdp, x, 0.0) for x in (f_loss, f_back, f_grads))
         freed = _pick(np.asarray(pp) > 1, 0.0, outside["last"])
         if litgpt:  # the loop's ``logits`` list lives through the backward
             freed = np.maximum(freed - a * B * S_loc * arch.vocab / tp, 0.0)
-        live = {"loss": _plus(activ, held, loss_t, kept),
-                "backward": _plus(np.maximum(_plus(activ, -freed), 0.0), np.where(persistent, grads, head), workspace,
-                                  gather),
-                "gradients": _plus(grads, workspace, gather),
-                "optimizer": grads + step_t}
+        gather = np.where(fsdp, f_back, gather)
         wg = _plus(workspace, gather)
-        phase_t = {"loss": _plus(loss_t, kept), "backward": wg, "gradients": wg, "optimizer": step_t}
+        live = {"loss": _plus(activ, held, loss_t, kept, f_loss),
+                "backward": _plus(np.maximum(_plus(activ, -freed), 0.0),
+                                  np.where(persistent, grads, np.where(fsdp, 0.0, head)), workspace, gather),
+                "gradients": _plus(grads, np.where(fsdp, f_grads, wg)),
+                "optimizer": grads + step_t}
+        phase_t = {"loss": _plus(loss_t, kept, f_loss), "backward": wg, "gradients": np.where(fsdp, f_grads, wg),
+                   "optimizer": step_t}
     names = list(live)
     code = [np.int8(PHASES.index(k)) for k in names]  # an index into PHASES (one byte per layout: the layout
     top, transient, at = live[names[0]], phase_t[names[0]], code[0]  # search keeps millions); the API names it
@@ -437,6 +458,19 @@ def _on(cond, make):
     if np.ndim(cond) == 0:
         return make() if cond else 0.0
     return np.where(cond, make(), 0.0)
+
+
+def _states(dense, experts, sb, zero, shard, edp, extra=0.0):
+    """(weights, grads, optimizer) of the dense part sharded over ``shard`` and the routed experts over ``edp``."""
+    import numpy as np
+
+    from aicalc.core import train_memory as tm
+
+    weights, grads, optimizer = tm.shard_states(dense, dense, sb, zero, shard, extra)
+    if np.any(experts):
+        ew, eg, eo = tm.shard_states(experts, experts, sb, zero, edp)
+        weights, grads, optimizer = weights + ew, grads + eg, optimizer + eo
+    return weights, grads, optimizer
 
 
 def litgpt_layer_extra(arch, targets, B, S, a, tp=1, lora_dropout=0.0):
