@@ -187,9 +187,13 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
               "kv_blocks_per_replica": m["kv_blocks"], "policy": m["policy"]}
     columns = ["rate", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s", "output_tokens_per_s",
                "goodput_requests_per_s", "preemptions"]
+    from aicalc.catalog import profiles
+
+    kv = ("paged KV, prompt + output reserved at admission (no preemption)"
+          if profiles.load("engine", cs.engine).options.get("kv_reserve") == "full"
+          else "paged KV with a 1 % admission watermark, preemption by recompute")
     notes = [f"{src}; discrete-event simulation of continuous batching per replica ({m['policy']} scheduling, "
-             "token budget 8192, 256 sequences, paged KV with a 1 % admission watermark, preemption by recompute), "
-             "step times from the cost model (docs/serve.md)",
+             f"token budget 8192, 256 sequences, {kv}), step times from the cost model (docs/serve.md)",
              "goodput: requests per second meeting --max-ttft and --max-tpot (all requests when none is given)",
              engines_note([cs.chip.id], engine)]
     return Result("serve", inputs, r.rows(), warnings=r.warnings, columns=columns, notes=notes,
