@@ -176,13 +176,14 @@ def experts_touched(s: Shape, tokens, ep=1.0):
 
 
 def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_tokens=None, ep=1.0, *, etp=None,
-                moe_sources=None, redundant=0.0) -> list[Op]:
+                moe_sources=None, redundant=0.0, lean: bool = False) -> list[Op]:
     """Operations of one forward pass over B sequences × T new tokens with P cached tokens, per device of a
     group of ``tp`` tensor-parallel ranks; ``logits_tokens`` per sequence reach the LM head (default all T; 1 in
     a prefill that samples one token). MoE layers (:func:`aicalc.core.moe.moe_ops`): ``ep`` ranks share the
     experts, each split over ``etp`` ranks (default tp), serving the tokens of ``moe_sources`` such groups
     (default ep: training's EP over data-parallel ranks, whose all-to-all the caller prices; serving passes its
-    attention-DP degree)."""
+    attention-DP degree). ``lean``: a quantity that does not depend on an array argument stays one number
+    instead of being broadcast to the common shape (the same values, for the totals of a sweep)."""
     import numpy as np
 
     from aicalc.core import geometry as geo
@@ -191,7 +192,7 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     B, T, P, tp = (np.asarray(x, dtype=f64) for x in (batch, new_tokens, past, tp))
     arch, wb, ab = s.arch, fm.weight_bytes, ACT_BYTES
     H, L, A = float(s.H), float(s.L), float(s.A)
-    zero = 0.0 * (B + T + P + tp)  # the common shape
+    zero = 0.0 if lean else 0.0 * (B + T + P + tp)  # the common shape
     M = B * T + zero  # tokens in this pass
     Mlog = M if logits_tokens is None else B * np.asarray(logits_tokens, dtype=f64) + zero
     ops: list[Op] = []

@@ -28,10 +28,20 @@ class Par(NamedTuple):
     redundant: float = 0.0  # extra expert replicas over the EP ranks (EPLB), aicalc.core.geometry.check_parallel
 
 
-def forward_ops(s, fm, B, T, P, tp, logits_tokens=None, par: Par = Par()):
+def forward_ops(s, fm, B, T, P, tp, logits_tokens=None, par: Par = Par(), lean: bool = False):
     """:func:`aicalc.core.forward.forward_ops` of one attention group of a replica laid out as ``par``."""
     return _forward_ops(s, fm, B, T, P, tp, logits_tokens, ep=par.ep, etp=tp * par.adp / par.ep, moe_sources=par.adp,
-                        redundant=par.redundant)
+                        redundant=par.redundant, lean=lean)
+
+
+def uniform(a):
+    """``a`` as one number where every element of the array is the same (a sweep's fixed axis: its tp, its
+    chips), so that what depends on it alone is computed once, not once per point; else ``a`` itself."""
+    import numpy as np
+
+    if np.ndim(a) and np.size(a) and a.min() == a.max():
+        return float(a.flat[0])
+    return a
 
 
 class Phase:
@@ -97,7 +107,8 @@ def pass_overhead(s: Shape, eff: Efficiency, hops=0.0):
 def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, chips=1.0, par: Par = Par()):
     """(FLOPs, bytes, ideal time, estimated time) of one pass per device group; the estimate includes the pass
     overhead. ``chips``: a dataflow deployment's chip count (see :func:`dataflow`)."""
-    ops = forward_ops(s, fm, B, T, P, tp, logits_tokens, par)
+    tp, chips = uniform(tp), uniform(chips)
+    ops = forward_ops(s, fm, B, T, P, tp, logits_tokens, par, lean=True)
     price(ops, roofs, eff, tp, True)  # each op says whether its weights are quantized
     spread, hops = dataflow(s, chips)
     t_ideal, t_est = _dataflow_times(s, ops, B, T, spread)
@@ -162,7 +173,7 @@ def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp, par: P
     R = roofs.ridge_point
 
     def totals(B, C, tp_):
-        ops = forward_ops(s, fm, B, 1.0, C, tp_, None, par)
+        ops = forward_ops(s, fm, B, 1.0, C, uniform(tp_), None, par, lean=True)
         return sum(o.flop for o in ops), sum(o.bytes for o in ops)
 
     def block(C, tp_):
