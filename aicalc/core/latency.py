@@ -15,7 +15,8 @@ from typing import NamedTuple
 from aicalc.core.efficiency import Efficiency
 from aicalc.core.forward import Formats, Shape
 from aicalc.core.forward import forward_ops as _forward_ops
-from aicalc.core.pricing import Roofs, chunked, price
+from aicalc.core.pricing import Roofs, chunked, price, price_sums
+from aicalc.core.pricing import totals as op_totals
 
 
 class Par(NamedTuple):
@@ -79,23 +80,20 @@ def dataflow(s: Shape, chips):
     return spread, hops
 
 
-def _dataflow_times(s: Shape, ops, B, T, spread):
-    """(ideal, estimate) of a pass on a dataflow deployment: each layer's work spread over its ``spread`` chips;
-    the touched experts of a MoE layer, though, sit on only touched/E of the layer's expert chips, so their
-    GEMMs take E/touched longer than an even spread (per-token time follows the active experts' weights on the
-    chips that hold them)."""
+def _dataflow_scale(s: Shape, B, T, spread) -> dict:
+    """Factors on the op times of a pass on a dataflow deployment, each layer's work spread over its ``spread``
+    chips: the touched experts of a MoE layer sit on only touched/E of the layer's expert chips, so their GEMMs
+    take E/touched longer than an even spread (per-token time follows the active experts' weights on the chips
+    that hold them)."""
     import numpy as np
 
-    scale = {}
-    if s.moe_layers:
-        from aicalc.core.forward import experts_touched
+    if not s.moe_layers:
+        return {}
+    from aicalc.core.forward import experts_touched
 
-        touched = experts_touched(s, np.asarray(B, dtype=np.float64) * np.asarray(T, dtype=np.float64))
-        share = np.where(spread > 1.0, float(s.experts) / np.maximum(touched, 1e-12), 1.0)
-        scale = {"moe_up": share, "moe_down": share}
-    t_ideal = sum(o.t_ideal * scale.get(o.name, 1.0) for o in ops) / spread
-    t_est = sum(o.t_est * scale.get(o.name, 1.0) for o in ops) / spread
-    return t_ideal, t_est
+    touched = experts_touched(s, np.asarray(B, dtype=np.float64) * np.asarray(T, dtype=np.float64))
+    share = np.where(spread > 1.0, float(s.experts) / np.maximum(touched, 1e-12), 1.0)
+    return {"moe_up": share, "moe_down": share}
 
 
 def pass_overhead(s: Shape, eff: Efficiency, hops=0.0):
@@ -109,10 +107,10 @@ def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, chips=1.0, par: Pa
     overhead. ``chips``: a dataflow deployment's chip count (see :func:`dataflow`)."""
     tp, chips = uniform(tp), uniform(chips)
     ops = forward_ops(s, fm, B, T, P, tp, logits_tokens, par, lean=True)
-    price(ops, roofs, eff, tp, True)  # each op says whether its weights are quantized
     spread, hops = dataflow(s, chips)
-    t_ideal, t_est = _dataflow_times(s, ops, B, T, spread)
-    return sum(o.flop for o in ops), sum(o.bytes for o in ops), t_ideal, t_est + pass_overhead(s, eff, hops)
+    # each op says whether its weights are quantized; a dataflow pass spreads the summed times over its chips
+    flop, nbytes, t_ideal, t_est = price_sums(ops, roofs, eff, tp, True, _dataflow_scale(s, B, T, spread))
+    return flop, nbytes, t_ideal / spread, t_est / spread + pass_overhead(s, eff, hops)
 
 
 def _timed_ops(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, par: Par = Par()):
@@ -173,8 +171,7 @@ def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp, par: P
     R = roofs.ridge_point
 
     def totals(B, C, tp_):
-        ops = forward_ops(s, fm, B, 1.0, C, uniform(tp_), None, par, lean=True)
-        return sum(o.flop for o in ops), sum(o.bytes for o in ops)
+        return op_totals(forward_ops(s, fm, B, 1.0, C, uniform(tp_), None, par, lean=True))
 
     def block(C, tp_):
         (f1, b1), (f2, b2) = totals(1.0, C, tp_), totals(2.0, C, tp_)
