@@ -248,14 +248,23 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     eff = cs.efficiency
     D = float(attention_dp)
     TPa, Ba = TP / D, B / D  # one attention group: its chips and its share of the sequences
-    weights = weight_bytes_per_device(arch, cs.dtype, TP, bytes_per_param=cs.formats.weight_bytes,
-                                      edge_bpp=cs.formats.edge_bytes, expert_bpp=cs.formats.expert_bytes,
-                                      attention_dp=attention_dp, redundant=redundant)
+    tps = inputs.distinct(TP)
+    weights = weight_bytes_per_device(arch, cs.dtype, TP if len(tps) > 1 else np.float64(tps[0]),
+                                      bytes_per_param=cs.formats.weight_bytes, edge_bpp=cs.formats.edge_bytes,
+                                      expert_bpp=cs.formats.expert_bytes, attention_dp=attention_dp,
+                                      redundant=redundant)
+    if np.shape(weights) != B.shape:  # one TP degree: one number, as a column
+        weights = np.full(B.shape, weights, dtype=np.float64)
     kv_dtype = cs.kv_dtype
-    kv = np.zeros_like(B)
-    for t in inputs.distinct(TP):  # the cache geometry per attention TP degree
-        sel = TP == t
-        kv[sel] = kv_cache_bytes(kv_shape(arch, kv_dtype, int(t) // attention_dp), Ba[sel], S[sel] + G[sel])
+    if len(tps) == 1:  # one TP degree: the whole sweep at once
+        kv = kv_cache_bytes(kv_shape(arch, kv_dtype, int(tps[0]) // attention_dp), Ba, S + G)
+        if np.shape(kv) != B.shape or kv.dtype != np.float64:
+            kv = np.array(np.broadcast_to(kv, B.shape), dtype=np.float64)
+    else:
+        kv = np.zeros_like(B)
+        for t in tps:  # the cache geometry per attention TP degree
+            sel = TP == t
+            kv[sel] = kv_cache_bytes(kv_shape(arch, kv_dtype, int(t) // attention_dp), Ba[sel], S[sel] + G[sel])
     if draft is not None and (ep > 1 or attention_dp > 1):
         from aicalc.errors import ParameterError
 
@@ -293,9 +302,9 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
                      "tokens_per_target_pass": spec["tokens"], "speculative_speedup": out["est"]["speedup"]}
     e, ideal = out["est"], out["ideal"]
     cols = {"batch": B.astype(np.int64), "prompt": S.astype(np.int64), "gen": G.astype(np.int64),
-            "tp": TP.astype(np.int64), "ep": ep + 0 * TP.astype(np.int64),
-            "attention_dp": attention_dp + 0 * TP.astype(np.int64),
-            "redundant_experts": redundant + 0 * TP.astype(np.int64), "ridge_point": cs.roofs.ridge_point,
+            "tp": TP.astype(np.int64), "ep": np.full(TP.shape, ep, dtype=np.int64),
+            "attention_dp": np.full(TP.shape, attention_dp, dtype=np.int64),
+            "redundant_experts": np.full(TP.shape, redundant, dtype=np.int64), "ridge_point": cs.roofs.ridge_point,
             "prefill_flop": pre.flop, "prefill_bytes": pre.bytes, "prefill_time_s": pre.t_est,
             "prefill_ideal_time_s": pre.t_ideal, "decode_flop": dec.flop, "decode_bytes": dec.bytes,
             "decode_time_s": dec.t_est, "decode_ideal_time_s": dec.t_ideal,

@@ -232,7 +232,9 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
 
     # attention: keys summed over the new queries (window-capped on sliding layers), cached tokens read
     if fm.flash:  # a fused kernel skips the masked blocks: the causal sum (window-capped on sliding layers)
-        keys = s.full_layers * geo.causal_keys(P, T) + s.sliding_layers * geo.causal_keys(P, T, s.window)
+        keys = s.full_layers * geo.causal_keys(P, T)
+        if s.sliding_layers or not lean:  # (lean: no zero term for a model without sliding layers)
+            keys = keys + s.sliding_layers * geo.causal_keys(P, T, s.window)
     else:  # a materialized score matrix is the full T × keys rectangle over the cache, masked afterwards
         keys = T * geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)
     cached = geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)

@@ -80,7 +80,10 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
         t_c = op.flop / (peak * g)
         if q and eff.dequant_ops_per_weight:
             t_c = t_c + eff.dequant_ops_per_weight * op.weight_bytes / (op.bytes_per_weight * vec)
-        t_m = op.weight_bytes / (bw * wq) + (op.bytes - op.weight_bytes) / (bw * eff.bandwidth)
+        if np.ndim(op.weight_bytes) == 0 and op.weight_bytes == 0:  # no weights: the same, two passes fewer
+            t_m = op.bytes / (bw * eff.bandwidth)
+        else:
+            t_m = op.weight_bytes / (bw * wq) + (op.bytes - op.weight_bytes) / (bw * eff.bandwidth)
     t_est = combine(t_c, t_m, eff.overlap_p) + op.kernels * eff.kernel_overhead_s
     if op.kind == "alltoall":  # comm_bytes already what one device sends
         t_ideal = t_ideal + op.comm_bytes / link
@@ -201,7 +204,11 @@ def _overlap(x, ln: _Lines, tile, gemv, beta: float, gamma: float, p: float):
         if gemv is None:
             c2, c1, c0 = a * a + beta * beta, 2.0 * (a * b + beta * gamma), b * b + gamma * gamma
             if _SAFE[0] <= (c2 * lo + c1) * lo + c0 and (c2 * hi + c1) * hi + c0 <= _SAFE[1]:
-                return np.sqrt((c2 * x + c1) * x + c0)
+                r = c2 * x
+                r += c1
+                r *= x
+                r += c0
+                return np.sqrt(r, out=r)
         else:  # both times grow with x: t_c² + t_m² lies between its values at the chunk's ends
             (a2, b2) = gemv
             ends = [min(a * z + b, a2 * z + b2) ** 2 + (beta * z + gamma) ** 2 for z in (lo, hi)]
@@ -226,6 +233,7 @@ def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=No
     quadratic in x. Equal to the op-by-op sums to rounding (a few ulps)."""
     import numpy as np
 
+    from aicalc.core.efficiency import combine
     from aicalc.core.geometry import ring_factor
 
     scale = scale or {}
@@ -246,9 +254,9 @@ def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=No
             materialize(op)
             ti, te = op_times(op, roofs, eff, tp, quantized)
             sc = scale.get(op.name)
-            flop, nbytes = flop + op.flop, nbytes + op.bytes
-            t_ideal = t_ideal + (ti if sc is None else ti * sc)
-            t_est = t_est + (te if sc is None else te * sc)
+            flop, nbytes = _add(flop, op.flop), _add(nbytes, op.bytes)
+            t_ideal = _add(t_ideal, ti if sc is None else ti * sc)
+            t_est = _add(t_est, te if sc is None else te * sc)
             continue
         x, fx, bx, cx = op.affine
         a1, a2, a3, alpha, shift, delta, gemv, beta, gamma = parts
@@ -262,13 +270,17 @@ def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=No
             ln.ideal += a2
             ln.ideal0 += a3
         else:
-            t_ideal = t_ideal + np.maximum(a1 * x, a2 * x + a3)
+            r, r2 = a1 * x, a2 * x
+            r2 += a3
+            t_ideal = _add(t_ideal, np.maximum(r, r2, out=r))
         ln.est0 += float(op.kernels) * eff.kernel_overhead_s
         if alpha == 0.0 and delta == 0.0:  # memory only: the p-norm of (0, t_m) is t_m
             ln.est += beta
             ln.est0 += gamma
+        elif gamma == 0.0 and delta == 0.0 and not shift and not gemv:  # both times a multiple of x
+            ln.est += float(combine(alpha, beta, p))
         else:
-            t_est = t_est + _overlap(x, ln, (alpha, alpha * shift + delta), gemv and (gemv, delta), beta, gamma, p)
+            t_est = _add(t_est, _overlap(x, ln, (alpha, alpha * shift + delta), gemv and (gemv, delta), beta, gamma, p))
         if op.kind == "collective":
             comm = float(ring_factor(tp)) * cx
             ln.ideal += comm / link
@@ -277,8 +289,26 @@ def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=No
     for ln in lines.values():
         x = ln.x
         if ln.flop or ln.bytes or ln.ideal or ln.est or ln.bytes0 or ln.ideal0 or ln.est0:
-            flop = flop + ln.flop * x
-            nbytes = nbytes + (ln.bytes * x + ln.bytes0)
-            t_ideal = t_ideal + (ln.ideal * x + ln.ideal0)
-            t_est = t_est + (ln.est * x + ln.est0)
+            flop = _add(flop, ln.flop * x)
+            nbytes = _add(nbytes, _line(x, ln.bytes, ln.bytes0))
+            t_ideal = _add(t_ideal, _line(x, ln.ideal, ln.ideal0))
+            t_est = _add(t_est, _line(x, ln.est, ln.est0))
     return flop, nbytes, t_ideal, t_est
+
+
+def _line(x, a: float, c: float):
+    """a·x + c, a new array."""
+    r = a * x
+    r += c
+    return r
+
+
+def _add(total, term):
+    """total + term, into ``total`` where it is an array this module made for the sum (price_sums starts every
+    sum at the number 0 and only ever replaces it by a new array) and the shapes agree."""
+    import numpy as np
+
+    if isinstance(total, np.ndarray) and total.ndim and np.shape(np.broadcast(total, term)) == total.shape:
+        total += term
+        return total
+    return total + term
