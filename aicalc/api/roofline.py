@@ -276,14 +276,15 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
         for t in inputs.distinct(TP):
             sel = TP == t
             kv[sel] += kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, int(t)), B[sel], S[sel] + G[sel] + spec["k"])
-    chips_needed = np.ceil((weights + kv) * TP / float(cs.chip.memory_bytes))
+    need = weights + kv
+    chips_needed = np.ceil(need * TP / float(cs.chip.memory_bytes))
     # a dataflow deployment spreads the weights over chips_needed chips that every token crosses in turn
     par = latency.Par(float(ep), D, float(redundant))
     pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, Ba, S, G, TPa,
                                       chips_needed if cs.dataflow else 1.0, par)
     for key in out:  # the replica's tokens/s: its attention groups run side by side
-        out[key]["output_tokens_per_s"] = out[key]["output_tokens_per_s"] * D
-    need = weights + kv
+        if D != 1.0:
+            out[key]["output_tokens_per_s"] = out[key]["output_tokens_per_s"] * D
     mem = float(cs.chip.memory_bytes)
     spec_cols = {}
     if spec is not None:
@@ -300,6 +301,9 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
                         "speedup": plain / tpot}
         spec_cols = {"draft_tokens": spec["k"], "acceptance": spec["acceptance"],
                      "tokens_per_target_pass": spec["tokens"], "speculative_speedup": out["est"]["speedup"]}
+    cbb = latency.compute_bound_batch(cs.shape, cs.roofs, cs.formats, S + G / 2.0, TPa, par)
+    if D != 1.0:
+        cbb = D * cbb
     e, ideal = out["est"], out["ideal"]
     cols = {"batch": B.astype(np.int64), "prompt": S.astype(np.int64), "gen": G.astype(np.int64),
             "tp": TP.astype(np.int64), "ep": np.full(TP.shape, ep, dtype=np.int64),
@@ -313,8 +317,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
             "ideal_output_tokens_per_s": ideal["output_tokens_per_s"],
             "weights_bytes_per_device": weights, "kv_cache_bytes_per_device": kv, "fits": need <= mem,
             "chips_needed": chips_needed.astype(np.int64),
-            "compute_bound_batch": D * latency.compute_bound_batch(cs.shape, cs.roofs, cs.formats, S + G / 2.0, TPa,
-                                                                   par),
+            "compute_bound_batch": cbb,
             **spec_cols}
     warnings = list(cs.warnings)
     if not bool(np.all(cols["fits"])):

@@ -169,6 +169,16 @@ class Op:
     affine: tuple | None = None
 
 
+def _inplace(ufunc, a, b):
+    """``ufunc(a, b)``, written into ``a`` where ``a`` is an array of the result's shape (a temporary the caller
+    made and no longer needs)."""
+    import numpy as np
+
+    if isinstance(a, np.ndarray) and a.ndim and a.shape == np.broadcast_shapes(a.shape, np.shape(b)):
+        return ufunc(a, b, out=a)
+    return ufunc(a, b)
+
+
 def experts_touched(s: Shape, tokens, ep=1.0):
     """Experts of one MoE layer a device reads in a pass of ``tokens`` tokens per EP rank
     (:func:`aicalc.core.moe.experts_touched` over the ep·tokens of its EP group)."""
@@ -197,8 +207,13 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     arch, wb, ab = s.arch, fm.weight_bytes, ACT_BYTES
     H, L, A = float(s.H), float(s.L), float(s.A)
     zero = 0.0 if lean else 0.0 * (B + T + P + tp)  # the common shape
-    M = B * T + zero  # tokens in this pass
-    Mlog = M if logits_tokens is None else B * np.asarray(logits_tokens, dtype=f64) + zero
+    if lean:  # the same numbers (x·1 and x + 0 are x), without the copies
+        M = B if T.ndim == 0 and T == 1.0 else B * T
+        Mlog = M if logits_tokens is None else B if np.ndim(logits_tokens) == 0 and logits_tokens == 1.0 else \
+            B * np.asarray(logits_tokens, dtype=f64)
+    else:
+        M = B * T + zero  # tokens in this pass
+        Mlog = M if logits_tokens is None else B * np.asarray(logits_tokens, dtype=f64) + zero
     ops: list[Op] = []
 
     def affine(m, *numbers):
@@ -241,10 +256,19 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     heads = geo.kv_heads_per_device(arch, tp)
     if not fm.kv_shared and arch.mla is None:  # K/V read once per query head instead of once per kv head
         cached = cached * (A / tp) / heads
-    kv_io = B * (cached + T * L) * geo.kv_bytes_per_token_layer(arch, fm.kv_dtype, tp)
-    Bk = B * keys / tp  # sequences × heads on this device × keys, per head
-    q_io = M / tp * A * (s.qk_dim + s.v_dim) * ab * L  # read q, write the attention output
-    per_product = (kv_io + q_io) / 2.0  # each of the two products carries half the traffic
+    kvb = geo.kv_bytes_per_token_layer(arch, fm.kv_dtype, tp)
+    if lean and fm.flash:  # the same products in the same order, into the temporaries (fewer fresh pages)
+        kv_io = _inplace(np.multiply, _inplace(np.multiply, cached + T * L, B), kvb)
+        Bk = _inplace(np.divide, _inplace(np.multiply, keys, B), tp)  # keys: a temporary here
+        q_io = M / tp
+        for c in (A, s.qk_dim + s.v_dim, ab, L):
+            q_io = _inplace(np.multiply, q_io, c)
+        per_product = _inplace(np.divide, _inplace(np.add, kv_io, q_io), 2.0)
+    else:
+        kv_io = B * (cached + T * L) * kvb
+        Bk = B * keys / tp  # sequences × heads on this device × keys, per head
+        q_io = M / tp * A * (s.qk_dim + s.v_dim) * ab * L  # read q, write the attention output
+        per_product = (kv_io + q_io) / 2.0  # each of the two products carries half the traffic
     o_params = s.attn_out_params / tp
     attn_weights = (L * geo.attention_params_per_device(arch, tp) - L * o_params) * wb
 
