@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from aicalc.api.catalog import SRAM_KINDS  # noqa: F401 - defined beside the loaders (kv_cache needs no roofline)
-from aicalc.api.results import Table
+from aicalc.api.results import Block, Table
 
 SIXTEEN_BIT = ("bf16", "fp16")
 EIGHT_BIT_COMPUTE = ("fp8", "int8")
@@ -247,7 +247,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
         check_parallel(arch, int(t), ep, attention_dp, redundant)
     eff = cs.efficiency
     D = float(attention_dp)
-    TPa, Ba = TP / D, B / D  # one attention group: its chips and its share of the sequences
+    TPa, Ba = (TP, B) if D == 1.0 else (TP / D, B / D)  # one attention group: its chips, its share of sequences
     tps = inputs.distinct(TP)
     weights = weight_bytes_per_device(arch, cs.dtype, TP if len(tps) > 1 else np.float64(tps[0]),
                                       bytes_per_param=cs.formats.weight_bytes, edge_bpp=cs.formats.edge_bytes,
@@ -305,10 +305,16 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     if D != 1.0:
         cbb = D * cbb
     e, ideal = out["est"], out["ideal"]
-    cols = {"batch": B.astype(np.int64), "prompt": S.astype(np.int64), "gen": G.astype(np.int64),
-            "tp": TP.astype(np.int64), "ep": np.full(TP.shape, ep, dtype=np.int64),
-            "attention_dp": np.full(TP.shape, attention_dp, dtype=np.int64),
-            "redundant_experts": np.full(TP.shape, redundant, dtype=np.int64), "ridge_point": cs.roofs.ridge_point,
+    ints = Block(B.size, 8, "int64")  # the whole-number columns, from one block of memory
+
+    def whole(a):
+        out = ints.row()
+        np.copyto(out, a, casting="unsafe")  # as astype(np.int64)
+        return out
+
+    cols = {"batch": whole(B), "prompt": whole(S), "gen": whole(G),
+            "tp": whole(TP), "ep": ints.full(ep), "attention_dp": ints.full(attention_dp),
+            "redundant_experts": ints.full(redundant), "ridge_point": cs.roofs.ridge_point,
             "prefill_flop": pre.flop, "prefill_bytes": pre.bytes, "prefill_time_s": pre.t_est,
             "prefill_ideal_time_s": pre.t_ideal, "decode_flop": dec.flop, "decode_bytes": dec.bytes,
             "decode_time_s": dec.t_est, "decode_ideal_time_s": dec.t_ideal,
@@ -316,7 +322,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
             "ideal_ttft_s": ideal["ttft_s"], "ideal_tpot_s": ideal["tpot_s"],
             "ideal_output_tokens_per_s": ideal["output_tokens_per_s"],
             "weights_bytes_per_device": weights, "kv_cache_bytes_per_device": kv, "fits": need <= mem,
-            "chips_needed": chips_needed.astype(np.int64),
+            "chips_needed": whole(chips_needed),
             "compute_bound_batch": cbb,
             **spec_cols}
     warnings = list(cs.warnings)

@@ -115,7 +115,7 @@ def chunked(fn, args, n_out: int):
                 for r in fn(*(np.broadcast_to(a, shape) for a in args))]
     size = math.prod(shape)
     flat = [np.broadcast_to(a, shape).reshape(-1) for a in args]
-    outs = [np.empty(size) for _ in range(n_out)]
+    outs = list(np.empty((n_out, size)))  # one block: it pages in faster than n_out arrays (api.results.Block)
     for i in range(0, size, CHUNK):
         j = min(i + CHUNK, size)
         for o, r in zip(outs, fn(*(a[i:j] for a in flat)), strict=True):
