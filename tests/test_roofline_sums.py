@@ -47,9 +47,9 @@ def op_by_op(s, roofs, fm, eff, B, T, P, tp, logits, chips, par):
     return sum(o.flop for o in ops), sum(o.bytes for o in ops), t_ideal, t_est
 
 
-def sweep(n=3000, seed=0, tp=None):
+def sweep(n=3000, seed=0, tp=None, batches=600):
     rng = np.random.default_rng(seed)
-    B = rng.integers(1, 600, n).astype(float)
+    B = rng.integers(1, batches, n).astype(float)
     B[:50] = 1.0  # chunks that reach single-sequence decode (GEMV) and long prefills (compute-bound)
     S = rng.integers(1, 40000, n).astype(float)
     G = rng.integers(1, 5000, n).astype(float)
@@ -76,6 +76,7 @@ def test_sweep_sums_are_the_op_by_op_sums(model, chip, kw):
         eff = cs.efficiency.with_overrides(over)
         check(cs, eff, B, S, G, TP, chips)
         check(cs, eff, B, S, G, np.full_like(B, 2.0), chips)
+        check(cs, eff, *sweep(4000, 5, batches=64), chips)  # few batch sizes: decode tabulated by batch
 
 
 def test_varying_tp_and_attention_dp():
@@ -96,3 +97,4 @@ def test_times_whose_squares_leave_the_normal_range():
     eff = Efficiency(kernel_overhead_s=0.0, collective_latency_s=0.0)
     check(cs, eff, B, S, G, TP)
     check(cs, eff.with_overrides({"gemv_efficiency": 0.5}), B, S, G, TP)
+    check(cs, eff, *sweep(4000, 4, batches=64))

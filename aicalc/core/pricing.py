@@ -141,11 +141,31 @@ _SAFE = (1e-300, 1e300)  # a sum of squares well inside the normal range (effici
 
 
 class _Lines:
-    """Sums of a·x + c over the ops that share one array of tokens x."""
+    """Sums of a·x + c over the ops that share one array of tokens x, and the sums of their other terms over
+    ``xe``: x itself, or where x holds few distinct whole numbers (decode's tokens are the batch: a few hundred
+    sizes over a chunk of 32,768 points) each of them once, ``idx`` taking every point to its own."""
 
     def __init__(self, x):
+        import numpy as np
+
         self.x, self.lo, self.hi = x, float(x.min()), float(x.max())
         self.flop = self.bytes = self.bytes0 = self.ideal = self.ideal0 = self.est = self.est0 = 0.0
+        self.t_ideal = self.t_est = 0.0
+        self.xe, self.idx = x, None
+        if x.ndim == 1 and self.hi - self.lo < x.size // 8 and self.lo == int(self.lo):
+            k = x - self.lo
+            idx = k.astype(np.intp)
+            if np.array_equal(idx, k):
+                self.xe, self.idx = np.arange(self.lo, self.hi + 1.0), idx
+
+    def totals(self):
+        """(FLOPs, bytes, ideal, estimate) of these ops at every point."""
+        import numpy as np
+
+        xe = self.xe
+        sums = (self.flop * xe, _line(xe, self.bytes, self.bytes0), _add(_line(xe, self.ideal, self.ideal0),
+                self.t_ideal), _add(_line(xe, self.est, self.est0), self.t_est))
+        return sums if self.idx is None else tuple(np.take(a, self.idx) for a in sums)
 
 
 def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool):
@@ -270,9 +290,9 @@ def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=No
             ln.ideal += a2
             ln.ideal0 += a3
         else:
-            r, r2 = a1 * x, a2 * x
+            r, r2 = a1 * ln.xe, a2 * ln.xe
             r2 += a3
-            t_ideal = _add(t_ideal, np.maximum(r, r2, out=r))
+            ln.t_ideal = _add(ln.t_ideal, np.maximum(r, r2, out=r))
         ln.est0 += float(op.kernels) * eff.kernel_overhead_s
         if alpha == 0.0 and delta == 0.0:  # memory only: the p-norm of (0, t_m) is t_m
             ln.est += beta
@@ -280,19 +300,17 @@ def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=No
         elif gamma == 0.0 and delta == 0.0 and not shift and not gemv:  # both times a multiple of x
             ln.est += float(combine(alpha, beta, p))
         else:
-            t_est = _add(t_est, _overlap(x, ln, (alpha, alpha * shift + delta), gemv and (gemv, delta), beta, gamma, p))
+            ln.t_est = _add(ln.t_est, _overlap(ln.xe, ln, (alpha, alpha * shift + delta), gemv and (gemv, delta), beta, gamma, p))
         if op.kind == "collective":
             comm = float(ring_factor(tp)) * cx
             ln.ideal += comm / link
             ln.est += comm / (link * eff.link)
             ln.est0 += float(op.collectives) * eff.collective_latency_s
     for ln in lines.values():
-        x = ln.x
-        if ln.flop or ln.bytes or ln.ideal or ln.est or ln.bytes0 or ln.ideal0 or ln.est0:
-            flop = _add(flop, ln.flop * x)
-            nbytes = _add(nbytes, _line(x, ln.bytes, ln.bytes0))
-            t_ideal = _add(t_ideal, _line(x, ln.ideal, ln.ideal0))
-            t_est = _add(t_est, _line(x, ln.est, ln.est0))
+        if ln.flop or ln.bytes or ln.ideal or ln.est or ln.bytes0 or ln.ideal0 or ln.est0 or np.ndim(ln.t_est) \
+                or np.ndim(ln.t_ideal):
+            f, b, ti, te = ln.totals()
+            flop, nbytes, t_ideal, t_est = _add(flop, f), _add(nbytes, b), _add(t_ideal, ti), _add(t_est, te)
     return flop, nbytes, t_ideal, t_est
 
 
