@@ -304,7 +304,7 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     if s.moe_layers:
         from aicalc.core.moe import moe_ops
 
-        ops += moe_ops(s, fm, M, tp, ep=ep, etp=etp, sources=moe_sources, zero=zero, redundant=redundant)
+        ops += moe_ops(s, fm, M, tp, ep=ep, etp=etp, sources=moe_sources, zero=zero, redundant=redundant, lean=lean)
 
     # TP all-reduce after attention and after the MLP: payload B·T·H activations
     on = np.where(tp > 1, 1.0, 0.0)
