@@ -98,3 +98,17 @@ def test_times_whose_squares_leave_the_normal_range():
     check(cs, eff, B, S, G, TP)
     check(cs, eff.with_overrides({"gemv_efficiency": 0.5}), B, S, G, TP)
     check(cs, eff, *sweep(4000, 4, batches=64))
+
+
+def test_empty_and_two_dimensional_sweeps():
+    """No points: empty columns (no reduction over nothing); a 2-D grid: each point what the flat sweep gives."""
+    cs = cost_setup("llama-3.1-8b", "h100-sxm")
+    e = np.zeros(0)
+    pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, e, e, e, e)
+    assert pre.t_est.shape == dec.t_est.shape == out["est"]["ttft_s"].shape == (0,)
+    B, S, G, TP = sweep(600, 6, batches=64)
+    flat = latency.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, B, S, G, TP)
+    grid = latency.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, *(a.reshape(20, 30) for a in (B, S, G, TP)))
+    for a, b in ((flat[0].t_est, grid[0].t_est), (flat[1].t_ideal, grid[1].t_ideal),
+                 (flat[2]["est"]["output_tokens_per_s"], grid[2]["est"]["output_tokens_per_s"])):
+        assert b.shape == (20, 30) and np.allclose(a, b.reshape(-1), rtol=1e-12, atol=0)

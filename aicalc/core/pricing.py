@@ -263,7 +263,7 @@ def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=No
     p = eff.overlap_p
     for op in ops:
         parts = ln = None
-        if op.affine is not None and op.name not in scale:
+        if op.affine is not None and op.name not in scale and op.affine[0].size:
             x = op.affine[0]
             ln = lines.get(id(x))
             if ln is None:
