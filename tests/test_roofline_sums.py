@@ -112,3 +112,21 @@ def test_empty_and_two_dimensional_sweeps():
     for a, b in ((flat[0].t_est, grid[0].t_est), (flat[1].t_ideal, grid[1].t_ideal),
                  (flat[2]["est"]["output_tokens_per_s"], grid[2]["est"]["output_tokens_per_s"])):
         assert b.shape == (20, 30) and np.allclose(a, b.reshape(-1), rtol=1e-12, atol=0)
+
+
+def test_a_sweep_over_several_tp_degrees():
+    """More points than a chunk over four TP degrees, evaluated a degree at a time: each point's FLOPs, bytes and
+    times are the op-by-op ones."""
+    cs = cost_setup("llama-3.1-70b", "h100-sxm", tp_needs_link=True)
+    B, S, G, _ = sweep(40000, 7)
+    TP = np.random.default_rng(8).choice([1.0, 2.0, 4.0, 8.0], B.size)
+    s, roofs, fm, eff = cs.shape, cs.roofs, cs.formats, cs.efficiency
+    pre, dec, _ = latency.inference(s, roofs, fm, eff, B, S, G, TP)
+    for phase, (T, P, logits) in ((pre, (S, 0.0 * S, 1.0)), (dec, (np.ones_like(S), S + G / 2.0, None))):
+        want = op_by_op(s, roofs, fm, eff, B, T, P, TP, logits, 1.0, latency.Par())
+        for g, w in zip((phase.flop, phase.bytes, phase.t_ideal, phase.t_est), want, strict=True):
+            assert np.allclose(g, w, rtol=1e-12, atol=0)
+    cbb = latency.compute_bound_batch(s, roofs, fm, S + G / 2.0, TP)
+    one = [latency.compute_bound_batch(s, roofs, fm, S[i:i + 1] + G[i:i + 1] / 2.0, TP[i:i + 1])[0]
+           for i in range(0, B.size, 997)]
+    assert np.array_equal(cbb[::997], one)

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from aicalc.core.efficiency import Efficiency
 from aicalc.core.forward import Formats, Shape
 from aicalc.core.forward import forward_ops as _forward_ops
-from aicalc.core.pricing import Roofs, chunked, price, price_sums
+from aicalc.core.pricing import CHUNK, Roofs, chunked, price, price_sums
 from aicalc.core.pricing import totals as op_totals
 
 
@@ -61,6 +61,31 @@ class Phase:
     @property
     def intensity(self):
         return self.flop / self.bytes
+
+
+def by_value(fn, args, n_out: int, key: int, most: int = 8):
+    """:func:`aicalc.core.pricing.chunked` over the points of each value of ``args[key]`` (a sweep over a few TP
+    degrees) in turn, so that each group has one TP (:func:`uniform`); the same numbers at every point."""
+    import math
+
+    import numpy as np
+
+    k = np.asarray(args[key], dtype=np.float64)
+    if k.ndim == 0 or k.size <= CHUNK or not k.min() < k.max():
+        return chunked(fn, args, n_out)
+    values = [k.min()]
+    while len(values) <= most and values[-1] < k.max():
+        values.append(k[k > values[-1]].min())
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+    if len(values) > most or math.prod(shape) != k.size:
+        return chunked(fn, args, n_out)
+    flat = [np.broadcast_to(np.asarray(a, dtype=np.float64), shape).reshape(-1) for a in args]
+    outs = list(np.empty((n_out, k.size)))
+    for v in values:
+        idx = np.flatnonzero(flat[key] == v)
+        for o, r in zip(outs, chunked(fn, [a[idx] for a in flat], n_out), strict=True):
+            o[idx] = r
+    return [o.reshape(shape) for o in outs]
 
 
 def dataflow(s: Shape, chips):
@@ -145,7 +170,7 @@ def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, promp
             res += [total, B * G / total]
         return res
 
-    r = chunked(block, [batch, prompt, gen, tp, chips], 12)
+    r = by_value(block, [batch, prompt, gen, tp, chips], 12, 3)
     import numpy as np
 
     S, G = np.asarray(prompt, dtype=np.float64), np.asarray(gen, dtype=np.float64)
@@ -181,4 +206,4 @@ def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp, par: P
         with np.errstate(divide="ignore", invalid="ignore"):
             return (np.where(denom > 0, np.ceil(R * W / np.where(denom > 0, denom, 1.0)), np.inf),)
 
-    return chunked(block, [context, tp], 1)[0]
+    return by_value(block, [context, tp], 1, 1)[0]
