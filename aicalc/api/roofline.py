@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from aicalc.api.catalog import SRAM_KINDS  # noqa: F401 - defined beside the loaders (kv_cache needs no roofline)
-from aicalc.api.results import Table
+from aicalc.api.results import Block, Table
 
 SIXTEEN_BIT = ("bf16", "fp16")
 EIGHT_BIT_COMPUTE = ("fp8", "int8")
@@ -247,15 +247,24 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
         check_parallel(arch, int(t), ep, attention_dp, redundant)
     eff = cs.efficiency
     D = float(attention_dp)
-    TPa, Ba = TP / D, B / D  # one attention group: its chips and its share of the sequences
-    weights = weight_bytes_per_device(arch, cs.dtype, TP, bytes_per_param=cs.formats.weight_bytes,
-                                      edge_bpp=cs.formats.edge_bytes, expert_bpp=cs.formats.expert_bytes,
-                                      attention_dp=attention_dp, redundant=redundant)
+    TPa, Ba = (TP, B) if D == 1.0 else (TP / D, B / D)  # one attention group: its chips, its share of sequences
+    tps = inputs.distinct(TP)
+    weights = weight_bytes_per_device(arch, cs.dtype, TP if len(tps) > 1 else np.float64(tps[0]),
+                                      bytes_per_param=cs.formats.weight_bytes, edge_bpp=cs.formats.edge_bytes,
+                                      expert_bpp=cs.formats.expert_bytes, attention_dp=attention_dp,
+                                      redundant=redundant)
+    if np.shape(weights) != B.shape:  # one TP degree: one number, as a column
+        weights = np.full(B.shape, weights, dtype=np.float64)
     kv_dtype = cs.kv_dtype
-    kv = np.zeros_like(B)
-    for t in inputs.distinct(TP):  # the cache geometry per attention TP degree
-        sel = TP == t
-        kv[sel] = kv_cache_bytes(kv_shape(arch, kv_dtype, int(t) // attention_dp), Ba[sel], S[sel] + G[sel])
+    if len(tps) == 1:  # one TP degree: the whole sweep at once
+        kv = kv_cache_bytes(kv_shape(arch, kv_dtype, int(tps[0]) // attention_dp), Ba, S + G)
+        if np.shape(kv) != B.shape or kv.dtype != np.float64:
+            kv = np.array(np.broadcast_to(kv, B.shape), dtype=np.float64)
+    else:
+        kv = np.zeros_like(B)
+        for t in tps:  # the cache geometry per attention TP degree
+            sel = TP == t
+            kv[sel] = kv_cache_bytes(kv_shape(arch, kv_dtype, int(t) // attention_dp), Ba[sel], S[sel] + G[sel])
     if draft is not None and (ep > 1 or attention_dp > 1):
         from aicalc.errors import ParameterError
 
@@ -267,14 +276,15 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
         for t in inputs.distinct(TP):
             sel = TP == t
             kv[sel] += kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, int(t)), B[sel], S[sel] + G[sel] + spec["k"])
-    chips_needed = np.ceil((weights + kv) * TP / float(cs.chip.memory_bytes))
+    need = weights + kv
+    chips_needed = np.ceil(need * TP / float(cs.chip.memory_bytes))
     # a dataflow deployment spreads the weights over chips_needed chips that every token crosses in turn
     par = latency.Par(float(ep), D, float(redundant))
     pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, Ba, S, G, TPa,
                                       chips_needed if cs.dataflow else 1.0, par)
     for key in out:  # the replica's tokens/s: its attention groups run side by side
-        out[key]["output_tokens_per_s"] = out[key]["output_tokens_per_s"] * D
-    need = weights + kv
+        if D != 1.0:
+            out[key]["output_tokens_per_s"] = out[key]["output_tokens_per_s"] * D
     mem = float(cs.chip.memory_bytes)
     spec_cols = {}
     if spec is not None:
@@ -291,11 +301,20 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
                         "speedup": plain / tpot}
         spec_cols = {"draft_tokens": spec["k"], "acceptance": spec["acceptance"],
                      "tokens_per_target_pass": spec["tokens"], "speculative_speedup": out["est"]["speedup"]}
+    cbb = latency.compute_bound_batch(cs.shape, cs.roofs, cs.formats, S + G / 2.0, TPa, par)
+    if D != 1.0:
+        cbb = D * cbb
     e, ideal = out["est"], out["ideal"]
-    cols = {"batch": B.astype(np.int64), "prompt": S.astype(np.int64), "gen": G.astype(np.int64),
-            "tp": TP.astype(np.int64), "ep": ep + 0 * TP.astype(np.int64),
-            "attention_dp": attention_dp + 0 * TP.astype(np.int64),
-            "redundant_experts": redundant + 0 * TP.astype(np.int64), "ridge_point": cs.roofs.ridge_point,
+    ints = Block(B.size, 8, "int64")  # the whole-number columns, from one block of memory
+
+    def whole(a):
+        out = ints.row()
+        np.copyto(out, a, casting="unsafe")  # as astype(np.int64)
+        return out
+
+    cols = {"batch": whole(B), "prompt": whole(S), "gen": whole(G),
+            "tp": whole(TP), "ep": ints.full(ep), "attention_dp": ints.full(attention_dp),
+            "redundant_experts": ints.full(redundant), "ridge_point": cs.roofs.ridge_point,
             "prefill_flop": pre.flop, "prefill_bytes": pre.bytes, "prefill_time_s": pre.t_est,
             "prefill_ideal_time_s": pre.t_ideal, "decode_flop": dec.flop, "decode_bytes": dec.bytes,
             "decode_time_s": dec.t_est, "decode_ideal_time_s": dec.t_ideal,
@@ -303,9 +322,8 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
             "ideal_ttft_s": ideal["ttft_s"], "ideal_tpot_s": ideal["tpot_s"],
             "ideal_output_tokens_per_s": ideal["output_tokens_per_s"],
             "weights_bytes_per_device": weights, "kv_cache_bytes_per_device": kv, "fits": need <= mem,
-            "chips_needed": chips_needed.astype(np.int64),
-            "compute_bound_batch": D * latency.compute_bound_batch(cs.shape, cs.roofs, cs.formats, S + G / 2.0, TPa,
-                                                                   par),
+            "chips_needed": whole(chips_needed),
+            "compute_bound_batch": cbb,
             **spec_cols}
     warnings = list(cs.warnings)
     if not bool(np.all(cols["fits"])):

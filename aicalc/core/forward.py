@@ -163,6 +163,20 @@ class Op:
     grouped: bool = False
     compute: str | None = None
     expert_width: float = 0.0  # grouped GEMMs: one expert's FFN width F_e (the model's expert granularity)
+    # (x, flop, bytes, comm_bytes) per x: an op of a lean forward_ops whose flop, bytes (beyond its weight_bytes)
+    # and comm_bytes are those numbers times one array x of tokens, every other field one number (flop, bytes
+    # and comm_bytes are then None: :func:`aicalc.core.pricing.materialize` forms them where they are needed)
+    affine: tuple | None = None
+
+
+def _inplace(ufunc, a, b):
+    """``ufunc(a, b)``, written into ``a`` where ``a`` is an array of the result's shape (a temporary the caller
+    made and no longer needs)."""
+    import numpy as np
+
+    if isinstance(a, np.ndarray) and a.ndim and a.shape == np.broadcast_shapes(a.shape, np.shape(b)):
+        return ufunc(a, b, out=a)
+    return ufunc(a, b)
 
 
 def experts_touched(s: Shape, tokens, ep=1.0):
@@ -176,13 +190,14 @@ def experts_touched(s: Shape, tokens, ep=1.0):
 
 
 def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_tokens=None, ep=1.0, *, etp=None,
-                moe_sources=None, redundant=0.0) -> list[Op]:
+                moe_sources=None, redundant=0.0, lean: bool = False) -> list[Op]:
     """Operations of one forward pass over B sequences × T new tokens with P cached tokens, per device of a
     group of ``tp`` tensor-parallel ranks; ``logits_tokens`` per sequence reach the LM head (default all T; 1 in
     a prefill that samples one token). MoE layers (:func:`aicalc.core.moe.moe_ops`): ``ep`` ranks share the
     experts, each split over ``etp`` ranks (default tp), serving the tokens of ``moe_sources`` such groups
     (default ep: training's EP over data-parallel ranks, whose all-to-all the caller prices; serving passes its
-    attention-DP degree)."""
+    attention-DP degree). ``lean``: a quantity that does not depend on an array argument stays one number
+    instead of being broadcast to the common shape (the same values, for the totals of a sweep)."""
     import numpy as np
 
     from aicalc.core import geometry as geo
@@ -191,44 +206,78 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     B, T, P, tp = (np.asarray(x, dtype=f64) for x in (batch, new_tokens, past, tp))
     arch, wb, ab = s.arch, fm.weight_bytes, ACT_BYTES
     H, L, A = float(s.H), float(s.L), float(s.A)
-    zero = 0.0 * (B + T + P + tp)  # the common shape
-    M = B * T + zero  # tokens in this pass
-    Mlog = M if logits_tokens is None else B * np.asarray(logits_tokens, dtype=f64) + zero
+    zero = 0.0 if lean else 0.0 * (B + T + P + tp)  # the common shape
+    if lean:  # the same numbers (x·1 and x + 0 are x), without the copies
+        M = B if T.ndim == 0 and T == 1.0 else B * T
+        Mlog = M if logits_tokens is None else B if np.ndim(logits_tokens) == 0 and logits_tokens == 1.0 else \
+            B * np.asarray(logits_tokens, dtype=f64)
+    else:
+        M = B * T + zero  # tokens in this pass
+        Mlog = M if logits_tokens is None else B * np.asarray(logits_tokens, dtype=f64) + zero
     ops: list[Op] = []
+
+    def affine(m, *numbers):
+        """Whether an op over ``m`` tokens can be kept as numbers per token (a lean sweep, every other term one
+        number)."""
+        return lean and isinstance(m, np.ndarray) and m.ndim > 0 and all(np.ndim(x) == 0 for x in numbers)
 
     def gemm(name, m, n, k, layers, weights, bpw=wb):
         """y[m×n] = x[m×k]·W[k×n] on this device: 2mnk FLOPs; reads W (``weights`` bytes at ``bpw`` per weight)
         and x, writes y."""
+        q = fm.quantized and bpw == wb
+        if affine(m, n, k, weights):
+            n, k = float(n), float(k)
+            ops.append(Op(name, "gemm", flop=None, bytes=None, weight_bytes=float(weights), kernels=layers,
+                          dims=(m, n, k), layers=layers, quantized=q, bytes_per_weight=bpw,
+                          affine=(m, 2.0 * n * k * layers, (n + k) * ab * layers, 0.0)))
+            return
         ops.append(Op(name, "gemm", flop=2.0 * m * n * k * layers, bytes=m * (n + k) * ab * layers + weights,
                       weight_bytes=weights + zero, kernels=layers + zero, dims=(m, n + zero, k + zero), layers=layers,
-                      quantized=fm.quantized and bpw == wb, bytes_per_weight=bpw))
+                      quantized=q, bytes_per_weight=bpw))
 
-    def stream(name, nbytes, kernels, flop=0.0, weights=0.0, layers=0.0):
-        ops.append(Op(name, "stream", flop=flop + zero, bytes=nbytes + weights + zero, weight_bytes=weights + zero,
-                      kernels=kernels + zero, layers=layers))
+    def stream(name, m, nbytes, kernels, flop=None, weights=0.0, layers=0.0):
+        """An elementwise or memory-bound kernel over ``m`` tokens: ``nbytes(m)`` bytes (beyond ``weights``) and
+        ``flop(m)`` FLOPs, each linear in m."""
+        if affine(m, weights, nbytes(1.0), flop(1.0) if flop else 0.0):
+            ops.append(Op(name, "stream", flop=None, bytes=None, weight_bytes=float(weights), kernels=kernels,
+                          layers=layers, affine=(m, float(flop(1.0)) if flop else 0.0, float(nbytes(1.0)), 0.0)))
+            return
+        ops.append(Op(name, "stream", flop=(flop(m) if flop else 0.0) + zero, bytes=nbytes(m) + weights + zero,
+                      weight_bytes=weights + zero, kernels=kernels + zero, layers=layers))
 
     # attention: keys summed over the new queries (window-capped on sliding layers), cached tokens read
     if fm.flash:  # a fused kernel skips the masked blocks: the causal sum (window-capped on sliding layers)
-        keys = s.full_layers * geo.causal_keys(P, T) + s.sliding_layers * geo.causal_keys(P, T, s.window)
+        keys = s.full_layers * geo.causal_keys(P, T)
+        if s.sliding_layers or not lean:  # (lean: no zero term for a model without sliding layers)
+            keys = keys + s.sliding_layers * geo.causal_keys(P, T, s.window)
     else:  # a materialized score matrix is the full T × keys rectangle over the cache, masked afterwards
         keys = T * geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)
     cached = geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)
     heads = geo.kv_heads_per_device(arch, tp)
     if not fm.kv_shared and arch.mla is None:  # K/V read once per query head instead of once per kv head
         cached = cached * (A / tp) / heads
-    kv_io = B * (cached + T * L) * geo.kv_bytes_per_token_layer(arch, fm.kv_dtype, tp)
-    Bk = B * keys / tp  # sequences × heads on this device × keys, per head
-    q_io = M / tp * A * (s.qk_dim + s.v_dim) * ab * L  # read q, write the attention output
-    per_product = (kv_io + q_io) / 2.0  # each of the two products carries half the traffic
+    kvb = geo.kv_bytes_per_token_layer(arch, fm.kv_dtype, tp)
+    if lean and fm.flash:  # the same products in the same order, into the temporaries (fewer fresh pages)
+        kv_io = _inplace(np.multiply, _inplace(np.multiply, cached + T * L, B), kvb)
+        Bk = _inplace(np.divide, _inplace(np.multiply, keys, B), tp)  # keys: a temporary here
+        q_io = M / tp
+        for c in (A, s.qk_dim + s.v_dim, ab, L):
+            q_io = _inplace(np.multiply, q_io, c)
+        per_product = _inplace(np.divide, _inplace(np.add, kv_io, q_io), 2.0)
+    else:
+        kv_io = B * (cached + T * L) * kvb
+        Bk = B * keys / tp  # sequences × heads on this device × keys, per head
+        q_io = M / tp * A * (s.qk_dim + s.v_dim) * ab * L  # read q, write the attention output
+        per_product = (kv_io + q_io) / 2.0  # each of the two products carries half the traffic
     o_params = s.attn_out_params / tp
     attn_weights = (L * geo.attention_params_per_device(arch, tp) - L * o_params) * wb
 
-    stream("embedding", M * H * (fm.edge_bytes + ab), 1.0)  # gather one row per token, write it
-    stream("norms", M * 4.0 * H * ab * L, 2.0 * L, flop=M * 8.0 * H * L, weights=s.norm_params * fm.norm_bytes,
-           layers=L)  # the norm weights are read once per pass, replicated on every device
+    stream("embedding", M, lambda m: m * H * (fm.edge_bytes + ab), 1.0)  # gather one row per token, write it
+    stream("norms", M, lambda m: m * 4.0 * H * ab * L, 2.0 * L, flop=lambda m: m * 8.0 * H * L,
+           weights=s.norm_params * fm.norm_bytes, layers=L)  # the norm weights: once per pass, on every device
     gemm("qkv_proj", M, s.attn_in_params / H / tp, H, L, attn_weights)
     # rope on q/k and the two residual adds
-    stream("elementwise", M * (2.0 * s.attn_in_params / H / tp + 6.0 * H) * ab * L, 3.0 * L, layers=L)
+    stream("elementwise", M, lambda m: m * (2.0 * s.attn_in_params / H / tp + 6.0 * H) * ab * L, 3.0 * L, layers=L)
     score_flop, value_flop = Bk * 2.0 * A * s.qk_dim, Bk * 2.0 * A * s.v_dim
     if fm.flash:
         ops.append(Op("attn_score", "attention", score_flop, per_product, zero, L + zero, layers=L))
@@ -249,18 +298,23 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
         Ld = float(s.dense_layers)
         bias = 1.0 if arch.mlp_bias else 0.0
         gemm("mlp_up", M, s.ffn_in / tp, H, Ld, Ld * (H + bias) * s.ffn_in / tp * wb)
-        stream("mlp_act", M / tp * (s.ffn_in + s.ffn) * ab * Ld, Ld, flop=M / tp * 4.0 * s.ffn * Ld, layers=Ld)
+        stream("mlp_act", M, lambda m: m / tp * (s.ffn_in + s.ffn) * ab * Ld, Ld,
+               flop=lambda m: m / tp * 4.0 * s.ffn * Ld, layers=Ld)
         gemm("mlp_down", M, H, s.ffn / tp, Ld, Ld * (s.ffn + bias) * H / tp * wb)
     if s.moe_layers:
         from aicalc.core.moe import moe_ops
 
-        ops += moe_ops(s, fm, M, tp, ep=ep, etp=etp, sources=moe_sources, zero=zero, redundant=redundant)
+        ops += moe_ops(s, fm, M, tp, ep=ep, etp=etp, sources=moe_sources, zero=zero, redundant=redundant, lean=lean)
 
     # TP all-reduce after attention and after the MLP: payload B·T·H activations
     on = np.where(tp > 1, 1.0, 0.0)
-    ops.append(Op("tp_allreduce", "collective", zero, zero, zero, zero, comm_bytes=M * on * 2.0 * L * H * ab,
-                  collectives=on * 2.0 * L + zero, layers=L))
-    stream("final_norm", Mlog * 2.0 * H * ab, 1.0)
+    if affine(M, on):
+        ops.append(Op("tp_allreduce", "collective", None, None, 0.0, 0.0, comm_bytes=None,
+                      collectives=float(on) * 2.0 * L, layers=L, affine=(M, 0.0, 0.0, float(on) * 2.0 * L * H * ab)))
+    else:
+        ops.append(Op("tp_allreduce", "collective", zero, zero, zero, zero, comm_bytes=M * on * 2.0 * L * H * ab,
+                      collectives=on * 2.0 * L + zero, layers=L))
+    stream("final_norm", Mlog, lambda m: m * 2.0 * H * ab, 1.0)
     gemm("lm_head", Mlog, s.V / tp, H, 1.0, s.V * H / tp * fm.edge_bytes, bpw=fm.edge_bytes)
     return ops
 

@@ -15,7 +15,8 @@ from typing import NamedTuple
 from aicalc.core.efficiency import Efficiency
 from aicalc.core.forward import Formats, Shape
 from aicalc.core.forward import forward_ops as _forward_ops
-from aicalc.core.pricing import Roofs, chunked, price
+from aicalc.core.pricing import CHUNK, Roofs, chunked, price, price_sums
+from aicalc.core.pricing import totals as op_totals
 
 
 class Par(NamedTuple):
@@ -28,10 +29,20 @@ class Par(NamedTuple):
     redundant: float = 0.0  # extra expert replicas over the EP ranks (EPLB), aicalc.core.geometry.check_parallel
 
 
-def forward_ops(s, fm, B, T, P, tp, logits_tokens=None, par: Par = Par()):
+def forward_ops(s, fm, B, T, P, tp, logits_tokens=None, par: Par = Par(), lean: bool = False):
     """:func:`aicalc.core.forward.forward_ops` of one attention group of a replica laid out as ``par``."""
     return _forward_ops(s, fm, B, T, P, tp, logits_tokens, ep=par.ep, etp=tp * par.adp / par.ep, moe_sources=par.adp,
-                        redundant=par.redundant)
+                        redundant=par.redundant, lean=lean)
+
+
+def uniform(a):
+    """``a`` as one number where every element of the array is the same (a sweep's fixed axis: its tp, its
+    chips), so that what depends on it alone is computed once, not once per point; else ``a`` itself."""
+    import numpy as np
+
+    if np.ndim(a) and np.size(a) and a.min() == a.max():
+        return float(a.flat[0])
+    return a
 
 
 class Phase:
@@ -52,6 +63,31 @@ class Phase:
         return self.flop / self.bytes
 
 
+def by_value(fn, args, n_out: int, key: int, most: int = 8):
+    """:func:`aicalc.core.pricing.chunked` over the points of each value of ``args[key]`` (a sweep over a few TP
+    degrees) in turn, so that each group has one TP (:func:`uniform`); the same numbers at every point."""
+    import math
+
+    import numpy as np
+
+    k = np.asarray(args[key], dtype=np.float64)
+    if k.ndim == 0 or k.size <= CHUNK or not k.min() < k.max():
+        return chunked(fn, args, n_out)
+    values = [k.min()]
+    while len(values) <= most and values[-1] < k.max():
+        values.append(k[k > values[-1]].min())
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+    if len(values) > most or math.prod(shape) != k.size:
+        return chunked(fn, args, n_out)
+    flat = [np.broadcast_to(np.asarray(a, dtype=np.float64), shape).reshape(-1) for a in args]
+    outs = list(np.empty((n_out, k.size)))
+    for v in values:
+        idx = np.flatnonzero(flat[key] == v)
+        for o, r in zip(outs, chunked(fn, [a[idx] for a in flat], n_out), strict=True):
+            o[idx] = r
+    return [o.reshape(shape) for o in outs]
+
+
 def dataflow(s: Shape, chips):
     """(spread, hops) of a dataflow deployment whose weights fill ``chips`` chips' SRAM (1: not dataflow): a token
     crosses min(chips, L) chip groups in turn, and each layer's work is spread over chips / L chips when there
@@ -69,23 +105,20 @@ def dataflow(s: Shape, chips):
     return spread, hops
 
 
-def _dataflow_times(s: Shape, ops, B, T, spread):
-    """(ideal, estimate) of a pass on a dataflow deployment: each layer's work spread over its ``spread`` chips;
-    the touched experts of a MoE layer, though, sit on only touched/E of the layer's expert chips, so their
-    GEMMs take E/touched longer than an even spread (per-token time follows the active experts' weights on the
-    chips that hold them)."""
+def _dataflow_scale(s: Shape, B, T, spread) -> dict:
+    """Factors on the op times of a pass on a dataflow deployment, each layer's work spread over its ``spread``
+    chips: the touched experts of a MoE layer sit on only touched/E of the layer's expert chips, so their GEMMs
+    take E/touched longer than an even spread (per-token time follows the active experts' weights on the chips
+    that hold them)."""
     import numpy as np
 
-    scale = {}
-    if s.moe_layers:
-        from aicalc.core.forward import experts_touched
+    if not s.moe_layers:
+        return {}
+    from aicalc.core.forward import experts_touched
 
-        touched = experts_touched(s, np.asarray(B, dtype=np.float64) * np.asarray(T, dtype=np.float64))
-        share = np.where(spread > 1.0, float(s.experts) / np.maximum(touched, 1e-12), 1.0)
-        scale = {"moe_up": share, "moe_down": share}
-    t_ideal = sum(o.t_ideal * scale.get(o.name, 1.0) for o in ops) / spread
-    t_est = sum(o.t_est * scale.get(o.name, 1.0) for o in ops) / spread
-    return t_ideal, t_est
+    touched = experts_touched(s, np.asarray(B, dtype=np.float64) * np.asarray(T, dtype=np.float64))
+    share = np.where(spread > 1.0, float(s.experts) / np.maximum(touched, 1e-12), 1.0)
+    return {"moe_up": share, "moe_down": share}
 
 
 def pass_overhead(s: Shape, eff: Efficiency, hops=0.0):
@@ -97,11 +130,12 @@ def pass_overhead(s: Shape, eff: Efficiency, hops=0.0):
 def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, chips=1.0, par: Par = Par()):
     """(FLOPs, bytes, ideal time, estimated time) of one pass per device group; the estimate includes the pass
     overhead. ``chips``: a dataflow deployment's chip count (see :func:`dataflow`)."""
-    ops = forward_ops(s, fm, B, T, P, tp, logits_tokens, par)
-    price(ops, roofs, eff, tp, True)  # each op says whether its weights are quantized
+    tp, chips = uniform(tp), uniform(chips)
+    ops = forward_ops(s, fm, B, T, P, tp, logits_tokens, par, lean=True)
     spread, hops = dataflow(s, chips)
-    t_ideal, t_est = _dataflow_times(s, ops, B, T, spread)
-    return sum(o.flop for o in ops), sum(o.bytes for o in ops), t_ideal, t_est + pass_overhead(s, eff, hops)
+    # each op says whether its weights are quantized; a dataflow pass spreads the summed times over its chips
+    flop, nbytes, t_ideal, t_est = price_sums(ops, roofs, eff, tp, True, _dataflow_scale(s, B, T, spread))
+    return flop, nbytes, t_ideal / spread, t_est / spread + pass_overhead(s, eff, hops)
 
 
 def _timed_ops(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, par: Par = Par()):
@@ -136,7 +170,7 @@ def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, promp
             res += [total, B * G / total]
         return res
 
-    r = chunked(block, [batch, prompt, gen, tp, chips], 12)
+    r = by_value(block, [batch, prompt, gen, tp, chips], 12, 3)
     import numpy as np
 
     S, G = np.asarray(prompt, dtype=np.float64), np.asarray(gen, dtype=np.float64)
@@ -162,8 +196,7 @@ def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp, par: P
     R = roofs.ridge_point
 
     def totals(B, C, tp_):
-        ops = forward_ops(s, fm, B, 1.0, C, tp_, None, par)
-        return sum(o.flop for o in ops), sum(o.bytes for o in ops)
+        return op_totals(forward_ops(s, fm, B, 1.0, C, uniform(tp_), None, par, lean=True))
 
     def block(C, tp_):
         (f1, b1), (f2, b2) = totals(1.0, C, tp_), totals(2.0, C, tp_)
@@ -173,4 +206,4 @@ def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp, par: P
         with np.errstate(divide="ignore", invalid="ignore"):
             return (np.where(denom > 0, np.ceil(R * W / np.where(denom > 0, denom, 1.0)), np.inf),)
 
-    return chunked(block, [context, tp], 1)[0]
+    return by_value(block, [context, tp], 1, 1)[0]

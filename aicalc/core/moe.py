@@ -76,7 +76,7 @@ def padded_rows(m, tile, tile_min=0.0):
     return np.maximum(float(tile), m + tile / 2.0)
 
 
-def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant=0.0):
+def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant=0.0, lean=False):
     """The operations of the MoE layers of one pass on one device (see the module doc), as
     :class:`aicalc.core.forward.Op`: router, top-k, permute, grouped up/down projections, activation, unpermute,
     shared experts, and the dispatch/combine exchange where tokens are not already on every rank.
@@ -86,7 +86,8 @@ def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant
     training's EP over data-parallel ranks). ``redundant`` R extra expert replicas (EPLB): each rank holds
     (E + R)/ep expert slots, a replicated expert's tokens split over its replicas; routing here is uniform, so the
     replicas add slots (weights to hold and read) and spread the same rows thinner — the hot experts they relieve
-    under skewed routing are outside this model."""
+    under skewed routing are outside this model. ``lean``: the router, top-k and shared experts, linear in M,
+    as numbers per token (:class:`aicalc.core.forward.Op` ``affine``) where M is an array and ``tp`` one number."""
     import numpy as np
 
     from aicalc.core.forward import ACT_BYTES, Op
@@ -110,9 +111,21 @@ def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant
         ops.append(Op(name, kind, flop=flop + zero, bytes=nbytes + weights + zero, weight_bytes=weights + zero,
                       kernels=kernels * Lm + zero, layers=Lm, **kw))
 
-    add("moe_router", "gemm", 2.0 * M * E * H * Lm, M * (E + H) * ab * Lm, Lm * H * E * wb,
-        dims=(M + zero, E + zero, H + zero), quantized=fm.quantized, bytes_per_weight=wb)
-    add("moe_topk", "stream", M * E * 4.0 * Lm, M * E * 4.0 * Lm)
+    per_token = lean and isinstance(M, np.ndarray) and M.ndim > 0 and np.ndim(tp) == 0
+
+    def linear(name, kind, flop, nbytes, weights=0.0, kernels=1.0, **kw):
+        """An op whose FLOPs and bytes (beyond its weights) are ``flop`` and ``nbytes`` per token."""
+        ops.append(Op(name, kind, flop=None, bytes=None, weight_bytes=float(weights), kernels=kernels * Lm,
+                      layers=Lm, affine=(M, float(flop), float(nbytes), 0.0), **kw))
+
+    if per_token:
+        linear("moe_router", "gemm", 2.0 * E * H * Lm, (E + H) * ab * Lm, Lm * H * E * wb, dims=(M, E, H),
+               quantized=fm.quantized, bytes_per_weight=wb)
+        linear("moe_topk", "stream", E * 4.0 * Lm, E * 4.0 * Lm)
+    else:
+        add("moe_router", "gemm", 2.0 * M * E * H * Lm, M * (E + H) * ab * Lm, Lm * H * E * wb,
+            dims=(M + zero, E + zero, H + zero), quantized=fm.quantized, bytes_per_weight=wb)
+        add("moe_topk", "stream", M * E * 4.0 * Lm, M * E * 4.0 * Lm)
     # gather the copies this device's grouped GEMM runs into expert order (read H per token, write H per copy) and
     # scatter them back weighted (read H per copy, write H per token); under TP attention every rank permutes all
     # of its group's tokens (activations are replicated), under attention DP the copies it received
@@ -131,7 +144,13 @@ def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant
                       expert_width=float(s.expert_ffn)))
     add("moe_act", "stream", copies * imb * 4.0 * s.expert_ffn / etp * Lm,
         copies * imb / etp * (s.expert_in + s.expert_ffn) * ab * Lm)
-    if s.shared_ffn:  # always-active experts: a dense FFN on the group's own tokens, split over its tp ranks
+    if s.shared_ffn and per_token:  # always-active experts: a dense FFN on the group's own tokens over tp ranks
+        n_up, n_down = float(s.shared_in / tp), float(s.shared_ffn / tp)
+        linear("shared_up", "gemm", 2.0 * n_up * H * Lm, (n_up + H) * ab * Lm, Lm * H * s.shared_in / tp * wb,
+               dims=(M, n_up, H), quantized=fm.quantized, bytes_per_weight=wb)
+        linear("shared_down", "gemm", 2.0 * H * n_down * Lm, (n_down + H) * ab * Lm, Lm * s.shared_ffn * H / tp * wb,
+               dims=(M, H, n_down), quantized=fm.quantized, bytes_per_weight=wb)
+    elif s.shared_ffn:  # always-active experts: a dense FFN on the group's own tokens, split over its tp ranks
         add("shared_up", "gemm", 2.0 * M * s.shared_in / tp * H * Lm, M * (s.shared_in / tp + H) * ab * Lm,
             Lm * H * s.shared_in / tp * wb, dims=(M + zero, s.shared_in / tp + zero, H + zero),
             quantized=fm.quantized, bytes_per_weight=wb)

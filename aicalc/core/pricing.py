@@ -80,7 +80,10 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
         t_c = op.flop / (peak * g)
         if q and eff.dequant_ops_per_weight:
             t_c = t_c + eff.dequant_ops_per_weight * op.weight_bytes / (op.bytes_per_weight * vec)
-        t_m = op.weight_bytes / (bw * wq) + (op.bytes - op.weight_bytes) / (bw * eff.bandwidth)
+        if np.ndim(op.weight_bytes) == 0 and op.weight_bytes == 0:  # no weights: the same, two passes fewer
+            t_m = op.bytes / (bw * eff.bandwidth)
+        else:
+            t_m = op.weight_bytes / (bw * wq) + (op.bytes - op.weight_bytes) / (bw * eff.bandwidth)
     t_est = combine(t_c, t_m, eff.overlap_p) + op.kernels * eff.kernel_overhead_s
     if op.kind == "alltoall":  # comm_bytes already what one device sends
         t_ideal = t_ideal + op.comm_bytes / link
@@ -112,9 +115,218 @@ def chunked(fn, args, n_out: int):
                 for r in fn(*(np.broadcast_to(a, shape) for a in args))]
     size = math.prod(shape)
     flat = [np.broadcast_to(a, shape).reshape(-1) for a in args]
-    outs = [np.empty(size) for _ in range(n_out)]
+    outs = list(np.empty((n_out, size)))  # one block: it pages in faster than n_out arrays (api.results.Block)
     for i in range(0, size, CHUNK):
         j = min(i + CHUNK, size)
         for o, r in zip(outs, fn(*(a[i:j] for a in flat)), strict=True):
             o[i:j] = r
     return [o.reshape(shape) for o in outs]
+
+
+def materialize(op) -> None:
+    """Form the flop, bytes and comm_bytes arrays of an op a lean forward pass kept per token (``op.affine``)."""
+    if op.affine is not None and op.flop is None:
+        x, f, b, c = op.affine
+        op.flop, op.bytes, op.comm_bytes = f * x, b * x + op.weight_bytes, c * x
+
+
+def totals(ops):
+    """(FLOPs, bytes) of a pass, summed over its ops."""
+    for op in ops:
+        materialize(op)
+    return sum(o.flop for o in ops), sum(o.bytes for o in ops)
+
+
+_SAFE = (1e-300, 1e300)  # a sum of squares well inside the normal range (efficiency._hypot's exact case)
+
+
+class _Lines:
+    """Sums of a·x + c over the ops that share one array of tokens x, and the sums of their other terms over
+    ``xe``: x itself, or where x holds few distinct whole numbers (decode's tokens are the batch: a few hundred
+    sizes over a chunk of 32,768 points) each of them once, ``idx`` taking every point to its own."""
+
+    def __init__(self, x):
+        import numpy as np
+
+        self.x, self.lo, self.hi = x, float(x.min()), float(x.max())
+        self.flop = self.bytes = self.bytes0 = self.ideal = self.ideal0 = self.est = self.est0 = 0.0
+        self.t_ideal = self.t_est = 0.0
+        self.xe, self.idx = x, None
+        if x.ndim == 1 and self.hi - self.lo < x.size // 8 and self.lo == int(self.lo):
+            k = x - self.lo
+            idx = k.astype(np.intp)
+            if np.array_equal(idx, k):
+                self.xe, self.idx = np.arange(self.lo, self.hi + 1.0), idx
+
+    def totals(self):
+        """(FLOPs, bytes, ideal, estimate) of these ops at every point."""
+        import numpy as np
+
+        xe = self.xe
+        sums = (self.flop * xe, _line(xe, self.bytes, self.bytes0), _add(_line(xe, self.ideal, self.ideal0),
+                self.t_ideal), _add(_line(xe, self.est, self.est0), self.t_est))
+        return sums if self.idx is None else tuple(np.take(a, self.idx) for a in sums)
+
+
+def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool):
+    """An affine op's times as numbers over its x: (ideal compute and memory lines (a1, a2, a3): max(a1·x,
+    a2·x + a3); compute time alpha·(x + shift) + delta, at most gemv·x where a GEMV kernel is faster (None: no
+    GEMV path); memory time beta·x + gamma); None where a number is not finite (a zero-width GEMM)."""
+    import math
+
+    _x, fx, bx, _cx = op.affine
+    W = float(op.weight_bytes)
+    bw = roofs.bandwidth_bytes_per_s
+    peak, low = roofs.peak_flop_per_s, roofs.low_precision
+    if op.compute is not None and op.compute in dict(roofs.peaks):
+        peak, low = dict(roofs.peaks)[op.compute], op.compute in ("fp8", "int8", "fp4")
+    vec = vector_rate(roofs, eff)
+    q = op.quantized and quantized
+    g = eff.flop_max * (eff.low_precision_flop_factor if low else 1.0)
+    shift, gemv = 0.0, None
+    try:
+        if op.kind == "gemm":
+            _m, n, k = op.dims
+            h = eff.gemm_half_dim
+            if h > 0:
+                g, shift = g * (n / (n + h)) * (k / (k + h)), h
+            if eff.gemv_efficiency > 0:
+                gemv = fx / (peak * (eff.gemv_efficiency * vec / peak))
+        alpha = fx / (peak * g) if fx else 0.0
+        delta = eff.dequant_ops_per_weight * W / (op.bytes_per_weight * vec) if q and eff.dequant_ops_per_weight \
+            else 0.0
+        parts = (fx / peak, bx / bw, W / bw, alpha, shift, delta, gemv, bx / (bw * eff.bandwidth),
+                 W / (bw * (eff.quant_bandwidth if q else eff.bandwidth)))
+    except ZeroDivisionError:
+        return None
+    return parts if all(v is None or math.isfinite(v) for v in parts) else None
+
+
+def _overlap(x, ln: _Lines, tile, gemv, beta: float, gamma: float, p: float):
+    """combine(t_c, t_m, p) over x for t_c = a·x + b (``tile``; the smaller of it and ``gemv`` where a GEMV
+    kernel is an option) and t_m = beta·x + gamma. A compute line below the other at both ends of the chunk is
+    the time over all of it; for p = 2 with one line, t_c² + t_m² is a quadratic in x (one square root per
+    point), each term non-negative, so it rounds as the op-by-op form does."""
+    import numpy as np
+
+    from aicalc.core.efficiency import combine
+
+    lo, hi = ln.lo, ln.hi
+    if gemv:
+        (a1, b1), (a2, b2) = tile, gemv
+        e_lo, e_hi = (a1 * lo + b1) - (a2 * lo + b2), (a1 * hi + b1) - (a2 * hi + b2)
+        if e_lo <= 0.0 and e_hi <= 0.0:
+            gemv = None
+        elif e_lo >= 0.0 and e_hi >= 0.0:
+            tile, gemv = gemv, None
+    a, b = tile
+    if p == 2.0:
+        if gemv is None:
+            c2, c1, c0 = a * a + beta * beta, 2.0 * (a * b + beta * gamma), b * b + gamma * gamma
+            if _SAFE[0] <= (c2 * lo + c1) * lo + c0 and (c2 * hi + c1) * hi + c0 <= _SAFE[1]:
+                r = c2 * x
+                r += c1
+                r *= x
+                r += c0
+                return np.sqrt(r, out=r)
+        else:  # both times grow with x: t_c² + t_m² lies between its values at the chunk's ends
+            (a2, b2) = gemv
+            ends = [min(a * z + b, a2 * z + b2) ** 2 + (beta * z + gamma) ** 2 for z in (lo, hi)]
+            if _SAFE[0] <= ends[0] and ends[1] <= _SAFE[1]:
+                u, v = np.minimum(a * x + b, a2 * x + b2), beta * x + gamma
+                u *= u
+                v *= v
+                u += v
+                return np.sqrt(u, out=u)
+    t_c = a * x + b if gemv is None else np.minimum(a * x + b, gemv[0] * x + gemv[1])
+    return combine(t_c, beta * x + gamma, p)
+
+
+def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=None):
+    """(FLOPs, bytes, ideal seconds, estimated seconds) of a pass, summed over its ops: the sums of
+    :func:`op_times` (each op's times × ``scale[op.name]``, default 1), with the ops of a lean pass
+    (``op.affine``: FLOPs, bytes and collective payload a number times an array x of tokens, the rest numbers)
+    priced in closed form. Over x such an op's compute time is a·(x + h) (a GEMM's x/(x + h) efficiency factor
+    cancels the x of its FLOPs) or a·x, its memory time b·x + c, its ideal time the larger of two lines: terms
+    that are lines in x (memory-only kernels, collectives, an ideal time on one side of its ridge over the whole
+    chunk) are summed as coefficients and evaluated once; the p = 2 overlap of the rest is one square root of a
+    quadratic in x. Equal to the op-by-op sums to rounding (a few ulps)."""
+    import numpy as np
+
+    from aicalc.core.efficiency import combine
+    from aicalc.core.geometry import ring_factor
+
+    scale = scale or {}
+    lines: dict[int, _Lines] = {}
+    flop = nbytes = t_ideal = t_est = 0.0
+    link = max(roofs.link_bytes_per_s, 1.0)
+    p = eff.overlap_p
+    for op in ops:
+        parts = ln = None
+        if op.affine is not None and op.name not in scale and op.affine[0].size:
+            x = op.affine[0]
+            ln = lines.get(id(x))
+            if ln is None:
+                ln = lines[id(x)] = _Lines(x)
+            if ln.lo > 0.0:
+                parts = _line_parts(op, roofs, eff, quantized)
+        if parts is None:
+            materialize(op)
+            ti, te = op_times(op, roofs, eff, tp, quantized)
+            sc = scale.get(op.name)
+            flop, nbytes = _add(flop, op.flop), _add(nbytes, op.bytes)
+            t_ideal = _add(t_ideal, ti if sc is None else ti * sc)
+            t_est = _add(t_est, te if sc is None else te * sc)
+            continue
+        x, fx, bx, cx = op.affine
+        a1, a2, a3, alpha, shift, delta, gemv, beta, gamma = parts
+        ln.flop += fx
+        ln.bytes += bx
+        ln.bytes0 += float(op.weight_bytes)
+        d_lo, d_hi = a1 * ln.lo - (a2 * ln.lo + a3), a1 * ln.hi - (a2 * ln.hi + a3)
+        if d_lo >= 0.0 and d_hi >= 0.0:  # compute-bound over the whole chunk
+            ln.ideal += a1
+        elif d_lo <= 0.0 and d_hi <= 0.0:  # memory-bound
+            ln.ideal += a2
+            ln.ideal0 += a3
+        else:
+            r, r2 = a1 * ln.xe, a2 * ln.xe
+            r2 += a3
+            ln.t_ideal = _add(ln.t_ideal, np.maximum(r, r2, out=r))
+        ln.est0 += float(op.kernels) * eff.kernel_overhead_s
+        if alpha == 0.0 and delta == 0.0:  # memory only: the p-norm of (0, t_m) is t_m
+            ln.est += beta
+            ln.est0 += gamma
+        elif gamma == 0.0 and delta == 0.0 and not shift and not gemv:  # both times a multiple of x
+            ln.est += float(combine(alpha, beta, p))
+        else:
+            ln.t_est = _add(ln.t_est, _overlap(ln.xe, ln, (alpha, alpha * shift + delta), gemv and (gemv, delta), beta, gamma, p))
+        if op.kind == "collective":
+            comm = float(ring_factor(tp)) * cx
+            ln.ideal += comm / link
+            ln.est += comm / (link * eff.link)
+            ln.est0 += float(op.collectives) * eff.collective_latency_s
+    for ln in lines.values():
+        if ln.flop or ln.bytes or ln.ideal or ln.est or ln.bytes0 or ln.ideal0 or ln.est0 or np.ndim(ln.t_est) \
+                or np.ndim(ln.t_ideal):
+            f, b, ti, te = ln.totals()
+            flop, nbytes, t_ideal, t_est = _add(flop, f), _add(nbytes, b), _add(t_ideal, ti), _add(t_est, te)
+    return flop, nbytes, t_ideal, t_est
+
+
+def _line(x, a: float, c: float):
+    """a·x + c, a new array."""
+    r = a * x
+    r += c
+    return r
+
+
+def _add(total, term):
+    """total + term, into ``total`` where it is an array this module made for the sum (price_sums starts every
+    sum at the number 0 and only ever replaces it by a new array) and the shapes agree."""
+    import numpy as np
+
+    if isinstance(total, np.ndarray) and total.ndim and np.shape(np.broadcast(total, term)) == total.shape:
+        total += term
+        return total
+    return total + term

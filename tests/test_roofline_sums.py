@@ -1,0 +1,132 @@
+"""The roofline's sweep path (a lean forward pass priced in closed form, ``pricing.price_sums``) against the
+op-by-op definition: every op of the full forward pass priced by ``pricing.op_times`` and summed, as the
+per-operation breakdown does. Both must give the same FLOPs, bytes and times to rounding, whatever the model,
+chip, engine, efficiency factors and sweep (a fixed or varying TP, chunks where an op crosses its ridge or its
+GEMV crossover, times so small that their squares leave the normal range)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aicalc.api.roofline import cost_setup
+from aicalc.core import latency
+from aicalc.core.efficiency import Efficiency
+from aicalc.core.pricing import Roofs, price
+
+SETUPS = [
+    ("llama-3.1-8b", "h100-sxm", {}),
+    ("llama-3.1-70b", "b200", {"dtype": "fp8", "engine": "trtllm"}),
+    ("llama-3.1-8b", "rtx-4090", {"dtype": "q4_k_m", "engine": "llama.cpp"}),
+    ("llama-3.1-8b", "apple-m2-ultra", {"dtype": "int4"}),
+    ("gemma-2-9b", "h100-sxm", {"attention": "materialized"}),
+    ("gemma-2-9b", "tpu-v5e", {}),
+    ("qwen3-30b-a3b", "h100-sxm", {"engine": "vllm"}),
+    ("gpt-oss-20b", "b200", {}),
+    ("deepseek-v3", "h100-sxm", {"dtype": "fp8", "engine": "sglang"}),
+    ("mixtral-8x7b", "groq-lpu", {}),
+]
+
+OVERRIDES = [
+    {},
+    {"overlap_p": 1.0},
+    {"overlap_p": 3.0, "gemv_efficiency": 0.6},
+    {"gemv_efficiency": 0.0, "gemm_half_dim": 0.0},
+    {"gemv_efficiency": 0.7, "dequant_ops_per_weight": 4.0},
+]
+
+
+def op_by_op(s, roofs, fm, eff, B, T, P, tp, logits, chips, par):
+    """(FLOPs, bytes, ideal, estimate) of one pass from every op of the full forward pass, priced one by one."""
+    ops = latency.forward_ops(s, fm, B, T, P, tp, logits, par)
+    price(ops, roofs, eff, tp, True)
+    spread, hops = latency.dataflow(s, chips)
+    scale = latency._dataflow_scale(s, B, T, spread)
+    t_ideal = sum(o.t_ideal * scale.get(o.name, 1.0) for o in ops) / spread
+    t_est = sum(o.t_est * scale.get(o.name, 1.0) for o in ops) / spread + latency.pass_overhead(s, eff, hops)
+    return sum(o.flop for o in ops), sum(o.bytes for o in ops), t_ideal, t_est
+
+
+def sweep(n=3000, seed=0, tp=None, batches=600):
+    rng = np.random.default_rng(seed)
+    B = rng.integers(1, batches, n).astype(float)
+    B[:50] = 1.0  # chunks that reach single-sequence decode (GEMV) and long prefills (compute-bound)
+    S = rng.integers(1, 40000, n).astype(float)
+    G = rng.integers(1, 5000, n).astype(float)
+    TP = np.full(n, 1.0) if tp is None else tp
+    return B, S, G, TP
+
+
+def check(cs, eff, B, S, G, TP, chips=1.0, par=latency.Par()):
+    s, roofs, fm = cs.shape, cs.roofs, cs.formats
+    for T, P, logits in ((S, 0.0 * S, 1.0), (np.ones_like(S), S + G / 2.0, None)):
+        got = latency._sums(s, roofs, fm, eff, B, T, P, TP, logits, chips, par)
+        want = op_by_op(s, roofs, fm, eff, B, T, P, TP, logits, chips, par)
+        for g, w, what in zip(got, want, ("flop", "bytes", "ideal", "estimate"), strict=True):
+            g, w = np.broadcast_to(g, np.shape(B)), np.broadcast_to(w, np.shape(B))
+            assert np.allclose(g, w, rtol=1e-12, atol=0), (cs.model.arch, what, np.max(np.abs(g / w - 1)))
+
+
+@pytest.mark.parametrize(("model", "chip", "kw"), SETUPS)
+def test_sweep_sums_are_the_op_by_op_sums(model, chip, kw):
+    cs = cost_setup(model, chip, tp_needs_link=True, **kw)
+    B, S, G, TP = sweep()
+    chips = 8.0 if cs.dataflow else 1.0
+    for over in OVERRIDES:
+        eff = cs.efficiency.with_overrides(over)
+        check(cs, eff, B, S, G, TP, chips)
+        check(cs, eff, B, S, G, np.full_like(B, 2.0), chips)
+        check(cs, eff, *sweep(4000, 5, batches=64), chips)  # few batch sizes: decode tabulated by batch
+
+
+def test_varying_tp_and_attention_dp():
+    cs = cost_setup("deepseek-v3", "h100-sxm", "fp8", tp_needs_link=True)
+    B, S, G, _ = sweep(seed=1)
+    check(cs, cs.efficiency, B, S, G, np.random.default_rng(2).choice([1.0, 2.0, 4.0, 8.0], B.size))
+    check(cs, cs.efficiency, B / 4, S, G, np.full_like(B, 2.0), par=latency.Par(4.0, 4.0, 32.0))
+
+
+def test_times_whose_squares_leave_the_normal_range():
+    """A chip 10²⁹⁰ times faster than any: times near 1e-290 s, whose squares underflow; the closed form must
+    fall back to the exact overlap (hypot) as the op-by-op path does."""
+    cs = cost_setup("llama-3.1-8b", "h100-sxm", tp_needs_link=True)
+    huge = Roofs(peak_flop_per_s=1e300, bandwidth_bytes_per_s=1e300, link_bytes_per_s=1e300,
+                 vector_flop_per_s=1e299)
+    cs = cs._replace(roofs=huge)
+    B, S, G, TP = sweep(seed=3)
+    eff = Efficiency(kernel_overhead_s=0.0, collective_latency_s=0.0)
+    check(cs, eff, B, S, G, TP)
+    check(cs, eff.with_overrides({"gemv_efficiency": 0.5}), B, S, G, TP)
+    check(cs, eff, *sweep(4000, 4, batches=64))
+
+
+def test_empty_and_two_dimensional_sweeps():
+    """No points: empty columns (no reduction over nothing); a 2-D grid: each point what the flat sweep gives."""
+    cs = cost_setup("llama-3.1-8b", "h100-sxm")
+    e = np.zeros(0)
+    pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, e, e, e, e)
+    assert pre.t_est.shape == dec.t_est.shape == out["est"]["ttft_s"].shape == (0,)
+    B, S, G, TP = sweep(600, 6, batches=64)
+    flat = latency.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, B, S, G, TP)
+    grid = latency.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, *(a.reshape(20, 30) for a in (B, S, G, TP)))
+    for a, b in ((flat[0].t_est, grid[0].t_est), (flat[1].t_ideal, grid[1].t_ideal),
+                 (flat[2]["est"]["output_tokens_per_s"], grid[2]["est"]["output_tokens_per_s"])):
+        assert b.shape == (20, 30) and np.allclose(a, b.reshape(-1), rtol=1e-12, atol=0)
+
+
+def test_a_sweep_over_several_tp_degrees():
+    """More points than a chunk over four TP degrees, evaluated a degree at a time: each point's FLOPs, bytes and
+    times are the op-by-op ones."""
+    cs = cost_setup("llama-3.1-70b", "h100-sxm", tp_needs_link=True)
+    B, S, G, _ = sweep(40000, 7)
+    TP = np.random.default_rng(8).choice([1.0, 2.0, 4.0, 8.0], B.size)
+    s, roofs, fm, eff = cs.shape, cs.roofs, cs.formats, cs.efficiency
+    pre, dec, _ = latency.inference(s, roofs, fm, eff, B, S, G, TP)
+    for phase, (T, P, logits) in ((pre, (S, 0.0 * S, 1.0)), (dec, (np.ones_like(S), S + G / 2.0, None))):
+        want = op_by_op(s, roofs, fm, eff, B, T, P, TP, logits, 1.0, latency.Par())
+        for g, w in zip((phase.flop, phase.bytes, phase.t_ideal, phase.t_est), want, strict=True):
+            assert np.allclose(g, w, rtol=1e-12, atol=0)
+    cbb = latency.compute_bound_batch(s, roofs, fm, S + G / 2.0, TP)
+    one = [latency.compute_bound_batch(s, roofs, fm, S[i:i + 1] + G[i:i + 1] / 2.0, TP[i:i + 1])[0]
+           for i in range(0, B.size, 997)]
+    assert np.array_equal(cbb[::997], one)
