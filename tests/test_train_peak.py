@@ -10,11 +10,17 @@ must land within 5 % of every record, except the documented case below, with its
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 import aicalc
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "validation"))
+from step_peak_doc import estimate, fsdp_estimate  # noqa: E402  (the record's settings through the public API)
 
 DATA = Path(__file__).parent / "data" / "validation" / "step_peak.json"
 DOC = json.loads(DATA.read_text()) if DATA.exists() else {"records": [], "excluded": []}
@@ -32,16 +38,6 @@ BANDS = {
 # master), whose 2 bytes per parameter also cover the embedding, which autocast never copies (half of the tiny
 # untied llama3-style model: +5.0 %; ≈ 7 % of Llama-3.1-8B's parameters, ≈ 1 % of its peak). With foreach AdamW
 # the optimizer step sets the peak and the two forms agree exactly.
-
-
-def estimate(rec: dict) -> dict:
-    kw = dict(batch=rec["batch"], seq=rec["seq"], attention=rec["attention"], precision=rec["precision"],
-              recompute=rec["recompute"], adamw=rec["adamw"])
-    if rec["microbatches"] > 1:
-        kw["microbatches"] = rec["microbatches"]
-    if rec.get("lora"):
-        kw.update(lora_rank=rec["lora"]["rank"], lora_targets=rec["lora"]["targets"])
-    return aicalc.train_memory(rec["config"], **kw)
 
 
 def test_records_cover_the_matrix():
@@ -115,12 +111,6 @@ def test_peak_phase_names_what_sets_it():
 # decoder layer and the root, bf16 parameters / fp32 reduce-scatter, real model sizes at dp 2 and 8.
 FSDP_DATA = Path(__file__).parent / "data" / "validation" / "step_peak_fsdp.json"
 FSDP = json.loads(FSDP_DATA.read_text())["records"] if FSDP_DATA.exists() else []
-
-
-def fsdp_estimate(rec: dict) -> dict:
-    return aicalc.train_memory(rec["config"], batch=rec["batch"], seq=rec["seq"], attention=rec["attention"],
-                               precision=rec["precision"], recompute=rec["recompute"], adamw=rec["adamw"],
-                               zero=3, dp=rec["dp"])
 
 
 def test_fsdp_records_cover_the_setups():

@@ -571,21 +571,26 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
             "peak_phase": where, "peak_breakdown": best, "phases_last_step": phases, "after_step": after}
 
 
-def record_fsdp(only: str | None = None, verbose: bool = False) -> list[dict[str, Any]]:
+def _record(cases_, name_of, measure_one, models, label, only, verbose) -> list[dict[str, Any]]:
+    """Trace every case of ``cases_`` (those whose name contains ``only``), each with its model's config."""
     records = []
     t0 = time.time()
-    for c in fsdp_cases():
-        name = fsdp_case_name(c)
+    for c in cases_:
+        name = name_of(c)
         if only and only not in name:
             continue
         t1 = time.time()
-        r = measure_fsdp(c, verbose)
+        r = measure_one(c, verbose)
         if verbose:
             print(f"{name}: peak {r['peak_bytes']:,} B ({r['peak_phase']}) in {time.time() - t1:.2f} s",
                   file=sys.stderr)
-        records.append({"name": name, **c, "config": FSDP_MODELS[c["model"]], **r})
-    print(f"{len(records)} FSDP2 cases in {time.time() - t0:.1f} s", file=sys.stderr)
+        records.append({"name": name, **c, "config": models[c["model"]], **r})
+    print(f"{len(records)} {label} in {time.time() - t0:.1f} s", file=sys.stderr)
     return records
+
+
+def record_fsdp(only: str | None = None, verbose: bool = False) -> list[dict[str, Any]]:
+    return _record(fsdp_cases(), fsdp_case_name, measure_fsdp, FSDP_MODELS, "FSDP2 cases", only, verbose)
 
 
 def record_all(only: str | None = None, verbose: bool = False) -> list[dict[str, Any]]:
@@ -593,20 +598,7 @@ def record_all(only: str | None = None, verbose: bool = False) -> list[dict[str,
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     _block_rounding()
-    records = []
-    t0 = time.time()
-    for c in cases():
-        name = case_name(c)
-        if only and only not in name:
-            continue
-        t1 = time.time()
-        r = measure(c, verbose)
-        if verbose:
-            print(f"{name}: peak {r['peak_bytes']:,} B ({r['peak_phase']}) in {time.time() - t1:.2f} s",
-                  file=sys.stderr)
-        records.append({"name": name, **c, "config": MODELS[c["model"]], **r})
-    print(f"{len(records)} cases in {time.time() - t0:.1f} s", file=sys.stderr)
-    return records
+    return _record(cases(), case_name, measure, MODELS, "cases", only, verbose)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,15 @@ def estimate(rec: dict):
     return aicalc.train_memory(rec["config"], **kw)
 
 
+def fsdp_estimate(rec: dict):
+    """``aicalc.train_memory`` with an FSDP2 record's settings: ``--zero 3 --dp N``."""
+    import aicalc
+
+    return aicalc.train_memory(rec["config"], batch=rec["batch"], seq=rec["seq"], attention=rec["attention"],
+                               precision=rec["precision"], recompute=rec["recompute"], adamw=rec["adamw"], zero=3,
+                               dp=rec["dp"])
+
+
 def section() -> str:
     doc = json.loads(DATA.read_text(encoding="utf-8"))
     rows, errs = [], []
@@ -72,14 +81,10 @@ def section() -> str:
 
 def fsdp_section() -> list[str]:
     """The FSDP2 records (one rank of ``fully_shard`` on a fake process group) against ``--zero 3 --dp N``."""
-    import aicalc
-
     doc = json.loads(FSDP_DATA.read_text(encoding="utf-8"))
     rows, errs = [], []
     for r in doc["records"]:
-        est = aicalc.train_memory(r["config"], batch=r["batch"], seq=r["seq"], attention=r["attention"],
-                                  precision=r["precision"], recompute=r["recompute"], adamw=r["adamw"], zero=3,
-                                  dp=r["dp"])
+        est = fsdp_estimate(r)
         peak = float(est["peak_allocated_bytes"][0])
         err = peak / r["peak_bytes"] - 1
         errs.append(abs(err))
