@@ -40,6 +40,7 @@ class CostSetup(NamedTuple):
     dtype: str = "bf16"  # the weight format's name ("release"/"checkpoint" resolved; the non-expert linears')
     kv_dtype: str = "bf16"  # the KV format ("auto" resolved)
     weight_format: object = None  # aicalc.api.catalog.WeightFormat (its ``label`` is what tables show)
+    engine_options: dict = {}  # the engine profile's options (scheduler, kv_reserve, kv_budget, max_num_seqs, …)
 
     @property
     def dtype_label(self) -> str:
@@ -161,7 +162,7 @@ def cost_setup(model, chip="h100-sxm", dtype: str | None = "release", kv_dtype: 
                   link_bytes_per_s=link, low_precision=cdt in LOW_PRECISION,
                   vector_flop_per_s=chip_obj.peak_flop_per_s("fp32") or 0.0, peaks=peaks)
     return CostSetup(spec, chip_obj, shape_of(spec.arch), roofs, fm, cdt, tuple(warnings), eff, cls, eng, sources,
-                     dataflow, dtype, kv_dtype, wf)
+                     dataflow, dtype, kv_dtype, wf, opts)
 
 
 def draft_setup(draft, cs: CostSetup, tp, draft_tokens, acceptance):

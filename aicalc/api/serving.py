@@ -128,9 +128,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     weights = resident_weights(cs.model, dtype, tp, ep=ep, attention_dp=attention_dp, redundant=redundant)
     dtype, kv_dtype = cs.dtype_label, cs.kv_dtype
     overhead = capacity.runtime_overhead_bytes(arch, tp)
-    from aicalc.catalog import profiles
-
-    eng_opts = profiles.load("engine", cs.engine).options
+    eng_opts = cs.engine_options
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, utilization, weights, overhead,
                                             eng_opts.get("kv_budget", "total")))
     per_rep = np.ceil(C / replicas)

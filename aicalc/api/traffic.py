@@ -336,9 +336,7 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     ep, adp = layout.ep, layout.attention_dp
     check_parallel(arch, tp, ep, adp)
     weights = resident_weights(cs.model, layout.dtype, tp, ep=ep, attention_dp=adp)
-    from aicalc.catalog import profiles
-
-    eng_opts = profiles.load("engine", cs.engine).options
+    eng_opts = cs.engine_options
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp),
                                             eng_opts.get("kv_budget", "total")))

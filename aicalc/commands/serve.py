@@ -134,7 +134,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
              f"{cs.chip_class} (presets/classes/{cs.chip_class}.yaml){engine_default(engine, cs.chip)}",
              cost_note(cs.chip, price_v, price is not None)]
     if str(concurrency).strip().lower() == "max":
-        notes.append(_admission(cs.engine))
+        notes.append(_admission(cs.engine_options))
     return Result("serve", inputs, Rows(r.columns), warnings=warnings, exit_code=exit_code, columns=columns,
                   notes=notes,
                   title=f"{cs.model.name} on {n_chips} × {cs.chip.name} (TP {tp}"
@@ -187,10 +187,8 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
               "kv_blocks_per_replica": m["kv_blocks"], "policy": m["policy"]}
     columns = ["rate", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s", "output_tokens_per_s",
                "goodput_requests_per_s", "preemptions"]
-    from aicalc.catalog import profiles
-
     kv = ("paged KV, prompt + output reserved at admission (no preemption)"
-          if profiles.load("engine", cs.engine).options.get("kv_reserve") == "full"
+          if cs.engine_options.get("kv_reserve") == "full"
           else "paged KV with a 1 % admission watermark, preemption by recompute")
     notes = [f"{src}; discrete-event simulation of continuous batching per replica ({m['policy']} scheduling, "
              f"token budget 8192, 256 sequences, {kv}), step times from the cost model (docs/serve.md)",
@@ -463,12 +461,9 @@ def launch_emit(one, chip, tp, chips, dtype, kv_dtype, search, engine, draft, dr
     return int(result.exit_code)
 
 
-def _admission(engine: str) -> str:
+def _admission(opts: dict) -> str:
     """How --concurrency max was counted: the KV budget at what the engine's scheduler holds per request, capped
-    by its sequence limit."""
-    from aicalc.catalog import profiles
-
-    opts = profiles.load("engine", engine).options
+    by its sequence limit (``opts``: the engine profile's options)."""
     held = ("prompt + gen reserved per request at admission (the engine's no-evict capacity policy)"
             if opts.get("kv_reserve") == "full" else "prompt + gen/2 held per request on average")
     cap = f", at most {int(opts['max_num_seqs'])} per scheduler (its max_num_seqs)" if opts.get("max_num_seqs") else ""
