@@ -46,6 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import record_activations as ra  # noqa: E402  (its model configs)
 import record_params as rp  # noqa: E402  (shared helpers: versions, dumps, envelopes, quiet)
 
 FILENAME = "step_peak.json"
@@ -55,31 +56,8 @@ BLOCK = 512  # the CUDA caching allocator's smallest block (c10/cuda/CUDACaching
 
 # Small but real shapes (hidden 256-512, 2-3 layers): a step is traced in about a second on two CPU cores.
 MODELS: dict[str, dict[str, Any]] = {
-    "llama2-style": {
-        "model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 2,
-        "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 16000, "max_position_embeddings": 4096,
-        "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu", "rope_theta": 10000.0,
-    },
-    "llama3-style": {
-        "model_type": "llama", "hidden_size": 512, "intermediate_size": 1792, "num_hidden_layers": 2,
-        "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 128256, "max_position_embeddings": 8192,
-        "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu", "rope_theta": 500000.0,
-    },
-    "mistral-style": {
-        "model_type": "mistral", "hidden_size": 384, "intermediate_size": 1024, "num_hidden_layers": 2,
-        "num_attention_heads": 6, "num_key_value_heads": 2, "vocab_size": 8000, "max_position_embeddings": 4096,
-        "tie_word_embeddings": False, "hidden_act": "silu", "head_dim": 64,
-    },
-    "qwen2-style": {
-        "model_type": "qwen2", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 3,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 8192, "max_position_embeddings": 4096,
-        "tie_word_embeddings": True, "hidden_act": "silu", "rope_theta": 1000000.0,
-    },
-    "gpt2-style": {
-        "model_type": "gpt2", "n_embd": 384, "n_layer": 2, "n_head": 6, "vocab_size": 8192, "n_positions": 1024,
-        "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "activation_function": "gelu_new",
-    },
-    # Gemma-2: four norms per layer, soft-capped attention scores and logits; transformers 5.23 gives it no SDPA
+    # the configs record_activations traces too, the same dicts
+    **{k: ra.MODELS[k] for k in ("llama2-style", "llama3-style", "mistral-style", "qwen2-style", "gpt2-style")},
     "gemma2-style": {
         "model_type": "gemma2", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 8192,
