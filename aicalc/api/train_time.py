@@ -291,7 +291,7 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
                              f"the global batch {gb}")
     tp_all, pp_all, dp_all, mb_all = (np.array(x, dtype=np.int64) for x in zip(*layouts, strict=True))
     # expert parallelism (MoE): EP degrees dividing the experts, folded over the tensor × data ranks (Megatron-Core
-    # MoE parallel folding): expert TP = tp (EP inside DP) or 1 (EP across the TP ranks too)
+    # MoE parallel folding): expert TP = tp (EP inside DP) or 1 (EP across the TP ranks too; the default)
     eps = [1] + ([e for e in (2, 4, 8, 16, 32, 64, 128, 256) if arch.moe.experts % e == 0 and e <= n]
                  if arch.moe is not None else [])
     parts = []

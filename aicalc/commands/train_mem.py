@@ -135,7 +135,8 @@ def _stage_notes(arch, pps, st) -> list[str]:
         notes.append("decoder layers per pipeline rank, " + "; ".join(split) + " (Megatron/torchtitan split; "
                      "stage = the rank whose peak is shown, 0 = first)")
     if st.ep > 1:
-        notes.append(f"experts over ep {st.ep} × expert tp {st.etp if st.etp is not None else '= tp'} "
+        etp = st.etp if st.etp is not None else "1 (the default with ep > 1, as MoE recipes run)"
+        notes.append(f"experts over ep {st.ep} × expert tp {etp} "
                      "(MoE parallel folding); expert states shard over the remaining tp·cp·dp/(ep·etp) ranks")
     return notes
 
