@@ -330,16 +330,20 @@ def test_moe_alltoall_copies_hand_derived():
     def copies(ep, stride, groups=4, top=2):
         return tuple(float(x) for x in moe_alltoall_copies(8, ep, stride, 8, groups, top))
 
-    # EP 32 over 4 nodes of 8: one group per node, a token reaches ≤ 2 nodes, 3 in 4 of them remote: 2·3/4 across;
-    # its 8 copies end on a GPU other than the receiving one 7 times in 8 (NVLink forwarding)
+    # EP 32 over 4 nodes of 8: one group per node; a node is missed when both chosen groups are among the other
+    # 3 (C(3,2)/C(4,2) = 1/2), so 3 · 1/2 remote nodes are reached, each once; the 8 copies end on a GPU other
+    # than the receiving one 7 times in 8 (NVLink forwarding)
     assert copies(32, 1) == pytest.approx((1.5, 7.0))
-    assert copies(32, 1, 4, 4) == pytest.approx((8 * 31 / 32, 0.0))  # no limit: every copy that leaves, across
-    assert copies(32, 1, 1, 1) == pytest.approx((8 * 31 / 32, 0.0))
+    # no limit: 8 uniform choices miss a node with probability (3/4)^8, each other node reached is sent once
+    assert copies(32, 1, 4, 4) == pytest.approx((3 * (1 - 0.75 ** 8), 7.0))
+    assert copies(32, 1, 1, 1) == pytest.approx((3 * (1 - 0.75 ** 8), 7.0))
     assert copies(8, 1) == pytest.approx((0.0, 7.0))  # one node: the scale-up link only, as without a limit
-    # TP 2: the 32 EP ranks span 8 nodes of 4 ranks; a group spans 2 nodes, 2 groups ≤ 4 nodes (7 in 8 remote)
-    assert copies(32, 2) == pytest.approx((4 * 7 / 8, 8 * 3 / 4))
-    # more groups than nodes: EP 16 on 2 nodes, 8 groups of which 4 — still at most the 2 nodes
-    assert copies(16, 1, 8, 4) == pytest.approx((2 * 1 / 2, 7.0))
+    # TP 2: the 32 EP ranks span 8 nodes of 4 ranks; a group spans 2 nodes, the 2 chosen groups 4 of the 8 nodes,
+    # the 8 experts over those 4 reach each with probability 1 − (3/4)^8: 7/8 of 4 · that are remote
+    assert copies(32, 2) == pytest.approx((4 * 7 / 8 * (1 - 0.75 ** 8), 8 * 3 / 4))
+    # more groups than nodes: EP 16 on 2 nodes, 4 of 8 groups chosen; the other node is missed only when all 4
+    # are on this one (1/C(8,4) = 1/70)
+    assert copies(16, 1, 8, 4) == pytest.approx((69 / 70, 7.0))
 
 
 def test_group_limited_alltoall_in_the_training_step():
@@ -358,7 +362,8 @@ def test_group_limited_alltoall_in_the_training_step():
     payload = 1024 * 1024 * 2.0  # one micro-batch's 1024 tokens of H = 1024 in 16-bit
     n = 2 * 2 * 3  # dispatch + combine, forward and backward (2 of the 3 passes), 3 MoE layers
     assert float(limited) == pytest.approx(n * max(1.5 * payload / 50e9, 7 * payload / 400e9))
-    assert float(plain) == pytest.approx(n * 8 * 31 / 32 * payload / 50e9)
+    # no limit: each of the 3 other nodes is reached with probability 1 − (3/4)^8, still once per node
+    assert float(plain) == pytest.approx(n * max(3 * (1 - 0.75 ** 8) * payload / 50e9, 7 * payload / 400e9))
 
 
 def test_search_on_a_node_lays_out_its_chips(cli):

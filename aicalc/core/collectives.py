@@ -9,13 +9,15 @@ per rank over the scale-up link (Patarasuk & Yuan 2009). A group spanning severa
 across the ``n/g`` domains over its own scale-out NIC (one NIC per GPU in DGX systems), in parallel.
 An all-gather or a reduce-scatter alone is half of an all-reduce.
 
-MoE all-to-alls (:func:`moe_alltoall_copies`): each token goes to the EP ranks of its k experts. Without a routing
-limit every routed copy that leaves the rank crosses the link the EP group spans. With group-limited routing
-(DeepSeek-V3's node-limited routing, arXiv 2412.19437 §2.1.2 and §3.2.2) the dispatch is hierarchical: a token
-crosses the scale-out network once per destination domain, to the GPU of the same in-domain index, which forwards
-it over the scale-up link to the GPUs holding its experts; "communications via IB and NVLink are fully
-overlapped", so the slower of the two sets the time. The combine runs the same path backwards (DeepEP's
-internode kernels, which Megatron-Core's flex dispatcher uses, move tokens the same way).
+MoE all-to-alls (:func:`moe_alltoall_copies`): each token goes to the EP ranks of its k experts. Across scale-up
+domains the dispatch is hierarchical, as the dispatchers MoE training and serving use across nodes run it (DeepEP's
+internode kernels and NVIDIA's HybridEP behind Megatron-Core's flex dispatcher, SGLang's and TensorRT-LLM's wide EP;
+DeepSeek-V3, arXiv 2412.19437 §3.2.2): a token crosses the scale-out network once per destination domain, to the
+GPU of the same in-domain index, which forwards it over the scale-up link to the GPUs holding its experts;
+"communications via IB and NVLink are fully overlapped", so the slower of the two sets the time. The combine runs
+the same path backwards. How many domains a token reaches follows from its k experts spread uniformly over the
+group's domains, or, with group-limited routing (DeepSeek-V3's node-limited routing, §2.1.2), over the domains of
+its topk_group groups.
 """
 
 from __future__ import annotations
@@ -41,13 +43,14 @@ def moe_alltoall_copies(k, ep, stride, domain, n_group=1, topk_group=1):
     ``(across, inside)``: over the scale-out network and over the scale-up link. ``ep`` ranks ``stride`` apart,
     ``k`` experts per token, spread evenly over the ranks.
 
-    Without a group limit (``topk_group ≥ n_group``): ``k·(ep − 1)/ep`` copies leave the rank, all on the link the
-    group spans (the scale-out network once it spans more than one domain). With one (n_group groups of
-    consecutive experts, a token's k experts inside topk_group of them) and the group spanning several domains,
-    the group's ``ep/g`` domains (g ranks in each) hold ``(ep/g)/n_group`` domains per group (one group per domain
-    in DeepSeek-V3's 64 ranks on 8 nodes), so a token reaches at most ``min(k, ep/g, topk_group·max(1,
-    (ep/g)/n_group))`` domains; each is sent once across, the token's own domain excepted (``(ep/g − 1)/(ep/g)`` of
-    them), and ``k·(g − 1)/g`` copies go over the scale-up link (to experts off the receiving GPU)."""
+    Inside one domain: the ``k·(ep − 1)/ep`` copies bound for other ranks, on the scale-up link. Across ``D = ep/g``
+    domains (``g`` EP ranks in each): the expected number of other domains the token reaches, each sent once. A
+    domain holds 1/D of the experts, so k uniform choices miss it with probability ``(1 − 1/D)^k``: ``(D − 1)·(1 −
+    (1 − 1/D)^k)`` remote domains. With group-limited routing (n_group groups of consecutive experts, the token's
+    experts inside topk_group of them): ``q = n_group/D`` groups per domain; for ``q ≥ 1`` a domain is missed when
+    all topk_group groups are chosen among the other ``n_group − q`` (probability ``C(n_group − q, topk_group) /
+    C(n_group, topk_group)``); for ``q < 1`` the k experts spread over the ``topk_group/q`` domains of the chosen
+    groups. ``k·(g − 1)/g`` copies go over the scale-up link (to experts off the receiving GPU)."""
     import numpy as np
 
     k = np.asarray(k, dtype=np.float64)
@@ -56,12 +59,19 @@ def moe_alltoall_copies(k, ep, stride, domain, n_group=1, topk_group=1):
     epn = np.maximum(ep, 1.0)
     leave = k * (epn - 1.0) / epn
     crosses = ep * stride > domain
-    if topk_group >= n_group:  # no limit: every copy that leaves on the group's slowest link
-        return np.where(crosses, leave, 0.0), np.where(crosses, 0.0, leave)
     g = np.clip(np.floor(domain / stride), 1.0, epn)  # EP ranks inside one domain
-    domains = epn / g
-    dest = np.minimum(np.minimum(k, domains), topk_group * np.maximum(domains / n_group, 1.0))
-    across = dest * (domains - 1.0) / domains
+    D = epn / g
+    miss = (1.0 - 1.0 / D) ** k  # no limit: a given domain holds none of the token's k experts
+    if topk_group < n_group:
+        q = n_group / D
+        drop = np.ones_like(q)
+        for i in range(int(topk_group)):  # C(n − q, t) / C(n, t) as a product
+            drop = drop * np.maximum(n_group - q - i, 0.0) / (n_group - i)
+        m = np.maximum(topk_group / np.maximum(q, 1e-12), 1.0)  # q < 1: domains the chosen groups span
+        spread = 1.0 - (1.0 - 1.0 / m) ** k  # share of those m domains reached
+        # q < 1: of the D domains, m are candidates and each is reached with probability `spread`
+        miss = np.where(q >= 1.0, drop, 1.0 - m / D * spread)
+    across = (D - 1.0) * (1.0 - miss)
     return np.where(crosses, across, 0.0), np.where(crosses, k * (g - 1.0) / g, leave)
 
 

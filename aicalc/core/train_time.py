@@ -247,8 +247,8 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     backward pass for the gradient all-reduce (DDP buckets, Megatron's ``--overlap-grad-reduce``), against every
     micro-batch for the FSDP / ZeRO-3 parameter all-gathers (prefetch) and gradient reduce-scatters;
     ``tp_overlap`` against the layer GEMMs for the TP collectives; ``ep_overlap`` against the layer compute
-    (another micro-batch's, in 1F1B / DualPipe schedules) for the MoE all-to-alls, which group-limited routing
-    (DeepSeek's node-limited routing) sends across domains once per destination domain
+    (another micro-batch's, in 1F1B / DualPipe schedules) for the MoE all-to-alls, which the hierarchical
+    dispatchers (DeepEP, HybridEP) send across domains once per destination domain
     (:func:`aicalc.core.collectives.moe_alltoall_copies`). FSDP (``zero`` 3) runs block by block
     (:func:`fsdp_exposed`); ``gather_bytes`` / ``grad_bytes``: bytes per element of its parameter all-gather
     (bf16 2, fp8 1) and of its gradient reduction (bf16 2, fp32 4)."""
@@ -328,8 +328,8 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     t_a2a = 0.0
     if s.moe_layers:
         # each rank dispatches its own tokens (M/tp with sequence parallelism, 16-bit) to the experts of the other
-        # EP ranks (ranks tp apart); group-limited routing sends a token across the network once per destination
-        # domain and forwards it inside (aicalc.core.collectives.moe_alltoall_copies)
+        # EP ranks (ranks tp apart), across the network once per destination domain, forwarded inside
+        # (aicalc.core.collectives.moe_alltoall_copies)
         moe = s.arch.moe
         t_one = moe_alltoall_seconds(M / split * s.H * ACT_BYTES, s.experts_per_token, ep, etp, chip.domain,
                                      chip.link_bytes_per_s, chip.dp_bytes_per_s, eff.link,
