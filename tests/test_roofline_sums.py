@@ -130,3 +130,36 @@ def test_a_sweep_over_several_tp_degrees():
     one = [latency.compute_bound_batch(s, roofs, fm, S[i:i + 1] + G[i:i + 1] / 2.0, TP[i:i + 1])[0]
            for i in range(0, B.size, 997)]
     assert np.array_equal(cbb[::997], one)
+
+
+def test_tp_collective_across_domains_hand_derived():
+    """A ring all-reduce of 1 MB over TP 16 on nodes of 8 (450 GB/s NVLink, 50 GB/s NIC per GPU): the 8 chips of
+    each node reduce over NVLink (2·7/8 of the payload), then each exchanges its 1/8 share with the other node over
+    its NIC (2·1/2 of it); TP 8 stays on NVLink; a chip with no domain puts the whole ring on its link."""
+    from aicalc.core.pricing import Roofs, tp_collective_seconds
+
+    r = Roofs(peak_flop_per_s=1e15, bandwidth_bytes_per_s=3e12, link_bytes_per_s=450e9, domain=8,
+              out_bytes_per_s=50e9)
+    mb = 1e6
+    assert float(tp_collective_seconds(r, mb, 16)) == pytest.approx(2 * 7 / 8 * mb / 450e9 + 2 * 1 / 2 * mb / 8 / 50e9)
+    assert float(tp_collective_seconds(r, mb, 8)) == pytest.approx(2 * 7 / 8 * mb / 450e9)
+    flat = Roofs(peak_flop_per_s=1e15, bandwidth_bytes_per_s=3e12, link_bytes_per_s=450e9)
+    assert float(tp_collective_seconds(flat, mb, 16)) == pytest.approx(2 * 15 / 16 * mb / 450e9)
+
+
+def test_tp_across_nodes_slows_the_decode_step():
+    """The same 405B decode at TP 16 costs more per token on H100 nodes of 8 than if all 16 shared one NVLink
+    domain (the all-reduces' cross-node half runs at 50 GB/s, not 450)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from aicalc.api.roofline import cost_setup
+    from aicalc.core import latency
+
+    cs = cost_setup("llama-3.1-405b", "h100-sxm", "bf16", "bf16", tp_needs_link=True)
+    one = replace(cs.roofs, domain=16.0)
+    B, S, G, TP = (np.array([64.0]), np.array([1024.0]), np.array([256.0]), np.array([16.0]))
+    nodes = latency.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, B, S, G, TP)[1].t_est
+    flat = latency.inference(cs.shape, one, cs.formats, cs.efficiency, B, S, G, TP)[1].t_est
+    assert float(nodes[0]) > float(flat[0])

@@ -158,9 +158,16 @@ def cost_setup(model, chip="h100-sxm", dtype: str | None = "release", kv_dtype: 
                         f"({PCIE_FALLBACK_BYTES_PER_S / 1e9:.0f} GB/s per direction)")
         link = PCIE_FALLBACK_BYTES_PER_S
     peaks = ((fm.expert_compute, chip_obj.peak_flop_per_s(fm.expert_compute)),) if fm.expert_compute else ()
+    # a TP group wider than the scale-up domain reduces across domains over the scale-out NIC (as train-time:
+    # the chip's scale_out_gbs, else the default)
+    from aicalc.core.collectives import DEFAULT_SCALE_OUT_BYTES_PER_S
+
+    domain = float(ic.domain or 0) if ic else 0.0
+    out = chip_obj.scale_out_gbs * 1e9 if chip_obj.scale_out_gbs else DEFAULT_SCALE_OUT_BYTES_PER_S
     roofs = Roofs(peak_flop_per_s=chip_obj.peak_flop_per_s(cdt), bandwidth_bytes_per_s=chip_obj.memory_bandwidth_bytes_per_s,
                   link_bytes_per_s=link, low_precision=cdt in LOW_PRECISION,
-                  vector_flop_per_s=chip_obj.peak_flop_per_s("fp32") or 0.0, peaks=peaks)
+                  vector_flop_per_s=chip_obj.peak_flop_per_s("fp32") or 0.0, peaks=peaks, domain=domain,
+                  out_bytes_per_s=out)
     return CostSetup(spec, chip_obj, shape_of(spec.arch), roofs, fm, cdt, tuple(warnings), eff, cls, eng, sources,
                      dataflow, dtype, kv_dtype, wf, opts)
 

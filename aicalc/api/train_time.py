@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from aicalc.api.results import Table
+from aicalc.core.collectives import DEFAULT_SCALE_OUT_BYTES_PER_S as DEFAULT_DP_BYTES_PER_S  # noqa: F401
 
-DEFAULT_DP_BYTES_PER_S = 25e9  # per chip per direction across nodes: 200 Gb/s InfiniBand per GPU (DGX A100)
 PCIE_FALLBACK_BYTES_PER_S = 32e9
 
 

@@ -22,6 +22,9 @@ its topk_group groups.
 
 from __future__ import annotations
 
+DEFAULT_SCALE_OUT_BYTES_PER_S = 25e9  # per chip per direction across domains where a chip lists no scale-out
+#                                       network: 200 Gb/s InfiniBand per GPU (DGX A100)
+
 
 def allreduce_seconds(payload, n, stride, domain, up_bytes_per_s, out_bytes_per_s, link_efficiency=1.0):
     """Seconds of a ring all-reduce of ``payload`` bytes per rank over a group of ``n`` ranks ``stride`` apart."""

@@ -30,6 +30,8 @@ class Roofs:
     low_precision: bool = False  # compute in an 8-bit format (fp8/int8 tensor math)
     vector_flop_per_s: float = 0.0  # the vector (non-tensor) units' rate GEMV kernels use; 0: not listed
     peaks: tuple = ()  # (dtype, dense FLOP/s) of other formats ops may compute in (Op.compute: MXFP4 experts)
+    domain: float = 0.0  # chips per scale-up domain (0: every collective on link_bytes_per_s)
+    out_bytes_per_s: float = 0.0  # per chip and direction across domains (the scale-out NIC)
 
     @property
     def ridge_point(self) -> float:
@@ -42,12 +44,26 @@ def vector_rate(roofs: Roofs, eff: Efficiency) -> float:
     return roofs.vector_flop_per_s or eff.vector_fraction * roofs.peak_flop_per_s
 
 
+def tp_collective_seconds(roofs: Roofs, payload, tp, link_efficiency=1.0):
+    """Seconds of the ring all-reduce of ``payload`` bytes per device over ``tp`` chips: over the scale-up link
+    inside one domain, hierarchically (:func:`aicalc.core.collectives.allreduce_seconds`: inside each domain, then
+    a 1/g share per chip over its scale-out NIC) when the TP group spans several."""
+    import numpy as np
+
+    from aicalc.core.geometry import ring_factor
+
+    link = np.maximum(roofs.link_bytes_per_s, 1.0)
+    if roofs.domain > 0 and roofs.out_bytes_per_s > 0:
+        from aicalc.core.collectives import allreduce_seconds
+
+        return allreduce_seconds(payload, tp, 1.0, roofs.domain, link, roofs.out_bytes_per_s, link_efficiency)
+    return ring_factor(tp) * payload / (link * link_efficiency)
+
+
 def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
     """(ideal, estimate) seconds of one op (see the module doc). Weight-only quantized weights (``op.quantized``)
     stream at ``quant_bandwidth`` and pay ``dequant_ops_per_weight`` at the vector rate."""
     import numpy as np
-
-    from aicalc.core.geometry import ring_factor
 
     peak, bw = roofs.peak_flop_per_s, roofs.bandwidth_bytes_per_s
     low = roofs.low_precision
@@ -89,9 +105,9 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
         t_ideal = t_ideal + op.comm_bytes / link
         t_est = t_est + op.comm_bytes / (link * eff.link) + op.collectives * eff.collective_latency_s
     elif op.kind == "collective":
-        comm = ring_factor(tp) * op.comm_bytes
-        t_ideal = t_ideal + comm / link
-        t_est = t_est + comm / (link * eff.link) + op.collectives * eff.collective_latency_s
+        t_ideal = t_ideal + tp_collective_seconds(roofs, op.comm_bytes, tp)
+        t_est = t_est + tp_collective_seconds(roofs, op.comm_bytes, tp, eff.link) \
+            + op.collectives * eff.collective_latency_s
     return t_ideal, t_est
 
 
@@ -254,12 +270,10 @@ def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=No
     import numpy as np
 
     from aicalc.core.efficiency import combine
-    from aicalc.core.geometry import ring_factor
 
     scale = scale or {}
     lines: dict[int, _Lines] = {}
     flop = nbytes = t_ideal = t_est = 0.0
-    link = max(roofs.link_bytes_per_s, 1.0)
     p = eff.overlap_p
     for op in ops:
         parts = ln = None
@@ -302,9 +316,8 @@ def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=No
         else:
             ln.t_est = _add(ln.t_est, _overlap(ln.xe, ln, (alpha, alpha * shift + delta), gemv and (gemv, delta), beta, gamma, p))
         if op.kind == "collective":
-            comm = float(ring_factor(tp)) * cx
-            ln.ideal += comm / link
-            ln.est += comm / (link * eff.link)
+            ln.ideal += float(tp_collective_seconds(roofs, cx, tp))
+            ln.est += float(tp_collective_seconds(roofs, cx, tp, eff.link))
             ln.est0 += float(op.collectives) * eff.collective_latency_s
     for ln in lines.values():
         if ln.flop or ln.bytes or ln.ideal or ln.est or ln.bytes0 or ln.ideal0 or ln.est0 or np.ndim(ln.t_est) \
