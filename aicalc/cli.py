@@ -526,6 +526,8 @@ def serve(
                                                               "chips / tp (sweepable)")] = None,
     tp: Annotated[str | None, typer.Option("--tp", help="tensor-parallel degree of one replica (sweepable; default: "
                                                          "a node's chips, else 1)")] = None,
+    pp: Annotated[int, typer.Option("--pp", help="pipeline stages per replica of tp × pp chips (vLLM "
+                                                 "--pipeline-parallel-size, SGLang --pp-size)")] = 1,
     prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens per request (sweepable)")] = "1024",
     gen: Annotated[str, typer.Option("--gen", help="output tokens per request (sweepable)")] = "256",
     concurrency: Annotated[str | None, typer.Option("--concurrency", help="concurrent requests in the deployment "
@@ -583,7 +585,7 @@ def serve(
                    draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate,
                    requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot,
                    requests_per_day=requests_per_day, peak_factor=peak_factor, policy=policy, ep=ep,
-                   attention_dp=attention_dp, redundant_experts=redundant_experts)
+                   attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp)
 
     chip = chip or ["h100-sxm"]
     if emit_engine is not None:

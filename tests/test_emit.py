@@ -117,7 +117,8 @@ def test_every_emitted_flag_and_value_is_in_the_release(case):
         assert [c.pool for c in cmds] == (["prefill", "decode"] if disagg else ["aggregated"])
         for c in cmds:
             flags = parse(engine, c.command)
-            tp = c.chips_per_replica
+            pp = case.get("pp", 1)
+            tp = c.chips_per_replica // pp  # a replica is tp × pp chips
             adp = case.get("attention_dp", 1)
             if engine == "vllm":  # attention DP: D ranks of TP tp/D
                 assert int(flags["--tensor-parallel-size"]) * int(flags.get("--data-parallel-size") or 1) == tp
@@ -142,7 +143,9 @@ def test_every_emitted_flag_and_value_is_in_the_release(case):
                 assert c.chips_per_replica == case.get(f"{c.pool}_tp", case["tp"])
                 assert c.replicas == case["prefill_replicas" if c.pool == "prefill" else "replicas"]
             else:
-                assert (c.replicas, c.chips_per_replica) == (case.get("replicas", 2), case.get("tp", 4))
+                assert (c.replicas, c.chips_per_replica) == (case.get("replicas", 2), case.get("tp", 4) * pp)
+            if pp > 1:
+                assert flags.get("--pipeline-parallel-size", flags.get("--pp-size")) == str(pp)
 
 
 def test_model_is_the_presets_hub_repo_and_draft_config_named():

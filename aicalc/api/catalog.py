@@ -208,13 +208,18 @@ def kv_format(spec, kv_dtype: str) -> str:
 
 
 def resident_weights(spec, dtype: str | None, tp=1, bytes_per_param: float | None = None, *, ep=1, attention_dp=1,
-                     redundant=0):
+                     redundant=0, pp=1):
     """Weight bytes one device holds (:func:`aicalc.core.geometry.weight_bytes_per_device`) under ``dtype``
     (``"release"``: the official checkpoint's; ``"checkpoint"``: the files' own bytes); ``ep`` / ``attention_dp``:
-    expert and attention-data parallelism inside a replica of ``tp`` chips; ``redundant``: extra expert replicas."""
-    from aicalc.core.geometry import weight_bytes_per_device
+    expert and attention-data parallelism inside a replica of ``tp`` chips; ``redundant``: extra expert replicas;
+    ``pp``: pipeline stages, the fullest rank's (:func:`aicalc.core.stages.stage_weight_bytes`)."""
+    from aicalc.core.geometry import weight_bytes
 
     wf = weight_format(spec, dtype)
-    return weight_bytes_per_device(spec.arch, wf.name, tp, bytes_per_param=bytes_per_param or wf.bytes_per_param,
-                                   edge_bpp=wf.edge_bytes_per_param, expert_bpp=wf.expert_bytes_per_param,
-                                   attention_dp=attention_dp, redundant=redundant)
+    wb = weight_bytes(spec.arch, wf.name, tp, bytes_per_param or wf.bytes_per_param, wf.edge_bytes_per_param,
+                      wf.expert_bytes_per_param, attention_dp, redundant)
+    if pp == 1:
+        return wb.total
+    from aicalc.core.stages import stage_weight_bytes
+
+    return stage_weight_bytes(wb, spec.arch.layers, pp, spec.arch.tied_embeddings)

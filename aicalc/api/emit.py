@@ -83,8 +83,8 @@ def launch_commands(engine: str, model, chip, deployment: dict, *, max_model_len
     seqs = max(1, int(d["max_num_seqs"]))
     if not disagg:
         argv = head + _layout(engine, name, version, d, int(d["tp"])) + common + _seqs(engine, seqs, d)
-        return [LaunchCommand(engine, version, "aggregated", _chip_id(chip), int(d["replicas"]), int(d["tp"]),
-                              argv)]
+        return [LaunchCommand(engine, version, "aggregated", _chip_id(chip), int(d["replicas"]),
+                              int(d["tp"]) * int(d.get("pp") or 1), argv)]
     pre_tp = int(d.get("prefill_tp") or d["tp"])
     dec_tp = int(d.get("decode_tp") or d["tp"])
     out = []

@@ -18,12 +18,15 @@ class Serving(Table):
 
 def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024, gen=256,
                     dtype: str = "release", kv_dtype: str = "bf16", utilization=0.9, engine: str | None = None,
-                    ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0) -> int:
+                    ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0, pp: int = 1) -> int:
     """Requests of ``prompt + gen`` tokens the whole deployment holds in its KV budget (0 when none) — each at its
     live context, or its whole prompt + gen where the ``engine`` reserves it at admission (its profile's
     ``kv_reserve``: TensorRT-LLM) — and no more per scheduler than the ``engine``'s runs at once by default (its profile's ``max_num_seqs``: vLLM 256);
     with attention DP each of a replica's ``attention_dp`` groups holds its own sequences' cache and runs its own
-    scheduler (SGLang's and vLLM's DP ranks)."""
+    scheduler (SGLang's and vLLM's DP ranks). ``pp``: pipeline stages per replica of ``tp·pp`` chips; each device
+    holds its stage's layers of every sequence's cache; the engine's ``max_num_seqs`` still caps the replica's
+    running requests (vLLM's scheduler admits no more than ``max_num_running_reqs`` whatever the pipeline's
+    micro-batches in flight)."""
     from aicalc.api import inputs
     from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, node_split, resident_weights
     from aicalc.core import capacity
@@ -35,13 +38,15 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
     chip_obj, count = load_node_or_chip(chip)
     tp, chips = node_split(count, tp, chips)
     tp = inputs.whole("tp", tp)
-    replicas = (inputs.whole("chips", chips) if chips is not None else tp) // tp
+    pp = inputs.whole("pp", pp)
+    stage = _stage_share(arch, pp)
+    replicas = (inputs.whole("chips", chips) if chips is not None else tp * pp) // (tp * pp)
     ep, attention_dp = inputs.whole("ep", ep), inputs.whole("attention_dp", attention_dp)
     from aicalc.core.geometry import check_parallel
 
     redundant = inputs.count("redundant_experts", redundant_experts, minimum=0)
     check_parallel(arch, tp, ep, attention_dp, redundant)
-    weights = resident_weights(spec, dtype, tp, ep=ep, attention_dp=attention_dp, redundant=redundant)
+    weights = resident_weights(spec, dtype, tp, ep=ep, attention_dp=attention_dp, redundant=redundant, pp=pp)
     opts = {}
     if engine is not None:
         from aicalc.catalog import profiles
@@ -56,7 +61,7 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
                                  inputs.positive("gen", gen, whole=True).max(),
                                  opts.get("kv_reserve", "live")))  # whole tokens, as serve's
     shape = kv_shape(arch, kv_dtype, tp // attention_dp)
-    fit = int(capacity.max_batch(shape, budget, longest, BLOCK)[0]) if budget > 0 else 0
+    fit = int(capacity.max_batch(shape, budget / stage, longest, BLOCK)[0]) if budget > 0 else 0
     cap = opts.get("max_num_seqs")
     fit = min(fit, int(cap)) if cap else fit
     return fit * attention_dp * replicas
@@ -65,7 +70,8 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
 def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: int | None = None, chips: int | None = None,
           dtype: str = "release", kv_dtype: str = "bf16", max_ttft=None, max_tpot=None, price=None,
           utilization=0.9, engine: str | None = None, efficiency=None, draft=None, draft_tokens: int = 4,
-          acceptance=0.7, prefix_hit=0.0, ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0) -> Serving:
+          acceptance=0.7, prefix_hit=0.0, ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0,
+          pp: int = 1) -> Serving:
     """``concurrency`` requests of ``prompt`` + ``gen`` tokens over ``chips`` chips in replicas of TP ``tp``
     (arrays broadcast); ``concurrency="max"``: as many as the KV budget holds and the engine's scheduler runs
     (serving at full load).
@@ -78,7 +84,13 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     not prefilled, and its KV blocks are held once per replica. ``ep`` / ``attention_dp``: expert and attention-data
     parallelism inside each replica of ``tp`` chips (:func:`aicalc.core.geometry.check_parallel`): a replica's
     sequences are spread over its attention groups, which step together through the shared experts;
-    ``redundant_experts``: extra expert replicas over the EP ranks (EPLB), whose weights each rank also holds."""
+    ``redundant_experts``: extra expert replicas over the EP ranks (EPLB), whose weights each rank also holds.
+    ``pp``: pipeline stages per replica (vLLM ``--pipeline-parallel-size``, SGLang ``--pp-size``): a replica is
+    ``tp·pp`` chips, each stage holds its layers (:func:`aicalc.core.stages.serving_stage_layers`) of the weights
+    and of every sequence's cache; the replica's sequences run as ``pp`` micro-batches in flight (vLLM V1's batch
+    queue), each passing every stage in turn, so a micro-batch's step takes ``pp`` times the slowest stage's time
+    (the whole model's at its batch for an even split) plus the ``pp − 1`` hops of its hidden states between
+    stages, over the scale-up link inside a domain, else the scale-out NIC."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -94,7 +106,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     given_chips = chips
     tp, chips = node_split(chip, tp, chips)
     tp = inputs.whole("tp", tp)
-    chips = inputs.whole("chips", chips) if chips is not None else tp
+    pp = inputs.whole("pp", pp)
+    chips = inputs.whole("chips", chips) if chips is not None else tp * pp
     cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=tp > 1, engine=engine, efficiency=efficiency)
     arch = cs.model.arch
     ep, attention_dp = inputs.whole("ep", ep), inputs.whole("attention_dp", attention_dp)
@@ -103,17 +116,24 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if (ep > 1 or attention_dp > 1) and draft is not None:
         raise ParameterError("draft", draft, "is not modelled with ep or attention_dp (speculative decoding is priced "
                              "on a plain TP replica)")
+    if pp > 1 and draft is not None:
+        raise ParameterError("pp", pp, "is not modelled with speculative decoding (priced on a plain TP replica)")
+    if pp > 1 and _sram_only(cs):
+        raise ParameterError("pp", pp, f"does not apply to {cs.chip.id}: its replica spans the chips its weights "
+                             "and cache fill, already one pipeline")
+    stage = _stage_share(arch, pp)
     D = float(attention_dp)
     par = latency.Par(float(ep), D, float(redundant))
-    if chips < 1 or chips % tp:
-        raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}")
-    replicas = chips // tp
+    if chips < 1 or chips % (tp * pp):
+        raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}" + (f" × pp={pp}" if pp > 1
+                                                                                        else ""))
+    replicas = chips // (tp * pp)
     if _sram_only(cs):  # one pipeline over the chips its bytes fill (_sram_chips), whatever --chips says
         replicas = 1
     if isinstance(concurrency, str) and concurrency == "max":
         concurrency = max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompt, gen=gen, dtype=dtype,
                                              kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
-                                             attention_dp=attention_dp, redundant_experts=redundant))
+                                             attention_dp=attention_dp, redundant_experts=redundant, pp=pp))
     g = inputs.broadcast(concurrency=inputs.positive("concurrency", concurrency, whole=True),
                          prompt=inputs.positive("prompt", prompt, whole=True),
                          gen=inputs.positive("gen", gen, whole=True))
@@ -125,16 +145,17 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     utilization = inputs.fraction("utilization", utilization)
     from aicalc.api.catalog import resident_weights
 
-    weights = resident_weights(cs.model, dtype, tp, ep=ep, attention_dp=attention_dp, redundant=redundant)
+    weights = resident_weights(cs.model, dtype, tp, ep=ep, attention_dp=attention_dp, redundant=redundant, pp=pp)
     dtype, kv_dtype = cs.dtype_label, cs.kv_dtype
     overhead = capacity.runtime_overhead_bytes(arch, tp)
     eng_opts = cs.engine_options
     budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, utilization, weights, overhead,
                                             eng_opts.get("kv_budget", "total")))
     per_rep = np.ceil(C / replicas)
+    per_mb = np.ceil(per_rep / pp) if pp > 1 else per_rep  # sequences of one pipeline micro-batch
     hit = inputs.share("prefix_hit", prefix_hit)  # a number or "75%", as the command line reads it
     cached = np.floor(P * hit)  # prompt tokens found in the prefix cache
-    k = prefill_batch(per_rep, G, P - cached)  # prompts prefilled together in one pass
+    k = prefill_batch(per_mb, G, P - cached)  # prompts prefilled together in one pass
     spec = draft_setup(draft, cs, tp, draft_tokens, acceptance)
     sram = _sram_chips(cs, weights * tp, per_rep, P, G, tp)  # SRAM-only chips: a replica spans what the bytes fill
     out = {}
@@ -143,10 +164,13 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         # one attention group of the replica (all of it without attention DP): its chips and its share of the work
         pre = latency.phase(cs.shape, cs.roofs, cs.formats, eff, k / D, P - cached, cached, tp / D, logits_tokens=1.0,
                             chips=1.0 if sram is None else sram, par=par)
-        dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_rep / D, 1.0, P + G / 2.0, tp / D,
+        dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_mb / D, 1.0, P + G / 2.0, tp / D,
                             chips=1.0 if sram is None else sram, par=par)
         t_pre, t_dec = pick(pre), pick(dec)
-        ttft, tpot = steady_state(t_pre, t_dec, per_rep, G, k)
+        if pp > 1:  # the slowest stage sets the pace of every stage; the hidden states hop pp − 1 times
+            t_pre = t_pre * stage * pp + _hops(cs, eff, pp, tp, k * (P - cached))
+            t_dec = t_dec * stage * pp + _hops(cs, eff, pp, tp, per_mb)
+        ttft, tpot = steady_state(t_pre, t_dec, per_mb, G, k)
         # every request in flight yields a token per TPOT of its replica; the busiest replica's (ceil(C / R)
         # sequences) bounds it: C / tpot, exact when R divides C (R × per_rep overcounted idle slots: one request
         # on two replicas is one stream, not two)
@@ -162,6 +186,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     held = held_context(P, G, eng_opts.get("kv_reserve", "live"))
     kv_dev = kv_cache_bytes(shape_kv, np.ceil(per_rep / D), held - cached, BLOCK) + \
         kv_cache_bytes(shape_kv, np.where(cached > 0, 1.0, 0.0), cached, BLOCK)  # the shared prefix, once
+    if pp > 1:  # a device holds its stage's layers of every sequence's cache
+        kv_dev = kv_dev * stage
     if spec is not None:
         weights = weights + spec["weights"]
         kv_dev = kv_dev + kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, tp), per_rep, held + spec["k"],
@@ -178,7 +204,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if max_tpot is not None:
         meets &= tpot <= max_tpot
     cols = {"concurrency": C.astype(np.int64), "prompt": P.astype(np.int64), "gen": G.astype(np.int64),
-            "replicas": replicas, "tp": tp, "ep": ep, "attention_dp": attention_dp, "redundant_experts": redundant,
+            "replicas": replicas, "tp": tp, "pp": pp, "ep": ep, "attention_dp": attention_dp, "redundant_experts": redundant,
             "chips": chips,
             "batch_per_replica": per_rep.astype(np.int64),
             "prefill_batch": k, "prefix_cached_tokens": cached,
@@ -214,6 +240,25 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
                         f"replica exceeds the {budget / 2**30:.1f} GiB left per device beside weights and overhead")
     return Serving(cols, warnings, setup=cs, replicas=replicas, chips=chips, price=price, budget_bytes=budget,
                    max_ttft=max_ttft, max_tpot=max_tpot, utilization=utilization)
+
+
+def _stage_share(arch, pp: int) -> float:
+    """The fullest pipeline stage's share of the decoder layers (1 without a pipeline)."""
+    if pp == 1:
+        return 1.0
+    from aicalc.core.stages import serving_stage_layers
+
+    return max(serving_stage_layers(arch.layers, pp)) / arch.layers
+
+
+def _hops(cs, eff, pp: int, tp: int, tokens):
+    """Seconds of the ``pp − 1`` sends of ``tokens`` tokens' hidden states and residuals (2·H values in 16-bit,
+    vLLM's ``IntermediateTensors``) from each stage's devices to the next's: over the scale-up link where the
+    ``tp·pp`` chips share a domain, else the scale-out NIC, at ``link`` of it, plus the collective latency."""
+    r = cs.roofs
+    inside = r.domain <= 0 or tp * pp <= r.domain
+    bw = max(r.link_bytes_per_s if inside else r.out_bytes_per_s, 1.0)
+    return (pp - 1) * (tokens * 2.0 * cs.shape.H * 2.0 / (bw * eff.link) + eff.collective_latency_s)
 
 
 def _sram_only(cs) -> bool:

@@ -11,8 +11,14 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         max_tpot=None, dtype: str = "release", kv_dtype: str = "bf16", price=None, engine=None, draft=None,
         draft_tokens=4, acceptance="0.7", prefix_hit="0", rate=None, requests=None, num_requests="1000",
         seed=0, search: bool = False, plot=None, requests_per_day=None, peak_factor="1", policy=None, ep=1,
-        attention_dp=1, redundant_experts=0) -> Result:
+        attention_dp=1, redundant_experts=0, pp=1) -> Result:
     import numpy as np
+
+    if pp != 1 and (search or rate is not None or requests is not None or requests_per_day is not None):
+        from aicalc.errors import ParameterError
+
+        raise ParameterError("pp", pp, "sets a given deployment's pipeline; the traffic simulation and --search "
+                             "lay out replicas without one")
 
     if redundant_experts and (search or rate is not None or requests is not None or requests_per_day is not None):
         from aicalc.errors import ParameterError
@@ -55,7 +61,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
             model, chip, chips, tp, prompt, gen, concurrency, max_ttft, max_tpot, d, kd, price, engine, draft,
             draft_tokens, acceptance, prefix_hit, rate, requests, num_requests, seed, policy=policy, ep=ep,
-            attention_dp=attention_dp, redundant_experts=redundant_experts)))
+            attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp)))
     from aicalc.api.catalog import node_split
 
     tp, chips = node_split(chip, tp, chips)  # a node: its chips, one TP group unless --tp splits it
@@ -74,12 +80,13 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     if str(concurrency).strip().lower() == "max":  # as many requests as the KV cache holds
         conc = [float(max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompts, gen=gens, dtype=dtype,
                                              kv_dtype=kv_dtype, engine=engine, ep=ep, attention_dp=attention_dp,
-                                             redundant_experts=redundant_experts)))]
+                                             redundant_experts=redundant_experts, pp=pp)))]
     elif concurrency is None:
         conc = concurrency_ladder(max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompts, gen=gens,
                                                   dtype=dtype, kv_dtype=kv_dtype, engine=engine, ep=ep,
-                                                  attention_dp=attention_dp, redundant_experts=redundant_experts),
-                                  (int(chips) // tp) if chips is not None else 1)
+                                                  attention_dp=attention_dp, redundant_experts=redundant_experts,
+                                                  pp=pp),
+                                  (int(chips) // (tp * pp)) if chips is not None else 1)
     else:
         conc = int_sweep(concurrency, "--concurrency")
     g = grid(concurrency=conc, prompt=prompts, gen=gens)
@@ -87,7 +94,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
               kv_dtype=kv_dtype, max_ttft=max_ttft, max_tpot=max_tpot, price=price_per_hour(price), engine=engine,
               draft=draft,
               draft_tokens=int(draft_tokens), acceptance=acceptance, prefix_hit=_share(prefix_hit), ep=ep,
-              attention_dp=attention_dp, redundant_experts=redundant_experts)
+              attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp)
     m, c = r.meta, r.columns
     cs = m["setup"]
     warnings, exit_code = list(r.warnings), ExitCode.OK
@@ -115,10 +122,12 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         columns[columns.index("batch_per_replica"):columns.index("batch_per_replica")] = ["ep", "attention_dp"]
     if redundant_experts:
         columns.insert(columns.index("ep") + 1, "redundant_experts")
+    if pp > 1:
+        columns.insert(columns.index("batch_per_replica"), "pp")
     dtype = cs.dtype_label
     n_chips = _count(c["chips_needed"]) if sram and chips is None else m["chips"]
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"] if not sram else chips, "tp": tp,
-              "ep": ep, "attention_dp": attention_dp, "redundant_experts": int(redundant_experts),
+              "pp": pp, "ep": ep, "attention_dp": attention_dp, "redundant_experts": int(redundant_experts),
               "replicas": m["replicas"], "prompt": prompts, "gen": gens,
               "concurrency": None if concurrency is None else conc,
               "max_ttft_s": m["max_ttft"], "max_tpot_s": m["max_tpot"], "dtype": dtype, "kv_dtype": kv_dtype,
@@ -137,7 +146,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         notes.append(_admission(cs.engine_options))
     return Result("serve", inputs, Rows(r.columns), warnings=warnings, exit_code=exit_code, columns=columns,
                   notes=notes,
-                  title=f"{cs.model.name} on {n_chips} × {cs.chip.name} (TP {tp}"
+                  title=f"{cs.model.name} on {n_chips} × {cs.chip.name} (TP {tp}" + (f", PP {pp}" if pp > 1 else "")
                         + _parallel(ep, attention_dp)
                         + f", {_replicas(m['replicas'])}, {dtype})")
 

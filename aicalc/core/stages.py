@@ -130,3 +130,35 @@ def describe(L: int, pp: int, vp: int = 1, first: int | None = None, last: int |
         parts.append(str(ranks[i]) if j == i else f"{ranks[i]}×{j - i + 1}")
         i = j + 1
     return " + ".join(parts)
+
+
+def serving_stage_layers(L: int, pp: int) -> tuple[int, ...]:
+    """Decoder layers per pipeline rank of a serving replica, as vLLM splits them (``get_pp_indices`` in
+    vllm/distributed/utils.py): ``L // pp`` each, the ``L mod pp`` leftover layers one each to the ranks before
+    the last (which holds the LM head), from the second-to-last backwards."""
+    if pp < 1 or pp > L:
+        raise ParameterError("pp", pp, f"must be between 1 and the model's {L} layers (one layer per stage at least)")
+    parts = [L // pp] * pp
+    for i in range(2, L % pp + 2):
+        parts[-i] += 1
+    return tuple(parts)
+
+
+def stage_weight_bytes(wb, L: int, pp: int, tied: bool):
+    """Weight bytes of the fullest rank of a ``pp``-stage serving replica, from one device's bytes of the whole
+    model ``wb`` (:class:`aicalc.core.geometry.WeightBytes`): each rank its layers' share of the block weights,
+    the first the embedding, the last the LM head (with tied embeddings the last holds its own copy of the table:
+    vLLM's LlamaModel builds ``embed_tokens`` on the first rank, and on the last where ``tie_word_embeddings``)."""
+    import numpy as np
+
+    if pp == 1:
+        return wb.total
+    layers = serving_stage_layers(L, pp)
+    block = wb.attention + wb.ffn + wb.norms
+    head = wb.embedding if tied else wb.lm_head
+    per = [block * n / L + (wb.embedding if r == 0 else 0.0) + (head if r == pp - 1 else 0.0)
+           for r, n in enumerate(layers)]
+    out = per[0]
+    for x in per[1:]:
+        out = np.maximum(out, x)
+    return out
