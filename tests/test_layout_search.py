@@ -13,9 +13,13 @@ from aicalc.core import layout_search
 from aicalc.core.train_peak import TrainSetup, evaluate
 
 
-def _everything(arch, setup, chips, limit, seqs, max_batch, cps, recomputes, top):
-    """Every layout evaluated in one grid, then one stable sort: the search as it was before it streamed."""
-    lay = np.asarray(layout_search.layouts(arch, chips, cps), dtype=np.float64)
+def _everything(arch, setup, chips, limit, seqs, max_batch, cps, recomputes, top, xla=False):
+    """Every layout evaluated by the plain :func:`evaluate` in one grid, then one stable sort: the search as it was
+    before it streamed, and before it evaluated only the peak, a block of one pipeline depth at a time."""
+    from aicalc.core.train_memory import padded_seq
+
+    lay = np.asarray(layout_search.layouts(arch, chips, cps, setup.virtual_stages, setup.first_stage_layers,
+                                           setup.last_stage_layers), dtype=np.float64)
     mbs = [b for b in layout_search.MICRO_BATCHES if b <= max_batch] or [1]
     ix, Z, MB, SQ = (m.ravel() for m in np.meshgrid(np.arange(len(lay)), np.arange(4.0), np.asarray(mbs, float),
                                                     np.asarray(seqs, float), indexing="ij"))
@@ -23,11 +27,13 @@ def _everything(arch, setup, chips, limit, seqs, max_batch, cps, recomputes, top
     for rc in recomputes:
         g = {"batch": MB, "seq": SQ, "tp": lay[ix, 0], "pp": lay[ix, 1], "cp": lay[ix, 2], "dp": lay[ix, 3],
              "zero": Z, "recompute": np.full(MB.shape, rc)}
-        cols = evaluate(arch, replace(setup, recompute=rc), g)
+        run = {**g, "seq": padded_seq(SQ, g["tp"], g["cp"])} if setup.sp and not xla else g
+        cols = evaluate(arch, replace(setup, recompute=rc), run)
+        cols["seq"] = SQ
         cols["recompute"] = g["recompute"]
         valid = (SQ % (2 * g["cp"]) == 0) | (g["cp"] == 1)
-        if setup.sp:
-            valid &= (SQ / g["cp"]) % g["tp"] == 0
+        if setup.ep > 1:
+            valid &= (g["tp"] * g["cp"] * g["dp"]) % (setup.ep * (setup.etp or g["tp"])) == 0
         valid &= (g["zero"] == 0) | (g["dp"] * g["cp"] > 1)
         cols["valid"] = valid
         parts.append({k: np.broadcast_to(np.asarray(v), MB.shape) for k, v in cols.items()})
@@ -44,22 +50,38 @@ def _everything(arch, setup, chips, limit, seqs, max_batch, cps, recomputes, top
     return sel, int(fit.sum()), int(valid.sum())
 
 
+HF, MEG = TrainSetup(), TrainSetup(framework="megatron", sp=True, attention="flash")
 CASES = [  # (model, setup, chips, limit bytes, seqs, max batch, cps, recomputes, top)
-    ("llama-3.1-8b", TrainSetup(), 8, 80e9, [1024, 2048, 4096], 8, (1, 2), ("none", "full", "every-2"), 20),
-    ("llama-3.1-70b", TrainSetup(framework="megatron", sp=True, attention="flash"), 64, 80e9, [2048, 8192], 4,
-     (1, 2, 4), ("none", "full", "selective"), 15),
-    ("llama-3.1-70b", TrainSetup(), 8, 20e9, [4096, 8192], 2, (1,), ("none", "full"), 10),  # none fits
-    ("llama-3.1-8b", TrainSetup(), 16, 24e9, [8192, 32768], 16, (1, 2), ("none", "full"), 50),  # few fit: < top
-    ("gpt2", TrainSetup(), 4, 80e9, [512, 1024], 2, (1,), ("none", "full"), 500),  # a top larger than the search
+    ("llama-3.1-8b", HF, 8, 80e9, [1024, 2048, 4096], 8, (1, 2), ("none", "full", "every-2"), 20),
+    ("llama-3.1-70b", MEG, 64, 80e9, [2048, 8192], 4, (1, 2, 4), ("none", "full", "selective"), 15),
+    ("llama-3.1-70b", HF, 8, 20e9, [4096, 8192], 2, (1,), ("none", "full"), 10),  # none fits
+    ("llama-3.1-8b", HF, 16, 24e9, [8192, 32768], 16, (1, 2), ("none", "full"), 50),  # few fit: < top
+    ("gpt2", HF, 4, 80e9, [512, 1024], 2, (1,), ("none", "full"), 500),  # a top larger than the search
+    # sequences that SP pads (1000 over cp·tp), pipelines of 3+ stages (a middle stage) and 80 layers split unevenly
+    ("llama-3.1-70b", MEG, 96, 80e9, [1000, 4096, 6000], 2, (1, 2), ("none", "full", "selective"), 40),
+    ("llama-3.1-70b", replace(MEG, virtual_stages=2, precision="fp8-mixed"), 64, 60e9, [4096], 2, (1,),
+     ("none", "full"), 25),
+    ("llama-3.1-70b", replace(MEG, first_stage_layers=6), 64, 80e9, [4096], 4, (1,), ("none", "full"), 25),
+    ("qwen3-30b-a3b", TrainSetup(ep=8), 64, 80e9, [2048, 8192], 4, (1, 2), ("none", "full", "selective-op"), 30),
+    ("deepseek-v2-lite", replace(MEG, ep=4, etp=2), 32, 40e9, [4096], 4, (1, 2), ("none", "selective"), 30),
+    ("llama-3.1-8b", TrainSetup(lora_rank=16, lora_targets="all"), 8, 16e9, [1024, 4096], 8, (1,),
+     ("none", "full", "every-2"), 30),
+    ("llama-3.1-8b", TrainSetup(lora_rank=16, quant="nf4", framework="litgpt"), 2, 24e9, [2048], 4, (1,),
+     ("none", "full"), 20),
+    ("llama-3.1-8b", TrainSetup(offload="optimizer", optimizer_in_backward=True, attention="eager"), 4, 24e9,
+     [512, 2048], 4, (1,), ("none", "full"), 20),
+    ("llama-3.1-8b", TrainSetup(context_bytes=5e8, comm_bytes=3e8), 16, 80e9, [4096], 8, (1, 2, 4),
+     ("none", "full"), 20),  # NCCL's buffers per layout
+    ("gpt2", HF, 4, 80e9, [6], 2, (2,), ("none", "full"), 10),  # no layout valid: 6 tokens in 2·cp = 4 chunks
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[2]}-{c[3]:.0e}")
+@pytest.mark.parametrize("case", CASES, ids=[f"{i}-{c[0]}-{c[2]}" for i, c in enumerate(CASES)])
 @pytest.mark.parametrize("slice_size", [37, 1 << 18])
 def test_running_top_is_the_full_sort(case, slice_size, monkeypatch):
     model, setup, chips, limit, seqs, max_batch, cps, recomputes, top = case
     arch = store.resolve_model(model).arch
-    monkeypatch.setattr(layout_search, "SLICE", slice_size)  # many slices: the top is merged across them
+    monkeypatch.setattr(layout_search, "SLICE", slice_size)  # many blocks: the top is merged across them
     sel, fit, n = layout_search.search(arch, setup, chips, limit, seqs, max_batch, cps, recomputes, top)
     ref, ref_fit, ref_n = _everything(arch, setup, chips, limit, seqs, max_batch, cps, recomputes, top)
     assert (fit, n) == (ref_fit, ref_n)
@@ -67,6 +89,31 @@ def test_running_top_is_the_full_sort(case, slice_size, monkeypatch):
     for k in ref:
         assert sel[k].tolist() == ref[k].tolist(), k
     assert len(sel["fits"]) == min(top, fit if fit else n)
+
+
+def test_a_tpu_search_runs_the_sequence_unpadded():
+    """XLA shards the sequence without padding it to tp (train_memory's ``xla``): the search's rows are the plain
+    evaluation's there too."""
+    arch = store.resolve_model("llama-3.1-70b").arch
+    args = (arch, replace(MEG, attention="sdpa"), 32, 95e9, [1000, 4096], 4, (1, 2), ("none", "full"), 30)
+    sel, fit, n = layout_search.search(*args, xla=True)
+    ref, ref_fit, ref_n = _everything(*args, xla=True)
+    assert (fit, n) == (ref_fit, ref_n) and fit
+    for k in ref:
+        assert sel[k].tolist() == ref[k].tolist(), k
+
+
+def test_equal_headrooms_keep_the_order_of_evaluation():
+    """Many layouts with the same peak (the micro-batch and sequence axes of a one-token model change little, and
+    a limit far above): the top is the first of them in evaluation order, across recompute modes and blocks."""
+    arch = store.resolve_model("gpt2").arch
+    args = (arch, HF, 8, 1e15, [8, 16], 4, (1, 2), ("none", "full", "every-2"), 40)
+    sel, fit, n = layout_search.search(*args)
+    ref, ref_fit, ref_n = _everything(*args)
+    assert (fit, n) == (ref_fit, ref_n)
+    assert len(set(ref["headroom_bytes"].tolist())) < len(ref["headroom_bytes"])  # ties in the top
+    for k in ref:
+        assert sel[k].tolist() == ref[k].tolist(), k
 
 
 def test_ties_keep_the_order_of_evaluation():

@@ -1,14 +1,14 @@
-"""The training layouts a number of devices admits: TP × PP × CP × DP × ZeRO × micro-batch × recompute, each
-evaluated by :func:`aicalc.core.train_peak.evaluate` in one vectorized pass, and those that fit ranked by
-memory headroom."""
+"""The training layouts a number of devices admits: TP × PP × CP × DP × ZeRO × micro-batch × recompute, their
+peaks evaluated a block at a time (:func:`aicalc.core.train_peak.peak_reserved`), those that fit ranked by memory
+headroom and the best evaluated in full (:func:`aicalc.core.train_peak.evaluate`)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-SLICE = 1 << 18  # layouts evaluated per slice (a long search reports progress between slices)
+SLICE = 1 << 18  # layouts evaluated per block (a long search reports progress between blocks)
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-MAX_LAYOUTS = 30_000_000  # one search: about 6 s and 0.2 GiB at the speed of docs/robustness.md; 10⁸ is refused
+MAX_LAYOUTS = 30_000_000  # one search: about 2 s and 0.05 GiB at the speed of docs/robustness.md; 10⁸ is refused
 
 
 def divisors(n: int) -> list[int]:
@@ -55,13 +55,16 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
     """(columns of the ``top`` fitting layouts by headroom, layouts that fit, layouts evaluated). Where none
     fits, the ``top`` closest to fitting (smallest shortfall), with ``fits`` false and their ``shortfall_bytes``.
 
-    The layouts are evaluated a slice at a time and only the running ``top`` by headroom is kept (with the
-    counts), so memory does not grow with the search: the ``top`` fitting layouts are the fitting ones among the
-    ``top`` valid layouts with the most headroom. Ties keep the order of evaluation."""
+    The layouts are numbered recompute mode × (tp, pp, cp, dp) × ZeRO stage × micro-batch × sequence, row-major,
+    and ranked by headroom, ties in that order. They are evaluated a block at a time, one recompute mode and one
+    pipeline depth per block, each axis on its own dimension (:func:`aicalc.core.train_peak.peak_reserved`: a
+    term that depends on a few axes is computed once per value of those), only the peak; the running ``top``
+    by headroom is kept (with the counts), so memory does not grow with the search, and the layouts that make
+    the top are evaluated in full at the end (:func:`aicalc.core.train_peak.evaluate`, the same numbers)."""
     import numpy as np
 
     from aicalc.core.train_memory import padded_seq
-    from aicalc.core.train_peak import evaluate
+    from aicalc.core.train_peak import peak_reserved
 
     lay = np.asarray(layouts(arch, chips, cps, setup.virtual_stages, setup.first_stage_layers,
                              setup.last_stage_layers), dtype=np.float64)
@@ -71,45 +74,90 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
     seqs = np.asarray(seqs, dtype=np.float64).reshape(-1)
     shape = (len(lay), 4, len(mbs), len(seqs))  # layout × ZeRO stage × micro-batch × sequence, row-major
     size = int(np.prod(shape))
-    best: dict | None = None  # the running top, sorted by headroom (most first)
+    zeros = np.arange(4.0).reshape(1, 4, 1, 1)
+    batch = mbs.reshape(1, 1, -1, 1)
+    # a block: layouts of one pipeline depth × every ZeRO stage and micro-batch × a run of sequences, ≈ SLICE
+    run_s = max(1, min(len(seqs), SLICE // (4 * len(mbs))))
+    run_l = max(1, SLICE // (4 * len(mbs) * run_s))
+    best_h, best_i = np.empty(0), np.empty(0, dtype=np.int64)  # the running top: headroom, layout number
     fit_n = valid_n = done = 0
     total = size * len(recomputes)
-    for rc in recomputes:
+    for r, rc in enumerate(recomputes):
         oo = replace(setup, recompute=rc)
-        for i in range(0, size, SLICE):
-            li, zi, mi, si = np.unravel_index(np.arange(i, min(i + SLICE, size)), shape)
-            mb, sq = mbs[mi], seqs[si]
-            g = {"batch": mb, "seq": sq, "tp": lay[li, 0], "pp": lay[li, 1], "cp": lay[li, 2],
-                 "dp": lay[li, 3], "zero": zi.astype(np.float64)}
-            # sequence parallelism pads each CP rank's tokens to a multiple of tp (train_memory.padded_seq)
-            run = {**g, "seq": padded_seq(sq, g["tp"], g["cp"])} if setup.sp and not xla else g
-            cols = evaluate(arch, oo, run)  # one recompute mode for the whole slice: the setup's
-            cols["seq"] = sq
-            cols["recompute"] = np.asarray(rc)
-            # a CP degree must split each sequence into 2·cp chunks; EP × expert TP must divide tp·cp·dp
-            valid = (sq % (2 * g["cp"]) == 0) | (g["cp"] == 1)
-            if setup.ep > 1:
-                valid &= (g["tp"] * g["cp"] * g["dp"]) % (setup.ep * (setup.etp or g["tp"])) == 0
-            valid &= (g["zero"] == 0) | (g["dp"] * g["cp"] > 1)  # one data-parallel rank: nothing to shard
-            headroom = limit - np.broadcast_to(cols["peak_reserved_bytes"], mb.shape)  # what is reserved must fit
-            fit_n += int(np.count_nonzero((headroom >= 0) & valid))
-            valid_n += int(np.count_nonzero(valid))
-            pick = _top(headroom, np.flatnonzero(valid), top)
-            part = {k: np.broadcast_to(np.asarray(v), mb.shape)[pick] for k, v in cols.items()}
-            part["_headroom"] = headroom[pick]
-            best = part if best is None else _merge(best, part, top)
-            done += mb.size
-            if progress:
-                progress(done, total)
-    if best is None:
-        return None, 0, 0
-    room = best.pop("_headroom")
+        for p in sorted(set(lay[:, 1].tolist())):
+            rows = np.flatnonzero(lay[:, 1] == p)
+            for lo in range(0, len(rows), run_l):
+                li = rows[lo:lo + run_l]
+                tp, cp, dp = (lay[li, c].reshape(-1, 1, 1, 1) for c in (0, 2, 3))
+                for so in range(0, len(seqs), run_s):
+                    sq = seqs[so:so + run_s].reshape(1, 1, 1, -1)
+                    g = {"batch": batch, "seq": sq, "tp": tp, "pp": np.float64(p), "cp": cp, "dp": dp, "zero": zeros}
+                    if setup.sp and not xla:  # each CP rank's tokens padded to a multiple of tp (padded_seq)
+                        g["seq"] = padded_seq(sq, tp, cp)
+                    headroom = limit - peak_reserved(arch, oo, g)  # what is reserved must fit
+                    # a CP degree must split each sequence into 2·cp chunks; EP × expert TP must divide tp·cp·dp
+                    valid = (sq % (2 * cp) == 0) | (cp == 1)
+                    if setup.ep > 1:
+                        valid = valid & ((tp * cp * dp) % (setup.ep * (setup.etp or tp)) == 0)
+                    valid = valid & ((zeros == 0) | (dp * cp > 1))  # one data-parallel rank: nothing to shard
+                    headroom = np.broadcast_to(headroom, (len(li), 4, len(mbs), sq.size))
+                    valid = np.broadcast_to(valid, headroom.shape)
+                    fit_n += int(np.count_nonzero((headroom >= 0) & valid))
+                    valid_n += int(np.count_nonzero(valid))
+                    cand = np.flatnonzero(valid)
+                    h = headroom.reshape(-1)[cand]
+                    if top and len(best_h) >= top and not np.isnan(best_h[-1]):  # only what can beat the top so far
+                        keep = h >= best_h[-1]
+                        cand, h = cand[keep], h[keep]
+                    if h.size > top > 0 and not np.isnan(h).any():
+                        cut = np.partition(h, h.size - top)[h.size - top]  # the top-th largest: at or above stays
+                        keep = h >= cut
+                        cand, h = cand[keep], h[keep]
+                    lr, z, m, s = np.unravel_index(cand, headroom.shape)
+                    num = r * size + np.ravel_multi_index((li[lr], z, m, so + s), shape)
+                    best_h, best_i = np.concatenate([best_h, h]), np.concatenate([best_i, num])
+                    order = np.lexsort((best_i, -best_h))[:top]  # most headroom first (NaN last), ties in order
+                    best_h, best_i = best_h[order], best_i[order]
+                    done += headroom.size
+                    if progress:
+                        progress(done, total)
+    sel = _columns(arch, setup, lay, mbs, seqs, shape, recomputes, best_i, xla)
+    room = limit - sel["peak_reserved_bytes"]
     keep = room >= 0 if fit_n else np.ones(room.shape, dtype=bool)
-    sel = {k: v[keep] for k, v in best.items()}
+    sel = {k: v[keep] for k, v in sel.items()}
     room = room[keep]
     sel["headroom_bytes"], sel["shortfall_bytes"] = np.maximum(room, 0.0), np.maximum(-room, 0.0)
     sel["fits"] = room >= 0
     return sel, fit_n, valid_n
+
+
+def _columns(arch, setup, lay, mbs, seqs, shape, recomputes, nums, xla: bool) -> dict:
+    """Every column of :func:`aicalc.core.train_peak.evaluate` for the layouts numbered ``nums`` (as
+    :func:`search` numbers them), in that order."""
+    import numpy as np
+
+    from aicalc.core.train_memory import padded_seq
+    from aicalc.core.train_peak import evaluate
+
+    size = int(np.prod(shape))
+    rcs, (li, zi, mi, si) = nums // size, np.unravel_index(nums % size, shape)
+    parts, where = [], []
+    for r, rc in enumerate(recomputes):
+        at = np.flatnonzero(rcs == r)
+        if r and not at.size:
+            continue  # the first mode is evaluated even on no layout: it says which columns there are
+        mb, sq = mbs[mi[at]], seqs[si[at]]
+        g = {"batch": mb, "seq": sq, "tp": lay[li[at], 0], "pp": lay[li[at], 1], "cp": lay[li[at], 2],
+             "dp": lay[li[at], 3], "zero": zi[at].astype(np.float64)}
+        # sequence parallelism pads each CP rank's tokens to a multiple of tp (train_memory.padded_seq)
+        run = {**g, "seq": padded_seq(sq, g["tp"], g["cp"])} if setup.sp and not xla else g
+        cols = evaluate(arch, replace(setup, recompute=rc), run)
+        cols["seq"] = sq
+        cols["recompute"] = np.asarray(rc, dtype=np.asarray(recomputes).dtype)  # one string width for every mode
+        parts.append({k: np.broadcast_to(np.asarray(v), mb.shape) for k, v in cols.items()})
+        where.append(at)
+    order = np.argsort(np.concatenate(where), kind="stable")
+    return {k: np.concatenate([p[k] for p in parts])[order] for k in parts[0]}
 
 
 def _top(headroom, candidates, top: int):

@@ -108,7 +108,7 @@ def evaluate(arch, o, g: dict, grid_columns: bool = True):
         sl = slice(lo, lo + CHUNK)
         chunk = {k: vals[k][sl] if v is None else v for k, v in part.items()}
         # each stage's columns written in turn, a later stage's where its peak is higher
-        for cols, worse in _stages(arch, o, chunk):
+        for cols, worse, _ in _stages(arch, o, chunk):
             if worse is not None and not worse.all():
                 if not worse.any():
                     continue
@@ -128,10 +128,10 @@ def _single(v) -> bool:
 GRID = ("batch", "seq", "dp", "tp", "pp", "cp", "zero")
 
 
-def _stages(arch, o, g: dict):
-    """For ``g`` whose ``pp`` is one number: (columns, where they beat the stages before) for the first stage
-    (None: everywhere), then the last and the fullest middle stage where they exist; the columns are scalars where
-    they depend on no array of ``g``."""
+def _stages(arch, o, g: dict, peak_only: bool = False):
+    """For ``g`` whose ``pp`` is one number: (columns, where they beat the stages before, the highest peak so far)
+    for the first stage (None: everywhere), then the last and the fullest middle stage where they exist; the
+    columns are scalars where they depend on no array of ``g`` (``peak_only``: the peak and the overhead alone)."""
     import numpy as np
 
     from aicalc.core.stages import stage_candidates
@@ -140,17 +140,34 @@ def _stages(arch, o, g: dict):
     moe = tuple(arch.moe_layers) if arch.moe is not None else None
     c = stage_candidates(arch.layers, int(p), o.virtual_stages, o.first_stage_layers, o.last_stage_layers, moe)
     first = [np.float64(x) for x in c["first"]]
-    best = _stage(arch, o, g, *first, np.float64(p), lean=True)
-    yield best, None
+    best = _stage(arch, o, g, *first, np.float64(p), lean=True, peak_only=peak_only)
     peak = best["peak_allocated_bytes"]
+    yield best, None, peak
     for k in ("last", "middle"):
         r, n, m = (np.float64(x) for x in c.get(k, c["first"]))
         if not (p > 1 if k == "last" else p > 2 and n > first[1]):
             continue
-        cols = _stage(arch, o, g, r, n, m, np.float64(p), lean=True)
+        cols = _stage(arch, o, g, r, n, m, np.float64(p), lean=True, peak_only=peak_only)
         worse = cols["peak_allocated_bytes"] > peak
-        yield cols, worse
         peak = np.where(worse, cols["peak_allocated_bytes"], peak)
+        yield cols, worse, peak
+
+
+def peak_reserved(arch, o, g: dict):
+    """The ``peak_reserved_bytes`` column of :func:`evaluate` alone, for ``g`` whose ``pp`` is one number and whose
+    other entries are arrays that broadcast together (a layout search passes each axis on its own dimension, so a
+    term that depends on a few axes is computed once per value of those and broadcast): the same operations on
+    each point as :func:`evaluate`, so the same numbers. The highest of the stages :func:`_stages` yields,
+    the first winning ties."""
+    *_, (cols, _, peak) = _stages(arch, o, g, peak_only=True)  # the last stage's overhead: the same on each
+    return _reserved(peak, cols["overhead_bytes"])
+
+
+def _reserved(allocated, overhead):
+    """What the allocator reserves for ``allocated`` bytes, plus the memory outside it (``peak_reserved_bytes``)."""
+    from aicalc.core import train_memory as tm
+
+    return allocated * (1.0 + tm.ALLOCATOR_RESERVE) + overhead
 
 
 def _evaluate(arch, o, g: dict):
@@ -189,9 +206,10 @@ def _evaluate(arch, o, g: dict):
     return best
 
 
-def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
+def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak_only=False):
     """Every column for one pipeline rank ``rank`` holding ``stage_layers`` decoder layers (``stage_moe`` of them
-    MoE), arrays over the grid ``g`` (``lean``: a column that depends on no array of ``g`` left a scalar)."""
+    MoE), arrays over the grid ``g`` (``lean``: a column that depends on no array of ``g`` left a scalar;
+    ``peak_only``: only ``peak_allocated_bytes`` and ``overhead_bytes``, what a layout search ranks on)."""
     import numpy as np
 
     from aicalc.core import activations as act
@@ -411,9 +429,14 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
                                   np.where(persistent, grads, np.where(fsdp, 0.0, head)), workspace, gather),
                 "gradients": _plus(grads, np.where(fsdp, f_grads, wg)),
                 "optimizer": grads + step_t}
-        phase_t = {"loss": _plus(loss_t, kept, f_loss), "backward": wg, "gradients": np.where(fsdp, f_grads, wg),
-                   "optimizer": step_t}
+        phase_t = None if peak_only else {"loss": _plus(loss_t, kept, f_loss), "backward": wg,
+                                          "gradients": np.where(fsdp, f_grads, wg), "optimizer": step_t}
     names = list(live)
+    if peak_only:  # the highest phase as below, without which phase it is and its transients
+        top = live[names[0]]
+        for k in names[1:]:
+            top = np.maximum(top, live[k])
+        return {"peak_allocated_bytes": weights + optimizer + top, "overhead_bytes": overhead}
     code = [np.int8(PHASES.index(k)) for k in names]  # an index into PHASES (one byte per layout: the layout
     top, transient, at = live[names[0]], phase_t[names[0]], code[0]  # search keeps millions); the API names it
     for i, k in enumerate(names[1:], 1):  # the first phase wins ties, as argmax would
@@ -435,7 +458,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
         "loss_transient_bytes": full(loss_t), "workspace_bytes": full(wg),
         "optimizer_step_bytes": full(step_t), "peak_phase": peak_phase,
         "peak_allocated_bytes": allocated, "peak_bytes": allocated + overhead,
-        "peak_reserved_bytes": allocated * (1.0 + tm.ALLOCATOR_RESERVE) + overhead,
+        "peak_reserved_bytes": _reserved(allocated, overhead),
         "host_bytes": host,
         "states_bytes_per_param": (weights + grads + optimizer + host) / n_dev,
     }
