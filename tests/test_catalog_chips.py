@@ -77,6 +77,11 @@ REFERENCE_IDS: dict[str, str | None] = {
     "apple-m3-ultra": None,
     "apple-neural-engine": None,
     "h100-hbm2e": None,
+    "b300": None,
+    "gb300": None,
+    "mi350x": None,
+    "mi355x": None,
+    "tpu7x": None,
 }
 # Where the reference stores a dtype under another key: preset id -> {preset dtype: reference key}.
 REFERENCE_DTYPE_KEYS: dict[str, dict[str, str]] = {
