@@ -17,3 +17,17 @@ def test_there_are_examples():
 @pytest.mark.parametrize("code", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
 def test_api_doc_example_runs(code, capsys):
     exec(compile(code, str(DOC), "exec"), {})  # noqa: S102 - our own documentation
+
+
+def test_constant_columns_are_read_only_views_of_one_number():
+    """kv_cache's weights column at a fixed layout is one number at every row: a read-only broadcast view (no
+    memory written per row), equal to the weights a one-row call reports."""
+    import numpy as np
+
+    import aicalc
+
+    one = aicalc.kv_cache("llama-3.1-8b", batch=1, context=4096, chip="h100-sxm")
+    many = aicalc.kv_cache("llama-3.1-8b", batch=np.arange(1, 1001), context=4096, chip="h100-sxm")
+    col = many["weights_bytes_per_device"]
+    assert col.shape == (1000,) and not col.flags.writeable and col.strides == (0,)
+    assert float(col[999]) == float(one["weights_bytes_per_device"][0])

@@ -81,20 +81,21 @@ class Block:
         import numpy as np
 
         self._dtype = np.dtype(dtype)
+        self._n = n
         self._rows = iter(np.empty((rows, n), dtype=dtype))
 
     def row(self):
         return next(self._rows)
 
     def full(self, value):
-        """A column of ``value`` where its type is the block's (as :class:`Table` would fill it), else ``value``."""
+        """A column of ``value`` where its type is the block's (as :class:`Table` would fill it), else ``value``:
+        one number seen as ``n`` (a read-only broadcast view, no memory written), not a row of the block."""
         import numpy as np
 
-        if np.asarray(value).dtype != self._dtype:
+        v = np.asarray(value)
+        if v.dtype != self._dtype:
             return value
-        out = self.row()
-        out.fill(value)
-        return out
+        return np.broadcast_to(v, (self._n,))
 
 
 def _column(v, n: int):
