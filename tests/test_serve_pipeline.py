@@ -63,3 +63,15 @@ def test_pipeline_fits_what_one_node_cannot(cli):
 def test_bad_pipelines_exit_2(cli, args, word):
     r = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", *args)
     assert r.code == 2 and word in r.err and "Traceback" not in r.err
+
+
+def test_search_tries_a_pipeline_across_nodes(cli):
+    """On 16 H100s (nodes of 8) the search also tries TP 8 × PP 2; for Llama 3.1 405B in bf16 it beats TP 16,
+    whose all-reduces cross the nodes' 50 GB/s NICs while each TP 8 stage reduces over NVLink."""
+    rows = cli("serve", "llama-3.1-405b", "--chip", "h100-sxm", "--chips", "16", "--search", "--dtype", "bf16",
+               "--json").json["rows"]
+    piped = [r for r in rows if r["pp"] == 2]
+    wide = [r for r in rows if r["tp"] == 16 and r["pp"] == 1]
+    assert piped and wide and all(r["tp"] == 8 and r["replicas"] == 1 for r in piped)
+    assert max(r["output_tokens_per_s_per_chip"] for r in piped) > max(r["output_tokens_per_s_per_chip"] for r in wide)
+    assert rows[0]["pp"] == 2

@@ -97,7 +97,7 @@ MAX_SEARCH_SPLITS = 200_000
 
 
 def search_size(chips, total_chips: int | None, tps=None, dtypes=("release",), kv_dtypes=("bf16",),
-                disaggregate: bool = True) -> tuple[int, int]:
+                disaggregate: bool = True, pipeline: bool = True) -> tuple[int, int]:
     """(configurations, disaggregated splits) a :func:`search_deployments` of these arguments evaluates at most,
     counted from the arguments alone."""
     from aicalc.api.catalog import load_node_or_chip
@@ -105,9 +105,10 @@ def search_size(chips, total_chips: int | None, tps=None, dtypes=("release",), k
     configs = splits = 0
     formats = len(dtypes) * len(kv_dtypes)
     for chip_id in [chips] if isinstance(chips, str) else chips:
-        n = total_chips or load_node_or_chip(chip_id)[1]
+        chip, count = load_node_or_chip(chip_id)
+        n = total_chips or count
         for tp in tps or [t for t in (1, 2, 4, 8, 16) if n % t == 0]:
-            configs += formats
+            configs += formats * len(pipelines(chip, int(tp), n, pipeline))
             if disaggregate and n >= 2:
                 splits += formats * max(0, n // max(int(tp), 1) - 1)
     return configs, splits
@@ -125,6 +126,20 @@ def check_search_size(configs: int, splits: int, param: str = "total_chips") -> 
         raise ParameterError(param, "…", f"makes a deployment search of {splits:,} prefill/decode splits; a search is "
                              f"limited to {MAX_SEARCH_SPLITS:,} (fewer chips or a larger TP; see "
                              "docs/robustness.md)")
+
+
+PIPELINES = (2, 4)  # pipeline stages a search tries across scale-up domains
+
+
+def pipelines(chip, tp: int, n: int, on: bool = True) -> list[int]:
+    """Pipeline stages a search tries at ``tp`` chips per replica on ``n`` chips: 1; with ``on``, a TP group
+    that fills the chip's scale-up domain also in 2 and 4 stages over as many domains (vLLM's multi-node layout:
+    TP inside a node, PP across nodes), where tp × pp divides n."""
+    ic = getattr(chip, "interconnect", None)
+    domain = (ic.domain if ic else None) or 0
+    if not on or tp != domain:
+        return [1]
+    return [1] + [p for p in PIPELINES if n % (tp * p) == 0]
 
 
 MOE_LAYOUTS = ("tp", "ep", "dep")  # per TP degree of an MoE model: plain TP, EP over the TP chips, EP + DP attention
@@ -152,13 +167,15 @@ def moe_layouts(arch, tp: int, speculation=None) -> list[tuple[int, int]]:
 
 def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prompt=1024, gen=256, dtypes=("release",),
            kv_dtypes=("bf16",), tps=None, max_ttft=None, max_tpot=None, disaggregate: bool = True,
-           engine=None, speculation: dict | None = None, moe_parallel: bool = True) -> Deployments:
+           engine=None, speculation: dict | None = None, moe_parallel: bool = True,
+           pipeline: bool = True) -> Deployments:
     """Every deployment of ``total_chips`` chips of each kind in ``chips`` (TP degrees dividing it, each dtype
     and KV dtype; aggregated at the best concurrency meeting the targets, and disaggregated splits), ranked by
     cost per million output tokens (then chips), those meeting the targets first; ``pareto`` marks the front of
     tokens/s per chip against tokens/s per user. An MoE model's TP degrees are also tried with expert and
     attention-data parallelism (:func:`moe_layouts`; ``moe_parallel`` False: plain TP only); rows say ``ep`` and
-    ``attention_dp``."""
+    ``attention_dp``. A TP group that fills a scale-up domain is also tried in pipelines over 2 and 4 domains
+    (:func:`pipelines`; ``pipeline`` False: none; speculation: none); rows say ``pp``."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -175,7 +192,8 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
     if tps is not None:
         tps = [inputs.whole("tp", t) for t in tps]
     arch = load_model(model).arch
-    configs, splits = search_size(chips, total_chips, tps, dtypes, kv_dtypes, disaggregate)
+    pipeline = pipeline and not speculation
+    configs, splits = search_size(chips, total_chips, tps, dtypes, kv_dtypes, disaggregate, pipeline)
     if arch.moe is not None and moe_parallel:
         configs *= len(MOE_LAYOUTS)  # each TP degree also with expert (and attention-data) parallelism
     try:
@@ -191,16 +209,17 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
                 check_tp(arch, tp)
             except ParameterError:
                 continue
-            for dt, kvd, (ep, adp) in ((dt, kvd, par) for dt in dtypes for kvd in kv_dtypes
-                                       for par in moe_layouts(arch, tp, speculation or not moe_parallel)):
+            layouts = [(1, par) for par in moe_layouts(arch, tp, speculation or not moe_parallel)]
+            layouts += [(pp, (1, 1)) for pp in pipelines(chip, tp, n, pipeline)[1:]]
+            for dt, kvd, (pp, (ep, adp)) in ((dt, kvd, lay) for dt in dtypes for kvd in kv_dtypes for lay in layouts):
                 try:
                     top = max_concurrency(model, chip, tp=tp, chips=n, prompt=prompt, gen=gen, dtype=dt,
-                                          kv_dtype=kvd, ep=ep, attention_dp=adp)
+                                          kv_dtype=kvd, ep=ep, attention_dp=adp, pp=pp)
                     if top < 1:
                         continue
-                    r = serve(model, chip, concurrency_ladder(top, n // tp), prompt, gen, tp=tp, chips=n, dtype=dt,
-                              kv_dtype=kvd, max_ttft=max_ttft, max_tpot=max_tpot, engine=engine,
-                              ep=ep, attention_dp=adp, **(speculation or {}))
+                    r = serve(model, chip, concurrency_ladder(top, n // (tp * pp)), prompt, gen, tp=tp, chips=n,
+                              dtype=dt, kv_dtype=kvd, max_ttft=max_ttft, max_tpot=max_tpot, engine=engine,
+                              ep=ep, attention_dp=adp, pp=pp, **(speculation or {}))
                 except AicalcError:
                     continue  # e.g. no math for this dtype on this chip
                 c = r.columns
@@ -208,8 +227,8 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
                 if not ok.size:
                     continue
                 i = int(ok[np.argmax(c["output_tokens_per_s"][ok])])
-                rows.append({"mode": "aggregated", "chip": chip.id, "chips": n, "tp": tp, "ep": ep,
-                             "attention_dp": adp, "replicas": n // tp, "prefill_replicas": 0, "prefill_tp": 0,
+                rows.append({"mode": "aggregated", "chip": chip.id, "chips": n, "tp": tp, "pp": pp, "ep": ep,
+                             "attention_dp": adp, "replicas": n // (tp * pp), "prefill_replicas": 0, "prefill_tp": 0,
                              "dtype": r.meta["setup"].dtype_label,
                              "kv_dtype": kvd, "concurrency": int(c["concurrency"][i]),
                              "ttft_s": float(c["ttft_s"][i]), "tpot_s": float(c["tpot_s"][i]),
@@ -217,7 +236,7 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
                              "requests_per_s": float(c["output_tokens_per_s"][i]) / float(c["gen"][i]),
                              "output_tokens_per_s": float(c["output_tokens_per_s"][i]),
                              "meets_slo": bool(c["meets_slo"][i])})
-                if disaggregate and n >= 2 and ep == 1 and adp == 1:
+                if disaggregate and n >= 2 and ep == 1 and adp == 1 and pp == 1:
                     try:
                         rows += disaggregated(model, chip, n, prompt=prompt, gen=gen, prefill_tp=tp,
                                               decode_tp=tp, dtype=dt, kv_dtype=kvd, max_ttft=max_ttft,

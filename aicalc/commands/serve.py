@@ -17,8 +17,9 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     if pp != 1 and (search or rate is not None or requests is not None or requests_per_day is not None):
         from aicalc.errors import ParameterError
 
-        raise ParameterError("pp", pp, "sets a given deployment's pipeline; the traffic simulation and --search "
-                             "lay out replicas without one")
+        raise ParameterError("pp", pp, "sets a given deployment's pipeline; --search tries pipelines itself (a TP "
+                             "group filling a node over 2 and 4 nodes), the traffic simulation lays out replicas "
+                             "without one")
 
     if redundant_experts and (search or rate is not None or requests is not None or requests_per_day is not None):
         from aicalc.errors import ParameterError
@@ -232,7 +233,8 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
     r = search_deployments(model, chip_ids, n, prompt=parse_int(str(prompt), "--prompt"),
                            gen=parse_int(str(gen), "--gen"), dtypes=str(dtype).split(","),
                            kv_dtypes=str(kv_dtype).split(","), tps=tps, max_ttft=max_ttft, max_tpot=max_tpot,
-                           engine=engine, speculation=spec, moe_parallel=traffic is None)
+                           engine=engine, speculation=spec, moe_parallel=traffic is None,
+                           pipeline=traffic is None)
     rows = r.meta["row_dicts"]
     if traffic is not None:
         from aicalc.api.fleet import simulate_deployments
@@ -260,6 +262,7 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
              "cost per million output tokens, those meeting the targets first; disaggregated: prefill and decode "
              "pools with the KV cache shipped between them (docs/serve.md)",
              f"best: {best['mode']} on {best['chips']} × {best['chip']}, TP {best['tp']}"
+             + (f", PP {best['pp']}" if (best.get("pp") or 1) > 1 else "")
              + _parallel(best.get("ep"), best.get("attention_dp"))
              + f", {best['dtype']} / KV {best['kv_dtype']}", engines_note(chip_ids, engine)]
     if traffic is not None:
@@ -267,7 +270,9 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
                         "and TPOT of each deployment's replicas (a disaggregated one: its prefill pool, the KV "
                         "transfer, then its decode pool); drop --chips to size the fleet instead")
     moe = any(x.get("ep", 1) > 1 or x.get("attention_dp", 1) > 1 for x in rows)
-    columns = ["mode", "chip", "chips", "tp", *(["ep", "attention_dp"] if moe else []), "replicas", "prefill_replicas",
+    piped = any((x.get("pp") or 1) > 1 for x in rows)
+    columns = ["mode", "chip", "chips", "tp", *(["pp"] if piped else []), *(["ep", "attention_dp"] if moe else []),
+               "replicas", "prefill_replicas",
                "dtype", "kv_dtype", "ttft_s", "tpot_s", *(["p99_ttft_s", "p99_tpot_s"] if traffic is not None else []),
                "output_tokens_per_s_per_chip", "tokens_per_s_per_user", "usd_per_million_output_tokens", "meets_slo",
                "pareto"]
