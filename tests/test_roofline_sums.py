@@ -163,3 +163,40 @@ def test_tp_across_nodes_slows_the_decode_step():
     nodes = latency.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, B, S, G, TP)[1].t_est
     flat = latency.inference(cs.shape, one, cs.formats, cs.efficiency, B, S, G, TP)[1].t_est
     assert float(nodes[0]) > float(flat[0])
+
+
+def test_serving_alltoall_on_the_links_the_ep_group_spans():
+    """One MoE exchange of X bytes of tokens per device, k = 8 of 256 experts, no routing limit, 450 GB/s NVLink
+    and 50 GB/s NIC per GPU in nodes of 8: EP 8 sends its 7 of 8 copies over NVLink; EP 16 over two nodes sends each
+    token across once when any of its experts is on the other node (1 − (1/2)^8) and forwards 7 of its 8 copies
+    inside, the slower part setting the time; a chip with no domain keeps everything on its link."""
+    from aicalc.core.forward import Op
+    from aicalc.core.pricing import Roofs, alltoall_seconds
+
+    X = 1e6
+    r = Roofs(peak_flop_per_s=1e15, bandwidth_bytes_per_s=3e12, link_bytes_per_s=450e9, domain=8,
+              out_bytes_per_s=50e9)
+
+    def op(ep):
+        return Op("moe_alltoall", "alltoall", flop=0.0, bytes=0.0, weight_bytes=0.0, kernels=0.0, comm_bytes=X,
+                  dims=(8.0, float(ep), 1.0, 1.0, 1.0))
+
+    assert float(alltoall_seconds(r, op(8))) == pytest.approx(8 * 7 / 8 * X / 450e9)
+    assert float(alltoall_seconds(r, op(16))) == pytest.approx(max((1 - 0.5 ** 8) * X / 50e9, 7 * X / 450e9))
+    flat = Roofs(peak_flop_per_s=1e15, bandwidth_bytes_per_s=3e12, link_bytes_per_s=450e9)
+    assert float(alltoall_seconds(flat, op(16))) == pytest.approx(8 * 15 / 16 * X / 450e9)
+
+
+def test_ep_overlap_hides_that_share_of_the_exchange():
+    from dataclasses import replace
+
+    from aicalc.core.forward import Op
+    from aicalc.core.pricing import Roofs, op_times
+
+    r = Roofs(peak_flop_per_s=1e15, bandwidth_bytes_per_s=3e12, link_bytes_per_s=450e9)
+    op = Op("moe_alltoall", "alltoall", flop=0.0, bytes=0.0, weight_bytes=0.0, kernels=0.0, comm_bytes=1e6,
+            dims=(8.0, 8.0, 1.0, 1.0, 1.0))
+    eff = replace(Efficiency(), link=1.0, collective_latency_s=0.0, kernel_overhead_s=0.0)
+    full = float(op_times(op, r, eff, 1.0)[1])
+    assert full == pytest.approx(7 * 1e6 / 450e9)
+    assert float(op_times(op, r, replace(eff, ep_overlap=0.6), 1.0)[1]) == pytest.approx(0.4 * full)

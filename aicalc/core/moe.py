@@ -158,9 +158,13 @@ def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant
             Lm * s.shared_ffn * H / tp * wb, dims=(M + zero, H + zero, s.shared_ffn / tp + zero),
             quantized=fm.quantized, bytes_per_weight=wb)
     # dispatch + combine where the EP group gathers tokens from other groups (attention DP, training's EP over DP)
+    # (its tokens' bytes per copy; aicalc.core.pricing prices the copies on the links the EP group spans:
+    # aicalc.core.collectives.moe_alltoall_copies, EP ranks etp chips apart)
     exchange = np.where((ep > 1.0) & (src > 1.0), 1.0, 0.0)
-    sent = M / tp * k * (ep - 1.0) / np.maximum(ep, 1.0) * H * ab  # bytes per direction per layer per device
+    token_bytes = M / tp * H * ab  # per direction per layer per device, one copy of each token
+    moe = s.arch.moe
     ops.append(Op("moe_alltoall", "alltoall", flop=zero, bytes=zero, weight_bytes=zero, kernels=zero,
-                  comm_bytes=2.0 * sent * Lm * exchange + zero, collectives=2.0 * Lm * exchange + zero, layers=Lm))
+                  comm_bytes=2.0 * token_bytes * Lm * exchange + zero, collectives=2.0 * Lm * exchange + zero,
+                  layers=Lm, dims=(k, ep, etp, float(moe.n_group if moe else 1), float(moe.topk_group if moe else 1))))
     return ops
 

@@ -60,6 +60,23 @@ def tp_collective_seconds(roofs: Roofs, payload, tp, link_efficiency=1.0):
     return ring_factor(tp) * payload / (link * link_efficiency)
 
 
+def alltoall_seconds(roofs: Roofs, op, link_efficiency=1.0):
+    """Seconds of a MoE all-to-all op (``comm_bytes`` one copy of the device's tokens, ``dims`` = (k, ep,
+    stride, n_group, topk_group)): the copies that leave the device over the scale-up link inside one domain; an
+    EP group spanning several domains sends each token across once per domain it reaches and forwards it inside,
+    the slower of the two parts setting the time (:func:`aicalc.core.collectives.moe_alltoall_seconds`, as
+    train-time prices it)."""
+    import numpy as np
+
+    from aicalc.core.collectives import moe_alltoall_seconds
+
+    k, ep, stride, n_group, topk_group = op.dims
+    link = np.maximum(roofs.link_bytes_per_s, 1.0)
+    domain = roofs.domain if roofs.domain > 0 and roofs.out_bytes_per_s > 0 else np.inf
+    out = roofs.out_bytes_per_s if roofs.out_bytes_per_s > 0 else link
+    return moe_alltoall_seconds(op.comm_bytes, k, ep, stride, domain, link, out, link_efficiency, n_group, topk_group)
+
+
 def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
     """(ideal, estimate) seconds of one op (see the module doc). Weight-only quantized weights (``op.quantized``)
     stream at ``quant_bandwidth`` and pay ``dequant_ops_per_weight`` at the vector rate."""
@@ -69,7 +86,6 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
     low = roofs.low_precision
     if op.compute is not None and op.compute in dict(roofs.peaks):  # the op's own math (MXFP4 experts on fp4 cores)
         peak, low = dict(roofs.peaks)[op.compute], op.compute in ("fp8", "int8", "fp4")
-    link = np.maximum(roofs.link_bytes_per_s, 1.0)
     vec = vector_rate(roofs, eff)
     if op.kind == "gemm":
         if op.grouped:  # grouped GEMM: each expert's rows padded to the row tile (aicalc.core.moe.padded_rows)
@@ -101,9 +117,11 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
         else:
             t_m = op.weight_bytes / (bw * wq) + (op.bytes - op.weight_bytes) / (bw * eff.bandwidth)
     t_est = combine(t_c, t_m, eff.overlap_p) + op.kernels * eff.kernel_overhead_s
-    if op.kind == "alltoall":  # comm_bytes already what one device sends
-        t_ideal = t_ideal + op.comm_bytes / link
-        t_est = t_est + op.comm_bytes / (link * eff.link) + op.collectives * eff.collective_latency_s
+    if op.kind == "alltoall":  # comm_bytes: one copy of the device's tokens; dims: the EP group
+        t_ideal = t_ideal + alltoall_seconds(roofs, op)
+        # the share ep_overlap of the exchange hidden beside another micro-batch's compute (two-batch overlap)
+        t_est = t_est + (1.0 - eff.ep_overlap) * alltoall_seconds(roofs, op, eff.link) \
+            + op.collectives * eff.collective_latency_s
     elif op.kind == "collective":
         t_ideal = t_ideal + tp_collective_seconds(roofs, op.comm_bytes, tp)
         t_est = t_est + tp_collective_seconds(roofs, op.comm_bytes, tp, eff.link) \
