@@ -293,6 +293,35 @@ def _tracker():
     return t
 
 
+def _peft(m, lora: dict[str, Any], adapter_dtype=None):
+    """PEFT's LoRA adapters (``lora_alpha`` 32, no dropout) on ``lora["targets"]`` of the fake model ``m``.
+
+    ``Module._apply`` swaps fake parameters in place and fails (the fake mode holds a reference), so PEFT's moves
+    of each new adapter to its base layer's device and dtype are skipped: the adapters are made on the same (CPU)
+    device in torch's default dtype. ``adapter_dtype`` None: fp32, the dtype PEFT gives them in the end anyway
+    (``autocast_adapter_dtype=True`` casts bf16/fp16 adapters back to fp32); a dtype: made in it and kept
+    (``autocast_adapter_dtype=False``), as torchtune makes its ``LoRALinear`` in the model's dtype."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners import tuners_utils
+
+    move = tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer
+    to = torch.nn.Module.to
+    default = torch.get_default_dtype()
+    tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda *a, **k: None
+    torch.nn.Module.to = lambda self, *a, **k: self
+    try:
+        if adapter_dtype is not None:
+            torch.set_default_dtype(adapter_dtype)
+        return get_peft_model(m, LoraConfig(r=lora["rank"], lora_alpha=32, lora_dropout=0.0,
+                                            target_modules=LORA_TARGETS[lora["targets"]]),
+                              autocast_adapter_dtype=adapter_dtype is None)
+    finally:
+        tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = move
+        torch.nn.Module.to = to
+        torch.set_default_dtype(default)
+
+
 def _snap(d: dict) -> dict[str, int]:
     """One device's tracker snapshot as plain ``{category: bytes}``."""
     (dev_snap,) = d.values() if d else ({},)
@@ -322,23 +351,7 @@ def measure(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
             torch.manual_seed(0)
             m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"], dtype=dtype)
             if c.get("lora"):
-                from peft import LoraConfig, get_peft_model
-                from peft.tuners import tuners_utils
-
-                # ``Module._apply`` swaps fake parameters in place and fails (the fake mode holds a reference), so
-                # PEFT's moves of each new adapter to its base layer's device and dtype are skipped: the adapters
-                # are made in fp32 on the same (CPU) device, the dtype PEFT gives them in the end anyway
-                # (``autocast_adapter_dtype=True`` casts bf16/fp16 adapters back to fp32)
-                move = tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer
-                to = torch.nn.Module.to
-                tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda *a, **k: None
-                torch.nn.Module.to = lambda self, *a, **k: self
-                try:
-                    m = get_peft_model(m, LoraConfig(r=c["lora"]["rank"], lora_alpha=32, lora_dropout=0.0,
-                                                     target_modules=LORA_TARGETS[c["lora"]["targets"]]))
-                finally:
-                    tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = move
-                    torch.nn.Module.to = to
+                m = _peft(m, c["lora"])
                 assert all(p.dtype == torch.float32 for p in m.parameters() if p.requires_grad)
             if c["recompute"] != "none":
                 _enable_recompute(m, c["recompute"])
@@ -439,6 +452,20 @@ def fsdp_cases() -> list[dict[str, Any]]:
             ("qwen3-1.7b-style", 2, 2048, "none", 8), ("qwen3-1.7b-style", 4, 2048, "full", 2),
             ("qwen3-1.7b-style", 1, 512, "full", 8)):
         out.append({**_case(model, batch, seq, "sdpa", "bf16-mixed", recompute), "dp": dp})
+    # gradient accumulation as torchtitan runs it: requires_gradient_sync left on, so every micro-batch's backward
+    # reduce-scatters into the sharded fp32 gradients, which live through the next micro-batches
+    for model, batch, seq, recompute, dp, mb in (
+            ("llama3.2-1b-style", 2, 2048, "none", 8, 2), ("llama3.2-1b-style", 1, 512, "full", 8, 2),
+            ("llama3.1-8b-style", 1, 2048, "full", 8, 4), ("qwen3-1.7b-style", 2, 2048, "none", 2, 2)):
+        out.append({**_case(model, batch, seq, "sdpa", "bf16-mixed", recompute, microbatches=mb), "dp": dp})
+    # LoRA as torchtune's lora_finetune_distributed runs it: the model and its adapters in bf16 (no mixed-precision
+    # policy), the base frozen, fully_shard per decoder layer and the root, AdamW over the adapters
+    for model, batch, seq, recompute, dp, targets, mb in (
+            ("llama3.1-8b-style", 2, 2048, "none", 8, "all", 1), ("llama3.1-8b-style", 1, 2048, "full", 2, "q,v", 1),
+            ("llama3.2-1b-style", 2, 2048, "none", 2, "all", 1), ("qwen3-1.7b-style", 4, 2048, "full", 8, "all", 2)):
+        c = _case(model, batch, seq, "sdpa", "bf16", recompute, microbatches=mb, lora=targets)
+        c["lora"]["dtype"] = "bf16"
+        out.append({**c, "dp": dp})
     return out
 
 
@@ -488,6 +515,7 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
                     self._peak_mem_snap[dev] = dict(dev_snap)
 
     cfg = rp.build_config(FSDP_MODELS[c["model"]])
+    mixed = c["precision"] == "bf16-mixed"
     orig, cuda_dropout = _cuda_dropout()
     F.dropout = cuda_dropout
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=c["dp"])
@@ -495,15 +523,22 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
         mesh = init_device_mesh("cpu", (c["dp"],))
         with FakeTensorMode():
             torch.manual_seed(0)
-            m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"], dtype=torch.float32)
+            m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"],
+                                                 dtype=torch.float32 if mixed else torch.bfloat16)
             if c["recompute"] != "none":
                 _enable_recompute(m, c["recompute"])
-            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-            for layer in m.model.layers:
+            base = m
+            if c.get("lora"):
+                m = _peft(m, c["lora"], torch.bfloat16)
+                assert all(p.dtype == torch.bfloat16 for p in m.parameters())
+            mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed
+                  else MixedPrecisionPolicy())
+            for layer in base.model.layers:
                 fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=True)
             fully_shard(m, mesh=mesh, mp_policy=mp, reshard_after_forward=True)
             m.train()
-            opt = torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=c["adamw"] == "foreach",
+            trainable = [p for p in m.parameters() if p.requires_grad]
+            opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=c["adamw"] == "foreach",
                                     fused=c["adamw"] == "fused")
             ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]))
             mt = Tracker(m, opt)
@@ -516,11 +551,13 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
                 mt._peak_mem = {d: s["Total"] for d, s in cur.items()}
                 mt._peak_mem_snap = copy.deepcopy(cur)
                 fn()
-                phases[name] = _fsdp_snap(mt.get_tracker_snapshot("peak"))
+                snap = _fsdp_snap(mt.get_tracker_snapshot("peak"))
+                if snap["total"] > phases.get(name, {}).get("total", -1):
+                    phases[name] = snap
 
             def forward():
                 mt.reset_mod_stats()
-                state["loss"] = m(input_ids=ids, labels=ids).loss
+                state["loss"] = m(input_ids=ids, labels=ids).loss / c["microbatches"]
 
             def backward():
                 state.pop("loss").backward()
@@ -533,19 +570,22 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
             with mt:
                 for s in range(STEPS):
                     phases.clear()
-                    for name, fn in (("forward", forward), ("backward", backward), ("optimizer", step)):
-                        phase(name, fn)
+                    for _ in range(c["microbatches"]):
+                        phase("forward", forward)
+                        phase("backward", backward)
+                    phase("optimizer", step)
                     for name, snap in phases.items():
                         if s > 0 and snap["total"] > best["total"]:
                             best, where = snap, f"step {s + 1} {name}"
                 after = _fsdp_snap(mt.get_tracker_snapshot("current"))
             n_params = sum(p.numel() for p in m.parameters())
+            n_trainable = sum(p.numel() for p in trainable)
     finally:
         F.dropout = orig
         dist.destroy_process_group()
     if verbose:
         print(f"  peak at {where}: {best}", file=sys.stderr)
-    return {"params": int(n_params), "trainable_params": int(n_params), "peak_bytes": best["total"],
+    return {"params": int(n_params), "trainable_params": int(n_trainable), "peak_bytes": best["total"],
             "peak_phase": where, "peak_breakdown": best, "phases_last_step": phases, "after_step": after}
 
 

@@ -27,12 +27,19 @@ def estimate(rec: dict):
 
 
 def fsdp_estimate(rec: dict):
-    """``aicalc.train_memory`` with an FSDP2 record's settings: ``--zero 3 --dp N``."""
+    """``aicalc.train_memory`` with an FSDP2 record's settings: ``--zero 3 --dp N`` (and the record's micro-batches
+    and LoRA adapters, in the dtype the record made them)."""
     import aicalc
 
+    kw = {}
+    if rec["microbatches"] > 1:
+        kw["microbatches"] = rec["microbatches"]
+    if rec.get("lora"):
+        kw.update(lora_rank=rec["lora"]["rank"], lora_targets=rec["lora"]["targets"],
+                  lora_dtype=rec["lora"].get("dtype", "fp32"))
     return aicalc.train_memory(rec["config"], batch=rec["batch"], seq=rec["seq"], attention=rec["attention"],
                                precision=rec["precision"], recompute=rec["recompute"], adamw=rec["adamw"], zero=3,
-                               dp=rec["dp"])
+                               dp=rec["dp"], **kw)
 
 
 def section() -> str:
