@@ -24,8 +24,10 @@ What the harness does to make the CPU trace stand for a CUDA run (each documente
 
 FSDP2 (``measure_fsdp``, ``tests/data/validation/step_peak_fsdp.json``): one rank of ``fully_shard`` per decoder
 layer and on the root (torchtitan's ``apply_fsdp``: bf16 parameters, fp32 reduce-scatter, resharded after forward)
-on PyTorch's ``fake`` process group, at dp 2 and 8 on Llama-3.2-1B, Llama-3.1-8B and Qwen3-1.7B shapes, counted
-by ``FSDPMemTracker`` (sharded/unsharded parameters and gradients, all-gather and reduce-scatter buffers).
+on PyTorch's ``fake`` process group, at dp 2, 4 and 8 on Llama-3.2-1B, Llama-3.1-8B, Qwen3-1.7B and Qwen1.5-MoE-A2.7B
+shapes, with gradient accumulation (torchtitan's: a reduce-scatter every micro-batch) and with LoRA (torchtune's
+``lora_finetune_distributed``: bf16 model and adapters, no mixed-precision policy), counted by ``FSDPMemTracker``
+(sharded/unsharded parameters and gradients, all-gather and reduce-scatter buffers).
 
 Every number comes from torch; nothing here is computed by formula, and aicalc is not imported.
 ``tests/test_train_peak.py`` compares aicalc's ``peak_allocated_bytes`` with the records.
@@ -160,8 +162,9 @@ EXCLUDED = [
                "is not autocast-enabled) and torch 2.13's meta kernel for _grouped_mm accepts bf16 only "
                "('Expected inputs of BF16 type'), so fake tensors cannot trace fp32 experts; CUDA's kernel "
                "is bf16-only too"},
-    {"what": "FSDP2 with LoRA, MoE experts or gradient accumulation",
-     "reason": "the FSDP2 records (step_peak_fsdp.json) cover full training of dense models only"},
+    {"what": "FSDP2 with expert parallelism, QLoRA, CPU offload or requires_gradient_sync off between micro-batches",
+     "reason": "the FSDP2 records (step_peak_fsdp.json) cover full training, LoRA and gradient accumulation of "
+               "dense models and full training of one MoE model with its experts sharded with their layers"},
 ]
 
 
@@ -435,13 +438,21 @@ FSDP_MODELS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 8192, "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_act": "silu",
         "rope_theta": 1000000.0,
     },
+    # Qwen1.5-MoE-A2.7B's shapes: 60 routed experts (top 4) and a gated shared expert in every layer
+    "qwen2moe-a2.7b-style": {
+        "model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632, "num_hidden_layers": 24, "num_attention_heads": 16,
+        "num_key_value_heads": 16, "vocab_size": 151936, "max_position_embeddings": 8192, "num_experts": 60,
+        "num_experts_per_tok": 4, "decoder_sparse_step": 1, "norm_topk_prob": False, "tie_word_embeddings": False,
+        "hidden_act": "silu", "rope_theta": 1000000.0, "router_aux_loss_coef": 0.0,
+    },
 }
 
 
 def fsdp_cases() -> list[dict[str, Any]]:
-    """One rank of FSDP2 at dp 2 and 8, with and without full recompute (torchtitan's setup: bf16 compute); the
+    """One rank of FSDP2 at dp 2, 4 and 8, with and without full recompute (torchtitan's setup: bf16 compute); the
     batch 1 × 512 runs with full recompute leave the peak to the root's reduce-scatter at the end of the backward
-    (tied and untied embeddings)."""
+    (tied and untied embeddings); then gradient accumulation, LoRA and a MoE model."""
     out = []
     for model, batch, seq, recompute, dp in (
             ("llama3.2-1b-style", 2, 2048, "none", 2), ("llama3.2-1b-style", 2, 2048, "none", 8),
@@ -466,6 +477,12 @@ def fsdp_cases() -> list[dict[str, Any]]:
         c = _case(model, batch, seq, "sdpa", "bf16", recompute, microbatches=mb, lora=targets)
         c["lora"]["dtype"] = "bf16"
         out.append({**c, "dp": dp})
+    # MoE (torchtitan's setup; bf16 compute, as torch's _grouped_mm needs): the routed experts' stacked weights
+    # sharded on the expert dimension with the rest of their layer, no expert parallelism
+    for model, batch, seq, recompute, dp in (("qwen2moe-a2.7b-style", 2, 2048, "none", 4),
+                                             ("qwen2moe-a2.7b-style", 2, 2048, "none", 8),
+                                             ("qwen2moe-a2.7b-style", 2, 2048, "full", 8)):
+        out.append({**_case(model, batch, seq, "sdpa", "bf16-mixed", recompute), "dp": dp})
     return out
 
 
@@ -493,7 +510,15 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
     the memory (it sorts FSDP's own buffers: sharded and unsharded parameters and gradients, all-gather and
     reduce-scatter buffers). The first step is not recorded: its optimizer step counts 13.5× the sharded
     parameters' bytes (tensors of the unsharded shapes on the first call of each foreach op on DTensors, cached
-    afterwards; a real rank allocates nothing of the kind), so the peak is taken over steps 2 and 3."""
+    afterwards; a real rank allocates nothing of the kind), so the peak is taken over steps 2 and 3.
+
+    ``precision`` "bf16" is torchtune's setup instead (``lora_finetune_distributed`` with ``training.shard_model``:
+    the model made in bf16, ``fully_shard`` on every ``layers.N`` and the root without a mixed-precision policy, so
+    gradients are reduce-scattered in bf16), used with its LoRA adapters in bf16 (``lora``: PEFT's, made in the
+    model's dtype, see ``_peft``), the base frozen and AdamW over the adapters. ``microbatches`` > 1: each step
+    runs that many forwards and backwards of ``loss / microbatches`` before the optimizer step, with
+    ``requires_gradient_sync`` on (torchtitan's default): every backward reduce-scatters and adds into the sharded
+    gradients."""
     import copy
 
     import torch
@@ -635,7 +660,8 @@ def main(argv: list[str] | None = None) -> int:
                        f"zero_grad(set_to_none=True)); {BLOCK}-byte blocks; CUDA's native_dropout",
              "excluded": EXCLUDED}
     fsdp_extra = {"method": f"FSDPMemTracker under FakeTensorMode, one rank of a fake process group; fully_shard "
-                            f"per decoder layer and the root, bf16 params / fp32 reduce, reshard_after_forward; "
+                            f"per decoder layer and the root, reshard_after_forward; bf16-mixed: bf16 params / "
+                            f"fp32 reduce (torchtitan), bf16: a bf16 model without a policy (torchtune's LoRA); "
                             f"{STEPS} steps, the first not recorded; {BLOCK}-byte blocks; CUDA's native_dropout"}
     if args.check:
         return (rp.check_envelope(path, records, ("name",), **extra)

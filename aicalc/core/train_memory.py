@@ -488,6 +488,26 @@ def fp8_weight_cache_bytes(linear_params):
     return 2.0 * linear_params
 
 
+def fsdp2_expert_rows(experts, ep=1, edp=1):
+    """The share of its routed experts' parameters that FSDP2's most-loaded rank holds, over ``1/edp``.
+
+    ``fully_shard`` shards each parameter on dim 0 (``FSDPParam._init_sharded_param``: ``torch.chunk`` into
+    ``edp`` pieces, every rank allocating the first, largest chunk, ``padded_sharded_param_size = chunks[0].size()``,
+    ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``). The routed experts are stacked in 3-D parameters whose
+    dim 0 is the expert (transformers' ``Qwen2MoeExperts.gate_up_proj`` ``[E, 2F, H]``, torchtitan's
+    ``GroupedExperts.w1``), so with ``E/ep`` experts on a rank that ``edp`` does not divide, each rank holds
+    ``ceil(E/(ep·edp))`` experts' rows: its parameter shard, gradient, optimizer states and all-gather buffers are
+    ``ceil(E_loc/edp)·edp/E_loc`` times the even share (Qwen1.5-MoE's 60 experts at dp 8: 8 rows, 16/15).
+    Where the ranks outnumber the experts (``edp·ep > E``) torchtitan's ``apply_fsdp`` shards the experts on dim 1
+    instead (``shard_placement_fn`` returning ``Shard(1)``, "to avoid padding"), which divides evenly: 1, as for
+    the dense weights (H, F, V multiples of 8)."""
+    import numpy as np
+
+    e_loc = experts / np.asarray(ep, dtype=np.float64)
+    edp = np.asarray(edp, dtype=np.float64)
+    return np.where(edp > e_loc, 1.0, np.ceil(e_loc / edp) * edp / e_loc)
+
+
 def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, tied=False, root_grads=None,
                   layer_grads=None, r=4.0, accumulating=False):
     """FSDP2's own buffers on one rank (``torch.distributed.fsdp.fully_shard`` on every decoder layer and on the

@@ -221,6 +221,12 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
     # (Megatron-Core expert_data_parallel; torchtitan's dp_shard_mod_ep): their states shard over it
     etp = tp if o.etp is None else o.etp
     edp = tp * shard / (o.ep * etp)
+    # FSDP2 (zero 3 outside Megatron): fully_shard on every decoder layer and the root (tm.fsdp2_buffers); its
+    # dim-0 sharding gives the most-loaded rank ceil(E/(ep·edp)) experts' rows (tm.fsdp2_expert_rows)
+    fsdp = (np.asarray(zero) >= 3) & (o.framework != "megatron") & (o.quant == "none")
+    if arch.moe is not None and np.any(fsdp):
+        expert_dev = expert_dev * np.where(fsdp, tm.fsdp2_expert_rows(arch.moe.experts, o.ep, edp), 1.0)
+        n_dev = dense_dev + expert_dev
 
     if o.lora_rank:
         targets = tm.lora_targets(o.lora_targets)
@@ -379,8 +385,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
     # FSDP2 (zero 3, full training) frees its sharded gradients with zero_grad(set_to_none=True) and makes them
     # in the backward's reduce-scatters, so without accumulation they do not live through the forward.
     # LoRA under FSDP2 (torchtune's lora_finetune_distributed: fully_shard per layer and on the root, the frozen
-    # base sharded with the adapters) likewise; QLoRA's quantized base is not modelled this way.
-    fsdp = (np.asarray(zero) >= 3) & (o.framework != "megatron") & (o.quant == "none")
+    # base sharded with the adapters) likewise; QLoRA's quantized base is not modelled this way (fsdp above).
     accumulating = (o.microbatches or 1) > 1  # a later micro-batch adds into the sharded gradients of the one before
     persistent = (o.framework == "megatron") | ((np.asarray(shard) > 1) & ~fsdp) | ((o.microbatches or 1) > 1)
     held = np.where(persistent, grads, 0.0)
@@ -402,7 +407,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False):
         root = dense_dev - split.layers * stage_layers / arch.layers / tp
         block = split.layers / arch.layers / tp
         if arch.n_moe_layers:
-            block = block + split.experts / arch.n_moe_layers / (o.ep * etp)
+            rows = np.where(fsdp, tm.fsdp2_expert_rows(arch.moe.experts, o.ep, edp), 1.0)
+            block = block + split.experts / arch.n_moe_layers / (o.ep * etp) * rows
         if o.lora_rank:
             # LoRA: the adapters are gathered with their layer and are all that it reduces; the root (embedding,
             # output layer, final norm) is frozen, so it has no gradients to reduce (nor an output-layer gradient)
