@@ -174,3 +174,14 @@ def test_fsdp_sharded_states_are_the_traced_ones(rec):
     layer = (n - root) / rec["config"]["num_hidden_layers"]
     extra = rec["phases_last_step"]["forward"]["unsharded_param"] - 2 * root
     assert extra == pytest.approx(0, abs=1e6) or extra == pytest.approx(2 * layer, rel=1e-3)
+
+
+def test_fsdp_expert_rows_follow_torch_chunk():
+    """FSDP2 gives rank 0 ``torch.chunk``'s first piece of each stacked expert tensor: 60 experts over 8 ranks is
+    chunks of 8 (8/7.5 of the even share), 64 over 8 divides; past E ranks torchtitan shards on dim 1 (even)."""
+    from aicalc.core.train_memory import fsdp2_expert_rows
+
+    assert float(fsdp2_expert_rows(60, 1, 8)) == pytest.approx(math.ceil(60 / 8) / (60 / 8))
+    assert float(fsdp2_expert_rows(64, 1, 8)) == 1.0
+    assert float(fsdp2_expert_rows(8, 1, 64)) == 1.0
+    assert float(fsdp2_expert_rows(60, 4, 4)) == pytest.approx(math.ceil(15 / 4) / (15 / 4))  # 15 experts a rank
