@@ -10,6 +10,7 @@ must land within 5 % of every record, except the documented case below, with its
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -114,10 +115,17 @@ FSDP = json.loads(FSDP_DATA.read_text())["records"] if FSDP_DATA.exists() else [
 
 
 def test_fsdp_records_cover_the_setups():
-    assert len(FSDP) >= 12
-    assert {r["dp"] for r in FSDP} == {2, 8}
-    assert {r["config"]["model_type"] for r in FSDP} == {"llama", "qwen3"}
+    assert len(FSDP) >= 23
+    assert {r["dp"] for r in FSDP} == {2, 4, 8}
+    assert {r["config"]["model_type"] for r in FSDP} == {"llama", "qwen3", "qwen2_moe"}
     assert {r["recompute"] for r in FSDP} == {"none", "full"}
+    # torchtitan's bf16-mixed and torchtune's pure bf16 (its LoRA), gradient accumulation with both
+    assert {r["precision"] for r in FSDP if r.get("lora")} == {"bf16"}
+    assert {(r["precision"], r["microbatches"] > 1) for r in FSDP} >= {("bf16-mixed", True), ("bf16", True)}
+    assert {r["lora"]["targets"] for r in FSDP if r.get("lora")} == {"q,v", "all"}
+    # the traced rank's share of the stacked experts is rounded up where dp does not divide them (60 over 8)
+    moe = [r for r in FSDP if "num_experts" in r["config"]]
+    assert {r["config"]["num_experts"] % r["dp"] > 0 for r in moe} == {True, False}
     # the loss, the root's reduce-scatter at the end of the backward and the optimizer step each set a peak
     assert {r["peak_phase"].split()[-1] for r in FSDP} == {"backward", "optimizer"}
     assert any(r["peak_breakdown"]["reduce_scatter"] > 0 for r in FSDP)
@@ -134,20 +142,46 @@ def test_fsdp_peak_within_5_percent(rec):
     assert abs(err) <= TOLERANCE, f"{rec['name']}: estimate {est:,.0f} vs traced {rec['peak_bytes']:,} ({err:+.2%})"
 
 
+def _sharded_params(rec) -> float:
+    """dp times the parameters on the traced rank (rank 0, the most loaded): FSDP2 shards every parameter on dim 0
+    in ``torch.chunk`` pieces, rank 0 taking the largest, so of the routed experts stacked ``[E, ·, ·]`` (three
+    matrices of H × moe_intermediate_size per expert and layer) it holds ceil(E/dp) experts' rows."""
+    cfg = rec["config"]
+    if "num_experts" not in cfg:
+        return rec["params"]
+    e = cfg["num_experts"]
+    experts = cfg["num_hidden_layers"] * e * 3 * cfg["hidden_size"] * cfg["moe_intermediate_size"]
+    return rec["params"] - experts + experts * math.ceil(e / rec["dp"]) * rec["dp"] / e
+
+
 @pytest.mark.parametrize("rec", FSDP, ids=[r["name"] for r in FSDP])
 def test_fsdp_sharded_states_are_the_traced_ones(rec):
-    """Between steps FSDP2 holds its fp32 parameter shard (the master copy) and two fp32 AdamW states per
-    parameter, 12 bytes over dp, and no gradients (zero_grad(set_to_none=True)); the root's parameters are
-    unsharded in bf16 through the forward (tm.fsdp2_buffers)."""
+    """Between steps FSDP2 holds its parameter shard and two AdamW states per trainable parameter, and no gradients
+    (zero_grad(set_to_none=True)): under torchtitan's mixed precision (bf16-mixed) the fp32 shard is the master
+    copy and the states are fp32, 12 bytes over dp; torchtune's LoRA (bf16) keeps the bf16 base and adapters, 2
+    bytes over dp, and the adapters' two bf16 states, 4 bytes over dp. The root's parameters are unsharded in bf16
+    through the forward (tm.fsdp2_buffers)."""
     est = fsdp_estimate(rec)
-    after = rec["after_step"]
-    assert after["sharded_param"] + after["optstate"] == pytest.approx(12 * rec["params"] / rec["dp"], rel=1e-3)
+    after, dp, n = rec["after_step"], rec["dp"], _sharded_params(rec)
+    expect = 2 * n / dp + 4 * rec["trainable_params"] / dp if rec.get("lora") else 12 * n / dp
+    assert after["sharded_param"] + after["optstate"] == pytest.approx(expect, rel=1e-3)
     assert after["sharded_grad"] == 0
     held = float(est["weights_bytes"][0]) + float(est["optimizer_bytes"][0])
     assert held == pytest.approx(after["sharded_param"] + after["optstate"], rel=1e-3)
     h, v = rec["config"]["hidden_size"], rec["config"]["vocab_size"]
     root = h * v * (1 if rec["config"]["tie_word_embeddings"] else 2) + h
     # at the forward's peak: the root's parameters, and one layer's where that peak falls inside a layer
-    layer = (rec["params"] - root) / rec["config"]["num_hidden_layers"]
+    layer = (n - root) / rec["config"]["num_hidden_layers"]
     extra = rec["phases_last_step"]["forward"]["unsharded_param"] - 2 * root
     assert extra == pytest.approx(0, abs=1e6) or extra == pytest.approx(2 * layer, rel=1e-3)
+
+
+def test_fsdp_expert_rows_follow_torch_chunk():
+    """FSDP2 gives rank 0 ``torch.chunk``'s first piece of each stacked expert tensor: 60 experts over 8 ranks is
+    chunks of 8 (8/7.5 of the even share), 64 over 8 divides; past E ranks torchtitan shards on dim 1 (even)."""
+    from aicalc.core.train_memory import fsdp2_expert_rows
+
+    assert float(fsdp2_expert_rows(60, 1, 8)) == pytest.approx(math.ceil(60 / 8) / (60 / 8))
+    assert float(fsdp2_expert_rows(64, 1, 8)) == 1.0
+    assert float(fsdp2_expert_rows(8, 1, 64)) == 1.0
+    assert float(fsdp2_expert_rows(60, 4, 4)) == pytest.approx(math.ceil(15 / 4) / (15 / 4))  # 15 experts a rank

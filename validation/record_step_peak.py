@@ -24,8 +24,10 @@ What the harness does to make the CPU trace stand for a CUDA run (each documente
 
 FSDP2 (``measure_fsdp``, ``tests/data/validation/step_peak_fsdp.json``): one rank of ``fully_shard`` per decoder
 layer and on the root (torchtitan's ``apply_fsdp``: bf16 parameters, fp32 reduce-scatter, resharded after forward)
-on PyTorch's ``fake`` process group, at dp 2 and 8 on Llama-3.2-1B, Llama-3.1-8B and Qwen3-1.7B shapes, counted
-by ``FSDPMemTracker`` (sharded/unsharded parameters and gradients, all-gather and reduce-scatter buffers).
+on PyTorch's ``fake`` process group, at dp 2, 4 and 8 on Llama-3.2-1B, Llama-3.1-8B, Qwen3-1.7B and Qwen1.5-MoE-A2.7B
+shapes, with gradient accumulation (torchtitan's: a reduce-scatter every micro-batch) and with LoRA (torchtune's
+``lora_finetune_distributed``: bf16 model and adapters, no mixed-precision policy), counted by ``FSDPMemTracker``
+(sharded/unsharded parameters and gradients, all-gather and reduce-scatter buffers).
 
 Every number comes from torch; nothing here is computed by formula, and aicalc is not imported.
 ``tests/test_train_peak.py`` compares aicalc's ``peak_allocated_bytes`` with the records.
@@ -160,8 +162,9 @@ EXCLUDED = [
                "is not autocast-enabled) and torch 2.13's meta kernel for _grouped_mm accepts bf16 only "
                "('Expected inputs of BF16 type'), so fake tensors cannot trace fp32 experts; CUDA's kernel "
                "is bf16-only too"},
-    {"what": "FSDP2 with LoRA, MoE experts or gradient accumulation",
-     "reason": "the FSDP2 records (step_peak_fsdp.json) cover full training of dense models only"},
+    {"what": "FSDP2 with expert parallelism, QLoRA, CPU offload or requires_gradient_sync off between micro-batches",
+     "reason": "the FSDP2 records (step_peak_fsdp.json) cover full training, LoRA and gradient accumulation of "
+               "dense models and full training of one MoE model with its experts sharded with their layers"},
 ]
 
 
@@ -293,6 +296,35 @@ def _tracker():
     return t
 
 
+def _peft(m, lora: dict[str, Any], adapter_dtype=None):
+    """PEFT's LoRA adapters (``lora_alpha`` 32, no dropout) on ``lora["targets"]`` of the fake model ``m``.
+
+    ``Module._apply`` swaps fake parameters in place and fails (the fake mode holds a reference), so PEFT's moves
+    of each new adapter to its base layer's device and dtype are skipped: the adapters are made on the same (CPU)
+    device in torch's default dtype. ``adapter_dtype`` None: fp32, the dtype PEFT gives them in the end anyway
+    (``autocast_adapter_dtype=True`` casts bf16/fp16 adapters back to fp32); a dtype: made in it and kept
+    (``autocast_adapter_dtype=False``), as torchtune makes its ``LoRALinear`` in the model's dtype."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners import tuners_utils
+
+    move = tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer
+    to = torch.nn.Module.to
+    default = torch.get_default_dtype()
+    tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda *a, **k: None
+    torch.nn.Module.to = lambda self, *a, **k: self
+    try:
+        if adapter_dtype is not None:
+            torch.set_default_dtype(adapter_dtype)
+        return get_peft_model(m, LoraConfig(r=lora["rank"], lora_alpha=32, lora_dropout=0.0,
+                                            target_modules=LORA_TARGETS[lora["targets"]]),
+                              autocast_adapter_dtype=adapter_dtype is None)
+    finally:
+        tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = move
+        torch.nn.Module.to = to
+        torch.set_default_dtype(default)
+
+
 def _snap(d: dict) -> dict[str, int]:
     """One device's tracker snapshot as plain ``{category: bytes}``."""
     (dev_snap,) = d.values() if d else ({},)
@@ -322,23 +354,7 @@ def measure(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
             torch.manual_seed(0)
             m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"], dtype=dtype)
             if c.get("lora"):
-                from peft import LoraConfig, get_peft_model
-                from peft.tuners import tuners_utils
-
-                # ``Module._apply`` swaps fake parameters in place and fails (the fake mode holds a reference), so
-                # PEFT's moves of each new adapter to its base layer's device and dtype are skipped: the adapters
-                # are made in fp32 on the same (CPU) device, the dtype PEFT gives them in the end anyway
-                # (``autocast_adapter_dtype=True`` casts bf16/fp16 adapters back to fp32)
-                move = tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer
-                to = torch.nn.Module.to
-                tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda *a, **k: None
-                torch.nn.Module.to = lambda self, *a, **k: self
-                try:
-                    m = get_peft_model(m, LoraConfig(r=c["lora"]["rank"], lora_alpha=32, lora_dropout=0.0,
-                                                     target_modules=LORA_TARGETS[c["lora"]["targets"]]))
-                finally:
-                    tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = move
-                    torch.nn.Module.to = to
+                m = _peft(m, c["lora"])
                 assert all(p.dtype == torch.float32 for p in m.parameters() if p.requires_grad)
             if c["recompute"] != "none":
                 _enable_recompute(m, c["recompute"])
@@ -422,13 +438,21 @@ FSDP_MODELS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 8192, "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_act": "silu",
         "rope_theta": 1000000.0,
     },
+    # Qwen1.5-MoE-A2.7B's shapes: 60 routed experts (top 4) and a gated shared expert in every layer
+    "qwen2moe-a2.7b-style": {
+        "model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632, "num_hidden_layers": 24, "num_attention_heads": 16,
+        "num_key_value_heads": 16, "vocab_size": 151936, "max_position_embeddings": 8192, "num_experts": 60,
+        "num_experts_per_tok": 4, "decoder_sparse_step": 1, "norm_topk_prob": False, "tie_word_embeddings": False,
+        "hidden_act": "silu", "rope_theta": 1000000.0, "router_aux_loss_coef": 0.0,
+    },
 }
 
 
 def fsdp_cases() -> list[dict[str, Any]]:
-    """One rank of FSDP2 at dp 2 and 8, with and without full recompute (torchtitan's setup: bf16 compute); the
+    """One rank of FSDP2 at dp 2, 4 and 8, with and without full recompute (torchtitan's setup: bf16 compute); the
     batch 1 × 512 runs with full recompute leave the peak to the root's reduce-scatter at the end of the backward
-    (tied and untied embeddings)."""
+    (tied and untied embeddings); then gradient accumulation, LoRA and a MoE model."""
     out = []
     for model, batch, seq, recompute, dp in (
             ("llama3.2-1b-style", 2, 2048, "none", 2), ("llama3.2-1b-style", 2, 2048, "none", 8),
@@ -438,6 +462,26 @@ def fsdp_cases() -> list[dict[str, Any]]:
             ("llama3.1-8b-style", 1, 512, "full", 8),
             ("qwen3-1.7b-style", 2, 2048, "none", 8), ("qwen3-1.7b-style", 4, 2048, "full", 2),
             ("qwen3-1.7b-style", 1, 512, "full", 8)):
+        out.append({**_case(model, batch, seq, "sdpa", "bf16-mixed", recompute), "dp": dp})
+    # gradient accumulation as torchtitan runs it: requires_gradient_sync left on, so every micro-batch's backward
+    # reduce-scatters into the sharded fp32 gradients, which live through the next micro-batches
+    for model, batch, seq, recompute, dp, mb in (
+            ("llama3.2-1b-style", 2, 2048, "none", 8, 2), ("llama3.2-1b-style", 1, 512, "full", 8, 2),
+            ("llama3.1-8b-style", 1, 2048, "full", 8, 4), ("qwen3-1.7b-style", 2, 2048, "none", 2, 2)):
+        out.append({**_case(model, batch, seq, "sdpa", "bf16-mixed", recompute, microbatches=mb), "dp": dp})
+    # LoRA as torchtune's lora_finetune_distributed runs it: the model and its adapters in bf16 (no mixed-precision
+    # policy), the base frozen, fully_shard per decoder layer and the root, AdamW over the adapters
+    for model, batch, seq, recompute, dp, targets, mb in (
+            ("llama3.1-8b-style", 2, 2048, "none", 8, "all", 1), ("llama3.1-8b-style", 1, 2048, "full", 2, "q,v", 1),
+            ("llama3.2-1b-style", 2, 2048, "none", 2, "all", 1), ("qwen3-1.7b-style", 4, 2048, "full", 8, "all", 2)):
+        c = _case(model, batch, seq, "sdpa", "bf16", recompute, microbatches=mb, lora=targets)
+        c["lora"]["dtype"] = "bf16"
+        out.append({**c, "dp": dp})
+    # MoE (torchtitan's setup; bf16 compute, as torch's _grouped_mm needs): the routed experts' stacked weights
+    # sharded on the expert dimension with the rest of their layer, no expert parallelism
+    for model, batch, seq, recompute, dp in (("qwen2moe-a2.7b-style", 2, 2048, "none", 4),
+                                             ("qwen2moe-a2.7b-style", 2, 2048, "none", 8),
+                                             ("qwen2moe-a2.7b-style", 2, 2048, "full", 8)):
         out.append({**_case(model, batch, seq, "sdpa", "bf16-mixed", recompute), "dp": dp})
     return out
 
@@ -466,7 +510,15 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
     the memory (it sorts FSDP's own buffers: sharded and unsharded parameters and gradients, all-gather and
     reduce-scatter buffers). The first step is not recorded: its optimizer step counts 13.5× the sharded
     parameters' bytes (tensors of the unsharded shapes on the first call of each foreach op on DTensors, cached
-    afterwards; a real rank allocates nothing of the kind), so the peak is taken over steps 2 and 3."""
+    afterwards; a real rank allocates nothing of the kind), so the peak is taken over steps 2 and 3.
+
+    ``precision`` "bf16" is torchtune's setup instead (``lora_finetune_distributed`` with ``training.shard_model``:
+    the model made in bf16, ``fully_shard`` on every ``layers.N`` and the root without a mixed-precision policy, so
+    gradients are reduce-scattered in bf16), used with its LoRA adapters in bf16 (``lora``: PEFT's, made in the
+    model's dtype, see ``_peft``), the base frozen and AdamW over the adapters. ``microbatches`` > 1: each step
+    runs that many forwards and backwards of ``loss / microbatches`` before the optimizer step, with
+    ``requires_gradient_sync`` on (torchtitan's default): every backward reduce-scatters and adds into the sharded
+    gradients."""
     import copy
 
     import torch
@@ -488,6 +540,7 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
                     self._peak_mem_snap[dev] = dict(dev_snap)
 
     cfg = rp.build_config(FSDP_MODELS[c["model"]])
+    mixed = c["precision"] == "bf16-mixed"
     orig, cuda_dropout = _cuda_dropout()
     F.dropout = cuda_dropout
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=c["dp"])
@@ -495,15 +548,22 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
         mesh = init_device_mesh("cpu", (c["dp"],))
         with FakeTensorMode():
             torch.manual_seed(0)
-            m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"], dtype=torch.float32)
+            m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"],
+                                                 dtype=torch.float32 if mixed else torch.bfloat16)
             if c["recompute"] != "none":
                 _enable_recompute(m, c["recompute"])
-            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-            for layer in m.model.layers:
+            base = m
+            if c.get("lora"):
+                m = _peft(m, c["lora"], torch.bfloat16)
+                assert all(p.dtype == torch.bfloat16 for p in m.parameters())
+            mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed
+                  else MixedPrecisionPolicy())
+            for layer in base.model.layers:
                 fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=True)
             fully_shard(m, mesh=mesh, mp_policy=mp, reshard_after_forward=True)
             m.train()
-            opt = torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=c["adamw"] == "foreach",
+            trainable = [p for p in m.parameters() if p.requires_grad]
+            opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=c["adamw"] == "foreach",
                                     fused=c["adamw"] == "fused")
             ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]))
             mt = Tracker(m, opt)
@@ -516,11 +576,13 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
                 mt._peak_mem = {d: s["Total"] for d, s in cur.items()}
                 mt._peak_mem_snap = copy.deepcopy(cur)
                 fn()
-                phases[name] = _fsdp_snap(mt.get_tracker_snapshot("peak"))
+                snap = _fsdp_snap(mt.get_tracker_snapshot("peak"))
+                if snap["total"] > phases.get(name, {}).get("total", -1):
+                    phases[name] = snap
 
             def forward():
                 mt.reset_mod_stats()
-                state["loss"] = m(input_ids=ids, labels=ids).loss
+                state["loss"] = m(input_ids=ids, labels=ids).loss / c["microbatches"]
 
             def backward():
                 state.pop("loss").backward()
@@ -533,19 +595,22 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
             with mt:
                 for s in range(STEPS):
                     phases.clear()
-                    for name, fn in (("forward", forward), ("backward", backward), ("optimizer", step)):
-                        phase(name, fn)
+                    for _ in range(c["microbatches"]):
+                        phase("forward", forward)
+                        phase("backward", backward)
+                    phase("optimizer", step)
                     for name, snap in phases.items():
                         if s > 0 and snap["total"] > best["total"]:
                             best, where = snap, f"step {s + 1} {name}"
                 after = _fsdp_snap(mt.get_tracker_snapshot("current"))
             n_params = sum(p.numel() for p in m.parameters())
+            n_trainable = sum(p.numel() for p in trainable)
     finally:
         F.dropout = orig
         dist.destroy_process_group()
     if verbose:
         print(f"  peak at {where}: {best}", file=sys.stderr)
-    return {"params": int(n_params), "trainable_params": int(n_params), "peak_bytes": best["total"],
+    return {"params": int(n_params), "trainable_params": int(n_trainable), "peak_bytes": best["total"],
             "peak_phase": where, "peak_breakdown": best, "phases_last_step": phases, "after_step": after}
 
 
@@ -595,7 +660,8 @@ def main(argv: list[str] | None = None) -> int:
                        f"zero_grad(set_to_none=True)); {BLOCK}-byte blocks; CUDA's native_dropout",
              "excluded": EXCLUDED}
     fsdp_extra = {"method": f"FSDPMemTracker under FakeTensorMode, one rank of a fake process group; fully_shard "
-                            f"per decoder layer and the root, bf16 params / fp32 reduce, reshard_after_forward; "
+                            f"per decoder layer and the root, reshard_after_forward; bf16-mixed: bf16 params / "
+                            f"fp32 reduce (torchtitan), bf16: a bf16 model without a policy (torchtune's LoRA); "
                             f"{STEPS} steps, the first not recorded; {BLOCK}-byte blocks; CUDA's native_dropout"}
     if args.check:
         return (rp.check_envelope(path, records, ("name",), **extra)

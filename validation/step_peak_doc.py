@@ -27,12 +27,19 @@ def estimate(rec: dict):
 
 
 def fsdp_estimate(rec: dict):
-    """``aicalc.train_memory`` with an FSDP2 record's settings: ``--zero 3 --dp N``."""
+    """``aicalc.train_memory`` with an FSDP2 record's settings: ``--zero 3 --dp N`` (and the record's micro-batches
+    and LoRA adapters, in the dtype the record made them)."""
     import aicalc
 
+    kw = {}
+    if rec["microbatches"] > 1:
+        kw["microbatches"] = rec["microbatches"]
+    if rec.get("lora"):
+        kw.update(lora_rank=rec["lora"]["rank"], lora_targets=rec["lora"]["targets"],
+                  lora_dtype=rec["lora"].get("dtype", "fp32"))
     return aicalc.train_memory(rec["config"], batch=rec["batch"], seq=rec["seq"], attention=rec["attention"],
                                precision=rec["precision"], recompute=rec["recompute"], adamw=rec["adamw"], zero=3,
-                               dp=rec["dp"])
+                               dp=rec["dp"], **kw)
 
 
 def section() -> str:
@@ -100,8 +107,12 @@ def fsdp_section() -> list[str]:
         "sharded parameters, foreach AdamW) on PyTorch's `fake` process group, counted by",
         "`torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker`; the first step is not recorded (its optimizer",
         "step counts tensors of the unsharded shapes on the first call of each foreach op on DTensors). aicalc runs",
-        "with `--zero 3 --dp N` (`tests/test_train_peak.py`: within 5 %). FSDP MB: the unsharded parameters and",
-        "gradients, all-gather and reduce-scatter buffers at the traced peak.",
+        "with `--zero 3 --dp N` (`tests/test_train_peak.py`: within 5 %). `+accumN`: N micro-batches a step, each",
+        "reduce-scattered into the sharded gradients (torchtitan's accumulation, `--microbatches N`). `bf16+lora`:",
+        "torchtune's LoRA recipe, the model and its adapters in bf16 without a mixed-precision policy, the base",
+        "frozen (`--precision bf16 --lora-dtype bf16`). The Qwen1.5-MoE-A2.7B shapes shard the 60 stacked routed",
+        "experts with their layer (no expert parallelism): at dp 8 the traced rank holds 8 of them. FSDP MB: the",
+        "unsharded parameters and gradients, all-gather and reduce-scatter buffers at the traced peak.",
         "",
         f"**{len(errs)} records; worst {max(errs):.1%}.**",
         "",

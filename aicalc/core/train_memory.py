@@ -488,34 +488,71 @@ def fp8_weight_cache_bytes(linear_params):
     return 2.0 * linear_params
 
 
-def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, tied=False):
+def fsdp2_expert_rows(experts, ep=1, edp=1):
+    """The share of its routed experts' parameters that FSDP2's most-loaded rank holds, over ``1/edp``.
+
+    ``fully_shard`` shards each parameter on dim 0 (``FSDPParam._init_sharded_param``: ``torch.chunk`` into
+    ``edp`` pieces, every rank allocating the first, largest chunk, ``padded_sharded_param_size = chunks[0].size()``,
+    ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``). The routed experts are stacked in 3-D parameters whose
+    dim 0 is the expert (transformers' ``Qwen2MoeExperts.gate_up_proj`` ``[E, 2F, H]``, torchtitan's
+    ``GroupedExperts.w1``), so with ``E/ep`` experts on a rank that ``edp`` does not divide, each rank holds
+    ``ceil(E/(ep·edp))`` experts' rows: its parameter shard, gradient, optimizer states and all-gather buffers are
+    ``ceil(E_loc/edp)·edp/E_loc`` times the even share (Qwen1.5-MoE's 60 experts at dp 8: 8 rows, 16/15).
+    Where the ranks outnumber the experts (``edp·ep > E``) torchtitan's ``apply_fsdp`` shards the experts on dim 1
+    instead (``shard_placement_fn`` returning ``Shard(1)``, "to avoid padding"), which divides evenly: 1, as for
+    the dense weights (H, F, V multiples of 8)."""
+    import numpy as np
+
+    e_loc = experts / np.asarray(ep, dtype=np.float64)
+    edp = np.asarray(edp, dtype=np.float64)
+    return np.where(edp > e_loc, 1.0, np.ceil(e_loc / edp) * edp / e_loc)
+
+
+def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, tied=False, root_grads=None,
+                  layer_grads=None, r=4.0, accumulating=False):
     """FSDP2's own buffers on one rank (``torch.distributed.fsdp.fully_shard`` on every decoder layer and on the
-    whole model, as torchtitan's ``apply_fsdp``; ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``,
-    ``reshard_after_forward=True``), per phase of the step, beside the sharded fp32 parameters, gradients and
-    optimizer states (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``, ``_fsdp_param_group.py``):
+    whole model, as torchtitan's ``apply_fsdp`` and torchtune's ``shard_model``; ``reshard_after_forward=True``;
+    parameters unsharded in ``a`` bytes, the ``param_dtype`` of torchtitan's ``MixedPrecisionPolicy`` or the
+    model's own dtype; gradients reduce-scattered in ``r`` bytes, torchtitan's fp32 ``reduce_dtype`` or the
+    gradients' own dtype), per phase of the step, beside the sharded parameters, gradients and optimizer states
+    (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``, ``_fsdp_param_group.py``). ``root_grads`` and
+    ``layer_grads`` are the trainable parameters among ``root_params`` and ``layer_params`` (None: all of them;
+    LoRA: the adapters of a layer and none of the root's), whose gradients FSDP2 reduces: ``foreach_reduce`` runs
+    over the parameters that have an unsharded gradient only.
 
     * loss: the root's parameters (``root_params``: embedding, output layer, final norm) are all-gathered in the
       a-byte ``param_dtype`` when the forward starts and the loss is computed inside the root's forward, so they
       are unsharded at the loss (``a·root``); one decoder layer's all-gather output stays allocated after its
       copy-out until the next all-gather is issued (``AllGatherState``, kept for the copy-out stream), ``a·layer``;
     * backward (a layer's backward): the root's parameters again, the layer's unsharded parameters and the next
-      layer's, prefetched (``2·a·layer``), its unsharded a-byte gradients and their fp32 reduce-scatter input
-      (``(a + 4)·layer``), and the output layer's unsharded gradient (``a·V·H``, ``vocab_hidden`` = V·H) that the
-      root holds from the start of the backward; no record peaks here, so this phase is not checked;
+      layer's, prefetched (``2·a·layer``), its unsharded a-byte gradients and their r-byte reduce-scatter input
+      (``(a + r)·layer_grads``), and the output layer's unsharded gradient (``a·V·H``, ``vocab_hidden`` = V·H of
+      a trainable output layer) that the root holds from the start of the backward; no record peaks here, so this
+      phase is not checked;
     * gradients (the end of the backward): ``foreach_reduce`` of the root's own gradients, its a-byte unsharded
-      gradients and their fp32 reduce-scatter input (``(a + 4)·root``; the root's sharded gradients,
-      ``4·root/shard``, counted with the sharded gradients, are made only after ``unsharded_grads.clear()``).
-      With tied embeddings (``tied``) the trace also holds the root's unsharded parameters and the first layer's
-      reduce-scatter input (``ReduceScatterState``, ``4·layer``) at that moment, ``a·root + 4·layer`` more: seen
-      in both tied records (Llama-3.2-1B and Qwen3-1.7B shapes, exact to 0.01 %) and in neither untied one; why
-      tying keeps them is not worked out from FSDP2's code.
+      gradients and their r-byte reduce-scatter input (``(a + r)·root_grads``); the reduce-scatter output, ``r``
+      bytes over ``shard``, becomes the root's sharded gradients (a view of it, counted with the sharded
+      gradients) when they are None, after ``unsharded_grads.clear()``, so it is not counted here; under gradient
+      accumulation (``accumulating``: a later micro-batch, the sharded gradients kept from the one before) the
+      output is added into them (``sharded_param.grad._local_tensor += new_sharded_grad``) and lives beside them,
+      ``r·root_grads/shard`` more. With tied embeddings (``tied``) the trace also holds the root's unsharded
+      parameters and the first layer's reduce-scatter input (``ReduceScatterState``, ``r·layer``) at that moment,
+      ``a·root + r·layer`` more: seen in both tied records (Llama-3.2-1B and Qwen3-1.7B shapes, exact to 0.01 %)
+      and in neither untied one; why tying keeps them is not worked out from FSDP2's code.
 
     Returns (loss, backward, gradients): the bytes each phase holds besides the sharded states and gradients.
     Checked with ``validation/record_step_peak.py`` (``FSDPMemTracker`` on a fake process group,
-    step_peak_fsdp.json): the loss phase sets the peak of seven records (within 0.2 %), the gradients phase that of
-    three (Llama-3.2-1B, Qwen3-1.7B, Llama-3.1-8B at dp 8, batch 1 × 512, full recompute)."""
+    step_peak_fsdp.json): full training, LoRA and gradient accumulation; the loss phase sets the peak of most
+    records, the gradients phase that of the batch 1 × 512 full-recompute ones."""
+    import numpy as np
+
     root, layer = root_params, layer_params
+    root_g = root if root_grads is None else root_grads
+    layer_g = layer if layer_grads is None else layer_grads
     loss = a * (root + layer)
-    backward = a * root + (3 * a + 4) * layer + a * vocab_hidden
-    gradients = (a + 4) * root - 4.0 * root / shard + ((a * root + 4.0 * layer) if tied else 0.0)
+    backward = a * root + 2 * a * layer + (a + r) * layer_g + a * vocab_hidden
+    out = 0.0 if accumulating else r * root_g / shard
+    gradients = (a + r) * root_g - out
+    if tied:  # beside the root's reduce-scatter (none where the root has nothing to train)
+        gradients = gradients + np.where(np.asarray(root_g) > 0, a * root + r * layer_g, 0.0)
     return loss, backward, gradients

@@ -239,6 +239,12 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     # (Megatron-Core expert_data_parallel; torchtitan's dp_shard_mod_ep): their states shard over it
     etp = tp if o.etp is None else o.etp
     edp = tp * shard / (o.ep * etp)
+    # FSDP2 (zero 3 outside Megatron): fully_shard on every decoder layer and the root (tm.fsdp2_buffers); its
+    # dim-0 sharding gives the most-loaded rank ceil(E/(ep·edp)) experts' rows (tm.fsdp2_expert_rows)
+    fsdp = (np.asarray(zero) >= 3) & (o.framework != "megatron") & (o.quant == "none")
+    if arch.moe is not None and np.any(fsdp):
+        expert_dev = expert_dev * np.where(fsdp, tm.fsdp2_expert_rows(arch.moe.experts, o.ep, edp), 1.0)
+        n_dev = dense_dev + expert_dev
 
     if o.lora_rank:
         targets = tm.lora_targets(o.lora_targets)
@@ -268,6 +274,9 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             f = _states(dense_dev, expert_dev, tm.StateBytes(4.0, 4.0, 0.0, sb.optimizer), zero, shard, edp, extra)
             states = tuple(np.where(np.asarray(zero) >= 3, x, y) for x, y in zip(f, states, strict=True))
         weights, grads, optimizer = states
+        # the bytes FSDP2 reduce-scatters a gradient in: fp32 under its mixed precision (reduce_dtype), else the
+        # gradient's own dtype
+        fsdp_reduce = 4.0 if o.precision.endswith("-mixed") else sb.grads
         trainable_total = float(split.total)
         targets = ()
 
@@ -393,7 +402,9 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     # are freed.
     # FSDP2 (zero 3, full training) frees its sharded gradients with zero_grad(set_to_none=True) and makes them
     # in the backward's reduce-scatters, so without accumulation they do not live through the forward.
-    fsdp = (np.asarray(zero) >= 3) & (o.framework != "megatron") & (not o.lora_rank)
+    # LoRA under FSDP2 (torchtune's lora_finetune_distributed: fully_shard per layer and on the root, the frozen
+    # base sharded with the adapters) likewise; QLoRA's quantized base is not modelled this way (fsdp above).
+    accumulating = (o.microbatches or 1) > 1  # a later micro-batch adds into the sharded gradients of the one before
     persistent = (o.framework == "megatron") | ((np.asarray(shard) > 1) & ~fsdp) | ((o.microbatches or 1) > 1)
     held = np.where(persistent, grads, 0.0)
     if o.framework == "megatron":
@@ -414,10 +425,18 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         root = dense_dev - split.layers * stage_layers / arch.layers / tp
         block = split.layers / arch.layers / tp
         if arch.n_moe_layers:
-            block = block + split.experts / arch.n_moe_layers / (o.ep * etp)
-        f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block, a, np.where(is_last, arch.vocab * arch.hidden / tp,
-                                                                                 0.0), shard,
-                                                   arch.tied_embeddings)
+            rows = np.where(fsdp, tm.fsdp2_expert_rows(arch.moe.experts, o.ep, edp), 1.0)
+            block = block + split.experts / arch.n_moe_layers / (o.ep * etp) * rows
+        if o.lora_rank:
+            # LoRA: the adapters are gathered with their layer and are all that it reduces; the root (embedding,
+            # output layer, final norm) is frozen, so it has no gradients to reduce (nor an output-layer gradient)
+            lora_layer = lora_total / arch.layers / tp
+            f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block + lora_layer, a, 0.0, shard, arch.tied_embeddings,
+                                                       0.0, lora_layer, asb.grads, accumulating)
+        else:
+            f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block, a, np.where(is_last, arch.vocab * arch.hidden / tp,
+                                                                                     0.0), shard,
+                                                       arch.tied_embeddings, r=fsdp_reduce, accumulating=accumulating)
         f_loss, f_back, f_grads = (np.where(fsdp, x, 0.0) for x in (f_loss, f_back, f_grads))
         freed = _pick(np.asarray(pp) > 1, 0.0, outside["last"])
         if litgpt:  # the loop's ``logits`` list lives through the backward
