@@ -474,7 +474,7 @@ def train_mem(
     lora_rank: Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank (fine-tune adapters only)")] = None,
     lora_targets: Annotated[str, typer.Option("--lora-targets", help="q,k,v,o,gate,up,down or all")] = "q,v",
     lora_dtype: Annotated[str, typer.Option("--lora-dtype", help="adapter dtype: fp32 (PEFT) | bf16 | fp16 (torchtune: the model's)")] = "fp32",
-    loss: Annotated[str, typer.Option("--loss", help="full (fp32 log-softmax, transformers) | chunked (torchtune's compiled chunked CE)")] = "full",
+    loss: Annotated[str, typer.Option("--loss", help="full (fp32 log-softmax, transformers) | chunked (torchtune's compiled chunked CE) | fp32-kept (torchtune's 2024 recipes: full, with the fp32 logits kept through the backward)")] = "full",
     optimizer_in_backward: Annotated[bool, typer.Option("--optimizer-in-backward", help="step each parameter in backward and free its gradient (torchtune optimizer_in_bwd)")] = False,
     adamw: Annotated[str, typer.Option("--adamw", help="torch AdamW kernel: foreach (default; a temporary state-sized buffer in the step) | fused")] = "foreach",
     trace: Annotated[bool, typer.Option("--trace", help="also trace the step with PyTorch's memory tracker on fake tensors (needs the trace extra)")] = False,

@@ -73,8 +73,11 @@ def setup_of(**kw):
                 first_stage_layers=stage_option("first_stage_layers", s.first_stage_layers),
                 last_stage_layers=stage_option("last_stage_layers", s.last_stage_layers))
     if s.framework == "megatron" and s.loss != "full":
-        raise ParameterError("loss", s.loss, "is torchtune's chunked cross-entropy; Megatron's fused vocab-parallel "
-                             "loss is {loss=full} with {framework=megatron}")
+        raise ParameterError("loss", s.loss, "is torchtune's; Megatron's fused vocab-parallel loss is {loss=full} "
+                             "with {framework=megatron}")
+    if s.framework == "litgpt" and s.loss == "fp32-kept":
+        raise ParameterError("loss", s.loss, "is torchtune's 2024 training loop; LitGPT's chunked loss is "
+                             "{loss=full} with {framework=litgpt}")
     if s.optimizer_in_backward and (s.microbatches or 1) > 1:
         raise ParameterError("optimizer_in_backward", True, "steps each parameter as its gradient is ready, so it "
                              "cannot accumulate gradients over {microbatches} > 1")

@@ -16,7 +16,7 @@ from aicalc.errors import ParameterError
 FRAMEWORKS = ("hf", "megatron", "litgpt")
 ATTENTION = ("eager", "sdpa", "flash")
 OFFLOAD = ("none", "optimizer", "params")
-LOSSES = ("full", "chunked")
+LOSSES = ("full", "chunked", "fp32-kept")
 LORA_DTYPES = ("fp32", "bf16", "fp16")
 # the phases of a step whose live memory can set the peak (docs/train-mem.md "Peak"); "all" is megatron's one sum
 PHASES = ("loss", "backward", "gradients", "optimizer", "all")
@@ -350,6 +350,11 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             # chunk's ``cross_entropy`` saving its log-softmax in that dtype, 2·a·BS·V, where transformers saves an
             # fp32 log-softmax (4·BS·V, counted by hf_outside)
             outside["last"] = outside["last"] + (2 * a - 4) * B * S_loc * arch.vocab / tp
+        if o.loss == "fp32-kept" and "last" in ends:
+            # torchtune's 2024 recipes: the decoder returns ``self.output(h).float()`` and the training loop keeps
+            # those fp32 logits (shifted, ``.contiguous()``) referenced through ``loss.backward()``: 4·BS·V beside
+            # what transformers' loss saves, until the backward ends (not freed with the loss's tensors below)
+            outside["last"] = outside["last"] + 4.0 * B * S_loc * arch.vocab / tp
         if o.lora_rank:
             outside = {st: v - np.where(np.asarray(recompute) == "full", 0.0,
                                         act.hf_frozen_outside(B, S_loc, arch, a, stage=st)) if st in ends else v
@@ -441,6 +446,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         freed = _pick(np.asarray(pp) > 1, 0.0, outside["last"])
         if litgpt:  # the loop's ``logits`` list lives through the backward
             freed = np.maximum(freed - a * B * S_loc * arch.vocab / tp, 0.0)
+        if o.loss == "fp32-kept":  # so do torchtune's fp32 logits
+            freed = np.maximum(freed - 4.0 * B * S_loc * arch.vocab / tp, 0.0)
         gather = np.where(fsdp, f_back, gather)
         wg = _plus(workspace, gather)
         live = {"loss": _plus(activ, held, loss_t, kept, f_loss),
