@@ -203,7 +203,7 @@ def _trace_rows(spec, st, rows) -> None:
     if st.framework != "hf" or st.quant != "none" or st.offload != "none" or st.optimizer not in ("adam", "adamw") \
             or st.optimizer_in_backward or st.loss != "full" or (st.lora_rank and st.lora_dtype != "fp32"):
         raise AicalcError("--trace runs transformers with torch AdamW (--framework hf, no --quant, --offload, "
-                          "--optimizer-in-backward, --loss chunked or --lora-dtype)")
+                          "--optimizer-in-backward, --loss other than full or --lora-dtype)")
     if st.lora_rank and st.precision.endswith("-mixed"):
         raise AicalcError("--trace with --lora-rank: give the frozen base's dtype, --precision bf16 or fp32 (PEFT "
                           "keeps the adapters in fp32; torch AMP would hold the whole base in fp32)")
