@@ -27,8 +27,10 @@ def set_user_dirs(dirs: list[Path]) -> None:
     _index.cache_clear()
 
 
+@cache
 def builtin_root() -> Path:
-    """``aicalc/presets`` in an installed wheel, else the repository's top-level ``presets/``."""
+    """``aicalc/presets`` in an installed wheel, else the repository's top-level ``presets/`` (found once: a
+    query asks for it dozens of times, and each look resolves the path and stats the folder)."""
     here = Path(__file__).resolve().parent.parent
     shipped = here / "presets"
     return shipped if shipped.is_dir() else here.parent / "presets"
