@@ -232,7 +232,9 @@ def _traffic(rate, requests, requests_per_day, peak_factor, prompt, gen, num_req
                                  "arrival times)")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ParameterError("seed", inputs._safe(seed), "must be a whole number >= 0")
-        unit = np.cumsum(np.random.default_rng(seed).exponential(1.0, n))  # unit-rate Poisson
+        from aicalc.api.arrivals import unit_arrivals
+
+        unit = unit_arrivals(seed, n)  # unit-rate Poisson, cumsum(default_rng(seed).exponential(1, n))
     if not lam > 0:
         raise ParameterError("rate", lam, "must be positive")
     return P, G, unit, lam

@@ -432,16 +432,21 @@ def _stamp(root: Path) -> list:
     return out
 
 
+def cache_dir() -> Path:
+    """aicalc's cache folder: ``$AICALC_CACHE_DIR``, else ``$XDG_CACHE_HOME/aicalc`` or ``~/.cache/aicalc``."""
+    base = os.environ.get("AICALC_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "aicalc")
+    return Path(base)
+
+
 def _cache_file(root: Path) -> Path | None:
     import zlib
 
     from aicalc import __version__
 
-    base = os.environ.get("AICALC_CACHE_DIR")
-    if not base:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        base = os.path.join(xdg, "aicalc")
-    return Path(base) / f"catalog-{__version__}-{zlib.crc32(str(root).encode()):08x}.json"
+    return cache_dir() / f"catalog-{__version__}-{zlib.crc32(str(root).encode()):08x}.json"
 
 
 MAX_INDEX_BYTES = 64 * 2**20  # the built-in index is ~0.2 MiB; anything far larger is not one
