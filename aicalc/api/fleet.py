@@ -102,6 +102,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip, named_format
     from aicalc.api.deployment import moe_layouts
+    from aicalc.api.roofline import cost_setup
     from aicalc.api.traffic import Layout, replica
     from aicalc.core.dtypes import kv_bytes_per_element
     from aicalc.core.geometry import check_tp
@@ -143,10 +144,15 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
     if not layouts:
         raise ParameterError("tp", ",".join(str(t) for t in tps or TPS), f"admits no layout of {spec.id} (a TP "
                              "degree must divide its attention heads and FFN)")
-    reps = {}
+    reps, setups = {}, {}
     for lay in layouts:
         try:
-            rep = replica(spec, lay, engine=engine, policy=policy, longest=longest)
+            # the cost model's view depends on TP only through whether TP needs a link: one per chip and formats
+            key = (lay.chip, lay.dtype, lay.kv_dtype, lay.tp > 1)
+            if key not in setups:
+                setups[key] = cost_setup(spec, lay.chip, lay.dtype, lay.kv_dtype, tp_needs_link=lay.tp > 1,
+                                         engine=engine)
+            rep = replica(spec, lay, engine=engine, policy=policy, longest=longest, cs=setups[key])
         except AicalcError as e:  # e.g. no math for this dtype on this chip
             warnings.append(f"{lay.chip} TP {lay.tp} {lay.dtype}: {e}")
             continue
