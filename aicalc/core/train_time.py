@@ -39,7 +39,7 @@ parallelism splitting the whole sequence's causal attention over the CP ranks; M
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aicalc.core.efficiency import Efficiency
 from aicalc.core.forward import Shape
@@ -140,8 +140,7 @@ def time_from_rate(tokens, flops_per_token_counted, chips, achieved_flop_per_s_p
     return tokens * flops_per_token_counted / (chips * achieved_flop_per_s_per_chip)
 
 
-@dataclass(frozen=True)
-class TrainChip:
+class TrainChip(NamedTuple):
     """What training time reads of a chip: peaks, links and the size of its scale-up domain."""
 
     peak_flop_per_s: float
