@@ -3,8 +3,6 @@ layout and sorts them all gives, ties in the order of evaluation; a search too l
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -23,7 +21,7 @@ def _everything(arch, setup, chips, limit, seqs, max_batch, cps, recomputes, top
     for rc in recomputes:
         g = {"batch": MB, "seq": SQ, "tp": lay[ix, 0], "pp": lay[ix, 1], "cp": lay[ix, 2], "dp": lay[ix, 3],
              "zero": Z, "recompute": np.full(MB.shape, rc)}
-        cols = evaluate(arch, replace(setup, recompute=rc), g)
+        cols = evaluate(arch, setup._replace(recompute=rc), g)
         cols["recompute"] = g["recompute"]
         valid = (SQ % (2 * g["cp"]) == 0) | (g["cp"] == 1)
         if setup.sp:

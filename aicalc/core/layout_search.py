@@ -4,8 +4,6 @@ memory headroom."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 SLICE = 1 << 18  # layouts evaluated per slice (a long search reports progress between slices)
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_LAYOUTS = 30_000_000  # one search: about 6 s and 0.2 GiB at the speed of docs/robustness.md; 10⁸ is refused
@@ -75,7 +73,7 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
     fit_n = valid_n = done = 0
     total = size * len(recomputes)
     for rc in recomputes:
-        oo = replace(setup, recompute=rc)
+        oo = setup._replace(recompute=rc)
         for i in range(0, size, SLICE):
             li, zi, mi, si = np.unravel_index(np.arange(i, min(i + SLICE, size)), shape)
             mb, sq = mbs[mi], seqs[si]
