@@ -62,7 +62,9 @@ def _index(kind: str) -> dict[str, Path]:
     for root in _roots():
         folder = root / f"{kind}s"
         if folder.is_dir():
-            for f in sorted(folder.glob("*.yaml")):
+            # the listing's names, sorted: what sorted(folder.glob("*.yaml")) gives, without pathlib's glob
+            for name in sorted(e.name for e in os.scandir(folder) if e.name.endswith(".yaml")):
+                f = folder / name
                 found[f.stem] = f
     return found
 
