@@ -142,9 +142,10 @@ def _plain(value: Any) -> Any:
 
 def render(result: Result, fmt: str, env: Env) -> None:
     if fmt in ("table", "markdown") and isinstance(result.rows, Rows):  # a table is laid out from all its rows
-        from dataclasses import replace
+        import copy
 
-        result = replace(result, rows=list(result.rows))
+        result = copy.copy(result)
+        result.rows = list(result.rows)
     {"table": _table, "json": _json, "csv": _csv, "markdown": _markdown}[fmt](result, env)
 
 

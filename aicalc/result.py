@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from aicalc.errors import ExitCode
@@ -11,20 +10,34 @@ from aicalc.errors import ExitCode
 SCHEMA_VERSION = 1
 
 
-@dataclass
 class Result:
-    """What a command computed: its inputs, rows, warnings and exit code, before any rendering."""
+    """What a command computed: its inputs, rows, warnings and exit code, before any rendering. A plain class (its
+    methods compiled with the module, where a dataclass compiles them at import, docs/robustness.md)."""
 
-    command: str
-    inputs: dict[str, Any]
-    rows: list[dict[str, Any]] | Rows  # Rows: kept as columns, so that a writer streams them
-    warnings: list[str] = field(default_factory=list)
-    exit_code: ExitCode = ExitCode.OK
-    title: str | None = None
-    notes: list[str] = field(default_factory=list)  # footer lines for people (tables only)
-    columns: list[str] | None = None  # which keys a table shows, in order (default: all)
-    chart: Any = None  # optional callable(console) drawing a terminal chart under the table
-    keep: list[str] | None = None  # columns a narrow table never leaves out: the one the rows are ranked by, the answers
+    FIELDS = ("command", "inputs", "rows", "warnings", "exit_code", "title", "notes", "columns", "chart", "keep")
+
+    def __init__(self, command: str, inputs: dict[str, Any], rows: list[dict[str, Any]] | Rows,
+                 warnings: list[str] | None = None, exit_code: ExitCode = ExitCode.OK, title: str | None = None,
+                 notes: list[str] | None = None, columns: list[str] | None = None, chart: Any = None,
+                 keep: list[str] | None = None):
+        self.command, self.inputs = command, inputs
+        self.rows = rows  # Rows: kept as columns, so that a writer streams them
+        self.warnings = [] if warnings is None else warnings
+        self.exit_code, self.title = exit_code, title
+        self.notes = [] if notes is None else notes  # footer lines for people (tables only)
+        self.columns = columns  # which keys a table shows, in order (default: all)
+        self.chart = chart  # optional callable(console) drawing a terminal chart under the table
+        self.keep = keep  # columns a narrow table never leaves out: the one the rows are ranked by, the answers
+
+    def __repr__(self) -> str:
+        return f"Result({', '.join(f'{k}={getattr(self, k)!r}' for k in self.FIELDS)})"
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return tuple(getattr(self, k) for k in self.FIELDS) == tuple(getattr(other, k) for k in self.FIELDS)
+
+    __hash__ = None  # mutable, as the dataclass was
 
     def envelope(self, *, lazy: bool = False) -> dict[str, Any]:
         """The JSON document; ``lazy``: ``rows`` as they are held (a :class:`Rows` is not turned into a list)."""

@@ -28,6 +28,30 @@ def test_bisection_finds_the_threshold_in_logarithmic_calls(answer, start):
     assert fewest(lambda r: False, start, 64) is None
 
 
+def test_bisection_gives_up_once_a_miss_puts_the_answer_out_of_use():
+    """``beyond``: the calls are those of the plain search up to the miss that shows the answer lies where it is
+    of no use, then None; an answer of use comes out unchanged."""
+    plain, cut = [], []
+    assert fewest(lambda r: plain.append(r) or r >= 100, 1, 16384) == 100
+    assert fewest(lambda r: cut.append(r) or r >= 100, 1, 16384, beyond=lambda r: r >= 50) is None
+    assert cut == plain[:len(cut)] and len(cut) < len(plain) and max(r for r in cut if r < 100) >= 49
+    assert fewest(lambda r: r >= 100, 1, 16384, beyond=lambda r: r >= 101) == 100
+
+
+@pytest.mark.parametrize("case", [
+    dict(model="llama-3.1-70b", chips=["h100-sxm"], requests_per_day=1e6, max_ttft=2.0, max_tpot=0.2),
+    dict(model="llama-3.1-8b", chips=["h100-sxm", "a100-80gb"], rate=60, max_ttft=1.0, max_tpot=0.05),
+    dict(model="qwen3-30b-a3b", chips=["h100-sxm"], requests_per_day=1e8, max_ttft=2.0, max_tpot=0.2)])
+def test_the_cheapest_search_finds_the_full_searchs_first_row(case):
+    """``cheapest`` (compare's fleet) leaves out what cannot beat the best found: its one answer is the full
+    search's first row, in no more simulations."""
+    full = size_fleet(**case)
+    cheap = size_fleet(**case, cheapest=True)
+    assert full.meta["row_dicts"] and cheap.meta["row_dicts"][0] == full.meta["row_dicts"][0] | {
+        "simulations": cheap.meta["row_dicts"][0]["simulations"]}
+    assert cheap.meta["simulations"] <= full.meta["simulations"]
+
+
 @pytest.fixture(scope="module")
 def fleet():
     return size_fleet("llama-3.1-8b", ["h100-sxm"], rate=60, prompt=1024, gen=256, max_ttft=1.0, max_tpot=0.05)

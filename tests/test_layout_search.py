@@ -3,8 +3,6 @@ layout and sorts them all gives, ties in the order of evaluation; a search too l
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -28,7 +26,7 @@ def _everything(arch, setup, chips, limit, seqs, max_batch, cps, recomputes, top
         g = {"batch": MB, "seq": SQ, "tp": lay[ix, 0], "pp": lay[ix, 1], "cp": lay[ix, 2], "dp": lay[ix, 3],
              "zero": Z, "recompute": np.full(MB.shape, rc)}
         run = {**g, "seq": padded_seq(SQ, g["tp"], g["cp"])} if setup.sp and not xla else g
-        cols = evaluate(arch, replace(setup, recompute=rc), run)
+        cols = evaluate(arch, setup._replace(recompute=rc), run)
         cols["seq"] = SQ
         cols["recompute"] = g["recompute"]
         valid = (SQ % (2 * g["cp"]) == 0) | (g["cp"] == 1)
@@ -59,11 +57,11 @@ CASES = [  # (model, setup, chips, limit bytes, seqs, max batch, cps, recomputes
     ("gpt2", HF, 4, 80e9, [512, 1024], 2, (1,), ("none", "full"), 500),  # a top larger than the search
     # sequences that SP pads (1000 over cp·tp), pipelines of 3+ stages (a middle stage) and 80 layers split unevenly
     ("llama-3.1-70b", MEG, 96, 80e9, [1000, 4096, 6000], 2, (1, 2), ("none", "full", "selective"), 40),
-    ("llama-3.1-70b", replace(MEG, virtual_stages=2, precision="fp8-mixed"), 64, 60e9, [4096], 2, (1,),
+    ("llama-3.1-70b", MEG._replace(virtual_stages=2, precision="fp8-mixed"), 64, 60e9, [4096], 2, (1,),
      ("none", "full"), 25),
-    ("llama-3.1-70b", replace(MEG, first_stage_layers=6), 64, 80e9, [4096], 4, (1,), ("none", "full"), 25),
+    ("llama-3.1-70b", MEG._replace(first_stage_layers=6), 64, 80e9, [4096], 4, (1,), ("none", "full"), 25),
     ("qwen3-30b-a3b", TrainSetup(ep=8), 64, 80e9, [2048, 8192], 4, (1, 2), ("none", "full", "selective-op"), 30),
-    ("deepseek-v2-lite", replace(MEG, ep=4, etp=2), 32, 40e9, [4096], 4, (1, 2), ("none", "selective"), 30),
+    ("deepseek-v2-lite", MEG._replace(ep=4, etp=2), 32, 40e9, [4096], 4, (1, 2), ("none", "selective"), 30),
     ("llama-3.1-8b", TrainSetup(lora_rank=16, lora_targets="all"), 8, 16e9, [1024, 4096], 8, (1,),
      ("none", "full", "every-2"), 30),
     ("llama-3.1-8b", TrainSetup(lora_rank=16, quant="nf4", framework="litgpt"), 2, 24e9, [2048], 4, (1,),
@@ -95,7 +93,7 @@ def test_a_tpu_search_runs_the_sequence_unpadded():
     """XLA shards the sequence without padding it to tp (train_memory's ``xla``): the search's rows are the plain
     evaluation's there too."""
     arch = store.resolve_model("llama-3.1-70b").arch
-    args = (arch, replace(MEG, attention="sdpa"), 32, 95e9, [1000, 4096], 4, (1, 2), ("none", "full"), 30)
+    args = (arch, MEG._replace(attention="sdpa"), 32, 95e9, [1000, 4096], 4, (1, 2), ("none", "full"), 30)
     sel, fit, n = layout_search.search(*args, xla=True)
     ref, ref_fit, ref_n = _everything(*args, xla=True)
     assert (fit, n) == (ref_fit, ref_n) and fit

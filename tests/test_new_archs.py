@@ -111,12 +111,10 @@ def test_olmo2_13b_equals_its_checkpoint():
 
 
 def test_qk_norm_over_the_whole_projection():
-    from dataclasses import replace
-
     olmo = _arch("olmo-2-13b")  # q_norm over 40 x 128 and k_norm over 40 x 128 weights in each of 40 layers
     assert (olmo.qk_norm, olmo.qk_norm_full, olmo.norms_per_layer) == (True, True, 2)
     assert count_params(olmo).norms == 40 * (2 * 5120 + 5120 + 5120) + 5120
-    per_head = count_params(replace(olmo, qk_norm_full=False)).norms  # a Qwen3-style norm would hold 2 x 128
+    per_head = count_params(olmo._replace(qk_norm_full=False)).norms  # a Qwen3-style norm would hold 2 x 128
     assert count_params(olmo).norms - per_head == 40 * (2 * 5120 - 2 * 128)
     gqa = arch_from_config({"model_type": "cohere", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
                             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
@@ -169,10 +167,8 @@ def test_layer_patterns():
 
 
 def test_attention_sinks_add_one_parameter_per_query_head():
-    from dataclasses import replace
-
     arch = _arch("gpt-oss-20b")
-    assert attention_params(arch) - attention_params(replace(arch, attention_sinks=False)) == arch.heads
+    assert attention_params(arch) - attention_params(arch._replace(attention_sinks=False)) == arch.heads
 
 
 def test_deepseek_v2_query_lora_default_and_null():

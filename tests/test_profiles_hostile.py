@@ -217,7 +217,7 @@ def test_profiles_are_read_per_presets_dir(tmp_path):
 # --- factor ranges: one table for profile files and --eff --------------------------------------------------------
 
 def test_every_factor_has_a_range_and_the_defaults_lie_in_it():
-    assert set(FACTOR_RANGES) == set(Efficiency.__dataclass_fields__)
+    assert set(FACTOR_RANGES) == set(Efficiency._fields)
     for name, value in Efficiency().as_dict().items():
         assert factor_problem(name, value) is None, (name, value)
     for name, r in FACTOR_RANGES.items():

@@ -150,15 +150,13 @@ def test_tp_collective_across_domains_hand_derived():
 def test_tp_across_nodes_slows_the_decode_step():
     """The same 405B decode at TP 16 costs more per token on H100 nodes of 8 than if all 16 shared one NVLink
     domain (the all-reduces' cross-node half runs at 50 GB/s, not 450)."""
-    from dataclasses import replace
-
     import numpy as np
 
     from aicalc.api.roofline import cost_setup
     from aicalc.core import latency
 
     cs = cost_setup("llama-3.1-405b", "h100-sxm", "bf16", "bf16", tp_needs_link=True)
-    one = replace(cs.roofs, domain=16.0)
+    one = cs.roofs._replace(domain=16.0)
     B, S, G, TP = (np.array([64.0]), np.array([1024.0]), np.array([256.0]), np.array([16.0]))
     nodes = latency.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, B, S, G, TP)[1].t_est
     flat = latency.inference(cs.shape, one, cs.formats, cs.efficiency, B, S, G, TP)[1].t_est
@@ -188,15 +186,13 @@ def test_serving_alltoall_on_the_links_the_ep_group_spans():
 
 
 def test_ep_overlap_hides_that_share_of_the_exchange():
-    from dataclasses import replace
-
     from aicalc.core.forward import Op
     from aicalc.core.pricing import Roofs, op_times
 
     r = Roofs(peak_flop_per_s=1e15, bandwidth_bytes_per_s=3e12, link_bytes_per_s=450e9)
     op = Op("moe_alltoall", "alltoall", flop=0.0, bytes=0.0, weight_bytes=0.0, kernels=0.0, comm_bytes=1e6,
             dims=(8.0, 8.0, 1.0, 1.0, 1.0))
-    eff = replace(Efficiency(), link=1.0, collective_latency_s=0.0, kernel_overhead_s=0.0)
+    eff = Efficiency()._replace(link=1.0, collective_latency_s=0.0, kernel_overhead_s=0.0)
     full = float(op_times(op, r, eff, 1.0)[1])
     assert full == pytest.approx(7 * 1e6 / 450e9)
-    assert float(op_times(op, r, replace(eff, ep_overlap=0.6), 1.0)[1]) == pytest.approx(0.4 * full)
+    assert float(op_times(op, r, eff._replace(ep_overlap=0.6), 1.0)[1]) == pytest.approx(0.4 * full)

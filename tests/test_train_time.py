@@ -349,13 +349,11 @@ def test_moe_alltoall_copies_hand_derived():
 def test_group_limited_alltoall_in_the_training_step():
     """The step's EP time is 2·(passes − 1)·L_moe all-to-alls of M·H·2 bytes per rank, each the slower of its
     scale-out part (1.5 copies per token at 50 GB/s) and its scale-up part (7 copies at 400 GB/s)."""
-    from dataclasses import replace
-
     from aicalc.core.efficiency import IDEAL
     from aicalc.core.train_time import TrainChip, step_time
 
     chip = TrainChip(peak_flop_per_s=1e15, bandwidth_bytes_per_s=3e12, link_bytes_per_s=400e9, dp_bytes_per_s=50e9)
-    eff = replace(IDEAL, ep_overlap=0.0)  # every all-to-all exposed, at the full link bandwidth, no latency
+    eff = IDEAL._replace(ep_overlap=0.0)  # every all-to-all exposed, at the full link bandwidth, no latency
     kw = dict(seq=1024, global_batch=32, micro_batch=1, tp=1, pp=1, dp=32, ep=32, recompute="none", zero=1)
     limited = step_time(shape_of(_tiny_deepseek_v3()), chip, eff, **kw)["ep_comm_s"]
     plain = step_time(shape_of(_tiny_deepseek_v3(n_group=1, topk_group=1)), chip, eff, **kw)["ep_comm_s"]
@@ -439,13 +437,11 @@ def test_fsdp_with_a_pipeline_gathers_once_per_step():
     """With PP, torchtitan keeps FSDP blocks unsharded (reshard_after_forward=False) and torch's PipelineStage
     skips the gradient sync until the last backward: the data-parallel time does not grow with the micro-batches,
     while without PP every micro-batch gathers and reduce-scatters again."""
-    from dataclasses import replace
-
     from aicalc.core.efficiency import IDEAL
     from aicalc.core.train_time import TrainChip, step_time
 
     chip = TrainChip(peak_flop_per_s=1e15, bandwidth_bytes_per_s=3e12, link_bytes_per_s=400e9, dp_bytes_per_s=50e9)
-    eff = replace(IDEAL, dp_overlap=0.0)
+    eff = IDEAL._replace(dp_overlap=0.0)
     s = shape_of(gpt(8, 1024, 16))
     kw = dict(seq=1024, micro_batch=1, tp=1, dp=16, recompute="none", zero=3)
     piped = [float(step_time(s, chip, eff, global_batch=16 * m, pp=2, **kw)["dp_comm_s"]) for m in (4, 8)]

@@ -179,7 +179,7 @@ def _fleet(spec, chip, row: dict, prompt, gen, dtype, kv_dtype, requests_per_day
            price, warnings: list[str], engine: str | None = None) -> None:
     """The inference row's fleet: the fewest chips that serve ``requests_per_day`` within the latency targets
     (:func:`aicalc.api.fleet.size_fleet`, the search ``serve --search`` runs) and what it costs a day and a
-    year."""
+    year (only its cheapest row is read: ``cheapest`` spares the search the layouts that cannot beat it)."""
     from aicalc.api.fleet import size_fleet
     from aicalc.api.roofline import SRAM_KINDS
     from aicalc.errors import AicalcError
@@ -196,7 +196,7 @@ def _fleet(spec, chip, row: dict, prompt, gen, dtype, kv_dtype, requests_per_day
     try:
         fleet = size_fleet(spec, [chip], requests_per_day=requests_per_day, peak_factor=peak_factor, prompt=prompt,
                            gen=gen, max_ttft=max_ttft, max_tpot=max_tpot, dtypes=(row.get("precision") or dtype,),
-                           kv_dtypes=(kv_dtype,), price=price, engine=engine)
+                           kv_dtypes=(kv_dtype,), price=price, engine=engine, cheapest=True)
     except AicalcError as e:
         warnings.append(f"no fleet sized on {chip.id}: {e}")
         return

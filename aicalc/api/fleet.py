@@ -24,11 +24,13 @@ class Fleet(Table):
     ``usd_per_hour``, ``usd_per_day``, ``usd_per_million_output_tokens``, ``meets_slo``, ``simulations``."""
 
 
-def fewest(meets, start: int, most: int) -> int | None:
+def fewest(meets, start: int, most: int, beyond=None) -> int | None:
     """The least ``r`` in [1, ``most``] with ``meets(r)``, for ``meets`` false below some count and true from it
     on; None when ``meets(most)`` is false. Starts at ``start`` (an estimate), gallops (doubling the step) to a
     bracket of a count that misses and one that meets, then bisects it: O(log) calls of ``meets``, never a scan.
-    The answer is a count that meets with one fewer missing (or 1)."""
+    The answer is a count that meets with one fewer missing (or 1). ``beyond(r)``: True where an answer of ``r``
+    or more is of no use; the search then stops with None as soon as a count that misses shows the answer lies
+    there (the answer always lies above a count that misses), calling ``meets`` as it would have up to then."""
     start = min(max(int(start), 1), most)
     lo, hi = 0, None  # lo: a count known to miss (0 serves nothing); hi: one known to meet
     if meets(start):
@@ -42,7 +44,7 @@ def fewest(meets, start: int, most: int) -> int | None:
     else:
         lo, step = start, 1
         while hi is None:  # gallop up
-            if lo >= most:
+            if lo >= most or (beyond is not None and beyond(lo + 1)):
                 return None
             r = min(most, max(lo + step, 2 * lo) if step > 2 else lo + step)
             if meets(r):
@@ -51,6 +53,8 @@ def fewest(meets, start: int, most: int) -> int | None:
                 lo = r
             step *= 2
     while hi - lo > 1:
+        if beyond is not None and beyond(lo + 1):
+            return None
         mid = (lo + hi) // 2
         if meets(mid):
             hi = mid
@@ -81,19 +85,24 @@ def traffic_rate(rate=None, requests_per_day=None, peak_factor=1.0) -> float:
 def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests_per_day=None, peak_factor=1.0,
                prompt=1024, gen=256, num_requests: int = FLEET_REQUESTS, max_ttft=None, max_tpot=None,
                dtypes=("release",), kv_dtypes=("bf16",), tps=None, disaggregate: bool = True, engine=None,
-               policy=None, price=None, seed: int = 0, max_chips: int = MAX_FLEET_CHIPS) -> Fleet:
+               policy=None, price=None, seed: int = 0, max_chips: int = MAX_FLEET_CHIPS,
+               cheapest: bool = False) -> Fleet:
     """The fewest chips of each layout that serve ``rate`` requests/s (or ``requests_per_day`` × ``peak_factor``
     / 86,400; or a trace, ``requests``, at its own arrival times or at ``rate``) of ``prompt`` + ``gen`` tokens
     within ``max_ttft`` and ``max_tpot`` at the 99th percentile, over every chip in ``chips``, TP degree
     (``tps``, default those of 1-16 the model admits), weight and KV format; aggregated replicas, and
     (``disaggregate``) prefill and decode pools sized separately, each pool over every chip and TP. ``price``:
     USD per chip-hour for every chip (default each preset's). Rows meeting the targets, cheapest first (then
-    fewest chips); a layout that cannot meet them with up to ``max_chips`` chips has no row."""
+    fewest chips); a layout that cannot meet them with up to ``max_chips`` chips has no row. ``cheapest``: only the
+    first row is wanted (``compare``'s fleet): a layout or pool that cannot come out strictly cheaper than the best
+    fleet found so far is not sized (a tie would sort after it), so the first row is the same with fewer
+    simulations and the rows after it may be missing."""
     import numpy as np
 
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip, named_format
     from aicalc.api.deployment import moe_layouts
+    from aicalc.api.roofline import cost_setup
     from aicalc.api.traffic import Layout, replica
     from aicalc.core.dtypes import kv_bytes_per_element
     from aicalc.core.geometry import check_tp
@@ -135,10 +144,15 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
     if not layouts:
         raise ParameterError("tp", ",".join(str(t) for t in tps or TPS), f"admits no layout of {spec.id} (a TP "
                              "degree must divide its attention heads and FFN)")
-    reps = {}
+    reps, setups = {}, {}
     for lay in layouts:
         try:
-            rep = replica(spec, lay, engine=engine, policy=policy, longest=longest)
+            # the cost model's view depends on TP only through whether TP needs a link: one per chip and formats
+            key = (lay.chip, lay.dtype, lay.kv_dtype, lay.tp > 1)
+            if key not in setups:
+                setups[key] = cost_setup(spec, lay.chip, lay.dtype, lay.kv_dtype, tp_needs_link=lay.tp > 1,
+                                         engine=engine)
+            rep = replica(spec, lay, engine=engine, policy=policy, longest=longest, cs=setups[key])
         except AicalcError as e:  # e.g. no math for this dtype on this chip
             warnings.append(f"{lay.chip} TP {lay.tp} {lay.dtype}: {e}")
             continue
@@ -149,7 +163,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
                              f"request of {longest:,} tokens at TP up to {max(tps or TPS)}")
     prices = {lay.chip: price or rep.setup.chip.price_per_hour_usd for lay, rep in reps.items()}
     weight = prices if all(prices.values()) else dict.fromkeys(prices, 1.0)  # rank by dollars, else by chips
-    search = _Search(P, G, unit, lam, ttft_cap, tpot_cap, max_chips, weight)
+    search = _Search(P, G, unit, lam, ttft_cap, tpot_cap, max_chips, weight, cheapest)
     rows = []
     for rep in sorted(reps.values(), key=search.bound):  # cheapest bound first: later layouts may be skipped
         row = search.aggregated(rep)
@@ -224,7 +238,9 @@ def _traffic(rate, requests, requests_per_day, peak_factor, prompt, gen, num_req
                                  "arrival times)")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ParameterError("seed", inputs._safe(seed), "must be a whole number >= 0")
-        unit = np.cumsum(np.random.default_rng(seed).exponential(1.0, n))  # unit-rate Poisson
+        from aicalc.api.arrivals import unit_arrivals
+
+        unit = unit_arrivals(seed, n)  # unit-rate Poisson, cumsum(default_rng(seed).exponential(1, n))
     if not lam > 0:
         raise ParameterError("rate", lam, "must be positive")
     return P, G, unit, lam
@@ -288,13 +304,19 @@ class _Search:
     """Replica counts by bisection for one traffic: every simulation runs the same arrivals (unit-rate times
     ``unit`` stretched to one replica's share), so a count that meets keeps meeting with more replicas."""
 
-    def __init__(self, P, G, unit, lam, ttft_cap, tpot_cap, max_chips, weight):
+    def __init__(self, P, G, unit, lam, ttft_cap, tpot_cap, max_chips, weight, cheapest: bool = False):
         self.P, self.G, self.unit, self.lam = P, G, unit, lam
         self.ttft_cap, self.tpot_cap, self.max_chips = ttft_cap, tpot_cap, max_chips
         self.weight = weight  # chip id → what a chip counts in the ranking (its price, or 1)
         self.best = float("inf")  # the cheapest fleet found so far, in those units
         self.count = 0
         self.skipped: set = set()  # (pool, layout) not simulated: its floor costs more than the best found
+        self.cheapest = cheapest  # only the cheapest fleet is wanted: a tie with the best found is no use either
+
+    def _beaten(self, cost: float) -> bool:
+        """Whether a fleet costing ``cost`` (a floor) is no use: dearer than the best found, or (``cheapest``)
+        no cheaper."""
+        return cost >= self.best if self.cheapest else cost > self.best
 
     def _cost(self, chips: dict) -> float:
         return sum(n * self.weight[c] for c, n in chips.items())
@@ -403,7 +425,7 @@ class _Search:
         ttft0, tpot0 = self._alone(rep)
         if ttft0 > self.ttft_cap or tpot0 > self.tpot_cap:
             return None
-        if self.bound(rep) > self.best:
+        if self._beaten(self.bound(rep)):
             self.skipped.add(("aggregated", lay))
             return None
         seen = {}
@@ -413,7 +435,8 @@ class _Search:
             return s is not None and s[1] <= self.ttft_cap and s[3] <= self.tpot_cap
 
         before = self.count
-        r = fewest(meets, self._start(rep), self.max_chips // lay.tp)
+        beyond = (lambda r: self._beaten(self._cost({lay.chip: r * lay.tp}))) if self.cheapest else None
+        r = fewest(meets, self._start(rep), self.max_chips // lay.tp, beyond)
         if r is None:
             return None
         s = seen[r]
@@ -459,7 +482,7 @@ class _Search:
                     self._prefill_floor(r) - 1e-9))})):
                 lay = rep.layout
                 floor = self._cost({lay.chip: lay.tp * max(1, math.ceil(self._prefill_floor(rep) - 1e-9))})
-                if floor + least_decode > min(self.best, best[0][0] if best else math.inf):
+                if self._beaten(floor + least_decode) or floor + least_decode > (best[0][0] if best else math.inf):
                     self.skipped.add(("prefill", lay))
                     continue
                 transfer = _transfer_s(rep, p99_prompt)
@@ -473,7 +496,9 @@ class _Search:
                     return s is not None and s[1] <= cap
 
                 before = self.count
-                r = fewest(meets, self._start_prefill(rep), self.max_chips // lay.tp)
+                beyond = (lambda r, lay=lay, least=least_decode: self._beaten(self._cost({lay.chip: r * lay.tp})
+                                                                              + least)) if self.cheapest else None
+                r = fewest(meets, self._start_prefill(rep), self.max_chips // lay.tp, beyond)
                 if r is None:
                     continue
                 key = (self._cost({lay.chip: r * lay.tp}), r * lay.tp)
@@ -485,7 +510,7 @@ class _Search:
             left = self.ttft_cap - p_s[1] - transfer  # TTFT the decode pool may add
             for rep in sorted(group, key=lambda r: floors[id(r)]):
                 lay = rep.layout
-                if p_cost + floors[id(rep)] > self.best:
+                if self._beaten(p_cost + floors[id(rep)]):
                     self.skipped.add(("decode", lay))
                     continue
                 c = rep.cost
@@ -499,12 +524,13 @@ class _Search:
                     return s is not None and s[1] <= left and s[3] <= self.tpot_cap
 
                 before = self.count
-                r = fewest(meets, self._start(rep), (self.max_chips - p_r * p_lay.tp) // lay.tp)
+                beyond = (lambda r, lay=lay, pool=(p_lay, p_r): self._beaten(self._cost(_both(pool, lay, r)))) \
+                    if self.cheapest else None
+                r = fewest(meets, self._start(rep), (self.max_chips - p_r * p_lay.tp) // lay.tp, beyond)
                 if r is None:
                     continue
                 s = seen[r]
-                chips = {p_lay.chip: p_r * p_lay.tp}
-                chips[lay.chip] = chips.get(lay.chip, 0) + r * lay.tp
+                chips = _both((p_lay, p_r), lay, r)
                 self.best = min(self.best, self._cost(chips))
                 rows.append({"mode": "disaggregated", "chip": lay.chip if lay.chip == p_lay.chip else
                              f"{p_lay.chip} + {lay.chip}", "chips": p_r * p_lay.tp + r * lay.tp, "tp": lay.tp,
@@ -527,6 +553,15 @@ class _Search:
         p = float(np.mean(self.P))
         k = max(1.0, rep.token_budget // p)
         return max(1, math.ceil(self.lam * float(np.interp(k * p, c.prefill_tokens, c.prefill_s)) / k))
+
+
+def _both(prefill: tuple, lay, r: int) -> dict:
+    """Chips by chip id of a disaggregated fleet: the prefill pool (layout, replicas) and ``r`` decode replicas
+    of ``lay``."""
+    p_lay, p_r = prefill
+    chips = {p_lay.chip: p_r * p_lay.tp}
+    chips[lay.chip] = chips.get(lay.chip, 0) + r * lay.tp
+    return chips
 
 
 def _transfer_s(rep, prompt: float) -> float:

@@ -3,6 +3,7 @@ human strings (``"8k"``, ``"80GB"``), checked and named by parameter before any 
 
 from __future__ import annotations
 
+import math
 import sys
 
 from aicalc.errors import AicalcError, ParameterError
@@ -134,6 +135,11 @@ def positive(param: str, value, whole: bool = False, parser=None, minimum: float
     """An array of finite numbers above zero (or at least ``minimum``); ``whole``: integers only."""
     import numpy as np
 
+    if type(value) in (int, float):  # one plain number (no bool) that passes: the checks below without numpy's
+        v = float(value) if type(value) is float or -(2**1000) < value < 2**1000 else math.nan
+        if math.isfinite(v) and (v > 0 if minimum is None else v >= minimum) and (not whole or v.is_integer()):
+            cap(param, v)  # (any other value takes the path below, which names what is wrong with it)
+            return np.array(v)
     from aicalc.units import parse_count
 
     arr = _parse(param, value, parser or parse_count)

@@ -4,7 +4,7 @@ scheduler (:mod:`aicalc.core.simulate`) priced by the cost model: tail latency, 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aicalc.api.results import Table
 
@@ -251,8 +251,7 @@ def _keys(row: dict) -> str:
     return ", ".join(f"'{k}'" for k in keys) + (", …" if len(row) > 6 else "") if keys else "no field"
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
     """One replica's layout: what a fleet repeats. A record so the fleet search can grow with the cost model (expert
     parallelism and attention data parallelism join it as fields)."""
 
@@ -264,8 +263,7 @@ class Layout:
     attention_dp: int = 1  # attention data-parallel groups of tp/attention_dp chips
 
 
-@dataclass(frozen=True)
-class Replica:
+class Replica(NamedTuple):
     """One replica as the scheduler simulation sees it: its step-time tables, KV blocks and scheduling policy."""
 
     layout: Layout

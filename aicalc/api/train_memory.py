@@ -36,8 +36,6 @@ def stage_option(name: str, value) -> int | None:
 
 def setup_of(**kw):
     """A :class:`aicalc.core.train_peak.TrainSetup` from keyword options, each checked by name."""
-    from dataclasses import replace
-
     from aicalc.api import inputs
     from aicalc.core import activations as act
     from aicalc.core import train_memory as tm
@@ -49,7 +47,7 @@ def setup_of(**kw):
     if act.parse_every(s.recompute) is None and s.recompute not in RECOMPUTE:
         raise ParameterError("recompute", s.recompute, f"is not one of {', '.join(RECOMPUTE)}, every-N (N ≥ 1)")
     if act.parse_every(s.recompute) == 1:
-        s = replace(s, recompute="full")  # every-1: every layer checkpointed, i.e. full recompute
+        s = s._replace(recompute="full")  # every-1: every layer checkpointed, i.e. full recompute
     check_choice("framework", s.framework, FRAMEWORKS)
     check_choice("attention", s.attention, ATTENTION)
     check_choice("offload", s.offload, OFFLOAD)
@@ -60,7 +58,7 @@ def setup_of(**kw):
     tm.state_bytes(s.precision, s.optimizer, s.grad_dtype, s.optimizer_dtype)
 
     # whole numbers and shares checked as the command line checks its options (aicalc.api.inputs), named
-    s = replace(s, ep=inputs.count("ep", s.ep), virtual_stages=inputs.count("virtual_stages", s.virtual_stages),
+    s = s._replace(ep=inputs.count("ep", s.ep), virtual_stages=inputs.count("virtual_stages", s.virtual_stages),
                 lora_rank=None if s.lora_rank is None else inputs.count("lora_rank", s.lora_rank),
                 microbatches=None if s.microbatches is None else inputs.count("microbatches", s.microbatches),
                 dropout=None if s.dropout is None else inputs.share("dropout", s.dropout),
@@ -69,7 +67,7 @@ def setup_of(**kw):
         tm.lora_targets(s.lora_targets)
     # expert TP 1 where experts are split over EP ranks: Megatron-Bridge's MoE perf recipes set
     # expert_tensor_parallel_size = 1 and torchtitan's expert_tensor_parallel_degree defaults to 1
-    s = replace(s, etp=(1 if s.ep > 1 else None) if s.etp is None else inputs.whole("etp", s.etp),
+    s = s._replace(etp=(1 if s.ep > 1 else None) if s.etp is None else inputs.whole("etp", s.etp),
                 first_stage_layers=stage_option("first_stage_layers", s.first_stage_layers),
                 last_stage_layers=stage_option("last_stage_layers", s.last_stage_layers))
     if s.framework == "megatron" and s.loss != "full":
@@ -101,8 +99,6 @@ def with_chip_memory(st, chip_obj):
     """The setup with its chip class's memory outside the tensors (``context_bytes``, ``nccl_communicator_bytes``,
     ``nccl_all_to_all_bytes`` in presets/classes), unless the caller gave an ``overhead`` or the class states
     none (then the stated 1 GiB, ``train_memory.CUDA_OVERHEAD_BYTES``)."""
-    from dataclasses import replace
-
     from aicalc.catalog import profiles
 
     if chip_obj is None or st.overhead is not None or st.context_bytes is not None:
@@ -110,7 +106,7 @@ def with_chip_memory(st, chip_obj):
     opt = profiles.load("class", profiles.chip_class(chip_obj)).options
     if opt.get("context_bytes") is None:
         return st
-    return replace(st, context_bytes=float(opt["context_bytes"]),
+    return st._replace(context_bytes=float(opt["context_bytes"]),
                    comm_bytes=float(opt.get("nccl_communicator_bytes") or 0.0),
                    all_to_all_bytes=float(opt.get("nccl_all_to_all_bytes") or 0.0))
 

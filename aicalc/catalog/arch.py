@@ -6,7 +6,6 @@ F ffn size, V vocab, E experts, k experts per token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
@@ -47,9 +46,8 @@ class MLA(NamedTuple):
     v_head_dim: int
 
 
-@dataclass(frozen=True)
-class Arch:
-    """A transformer's shape as every estimator reads it, in aicalc's notation (module docstring)."""
+class _ArchFields(NamedTuple):
+    """The fields of :class:`Arch`, in order."""
 
     family: str  # Hugging Face model_type
     hidden: int  # H
@@ -82,14 +80,33 @@ class Arch:
     moe: MoE | None = None
     moe_layers: tuple[bool, ...] = ()  # per layer: True where the FFN is a routed MoE
     mla: MLA | None = None
-    extra: dict = field(default_factory=dict, compare=False)
+    extra: dict | None = None  # notes beside the shape (None: {}); left out of == and hash
 
-    def __post_init__(self):
+
+class Arch(_ArchFields):
+    """A transformer's shape as every estimator reads it, in aicalc's notation (module docstring). A named tuple
+    (``_replace`` for a copy with other fields) compared and hashed without ``extra``: a frozen dataclass of its 33
+    fields compiled its generated methods at import, ~10 M instructions of every query (docs/robustness.md)."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args, **kw):
+        self = super().__new__(cls, *args, **kw)
+        if self.layer_types and self.moe_layers and self.extra is not None:
+            return self
         # Unset per-layer patterns mean the plain case: every layer full attention, every FFN dense.
-        if not self.layer_types:
-            object.__setattr__(self, "layer_types", ("full_attention",) * self.layers)
-        if not self.moe_layers:
-            object.__setattr__(self, "moe_layers", (self.moe is not None,) * self.layers)
+        return self._replace(layer_types=self.layer_types or ("full_attention",) * self.layers,
+                             moe_layers=self.moe_layers or (self.moe is not None,) * self.layers,
+                             extra={} if self.extra is None else self.extra)
+
+    def __eq__(self, other):
+        return self[:-1] == other[:-1] if other.__class__ is self.__class__ else NotImplemented
+
+    def __ne__(self, other):
+        return self[:-1] != other[:-1] if other.__class__ is self.__class__ else NotImplemented
+
+    def __hash__(self):
+        return hash(self[:-1])
 
     @property
     def q_dim(self) -> int:

@@ -108,15 +108,13 @@ def arch_from_config(cfg: dict[str, Any], origin: str = "config.json") -> Arch:
 def _wrapped_text_model(cfg: dict[str, Any], model_type: str, origin: str) -> Arch:
     """The language model of an image-text wrapper (Gemma3Config, Llama4Config): its ``text_config`` read as the
     text model type, as ``AutoModelForCausalLM.from_config(config.get_text_config())`` builds it."""
-    from dataclasses import replace
-
     text = cfg.get("text_config")
     if text is None:
         raise AicalcError(f"{origin}: missing field 'text_config' for model_type '{model_type}' (the language model)")
     if not isinstance(text, dict):
         raise AicalcError(f"{origin}: field 'text_config' must be a JSON object with the language model's fields")
     arch = arch_from_config({**text, "model_type": WRAPPERS[model_type]}, f"{origin} text_config")
-    return replace(arch, extra={**arch.extra, "sized": f"text_config of the {model_type} wrapper (vision tower not counted)"})
+    return arch._replace(extra={**arch.extra, "sized": f"text_config of the {model_type} wrapper (vision tower not counted)"})
 
 
 def _check_shapes(arch: Arch, origin: str) -> None:

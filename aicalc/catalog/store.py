@@ -27,8 +27,10 @@ def set_user_dirs(dirs: list[Path]) -> None:
     _index.cache_clear()
 
 
+@cache
 def builtin_root() -> Path:
-    """``aicalc/presets`` in an installed wheel, else the repository's top-level ``presets/``."""
+    """``aicalc/presets`` in an installed wheel, else the repository's top-level ``presets/`` (found once: a
+    query asks for it dozens of times, and each look resolves the path and stats the folder)."""
     here = Path(__file__).resolve().parent.parent
     shipped = here / "presets"
     return shipped if shipped.is_dir() else here.parent / "presets"
@@ -60,7 +62,9 @@ def _index(kind: str) -> dict[str, Path]:
     for root in _roots():
         folder = root / f"{kind}s"
         if folder.is_dir():
-            for f in sorted(folder.glob("*.yaml")):
+            # the listing's names, sorted: what sorted(folder.glob("*.yaml")) gives, without pathlib's glob
+            for name in sorted(e.name for e in os.scandir(folder) if e.name.endswith(".yaml")):
+                f = folder / name
                 found[f.stem] = f
     return found
 
@@ -430,16 +434,21 @@ def _stamp(root: Path) -> list:
     return out
 
 
+def cache_dir() -> Path:
+    """aicalc's cache folder: ``$AICALC_CACHE_DIR``, else ``$XDG_CACHE_HOME/aicalc`` or ``~/.cache/aicalc``."""
+    base = os.environ.get("AICALC_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "aicalc")
+    return Path(base)
+
+
 def _cache_file(root: Path) -> Path | None:
     import zlib
 
     from aicalc import __version__
 
-    base = os.environ.get("AICALC_CACHE_DIR")
-    if not base:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        base = os.path.join(xdg, "aicalc")
-    return Path(base) / f"catalog-{__version__}-{zlib.crc32(str(root).encode()):08x}.json"
+    return cache_dir() / f"catalog-{__version__}-{zlib.crc32(str(root).encode()):08x}.json"
 
 
 MAX_INDEX_BYTES = 64 * 2**20  # the built-in index is ~0.2 MiB; anything far larger is not one

@@ -10,13 +10,12 @@ every result, and overridable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 J_PER_KWH = 3.6e6
 
 
-@dataclass(frozen=True)
-class PowerModel:
+class PowerModel(NamedTuple):
     """Facility power under load: the fraction of TDP chips draw and the data centre's PUE."""
 
     power_fraction: float = 0.8

@@ -30,15 +30,15 @@ every case. Every factor can be overridden per call (``efficiency={"bandwidth": 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
 from aicalc.errors import ParameterError
 
 
-@dataclass(frozen=True)
-class Efficiency:
-    """The fractions of datasheet peaks kernels reach, per regime (presets/profiles give the values)."""
+class Efficiency(NamedTuple):
+    """The fractions of datasheet peaks kernels reach, per regime (presets/profiles give the values). A named tuple
+    (``_replace`` for a copy with other factors): a frozen dataclass compiles its generated methods at import,
+    docs/robustness.md."""
 
     flop_max: float = 0.85  # large-GEMM fraction of dense peak (OP-01: 0.93 on a bare A100 GEMM)
     gemm_half_dim: float = 48.0  # a GEMM dimension of this size halves the efficiency (OP-01/OP-02)
@@ -98,10 +98,10 @@ class Efficiency:
             problem = factor_problem(k, v)
             if problem:
                 raise ParameterError("efficiency", f"{k}={v}", problem)
-        return replace(self, **{k: float(v) for k, v in overrides.items()})
+        return self._replace(**{k: float(v) for k, v in overrides.items()})
 
     def as_dict(self) -> dict[str, float]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: getattr(self, k) for k in self._fields}
 
 
 class Range(NamedTuple):

@@ -27,16 +27,17 @@ Sources of the terms:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aicalc.catalog.arch import Arch
 
 ACT_BYTES = 2.0  # activations in 16-bit
 
 
-@dataclass(frozen=True)
-class Shape:
-    """What the cost model needs of an architecture, as plain numbers (derived once from an Arch)."""
+class Shape(NamedTuple):
+    """What the cost model needs of an architecture, as plain numbers (derived once from an Arch). Named tuples
+    and a plain class here: a dataclass compiles its generated methods at import, ~20 M instructions of a one-off
+    query for this module's three (docs/robustness.md)."""
 
     arch: Arch
     H: int
@@ -95,9 +96,8 @@ def shape_of(arch: Arch) -> Shape:
     )
 
 
-@dataclass(frozen=True)
-class Formats:
-    """Storage formats of one evaluation."""
+class Formats(NamedTuple):
+    """Storage formats of one evaluation (built by :func:`formats`, which fills ``expert_quantized``)."""
 
     weight_bytes: float  # bytes per block-linear parameter (scales included)
     edge_bytes: float  # bytes per embedding / LM-head parameter (the format's coverage rule)
@@ -110,10 +110,6 @@ class Formats:
     expert_bytes: float | None = None  # bytes per routed-expert weight where the experts have their own format
     expert_quantized: bool | None = None  # the experts' weights are weight-only quantized (None: as ``quantized``)
     expert_compute: str | None = None  # the experts' math where it differs from the rest ("fp8": MXFP4 x MXFP8 on Blackwell)
-
-    def __post_init__(self):
-        if self.expert_quantized is None:
-            object.__setattr__(self, "expert_quantized", self.quantized)
 
 
 def formats(dtype: str = "bf16", kv_dtype: str = "bf16", *, group_size: int | None = None, quantized=None,
@@ -133,13 +129,13 @@ def formats(dtype: str = "bf16", kv_dtype: str = "bf16", *, group_size: int | No
     kv_bytes_per_element(kv_dtype, 1)  # validates the name
     wb = weight_bytes if weight_bytes is not None else weight_bytes_per_param(dtype, group_size)
     edge = edge_bytes if edge_bytes is not None else edge_bytes_per_param(dtype, wb)
-    return Formats(weight_bytes=wb, edge_bytes=edge, norm_bytes=norm_bytes_per_param(dtype),
-                   kv_dtype=kv_dtype, quantized=is_weight_only(dtype) if quantized is None else quantized,
-                   flash=flash, kv_shared=kv_shared, expert_bytes=expert_bytes, expert_quantized=expert_quantized,
+    quantized = is_weight_only(dtype) if quantized is None else quantized
+    return Formats(weight_bytes=wb, edge_bytes=edge, norm_bytes=norm_bytes_per_param(dtype), kv_dtype=kv_dtype,
+                   quantized=quantized, flash=flash, kv_shared=kv_shared, expert_bytes=expert_bytes,
+                   expert_quantized=quantized if expert_quantized is None else expert_quantized,
                    expert_compute=expert_compute)
 
 
-@dataclass
 class Op:
     """One operation summed over the layers it occurs in; every field an array (per device).
 
@@ -148,25 +144,31 @@ class Op:
     kernels), ``collective`` (a ring all-reduce of ``comm_bytes``) or ``alltoall`` (``comm_bytes`` sent per
     device). ``compute``: the op's math where it differs from the pass's (the chip's peak in that format)."""
 
-    name: str
-    kind: str
-    flop: object
-    bytes: object  # all bytes moved to or from memory, weights included
-    weight_bytes: object
-    kernels: object  # kernel launches
-    comm_bytes: object = 0.0  # collective payload (before the ring factor), not memory traffic
-    collectives: object = 0.0
-    dims: tuple | None = None
-    layers: float = 0.0  # transformer layers the op is summed over (0: outside the layers)
-    quantized: bool = False  # its weights are in the (weight-only) quantized format
-    bytes_per_weight: float = 2.0
-    grouped: bool = False
-    compute: str | None = None
-    expert_width: float = 0.0  # grouped GEMMs: one expert's FFN width F_e (the model's expert granularity)
-    # (x, flop, bytes, comm_bytes) per x: an op of a lean forward_ops whose flop, bytes (beyond its weight_bytes)
-    # and comm_bytes are those numbers times one array x of tokens, every other field one number (flop, bytes
-    # and comm_bytes are then None: :func:`aicalc.core.pricing.materialize` forms them where they are needed)
-    affine: tuple | None = None
+    def __init__(self, name: str, kind: str, flop, bytes, weight_bytes, kernels, comm_bytes=0.0,
+                 collectives=0.0, dims: tuple | None = None, layers: float = 0.0, quantized: bool = False,
+                 bytes_per_weight: float = 2.0, grouped: bool = False, compute: str | None = None,
+                 expert_width: float = 0.0, affine: tuple | None = None):
+        self.name, self.kind, self.flop = name, kind, flop
+        self.bytes = bytes  # all bytes moved to or from memory, weights included
+        self.weight_bytes = weight_bytes
+        self.kernels = kernels  # kernel launches
+        self.comm_bytes = comm_bytes  # collective payload (before the ring factor), not memory traffic
+        self.collectives = collectives
+        self.dims = dims
+        self.layers = layers  # transformer layers the op is summed over (0: outside the layers)
+        self.quantized = quantized  # its weights are in the (weight-only) quantized format
+        self.bytes_per_weight = bytes_per_weight
+        self.grouped = grouped
+        self.compute = compute
+        self.expert_width = expert_width  # grouped GEMMs: one expert's FFN width F_e (the model's expert granularity)
+        # (x, flop, bytes, comm_bytes) per x: an op of a lean forward_ops whose flop, bytes (beyond its
+        # weight_bytes) and comm_bytes are those numbers times one array x of tokens, every other field one number
+        # (flop, bytes and comm_bytes are then None: :func:`aicalc.core.pricing.materialize` forms them where they
+        # are needed)
+        self.affine = affine
+
+    def __repr__(self) -> str:
+        return f"Op({self.name!r}, {self.kind!r})"
 
 
 def _inplace(ufunc, a, b):

@@ -44,9 +44,7 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vll
 
     check_choice("engine", engine, ENGINES)
     if engine == "hf" and arch.family == "falcon" and arch.kv_heads not in (1, arch.heads):
-        from dataclasses import replace
-
-        arch = replace(arch, kv_heads=arch.heads)
+        arch = arch._replace(kv_heads=arch.heads)
     per_layer = kv_bytes_per_token_layer(arch, kv_dtype, tp)
     sliding = arch.sliding_layers
     keep = arch.sliding_window - (1 if engine == "hf" else 0) if sliding else 0

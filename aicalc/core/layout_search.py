@@ -4,8 +4,6 @@ headroom and the best evaluated in full (:func:`aicalc.core.train_peak.evaluate`
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 SLICE = 1 << 18  # layouts evaluated per block (a long search reports progress between blocks)
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_LAYOUTS = 30_000_000  # one search: about 2 s and 0.05 GiB at the speed of docs/robustness.md; 10⁸ is refused
@@ -83,7 +81,7 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
     fit_n = valid_n = done = 0
     total = size * len(recomputes)
     for r, rc in enumerate(recomputes):
-        oo = replace(setup, recompute=rc)
+        oo = setup._replace(recompute=rc)
         for p in sorted(set(lay[:, 1].tolist())):
             rows = np.flatnonzero(lay[:, 1] == p)
             for lo in range(0, len(rows), run_l):
@@ -151,7 +149,7 @@ def _columns(arch, setup, lay, mbs, seqs, shape, recomputes, nums, xla: bool) ->
              "dp": lay[li[at], 3], "zero": zi[at].astype(np.float64)}
         # sequence parallelism pads each CP rank's tokens to a multiple of tp (train_memory.padded_seq)
         run = {**g, "seq": padded_seq(sq, g["tp"], g["cp"])} if setup.sp and not xla else g
-        cols = evaluate(arch, replace(setup, recompute=rc), run)
+        cols = evaluate(arch, setup._replace(recompute=rc), run)
         cols["seq"] = sq
         cols["recompute"] = np.asarray(rc, dtype=np.asarray(recomputes).dtype)  # one string width for every mode
         parts.append({k: np.broadcast_to(np.asarray(v), mb.shape) for k, v in cols.items()})

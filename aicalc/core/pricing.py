@@ -13,15 +13,14 @@ Each op (:class:`aicalc.core.forward.Op`) gets two times:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aicalc.core.efficiency import Efficiency, combine, gemm_efficiency
 
 CHUNK = 32768  # configurations evaluated at once: the temporaries of one chunk stay in cache
 
 
-@dataclass(frozen=True)
-class Roofs:
+class Roofs(NamedTuple):
     """The chip as the cost model sees it (one device)."""
 
     peak_flop_per_s: float  # dense, in the compute dtype

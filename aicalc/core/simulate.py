@@ -47,8 +47,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
-from dataclasses import dataclass
 from math import ceil, inf
+from typing import NamedTuple
 
 from aicalc.errors import AicalcError
 
@@ -68,8 +68,7 @@ class SimulationError(AicalcError):
         self.reason, self.steps, self.preemptions = reason, steps, preemptions
 
 
-@dataclass
-class StepCost:
+class StepCost(NamedTuple):
     """Step times the serving simulator interpolates: decode by batch and context, prefill by tokens."""
 
     decode_s: list  # [max_batch + 1][bins] seconds of a decode step (row 0: zeros)

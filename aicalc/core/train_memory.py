@@ -7,7 +7,7 @@ Notation: N params, Ψ (ZeRO paper) = N, N_d data-parallel degree, K optimizer b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aicalc.catalog.arch import Arch
 from aicalc.core.dtypes import qlora_bytes_per_param
@@ -30,8 +30,7 @@ CHUNKED_LOSS_CHUNKS = 8
 LITGPT_LM_HEAD_CHUNK = 128
 
 
-@dataclass(frozen=True)
-class StateBytes:
+class StateBytes(NamedTuple):
     """Bytes per parameter of each model-state component (before sharding)."""
 
     weights: float  # the working copy the forward reads
@@ -158,8 +157,7 @@ def deepspeed_zero3_estimate(params, largest_layer_params, gpus_per_node=1, node
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ParamSplit:
+class ParamSplit(NamedTuple):
     """The model's parameters by where they live under pipeline parallelism."""
 
     layers: float  # all decoder layers, dense part

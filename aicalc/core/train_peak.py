@@ -8,7 +8,7 @@ recompute). Pure numpy, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aicalc.errors import ParameterError
 
@@ -22,9 +22,10 @@ LORA_DTYPES = ("fp32", "bf16", "fp16")
 PHASES = ("loss", "backward", "gradients", "optimizer", "all")
 
 
-@dataclass(frozen=True)
-class TrainSetup:
-    """What a training step keeps, besides the layout grid: see docs/train-mem.md for each choice."""
+class TrainSetup(NamedTuple):
+    """What a training step keeps, besides the layout grid: see docs/train-mem.md for each choice. A named tuple
+    (``_replace`` for a copy with other choices): a frozen dataclass compiles its generated methods at import,
+    docs/robustness.md."""
 
     precision: str = "bf16-mixed"
     optimizer: str = "adamw"

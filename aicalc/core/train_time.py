@@ -39,7 +39,7 @@ parallelism splitting the whole sequence's causal attention over the CP ranks; M
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aicalc.core.efficiency import Efficiency
 from aicalc.core.forward import Shape
@@ -140,8 +140,7 @@ def time_from_rate(tokens, flops_per_token_counted, chips, achieved_flop_per_s_p
     return tokens * flops_per_token_counted / (chips * achieved_flop_per_s_per_chip)
 
 
-@dataclass(frozen=True)
-class TrainChip:
+class TrainChip(NamedTuple):
     """What training time reads of a chip: peaks, links and the size of its scale-up domain."""
 
     peak_flop_per_s: float
@@ -179,14 +178,12 @@ GEMM_PLATEAU = {
 def training_efficiency(eff: Efficiency) -> Efficiency:
     """The efficiency model as a training step sees it: ``train_gemm_sustained`` of the generation's GEMM plateau
     (16-bit; 8-bit relative to it) where one is known, and ``train_link`` for the collectives where it is set."""
-    from dataclasses import replace
-
     if eff.train_gemm_plateau > 0:
         lp = eff.train_gemm_plateau_8bit / eff.train_gemm_plateau if eff.train_gemm_plateau_8bit > 0 \
             else eff.low_precision_flop_factor
-        eff = replace(eff, flop_max=eff.train_gemm_plateau * eff.train_gemm_sustained, low_precision_flop_factor=lp)
+        eff = eff._replace(flop_max=eff.train_gemm_plateau * eff.train_gemm_sustained, low_precision_flop_factor=lp)
     if eff.train_link > 0:
-        eff = replace(eff, link=eff.train_link)
+        eff = eff._replace(link=eff.train_link)
     return eff
 
 
@@ -252,8 +249,6 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     (:func:`aicalc.core.collectives.moe_alltoall_copies`). FSDP (``zero`` 3) runs block by block
     (:func:`fsdp_exposed`); ``gather_bytes`` / ``grad_bytes``: bytes per element of its parameter all-gather
     (bf16 2, fp8 1) and of its gradient reduction (bf16 2, fp32 4)."""
-    from dataclasses import replace
-
     import numpy as np
 
     from aicalc.core.collectives import allreduce_seconds, moe_alltoall_seconds
@@ -284,7 +279,7 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     roofs16 = Roofs(chip.peak_16bit_flop_per_s or chip.peak_flop_per_s, bw, link_tp, False, chip.vector_flop_per_s) \
         if chip.low_precision else roofs
     eff = training_efficiency(eff)
-    eff_attn = replace(eff, flop_max=eff.train_attention_efficiency, low_precision_flop_factor=1.0) \
+    eff_attn = eff._replace(flop_max=eff.train_attention_efficiency, low_precision_flop_factor=1.0) \
         if flash and eff.train_attention_efficiency > 0 else eff
     fm = formats("bf16", flash=flash)
     # context parallelism: a rank's s/cp queries attend, on average over the load-balanced chunks, to the keys
