@@ -37,3 +37,18 @@ def test_an_unwritable_cache_still_draws(monkeypatch):
     monkeypatch.setenv("AICALC_CACHE_DIR", "/proc/no-such-folder")
     drawn = np.cumsum(np.random.default_rng(1).exponential(1.0, 10))
     assert arrivals.unit_arrivals(1, 10).tobytes() == drawn.tobytes()
+
+
+@pytest.mark.parametrize("forged", [[np.nan] * 5, [1.0, 2.0, np.inf, 4.0, 5.0], [3.0, 2.0, 1.0, 4.0, 5.0],
+                                    [-1.0, 0.0, 1.0, 2.0, 3.0]])
+def test_a_forged_file_with_a_good_checksum_is_drawn_again(cache, forged):
+    """A file whose checksum matches but whose times are not arrival times (NaN, inf, out of order, negative)
+    is not used."""
+    import zlib
+
+    drawn = np.cumsum(np.random.default_rng(0).exponential(1.0, 5))
+    arrivals.unit_arrivals(0, 5)
+    (f,) = cache.glob("arrivals-*")
+    body = np.asarray(forged, dtype="<f8").tobytes()
+    f.write_bytes(f"{zlib.crc32(body):08x}\n".encode() + body)
+    assert arrivals.unit_arrivals(0, 5).tobytes() == drawn.tobytes()

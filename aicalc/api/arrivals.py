@@ -34,7 +34,7 @@ def _file(seed: int, n: int):
 
 def _read(path, n: int):
     """The cached times, or None unless the file is a regular one of exactly a checksum line and ``n`` float64s
-    matching it."""
+    matching it, finite, positive and non-decreasing."""
     import os
     import stat
     import zlib
@@ -52,7 +52,11 @@ def _read(path, n: int):
     head, body = raw[:9], raw[9:]
     if len(body) != 8 * n or head != f"{zlib.crc32(body):08x}\n".encode():
         return None
-    return np.frombuffer(body, dtype="<f8").astype(np.float64)
+    times = np.frombuffer(body, dtype="<f8").astype(np.float64)
+    # checked like any file: arrival times are finite, positive and in order (else drawn again)
+    if n and not (np.all(np.isfinite(times)) and times[0] > 0 and np.all(np.diff(times) >= 0)):
+        return None
+    return times
 
 
 def _write(path, unit) -> None:
