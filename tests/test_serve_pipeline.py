@@ -75,3 +75,18 @@ def test_search_tries_a_pipeline_across_nodes(cli):
     assert piped and wide and all(r["tp"] == 8 and r["replicas"] == 1 for r in piped)
     assert max(r["output_tokens_per_s_per_chip"] for r in piped) > max(r["output_tokens_per_s_per_chip"] for r in wide)
     assert rows[0]["pp"] == 2
+
+
+def test_the_table_says_what_crosses_the_nodes(cli):
+    """A replica wider than a node says which collectives cross the NICs; one inside a node says nothing of it."""
+    wide = cli("serve", "llama-3.1-405b", "--chip", "h100-sxm", "--chips", "16", "--tp", "16", "--dtype", "bf16",
+               "--concurrency", "8", width=200).out
+    assert "across nodes: TP 16's all-reduces" in wide
+    piped = cli("serve", "llama-3.1-405b", "--chip", "h100-sxm", "--chips", "16", "--tp", "8", "--pp", "2", "--dtype",
+                "bf16", "--concurrency", "8", width=200).out
+    assert "across nodes: the 2 pipeline stages" in piped and "all-reduces" not in piped
+    dep = cli("serve", "deepseek-v3", "--chip", "h100-sxm", "--chips", "32", "--tp", "32", "--ep", "32",
+              "--attention-dp", "32", "--engine", "sglang", "--concurrency", "64", width=200).out
+    assert "EP 32's all-to-alls" in dep and "60% of them hidden" in dep and "all-reduces" not in dep
+    inside = cli("serve", "llama-3.1-70b", "--chip", "h100-sxm", "--tp", "8", "--concurrency", "8", width=200).out
+    assert "across nodes" not in inside
