@@ -90,3 +90,9 @@ def test_the_table_says_what_crosses_the_nodes(cli):
     assert "EP 32's all-to-alls" in dep and "60% of them hidden" in dep and "all-reduces" not in dep
     inside = cli("serve", "llama-3.1-70b", "--chip", "h100-sxm", "--tp", "8", "--concurrency", "8", width=200).out
     assert "across nodes" not in inside
+
+
+def test_roofline_says_what_crosses_the_nodes(cli):
+    out = cli("roofline", "llama-3.1-405b", "--chip", "h100-sxm", "--tp", "8,16", "--batch", "8", width=200).out
+    assert "across nodes: TP 16's all-reduces" in out
+    assert "across nodes" not in cli("roofline", "llama-3.1-8b", "--chip", "h100-sxm", "--tp", "8", width=200).out

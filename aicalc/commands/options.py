@@ -55,6 +55,28 @@ def price_per_hour(text) -> float | None:
     return v
 
 
+def links_note(cs, tp: int, pp: int, ep: int, attention_dp: int = 1) -> list[str]:
+    """A line on what crosses the scale-out network when a replica spans more than one scale-up domain (the TP
+    all-reduces run over an attention group's tp / attention_dp chips)."""
+    r = cs.roofs
+    domain = int(r.domain or 0)
+    if not domain or tp * pp <= domain:
+        return []
+    nic = f"{r.out_bytes_per_s / 1e9:g} GB/s per chip"
+    parts = []
+    group = tp // max(int(attention_dp or 1), 1)
+    if group > domain:
+        parts.append(f"TP {group}'s all-reduces run inside each {domain}-chip domain, then across domains over the NICs "
+                     f"({nic})")
+    if ep > domain:
+        hidden = cs.efficiency.ep_overlap
+        parts.append(f"EP {ep}'s all-to-alls send a token across once per domain it reaches ({nic})"
+                     + (f", {hidden:.0%} of them hidden beside compute (the engine's ep_overlap)" if hidden else ""))
+    if pp > 1:
+        parts.append(f"the {pp} pipeline stages pass their hidden states over the NICs ({nic})")
+    return ["across nodes: " + "; ".join(parts) + " (docs/serve.md)"] if parts else []
+
+
 def cost_note(chip, price: float | None, given: bool) -> str:
     """Where a table's cost column takes its price from, or why it has none."""
     if not price:

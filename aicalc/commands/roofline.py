@@ -24,7 +24,13 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
 
     from aicalc.api.roofline import roofline
     from aicalc.catalog.profiles import release_note
-    from aicalc.commands.options import efficiency_overrides, engine_default, engine_release, time_attention
+    from aicalc.commands.options import (
+        efficiency_overrides,
+        engine_default,
+        engine_release,
+        links_note,
+        time_attention,
+    )
     from aicalc.sweep import grid, int_sweep
 
     attention = time_attention(attention)
@@ -101,6 +107,7 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
              f"estimate: {r.meta['regime']} (presets/classes/{cs.chip_class}.yaml, presets/engines/{cs.engine}.yaml); "
              "ideal = bare roofline, no overheads; override factors with --eff KEY=VALUE",
              f"engine profile: {release_note(cs.engine)}{engine_default(engine, cs.chip)}"]
+    notes += links_note(cs, int(c["tp"].max()), 1, ep, attention_dp)
     chart = None
     if not ops and len(r) <= 64:
         from aicalc.plot import terminal_chart

@@ -72,7 +72,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
 
     from aicalc.api.serving import max_concurrency, serve
     from aicalc.catalog.profiles import release_note
-    from aicalc.commands.options import cost_note, engine_default, engine_release, price_per_hour
+    from aicalc.commands.options import cost_note, engine_default, engine_release, links_note, price_per_hour
     from aicalc.core.serving import concurrency_ladder
     from aicalc.sweep import grid, int_sweep
 
@@ -145,34 +145,12 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
              cost_note(cs.chip, price_v, price is not None)]
     if str(concurrency).strip().lower() == "max":
         notes.append(_admission(cs.engine_options))
-    notes += _links(cs, tp, pp, ep, attention_dp)
+    notes += links_note(cs, tp, pp, ep, attention_dp)
     return Result("serve", inputs, Rows(r.columns), warnings=warnings, exit_code=exit_code, columns=columns,
                   notes=notes,
                   title=f"{cs.model.name} on {n_chips} × {cs.chip.name} (TP {tp}" + (f", PP {pp}" if pp > 1 else "")
                         + _parallel(ep, attention_dp)
                         + f", {_replicas(m['replicas'])}, {dtype})")
-
-
-def _links(cs, tp: int, pp: int, ep: int, attention_dp: int = 1) -> list[str]:
-    """A line on what crosses the scale-out network when a replica spans more than one scale-up domain (the TP
-    all-reduces run over an attention group's tp / attention_dp chips)."""
-    r = cs.roofs
-    domain = int(r.domain or 0)
-    if not domain or tp * pp <= domain:
-        return []
-    nic = f"{r.out_bytes_per_s / 1e9:g} GB/s per chip"
-    parts = []
-    group = tp // max(int(attention_dp or 1), 1)
-    if group > domain:
-        parts.append(f"TP {group}'s all-reduces run inside each {domain}-chip domain, then across domains over the NICs "
-                     f"({nic})")
-    if ep > domain:
-        hidden = cs.efficiency.ep_overlap
-        parts.append(f"EP {ep}'s all-to-alls send a token across once per domain it reaches ({nic})"
-                     + (f", {hidden:.0%} of them hidden beside compute (the engine's ep_overlap)" if hidden else ""))
-    if pp > 1:
-        parts.append(f"the {pp} pipeline stages pass their hidden states over the NICs ({nic})")
-    return ["across nodes: " + "; ".join(parts) + " (docs/serve.md)"] if parts else []
 
 
 def _count(chips) -> str:
