@@ -221,7 +221,7 @@ def moe_routing_saved(B, S, arch: Arch, a):
 
 
 def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropout=0.0,
-             mask_bytes=1, stat_bytes=4):
+             mask_bytes=1, stat_bytes=4, sdpa_math=None):
     """Bytes one decoder layer of transformers saves for backward (no recompute).
 
     Derived from ``modeling_llama.py``/``modeling_gpt2.py`` (transformers 5.x) and checked with
@@ -236,7 +236,8 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
       ``o_proj`` input (a·BS·Ad). RoPE's ``q·cos + rotate_half(q)·sin`` saves only cos/sin (shared by all
       layers, [S, d], negligible).
     * attention, sdpa/flash: q (a·BS·Ad), k and v un-repeated (2·a·BS·Kd; ``enable_gqa``), the output
-      (a·BS·Ad, which is also the ``o_proj`` input) and the fp32 log-sum-exp (4·B·A·S).
+      (a·BS·Ad, which is also the ``o_proj`` input) and the fp32 log-sum-exp (4·B·A·S). Except where CUDA's SDPA
+      takes its math path (:func:`sdpa_math_path`: fp32 with GQA), which saves what eager attention saves.
     * MLP, gated (SwiGLU/GeGLU): gate output, up output, act(gate), and act·up as the ``down_proj`` input:
       4·a·BSF. Plain: the activation input and the second linear's input, 2·a·BSF; the Python tanh-GELU
       (``gelu_new``) saves x, tanh(·), 1 + tanh(·), 0.5·x and the product: 5·a·BSF.
@@ -249,7 +250,8 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
 
     Tensor parallelism splits the heads and F over t (the norms and masks stay whole, as in Megatron
     without SP). ``mask_bytes`` is 1 for CUDA's fused dropout (bool mask) and ``a`` on the CPU (the
-    harness); ``stat_bytes`` is LayerNorm's mean/rstd element size (fp32 on CUDA, a on the CPU).
+    harness); ``stat_bytes`` is LayerNorm's mean/rstd element size (fp32 on CUDA, a on the CPU); ``sdpa_math``
+    whether SDPA takes its math path (None: as CUDA does, :func:`sdpa_math_path`; the CPU's flash kernel never).
     """
     import numpy as np
 
@@ -261,7 +263,9 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     norms = 2 * hf_norm(B, S, H, a, arch.norm, stat_bytes)
     if arch.family.startswith("gemma"):
         norms = 2 * gemma_norm(B, S, H, a) + (arch.norms_per_layer - 2) * gemma_norm(B, S, H, a, feeds_linear=False)
-    if attention == "eager":
+    if sdpa_math is None:
+        sdpa_math = sdpa_math_path(arch, a)
+    if attention == "eager" or (attention == "sdpa" and sdpa_math):
         probs_fp32 = arch.norm == "rms"  # Llama-family eager upcasts the softmax to fp32; GPT-2 does not
         heads_ss = B * (A / t) * S * S
         soft = np.where(probs_fp32, 4.0, a) * heads_ss
@@ -286,6 +290,20 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     if attention == "eager" and arch.extra.get("attn_logit_softcapping"):
         attn = attn + a * B * (A / t) * S * S  # the tanh output of the soft-capped scores (softcap_saved)
     return norms + attn + mlp + resid + moe_routing_saved(B, S, arch, a) + qk_norm_saved(B, S, arch, a, t)
+
+
+def sdpa_math_path(arch: Arch, a) -> bool:
+    """Whether CUDA's ``scaled_dot_product_attention`` takes its math path for this model in activations of ``a``
+    bytes. PyTorch's dispatch (``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``): flash attention takes
+    fp16/bf16 only, and the memory-efficient kernel rejects ``enable_gqa`` with fewer kv heads than query heads
+    (``check_batch_size_and_num_heads_dense<false>``), so fp32 with GQA/MQA (transformers passes ``enable_gqa``)
+    falls to ``_scaled_dot_product_attention_math``: k and v repeated, the scores' softmax saved, as eager attention
+    saves them. Measured on an H200 (``tests/data/measured/h200-step-peak.json``): the fp32 SDPA steps of the
+    GQA models peak exactly where their eager steps do, and 5-6 % above the CPU trace (whose flash kernel takes
+    GQA in fp32)."""
+    import numpy as np
+
+    return bool(np.all(np.asarray(a) >= 4)) and arch.kv_heads < arch.heads
 
 
 def amp_saved(B, S, arch: Arch, a=2.0, t=1):
@@ -569,7 +587,7 @@ def _embedding_saved(B, S, arch: Arch, a, dropout, mask_bytes, attention, full, 
 
 
 def hf_activations(B, S, arch: Arch, a, attention="sdpa", recompute="none", t=1, layers=None,
-                   dropout=0.0, attn_dropout=0.0, mask_bytes=1, stat_bytes=4):
+                   dropout=0.0, attn_dropout=0.0, mask_bytes=1, stat_bytes=4, sdpa_math=None):
     """All saved bytes of one forward + loss in transformers, on a device holding ``layers`` layers.
 
     ``recompute="full"`` is ``gradient_checkpointing_enable()``: each checkpointed layer keeps only its
@@ -584,13 +602,14 @@ def hf_activations(B, S, arch: Arch, a, attention="sdpa", recompute="none", t=1,
     L = arch.layers if layers is None else layers
     if recompute == "none" or recompute == SELECTIVE_OP:
         if recompute == "none":
-            per_layer = hf_layer(B, S, arch, a, attention, t, dropout, attn_dropout, mask_bytes, stat_bytes)
+            per_layer = hf_layer(B, S, arch, a, attention, t, dropout, attn_dropout, mask_bytes, stat_bytes,
+                                 sdpa_math)
         else:
             per_layer = hf_selective_op_layer(B, S, arch, a, attention, t)
         total = L * per_layer
     elif recompute == "full" or parse_every(recompute):
         n = checkpointed_layers(recompute, L)
-        layer = hf_layer(B, S, arch, a, attention, t, dropout, attn_dropout, mask_bytes, stat_bytes)
+        layer = hf_layer(B, S, arch, a, attention, t, dropout, attn_dropout, mask_bytes, stat_bytes, sdpa_math)
         total = n * a * np.asarray(B, dtype=np.float64) * S * arch.hidden + (L - n) * layer
     else:
         from aicalc.errors import ParameterError

@@ -1,0 +1,304 @@
+"""Measure on one CUDA GPU what the CPU harness and the cost model stand in for.
+
+Run on a machine with an NVIDIA GPU (it is not part of CI; its outputs are committed as data and the tests
+compare against them without a GPU):
+
+1. **Training-step peaks** (``step_peak_cuda.json``): every configuration of ``record_step_peak.cases()`` (and
+   three at real model sizes), built with real tensors on the GPU and run through the same three training steps
+   (forward and loss, backward, AdamW step, ``zero_grad(set_to_none=True)``); the peak is
+   ``torch.cuda.max_memory_allocated()`` minus what was allocated before the model was made (each configuration is
+   run twice and the second run kept, so the cuBLAS/cuBLASLt workspaces are in the baseline, not in the peak).
+   ``max_memory_reserved`` is kept beside it (what the caching allocator took from the driver), and the CUDA
+   context's own size (``mem_get_info`` before and after the first allocation).
+2. **Grouped GEMMs of MoE experts** (``grouped_gemm.json``): ``torch._grouped_mm`` (bf16) and
+   ``torch._scaled_grouped_mm`` (fp8 e4m3, row-wise scales) over the routed experts of real MoE models, with ``m``
+   tokens per expert from 1 to 4,096, balanced and routed uniformly at random (multinomial counts), for the
+   gate-and-up projection (``[T, H] x [E, H, 2F]``) and the down projection (``[T, F] x [E, F, H]``), with a dense
+   ``[T, K] x [K, N]`` GEMM of the same FLOPs beside each; median time of ``triton.testing.do_bench`` (L2 flushed
+   before each run).
+3. **Dense GEMMs and bandwidth** (``dense.json``): a 4 GiB device-to-device copy and a read-only reduction, and
+   ``X[M, K] @ W[K, N]`` for transformer shapes, bf16 and fp8.
+
+    python validation/measure_gpu.py --out DIR [--part steps|grouped|dense]...
+"""
+
+# ruff: noqa: B023  (every benchmarked lambda runs before its loop variables change)
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import record_params as rp  # noqa: E402
+import record_step_peak as rsp  # noqa: E402
+
+STEPS = rsp.STEPS
+DEVICE = "cuda"  # "cpu" only to smoke-test this script without a GPU
+
+# Released models' shapes (their config.json; random weights), for real sizes on one GPU
+REAL = {
+    **{k: rsp.FSDP_MODELS[k] for k in ("llama3.2-1b-style", "llama3.1-8b-style", "qwen3-1.7b-style")},
+    "gemma-2-2b": {
+        "model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000,
+        "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 256,
+        "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
+        "tie_word_embeddings": True,
+    },
+    "phi-3-mini": {
+        "model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064, "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu", "rope_theta": 10000.0,
+        "sliding_window": 2047,
+    },
+    # Qwen1.5-MoE-A2.7B's widths (60 experts of 1408, top 4, a 5632 shared expert) on 12 of its 24 layers
+    "qwen2moe-a2.7b-12l": {**rsp.FSDP_MODELS["qwen2moe-a2.7b-style"], "num_hidden_layers": 12},
+}
+
+# (model, attention, precision, recompute, batch, seq, lora targets)
+FULL = [
+    ("llama3.2-1b-style", "sdpa", "bf16-mixed", "none", 2, 2048, None),
+    ("llama3.2-1b-style", "sdpa", "bf16-mixed", "full", 4, 2048, None),
+    ("qwen3-1.7b-style", "sdpa", "bf16-mixed", "none", 2, 2048, None),
+    ("qwen3-1.7b-style", "sdpa", "bf16-mixed", "none", 4, 2048, None),
+    ("qwen3-1.7b-style", "eager", "bf16-mixed", "none", 2, 2048, None),
+    ("gemma-2-2b", "sdpa", "bf16-mixed", "none", 4, 1024, None),
+    ("gemma-2-2b", "sdpa", "bf16-mixed", "none", 4, 2048, None),
+    ("gemma-2-2b", "eager", "bf16-mixed", "none", 4, 1024, None),
+    ("gemma-2-2b", "sdpa", "bf16", "none", 4, 2048, None),
+    ("gemma-2-2b", "eager", "bf16", "none", 2, 2048, None),
+    ("phi-3-mini", "sdpa", "bf16-mixed", "full", 4, 2048, None),
+    ("phi-3-mini", "sdpa", "bf16", "full", 8, 2048, None),
+    ("llama3.1-8b-style", "sdpa", "bf16", "full", 4, 2048, "all"),
+    ("llama3.1-8b-style", "sdpa", "bf16", "none", 2, 2048, "q,v"),
+    ("qwen2moe-a2.7b-12l", "sdpa", "bf16", "none", 2, 2048, None),
+    ("qwen2moe-a2.7b-12l", "sdpa", "bf16", "full", 4, 2048, None),
+]
+
+# Routed experts (E, H, F) of released MoE models (their config.json)
+MOE_SHAPES = {
+    "qwen3-30b-a3b": (128, 2048, 768),
+    "qwen1.5-moe-a2.7b": (60, 2048, 1408),
+    "qwen3-235b-a22b": (128, 4096, 1536),
+    "deepseek-v3": (256, 7168, 2048),
+    "gpt-oss-120b": (128, 2880, 2880),
+    "llama4-maverick": (128, 5120, 8192),
+    "mixtral-8x7b": (8, 4096, 14336),
+}
+TOKENS_PER_EXPERT = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+MAX_FLOP = 1.6e13  # one GEMM at most (about 20 ms at Hopper's dense bf16 rate)
+
+DENSE_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (8192, 28672)]
+DENSE_M = [1, 8, 32, 128, 512, 2048, 8192, 16384]
+
+
+def _bench(fn) -> float:
+    try:
+        import triton.testing
+    except ImportError:  # a smoke test without a GPU
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+    return float(triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median")) / 1e3
+
+
+def _write(out: Path, name: str, records: list, **meta: Any) -> None:
+    import torch
+
+    doc = {"what": __doc__.splitlines()[0], "meta": {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
+                                                     "versions": rp.versions(), **meta}, "records": records}
+    (out / name).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+# 1. training-step peaks -----------------------------------------------------------------------------------------
+
+def _step(c: dict[str, Any], cfg) -> dict[str, int]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    mixed = c["precision"] == "bf16-mixed"
+    dtype = torch.bfloat16 if c["precision"] == "bf16" else torch.float32
+    torch.manual_seed(0)
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.device(DEVICE):
+        m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"], dtype=dtype)
+    if c.get("lora"):
+        from peft import LoraConfig, get_peft_model
+
+        m = get_peft_model(m, LoraConfig(r=c["lora"]["rank"], lora_alpha=32, lora_dropout=0.0,
+                                         target_modules=rsp.LORA_TARGETS[c["lora"]["targets"]]))
+    if c["recompute"] != "none":
+        rsp._enable_recompute(m, c["recompute"])
+    m.train()
+    trainable = [p for p in m.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=c["adamw"] == "foreach", fused=c["adamw"] == "fused")
+    ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]), device=DEVICE)
+    for _ in range(STEPS):
+        for _ in range(c["microbatches"]):
+            with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=mixed):
+                loss = m(input_ids=ids, labels=ids).loss / c["microbatches"]
+            loss.backward()
+            del loss
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    r = {"peak_bytes": int(torch.cuda.max_memory_allocated() - base),
+         "reserved_peak_bytes": int(torch.cuda.max_memory_reserved()),
+         "after_step_bytes": int(torch.cuda.memory_allocated() - base), "baseline_bytes": int(base),
+         "params": int(sum(p.numel() for p in m.parameters()))}
+    del m, opt, ids, trainable
+    gc.collect()
+    torch.cuda.empty_cache()
+    return r
+
+
+def steps(out: Path, small: bool = True) -> None:
+    import torch
+
+    free0, total = torch.cuda.mem_get_info()
+    torch.empty(1, device=DEVICE)
+    free1, _ = torch.cuda.mem_get_info()
+    context = {"total_bytes": int(total), "free_before_first_allocation": int(free0),
+               "free_after_first_allocation": int(free1), "reserved_after": int(torch.cuda.memory_reserved())}
+    records = []
+    cases = [(c, rsp.MODELS[c["model"]], rsp.case_name(c)) for c in (rsp.cases() if small else [])]
+    for model, attention, precision, recompute, batch, seq, lora in FULL:
+        c = rsp._case(model, batch, seq, attention, precision, recompute, lora=lora)
+        cases.append((c, REAL[model], "full-size/" + rsp.case_name(c)))
+    t0 = time.time()
+    warm = False
+    for c, config, name in cases:
+        cfg = rp.build_config(config)
+        try:
+            if not warm or not name.startswith("full-size/"):  # warm-up: workspaces, lazy allocations
+                _step(c, cfg)
+                warm = True
+            r = _step(c, cfg)
+        except Exception as e:  # noqa: BLE001 (recorded, the rest goes on)
+            r = {"error": f"{type(e).__name__}: {e}"[:300]}
+            gc.collect()
+            torch.cuda.empty_cache()
+        records.append({"name": name, **c, "config": config, **r})
+        print(f"{name}: {r}", flush=True)
+    _write(out, "step_peak_cuda.json" if small else "step_peak_cuda_full.json", records, context=context, seconds=round(time.time() - t0, 1),
+           method=f"real tensors on the GPU, {STEPS} steps; peak = max_memory_allocated - allocated before the model; "
+                  "each small case run twice, the second kept; full-size cases once, after a first warm-up")
+
+
+# 2. grouped GEMMs ------------------------------------------------------------------------------------------------
+
+def _counts(T: int, E: int, mode: str, gen):
+    import torch
+
+    if mode == "balanced":
+        return torch.full((E,), T // E, dtype=torch.int64)
+    idx = torch.randint(0, E, (T,), generator=gen)
+    return torch.bincount(idx, minlength=E)
+
+
+def grouped(out: Path) -> None:
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    records = []
+    for model, (E, H, F) in MOE_SHAPES.items():
+        for proj, K, N in (("gate_up", H, 2 * F), ("down", F, H)):
+            w = torch.randn(E, N, K, device=DEVICE, dtype=torch.bfloat16)  # [E, N, K] as checkpoints store it
+            w8 = w.to(torch.float8_e4m3fn)
+            sb = torch.ones(E, N, device=DEVICE, dtype=torch.float32)
+            for m in TOKENS_PER_EXPERT:
+                T = m * E
+                flop = 2.0 * T * K * N
+                if flop > MAX_FLOP and m > 64:
+                    break
+                x = torch.randn(T, K, device=DEVICE, dtype=torch.bfloat16)
+                x8 = x.to(torch.float8_e4m3fn)
+                sa = torch.ones(T, device=DEVICE, dtype=torch.float32)
+                for mode in ("balanced", "random"):
+                    counts = _counts(T, E, mode, gen)
+                    offs = torch.cumsum(counts, 0).to(device=DEVICE, dtype=torch.int32)
+                    rec = {"model": model, "proj": proj, "E": E, "K": K, "N": N, "m": m, "tokens": T, "routing": mode,
+                           "max_count": int(counts.max()), "experts_reached": int((counts > 0).sum()),
+                           "flop": flop, "weight_bytes_bf16": 2 * E * K * N}
+                    try:
+                        rec["bf16_s"] = _bench(lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs))
+                    except Exception as e:  # noqa: BLE001
+                        rec["bf16_error"] = f"{type(e).__name__}: {e}"[:200]
+                    try:
+                        rec["fp8_s"] = _bench(lambda: torch._scaled_grouped_mm(
+                            x8, w8.transpose(-2, -1), sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True))
+                    except Exception as e:  # noqa: BLE001
+                        rec["fp8_error"] = f"{type(e).__name__}: {e}"[:200]
+                    if mode == "balanced":
+                        wd = w[0].t().contiguous()
+                        rec["dense_one_expert_s"] = _bench(lambda: x[:m] @ wd)
+                        wT = torch.randn(K, N, device=DEVICE, dtype=torch.bfloat16)
+                        rec["dense_same_flop_s"] = _bench(lambda: x @ wT)
+                        wT = None
+                    records.append(rec)
+                    print(json.dumps(rec), flush=True)
+                x = x8 = sa = None  # freed before the next size
+            w = w8 = sb = None
+            torch.cuda.empty_cache()
+        _write(out, "grouped_gemm.json", records,
+               method="torch._grouped_mm (bf16) and torch._scaled_grouped_mm (fp8 e4m3, row-wise scales, bf16 out, use_fast_accum); "
+                      "do_bench median, warmup 5 ms, rep 25 ms, L2 flushed")
+
+
+# 3. dense GEMMs and bandwidth ---------------------------------------------------------------------------------------
+
+def dense(out: Path) -> None:
+    import torch
+
+    records = []
+    n = 2**31  # 4 GiB of bf16
+    a = torch.empty(n, dtype=torch.bfloat16, device=DEVICE)
+    b = torch.empty_like(a)
+    s = _bench(lambda: b.copy_(a))
+    records.append({"what": "copy", "bytes": 4 * n, "s": s, "bytes_per_s": 4 * n / s})
+    s = _bench(lambda: a.sum())
+    records.append({"what": "read", "bytes": 2 * n, "s": s, "bytes_per_s": 2 * n / s})
+    a = b = None
+    for K, N in DENSE_SHAPES:
+        w = torch.randn(K, N, device=DEVICE, dtype=torch.bfloat16)
+        w8 = w.t().contiguous().to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device=DEVICE)
+        for M in DENSE_M:
+            x = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
+            x8 = x.to(torch.float8_e4m3fn)
+            r = {"what": "gemm", "M": M, "K": K, "N": N, "bf16_s": _bench(lambda: x @ w)}
+            try:
+                r["fp8_s"] = _bench(lambda: torch._scaled_mm(x8, w8, one, one, out_dtype=torch.bfloat16, use_fast_accum=True))
+            except Exception as e:  # noqa: BLE001
+                r["fp8_error"] = f"{type(e).__name__}: {e}"[:200]
+            records.append(r)
+            print(json.dumps(r), flush=True)
+        w = w8 = None
+    _write(out, "dense.json", records, method="do_bench median, warmup 5 ms, rep 25 ms, L2 flushed; fp8 per-tensor scales, use_fast_accum")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="folder for the JSON files")
+    ap.add_argument("--part", action="append", choices=("steps", "full", "grouped", "dense"))
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rp.quiet()
+    for part in args.part or ("dense", "grouped", "steps"):
+        t = time.time()
+        {"steps": steps, "full": lambda o: steps(o, small=False), "grouped": grouped, "dense": dense}[part](out)
+        print(f"== {part} {time.time() - t:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
