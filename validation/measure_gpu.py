@@ -16,10 +16,13 @@ compare against them without a GPU):
    gate-and-up projection (``[T, H] x [E, H, 2F]``) and the down projection (``[T, F] x [E, F, H]``), with a dense
    ``[T, K] x [K, N]`` GEMM of the same FLOPs beside each; median time of ``triton.testing.do_bench`` (L2 flushed
    before each run).
+   **A whole MoE layer** (``moe_layer.json``, ``--part moe``): router, top-k, sort, gather, the two grouped GEMMs,
+   SwiGLU, routing weights and ``index_add`` of the same models at 4,096 and 16,384 tokens, forward and
+   forward+backward, against the two grouped GEMMs alone.
 3. **Dense GEMMs and bandwidth** (``dense.json``): a 4 GiB device-to-device copy and a read-only reduction, and
    ``X[M, K] @ W[K, N]`` for transformer shapes, bf16 and fp8.
 
-    python validation/measure_gpu.py --out DIR [--part steps|grouped|dense]...
+    python validation/measure_gpu.py --out DIR [--part steps|full|grouped|moe|dense]...
 """
 
 # ruff: noqa: B023  (every benchmarked lambda runs before its loop variables change)
@@ -253,6 +256,75 @@ def grouped(out: Path) -> None:
                       "do_bench median, warmup 5 ms, rep 25 ms, L2 flushed")
 
 
+# 2b. a whole MoE layer around the grouped GEMMs ----------------------------------------------------------------------
+
+# (E, H, F, k) of released MoE models (their config.json)
+MOE_LAYERS = {
+    "qwen3-30b-a3b": (128, 2048, 768, 8), "qwen1.5-moe-a2.7b": (60, 2048, 1408, 4),
+    "qwen3-235b-a22b": (128, 4096, 1536, 8), "deepseek-v3": (256, 7168, 2048, 8), "gpt-oss-120b": (128, 2880, 2880, 4),
+    "llama4-maverick": (128, 5120, 8192, 1), "mixtral-8x7b": (8, 4096, 14336, 2),
+}
+
+
+def _moe_layer(x, router, w_up, w_down, k):
+    """A dropless MoE layer as torchtitan and transformers' grouped_mm path run it: router GEMM, softmax top-k,
+    the token copies sorted into expert order (gather), the up projection, SwiGLU, the down projection, the
+    routing weights, and the copies summed back into their tokens (index_add)."""
+    import torch
+    import torch.nn.functional as F
+
+    E = w_up.shape[0]
+    probs = torch.softmax((x @ router.t()).float(), dim=-1)
+    top_w, top_i = probs.topk(k, dim=-1)
+    flat = top_i.flatten()
+    order = flat.argsort(stable=True)
+    offs = torch.cumsum(torch.bincount(flat, minlength=E), 0).to(torch.int32)
+    tok = order // k
+    h = torch._grouped_mm(x[tok], w_up.transpose(-2, -1), offs=offs)
+    g, u = h.chunk(2, dim=-1)
+    y = torch._grouped_mm(F.silu(g) * u, w_down.transpose(-2, -1), offs=offs)
+    y = y * top_w.flatten()[order, None].to(y.dtype)
+    return torch.zeros_like(x).index_add_(0, tok, y)
+
+
+def moe_layers(out: Path) -> None:
+    import torch
+
+    records = []
+    for model, (E, H, F, k) in MOE_LAYERS.items():
+        router = torch.randn(E, H, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+        w_up = (torch.randn(E, 2 * F, H, device=DEVICE, dtype=torch.bfloat16) * 0.02).requires_grad_()
+        w_down = (torch.randn(E, H, F, device=DEVICE, dtype=torch.bfloat16) * 0.02).requires_grad_()
+        for T in (4096, 16384):
+            x = torch.randn(T, H, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+            # the two grouped GEMMs alone on balanced copies (the work the cost model's GEMM terms price)
+            m = T * k // E
+            xs = torch.randn(m * E, H, device=DEVICE, dtype=torch.bfloat16)
+            a = torch.randn(m * E, F, device=DEVICE, dtype=torch.bfloat16)
+            offs = torch.arange(1, E + 1, device=DEVICE, dtype=torch.int32) * m
+            rec = {"model": model, "E": E, "H": H, "F": F, "k": k, "tokens": T, "copies": T * k,
+                   "gemm_flop_fwd": 2.0 * T * k * H * 3 * F}
+            rec["gemms_fwd_s"] = _bench(lambda: (torch._grouped_mm(xs, w_up.detach().transpose(-2, -1), offs=offs),
+                                                 torch._grouped_mm(a, w_down.detach().transpose(-2, -1), offs=offs)))
+            with torch.no_grad():
+                rec["layer_fwd_s"] = _bench(lambda: _moe_layer(x, router, w_up, w_down, k))
+            grad = torch.randn(T, H, device=DEVICE, dtype=torch.bfloat16)
+
+            def step():
+                _moe_layer(x, router, w_up, w_down, k).backward(grad)
+
+            rec["layer_fwd_bwd_s"] = _bench(step)
+            records.append(rec)
+            print(json.dumps(rec), flush=True)
+            x = xs = a = None
+        router = w_up = w_down = None
+        torch.cuda.empty_cache()
+    _write(out, "moe_layer.json", records,
+           method="a dropless MoE layer (router, softmax top-k, sort, gather, grouped_mm up, SwiGLU, grouped_mm down, "
+                  "weights, index_add) in bf16, forward (no_grad) and forward+backward, against its two grouped "
+                  "GEMMs alone on balanced copies; do_bench median, warmup 5 ms, rep 25 ms, L2 flushed")
+
+
 # 3. dense GEMMs and bandwidth ---------------------------------------------------------------------------------------
 
 def dense(out: Path) -> None:
@@ -288,14 +360,15 @@ def dense(out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the JSON files")
-    ap.add_argument("--part", action="append", choices=("steps", "full", "grouped", "dense"))
+    ap.add_argument("--part", action="append", choices=("steps", "full", "grouped", "moe", "dense"))
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rp.quiet()
     for part in args.part or ("dense", "grouped", "steps"):
         t = time.time()
-        {"steps": steps, "full": lambda o: steps(o, small=False), "grouped": grouped, "dense": dense}[part](out)
+        {"steps": steps, "full": lambda o: steps(o, small=False), "grouped": grouped, "moe": moe_layers,
+         "dense": dense}[part](out)
         print(f"== {part} {time.time() - t:.1f} s", flush=True)
     return 0
 
