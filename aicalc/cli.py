@@ -394,7 +394,8 @@ def train_time(
     dp_bandwidth: Annotated[str | None, typer.Option("--dp-bandwidth", help="inter-node bandwidth per chip per direction (default: the chip preset's scale-out figure, else 25GB/s)")] = None,
     eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
     framework: Annotated[str, typer.Option("--framework", help="megatron | fsdp | deepspeed | torchtitan: overlap profile "
-                                                               "(presets/frameworks/)")] = "megatron",
+                                                               "(presets/frameworks/; megatron is the 26.06+ "
+                                                               "release, megatron-26.04 the earlier)")] = "megatron",
     cp: Annotated[int, typer.Option("--cp", help="context parallel: the sequence split over N ranks (chips = "
                                                  "tp·pp·cp·dp)")] = 1,
     ep: Annotated[int, typer.Option("--ep", help="expert parallel (MoE): experts split over N ranks folded over "

@@ -353,7 +353,7 @@ def test_builtin_options_as_the_code_reads_them():
     assert profiles.load("engine", "gpt-fast").options["kv_shared"] is False
     assert profiles.load("class", "sram-dataflow").options["pipeline_over_chips"] is True
     assert {f: profiles.load("framework", f).options["default_zero"] for f in profiles.ids("framework")} == \
-        {"deepspeed": 1, "fsdp": 3, "megatron": 1, "torchtitan": 3}
+        {"deepspeed": 1, "fsdp": 3, "megatron": 1, "megatron-26.04": 1, "torchtitan": 3}
     # torchtitan's FSDP2 MixedPrecisionPolicy reduces in fp32; a value other than fp32 / bf16 is refused
     assert profiles.load("framework", "torchtitan").options["reduce_dtype"] == "fp32"
     assert profiles.load("framework", "torchtitan").factors == profiles.load("framework", "fsdp").factors

@@ -166,8 +166,10 @@ def published_cases() -> list[dict]:
 
 
 FRAMEWORK = {"fsdp": "fsdp", "torchtitan": "torchtitan", "maxtext": "fsdp", "megatron": "megatron", "nemo": "megatron",
+             "megatron-26.04": "megatron-26.04",
              "deepspeed": "deepspeed", "other": "megatron"}
 RECOMPUTE = {"fsdp": "none", "torchtitan": "none", "maxtext": "full", "megatron": "selective", "nemo": "selective",
+             "megatron-26.04": "selective",
              "deepspeed": "full", "other": "selective"}
 TRAIN_METRICS = {"mfu": ("mfu", 1.0, "MFU"), "tokens_per_s_per_chip": ("tokens_per_s_per_chip", 1.0, "tok/s/chip"),
                  "model_tflops_per_chip": ("model_flop_per_s_per_chip", 1e-12, "TFLOP/s/chip"),
@@ -442,7 +444,9 @@ def table(results, title: str = "Performance validation: estimates vs published 
         "max_batch_size (2048) requests, each admitted with prompt + output reserved (GUARANTEED_NO_EVICT); gpt-oss's",
         "MXFP4 experts run against MXFP8 activations on Blackwell. MoE is not yet at the dense rows' accuracy (the",
         "15 % goal in training): per-release software differences (Megatron-Bridge 25.09 to 26.06 runs the same",
-        "layout up to 3x apart); EPLB's redundant experts are priced as slots under uniform routing (the skew they",
+        "layout up to 3x apart; rows of containers before 26.06 run `--framework megatron-26.04`, the later ones",
+        "`megatron`, whose Blackwell MXFP8 recipes capture the whole iteration in one CUDA graph, docs/train-time.md);",
+        "EPLB's redundant experts are priced as slots under uniform routing (the skew they",
         "relieve is not modelled); one pool of a disaggregated deployment (`pool`) is priced alone, a decode pool",
         "as batch / TPOT, a prefill pool as prompts / TTFT; a case aicalc refuses is listed unscored with the refusal.",
         "",

@@ -147,7 +147,10 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
 
     check_choice("recompute", recompute, tt.RECOMPUTE)
     check_choice("attention_flops", attention_flops, tt.ATTENTION_FLOPS)
-    if recompute == "selective-op" and framework == "megatron":
+    from aicalc.catalog import profiles
+
+    fw = profiles.load("framework", framework)
+    if recompute == "selective-op" and profiles.family(fw) == "megatron":
         raise ParameterError("recompute", recompute, "is torchtitan's op-level selective activation checkpointing; "
                              "with --framework megatron use none, selective or full")
     check_choice("attention", attention, ("flash", "materialized"))
@@ -179,13 +182,14 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     mfu_v = inputs.fraction("mfu", mfu) if mfu is not None else None
     if mfu_v is not None and mfu_v < MIN_SHARE_OF_PEAK:
         raise ParameterError("mfu", mfu, f"is below {MIN_SHARE_OF_PEAK:g} of the peak (a typo?)")
-    from aicalc.catalog import profiles
-
-    fw = profiles.load("framework", framework)
     cls = profiles.load("class", profiles.chip_class(chip_obj))
     chip_factors = {k: f.value for k, f in (chip_obj.efficiency or {}).items()}
+    # what the framework's recipes do differently on this chip's generation (Megatron-Bridge's full-iteration CUDA
+    # graphs on Blackwell)
+    gen_factors, gen_sources = fw.options["by_generation"].get(chip_obj.generation or "", ({}, {}))
     eff = efficiency_of(None).with_overrides(cls.factors).with_overrides(chip_factors)
     eff = eff.with_overrides(gemm_plateau(chip_obj, eff.flop_max)).with_overrides(fw.factors)
+    eff = eff.with_overrides(gen_factors)
     if efficiency:
         eff = efficiency if not isinstance(efficiency, dict) else eff.with_overrides(efficiency)
     goodput = inputs.fraction("goodput", goodput)
@@ -228,7 +232,8 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     cols["goodput"] = goodput
     return TrainTime(cols, warnings, model=spec, chip=chip_obj, train_chip=tchip, efficiency=eff, mfu_source=source,
                      price=price, framework=framework, chip_class=cls.id,
-                     sources=[f"{k} = {v:g} ({p.id}: {p.sources[k]})" for p in (cls, fw) for k, v in p.factors.items()])
+                     sources=[f"{k} = {v:g} ({p.id}: {p.sources[k]})" for p in (cls, fw) for k, v in p.factors.items()]
+                     + [f"{k} = {v:g} ({fw.id} on {chip_obj.generation}: {gen_sources[k]})" for k, v in gen_factors.items()])
 
 
 def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute, framework: str = "megatron",
@@ -242,8 +247,9 @@ def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute,
     import numpy as np
 
     from aicalc.api.train_memory import train_memory
+    from aicalc.catalog import profiles
 
-    mem_framework = "megatron" if framework == "megatron" else "hf"
+    mem_framework = "megatron" if profiles.family(profiles.load("framework", framework)) == "megatron" else "hf"
     if recompute == "selective" and mem_framework != "megatron":
         return None, None
     mixed = {"fp8": "fp8-mixed", "fp16": "fp16-mixed"}.get(precision, "bf16-mixed")  # the math dtype's recipe

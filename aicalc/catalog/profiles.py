@@ -28,7 +28,9 @@ kind whose factors and options it starts from; at most MAX_EXTENDS deep, no loop
   holds the blocks of its tokens so far; ``full``: its whole prompt + output is reserved at admission), ``kv_budget``
   (``total``: the memory fraction is of the whole memory, vLLM's; ``free``: of what the weights leave, TensorRT-LLM's), ``by_class`` (chip class id → ``{factors: …}``);
 - framework: ``default_zero`` (a ZeRO stage, 0 to 3), ``reduce_dtype`` (``fp32`` or ``bf16``: the dtype the data-parallel
-  gradient reduction runs in; bf16 where unset).
+  gradient reduction runs in; bf16 where unset), ``release`` and ``family`` (as an engine's: ``megatron-26.04`` is a
+  release of the family ``megatron``, whose latest is the file ``megatron``), ``by_generation`` (a chip generation,
+  as chip presets name it, → ``{factors: …}``: what the framework's recipes do differently on that generation).
 
 Anything else, or a value of the wrong type or range, is an error naming the file and the key (exit 2).
 """
@@ -84,6 +86,11 @@ def ids(kind: str) -> tuple[str, ...]:
 def families() -> dict[str, tuple[str, ...]]:
     """Engine family → the ids of its releases, oldest first (by the ``release.date`` of each profile)."""
     return _families(_roots_key())
+
+
+def family(profile: Profile) -> str:
+    """The family a profile's release belongs to (``megatron-26.04`` → ``megatron``), else its own id."""
+    return profile.options.get("family") or profile.id
 
 
 def latest(family: str) -> str:
@@ -210,8 +217,9 @@ OPTIONS = {
     "engine": {"release": _release, "family": _family, "kv_shared": _flag, "gguf_compute": _compute_dtype,
                "gguf_compute_vendors": _texts, "max_num_seqs": _sequences, "scheduler": _scheduler,
                "kv_reserve": _kv_reserve, "kv_budget": _kv_budget,
-               "by_class": None},  # by_class: read by _read_by_class
-    "framework": {"default_zero": _zero_stage, "reduce_dtype": _reduce_dtype},
+               "by_class": None},  # by_class: read by _read_by
+    "framework": {"default_zero": _zero_stage, "reduce_dtype": _reduce_dtype, "release": _release, "family": _family,
+                  "by_generation": None},  # by_generation: read by _read_by
 }
 
 
@@ -269,13 +277,16 @@ def _load(roots: tuple[str, ...], kind: str, profile_id: str) -> Profile:
             raise AicalcError(f"{where} names '{base}', which is not a known {kind} profile (known: "
                               f"{', '.join(ids(kind))})") from None
         pid = base
-    factors, sources, options, by_class = {}, {}, {}, {}
+    factors, sources, options, by_class, by_generation = {}, {}, {}, {}, {}
     for _, _, data in reversed(chain):  # the base first; each profile overrides what it extends
         factors.update(data["factors"][0])
         sources.update(data["factors"][1])
         options.update(data["options"])
         by_class.update(data["by_class"])
+        by_generation.update(data["by_generation"])
     options["by_class"] = by_class
+    if kind == "framework":
+        options["by_generation"] = by_generation
     return Profile(profile_id, chain[0][2]["name"], factors, sources, options)
 
 
@@ -306,8 +317,10 @@ def _read(kind: str, profile_id: str, path: Path) -> dict:
             raise AicalcError(f"{file}: '{key}' {problem}")
     return {"name": data.get("name", profile_id), "extends": data.get("extends"),
             "factors": _read_factors(file, data.get("factors"), "factors"),
-            "options": {k: v for k, v in data.items() if k not in (*COMMON_KEYS, "by_class")},
-            "by_class": _read_by_class(file, data.get("by_class")) if "by_class" in known else {}}
+            "options": {k: v for k, v in data.items() if k not in (*COMMON_KEYS, "by_class", "by_generation")},
+            "by_class": _read_by(file, data.get("by_class"), "by_class", ids("class")) if "by_class" in known else {},
+            "by_generation": _read_by(file, data.get("by_generation"), "by_generation", None)
+            if "by_generation" in known else {}}
 
 
 def _read_factors(file: str, block, where: str) -> tuple[dict[str, float], dict[str, str]]:
@@ -342,31 +355,33 @@ def _read_factors(file: str, block, where: str) -> tuple[dict[str, float], dict[
     return factors, sources
 
 
-def _read_by_class(file: str, block) -> dict[str, tuple[dict[str, float], dict[str, str]]]:
-    """An engine's ``by_class:`` (its kernels differ per backend: CUDA, Metal): class id → {factors: …}."""
+def _read_by(file: str, block, key: str, known) -> dict[str, tuple[dict[str, float], dict[str, str]]]:
+    """An engine's ``by_class:`` (its kernels differ per backend: CUDA, Metal; ``known`` the class ids) or a
+    framework's ``by_generation:`` (its recipes differ per chip generation; any generation name): name →
+    {factors: …}."""
     from aicalc.catalog.store import _short
 
+    what = "chip class ids" if known is not None else "chip generations"
     if block is None:
         return {}
     if not isinstance(block, dict):
-        raise AicalcError(f"{file}: 'by_class' must be a mapping of chip class ids to {{factors: …}}, got "
-                          f"{_show(block)}")
+        raise AicalcError(f"{file}: '{key}' must be a mapping of {what} to {{factors: …}}, got {_show(block)}")
     out = {}
-    classes = ids("class")
-    for cls, entry in block.items():
-        if not isinstance(cls, str) or cls not in classes:
-            raise AicalcError(f"{file}: by_class: {_show(cls)} is not a chip class (known: {', '.join(classes)})")
+    for name, entry in block.items():
+        if not isinstance(name, str) or not name or (known is not None and name not in known):
+            raise AicalcError(f"{file}: {key}: {_show(name)} is not a chip class (known: {', '.join(known)})"
+                              if known is not None else f"{file}: {key}: {_show(name)} is not a generation's name")
         if entry is None:
             entry = {}
         if not isinstance(entry, dict):
-            raise AicalcError(f"{file}: by_class.{cls} must be a mapping holding 'factors', got {_show(entry)}")
+            raise AicalcError(f"{file}: {key}.{name} must be a mapping holding 'factors', got {_show(entry)}")
         extra = sorted(map(str, set(entry) - {"factors", "description"}))
         if extra:
-            raise AicalcError(f"{file}: by_class.{cls}: '{_short(extra[0], 60)}' is not a key (known: factors, "
+            raise AicalcError(f"{file}: {key}.{name}: '{_short(extra[0], 60)}' is not a key (known: factors, "
                               "description)")
         if not isinstance(entry.get("description", ""), str):
-            raise AicalcError(f"{file}: by_class.{cls}.description must be text")
-        out[cls] = _read_factors(file, entry.get("factors"), f"by_class.{cls}.factors")
+            raise AicalcError(f"{file}: {key}.{name}.description must be text")
+        out[name] = _read_factors(file, entry.get("factors"), f"{key}.{name}.factors")
     return out
 
 
@@ -376,10 +391,10 @@ def default_engine(chip) -> str:
     return getattr(chip, "default_engine", None) or DEFAULT_ENGINE
 
 
-def release_note(engine_id: str) -> str:
+def release_note(engine_id: str, kind: str = "engine") -> str:
     """``cerebras-2025 (Cerebras Inference, 2025 …, 2025-08)``: the profile an estimate used and the release it
     describes, for a table's notes."""
-    rel = load("engine", engine_id).options.get("release")
+    rel = load(kind, engine_id).options.get("release")
     return f"{engine_id} ({rel['version']}, {rel['date']})" if rel else f"{engine_id} (no release of its own)"
 
 

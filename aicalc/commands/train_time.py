@@ -23,9 +23,9 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
     if str(precision) in ("bf16-mixed", "fp16-mixed", "fp8-mixed"):  # train-mem's names: the same math dtype
         precision = str(precision).removesuffix("-mixed")
 
-    if zero is None:  # the framework's usual stage (presets/frameworks/: Megatron's distributed optimizer, FSDP)
-        from aicalc.catalog import profiles
+    from aicalc.catalog import profiles
 
+    if zero is None:  # the framework's usual stage (presets/frameworks/: Megatron's distributed optimizer, FSDP)
         zero = int(profiles.load("framework", framework).options.get("default_zero", 0))
     if chips is None and dp is None:  # a node: a data-parallel job over its chips (or the chips to search)
         from aicalc.api.catalog import node_count
@@ -71,6 +71,12 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
              f"peak {tc.peak_flop_per_s / 1e12:,.1f} TFLOP/s dense {precision} per chip; DP network "
              f"{tc.dp_bytes_per_s / 1e9:,.0f} GB/s per chip per direction (--dp-bandwidth)",
              cost_note(chip_obj, m["price"], price is not None)]
+    fw = profiles.load("framework", framework)
+    gen = fw.options["by_generation"].get(chip_obj.generation or "", ({}, {}))[0]
+    releases = [i for i in profiles.ids("framework") if profiles.family(profiles.load("framework", i)) == profiles.family(fw)]
+    notes.append(f"framework {profiles.release_note(framework, 'framework')}"
+                 + (f"; on {chip_obj.generation}: " + ", ".join(f"{k} {v:g}" for k, v in gen.items()) if gen else "")
+                 + (f" (releases: {', '.join(releases)}; --framework)" if len(releases) > 1 else ""))
     from aicalc.commands.train_mem import _stage_notes
     from aicalc.core.train_peak import TrainSetup
 
@@ -107,7 +113,8 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
             row["peak_reserved_bytes"], row["fits"] = float(peak[i]), bool(fits[i])
         columns += ["peak_reserved_bytes", "fits"]
         notes.append("fits: train-mem's reserved peak of the same layout (mixed precision, flash attention, "
-                     f"{'Megatron' if framework == 'megatron' else 'transformers'} activations) within "
+                     f"{'Megatron' if profiles.family(profiles.load('framework', framework)) == 'megatron' else 'transformers'} "
+                     f"activations) within "
                      f"{chip_obj.id}'s memory; train-mem shows the breakdown")
         if not fits.all():
             warnings.append(f"{int((~fits).sum())} of {fits.size} layouts do not fit {chip_obj.id}'s memory (try more "
