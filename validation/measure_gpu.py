@@ -325,6 +325,52 @@ def moe_layers(out: Path) -> None:
                   "GEMMs alone on balanced copies; do_bench median, warmup 5 ms, rep 25 ms, L2 flushed")
 
 
+# 4. the CUDA context ---------------------------------------------------------------------------------------------
+
+def context(out: Path) -> None:
+    """Device memory the process holds outside PyTorch's caching allocator (CUDA context, loaded kernel modules,
+    library handles), read by NVML for this process, less ``memory_reserved()``: after the first allocation, after
+    a bf16 matmul (cuBLAS), and after three training steps of a small Llama (SDPA flash kernels, fused and foreach
+    AdamW, cross-entropy). Run it in a fresh process (``--part context`` alone)."""
+    import os
+
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)  # before torch touches CUDA
+    import torch
+
+    def used() -> int:
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if p.pid == os.getpid():
+                return int(p.usedGpuMemory)
+        return -1
+
+    records = []
+    before = int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)  # the device before this process made a context
+
+    def read(stage: str) -> None:
+        torch.cuda.synchronize()
+        u, r = used(), int(torch.cuda.memory_reserved())
+        dev = int(pynvml.nvmlDeviceGetMemoryInfo(handle).used) - before
+        records.append({"stage": stage, "process_used_bytes": u, "device_used_since_start_bytes": dev,
+                        "reserved_bytes": r, "outside_bytes": (u if u >= 0 else dev) - r})
+        print(json.dumps(records[-1]), flush=True)
+
+    torch.empty(1, device=DEVICE)
+    read("first allocation")
+    a = torch.randn(4096, 4096, device=DEVICE, dtype=torch.bfloat16)
+    (a @ a).sum().item()
+    read("bf16 matmul")
+    c = rsp._case("llama3-style", 2, 1024, "sdpa", "bf16-mixed", "none")
+    _step(c, rp.build_config(rsp.MODELS["llama3-style"]))
+    c = rsp._case("llama3-style", 2, 1024, "sdpa", "bf16", "none", adamw="fused")
+    _step(c, rp.build_config(rsp.MODELS["llama3-style"]))
+    read("training steps")
+    _write(out, "context.json", records, method="NVML's per-process used memory less torch.cuda.memory_reserved(), "
+                                                  "one fresh process")
+
+
 # 3. dense GEMMs and bandwidth ---------------------------------------------------------------------------------------
 
 def dense(out: Path) -> None:
@@ -360,7 +406,8 @@ def dense(out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the JSON files")
-    ap.add_argument("--part", action="append", choices=("steps", "full", "grouped", "moe", "dense"))
+    ap.add_argument("--part", action="append", choices=("steps", "full", "grouped", "moe", "dense",
+                                                                 "context"))
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -368,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     for part in args.part or ("dense", "grouped", "steps"):
         t = time.time()
         {"steps": steps, "full": lambda o: steps(o, small=False), "grouped": grouped, "moe": moe_layers,
-         "dense": dense}[part](out)
+         "dense": dense, "context": context}[part](out)
         print(f"== {part} {time.time() - t:.1f} s", flush=True)
     return 0
 
