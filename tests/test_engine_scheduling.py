@@ -18,7 +18,7 @@ def test_trtllm_reserves_prompt_plus_output_where_vllm_holds_the_live_context():
     from aicalc.core.capacity import runtime_overhead_bytes
 
     spec = load_model("llama-3.1-70b")
-    mem = load_chip("h100-sxm").memory_bytes
+    mem = load_chip("h100-sxm").usable_memory_bytes  # what CUDA reports (79.18 GiB), not the 80 GiB label
     w, o = resident_weights(spec, "fp8", 4), runtime_overhead_bytes(spec.arch, 4)
     per_token = 80 * 2 * 2 * 128 * 2
     kw = dict(tp=4, prompt=1024, gen=1024, dtype="fp8")

@@ -80,7 +80,7 @@ def fewest_possible(model, chip) -> int:
 
     st = TrainSetup()
     sb = tm.state_bytes(st.precision, st.optimizer, st.grad_dtype, st.optimizer_dtype)
-    need = (sb.weights + sb.grads + sb.master + sb.optimizer) * tm.split_params(model.arch).total / chip.memory_bytes
+    need = (sb.weights + sb.grads + sb.master + sb.optimizer) * tm.split_params(model.arch).total / chip.usable_memory_bytes
     n = 1
     while n < need and n <= MAX_CHIPS:
         n *= 2

@@ -85,12 +85,12 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
         if max_context:  # more chips hold a longer cache: the model's own limit
             cols["max_context"] = np.full(B.shape, float(arch.max_context))
     elif chip_obj is not None:
-        room = capacity.room_bytes(chip_obj.memory_bytes, utilization, weights, over)  # one number: no array
+        room = capacity.room_bytes(chip_obj.usable_memory_bytes, utilization, weights, over)  # one number: no array
         budget = fl.full(np.maximum(room, 0.0))
         fit, concurrency = capacity.fit_of(shape, np.maximum(room, 0.0), held, block_size, out=fl.row())
         headroom = np.subtract(room, paged, out=fl.row())
         shortfall = np.subtract(paged, room, out=fl.row())
-        cols |= {"memory_bytes": ints.full(chip_obj.memory_bytes), "kv_budget_bytes_per_device": budget,
+        cols |= {"memory_bytes": ints.full(chip_obj.usable_memory_bytes), "kv_budget_bytes_per_device": budget,
                  "max_batch": _ints(ints, fit), "max_concurrency": concurrency,
                  "fits": fit >= B if room > 0 else np.zeros(B.shape, dtype=bool), "headroom_bytes": np.maximum(headroom, 0.0, out=headroom),
                  "shortfall_bytes": np.maximum(shortfall, 0.0, out=shortfall)}
@@ -125,14 +125,14 @@ def _sram_only(chip, weights, kv, B) -> dict:
     chips."""
     import numpy as np
 
-    mem = float(chip.memory_bytes)
+    mem = float(chip.usable_memory_bytes)
     chips = np.ceil((weights + kv) / mem)
     per_seq = kv / B  # one sequence, all devices
     fit = np.floor((chips * mem - weights) / np.maximum(per_seq, 1.0))
     return {"chips_needed": chips.astype(np.int64), "kv_cache_bytes": kv, "weights_bytes_per_device": weights / chips,
             "kv_cache_bytes_per_device": kv / chips, "kv_per_sequence_bytes": per_seq / chips,
             "runtime_overhead_bytes": 0.0, "total_bytes_per_device": (weights + kv) / chips,
-            "paging_waste_bytes_per_device": 0.0, "memory_bytes": chip.memory_bytes,
+            "paging_waste_bytes_per_device": 0.0, "memory_bytes": chip.usable_memory_bytes,
             "kv_budget_bytes_per_device": (chips * mem - weights) / chips, "max_batch": fit.astype(np.int64),
             "max_concurrency": fit, "fits": np.ones(B.shape, dtype=bool), "headroom_bytes": (chips * mem - weights - kv)
             / chips, "shortfall_bytes": np.zeros(B.shape)}

@@ -285,7 +285,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
             sel = TP == t
             kv[sel] += kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, int(t)), B[sel], S[sel] + G[sel] + spec["k"])
     need = weights + kv
-    chips_needed = np.ceil(need * TP / float(cs.chip.memory_bytes))
+    chips_needed = np.ceil(need * TP / float(cs.chip.usable_memory_bytes))
     # a dataflow deployment spreads the weights over chips_needed chips that every token crosses in turn
     par = latency.Par(float(ep), D, float(redundant))
     pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, Ba, S, G, TPa,
@@ -293,7 +293,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     for key in out:  # the replica's tokens/s: its attention groups run side by side
         if D != 1.0:
             out[key]["output_tokens_per_s"] = out[key]["output_tokens_per_s"] * D
-    mem = float(cs.chip.memory_bytes)
+    mem = float(cs.chip.usable_memory_bytes)
     spec_cols = {}
     if spec is not None:
         from aicalc.core import speculative

@@ -52,7 +52,7 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
         from aicalc.catalog import profiles
 
         opts = profiles.load("engine", engine).options
-    budget = float(capacity.kv_budget_bytes(chip_obj.memory_bytes, inputs.fraction("utilization", utilization),
+    budget = float(capacity.kv_budget_bytes(chip_obj.usable_memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp),
                                             opts.get("kv_budget", "total")))
     from aicalc.core.serving import held_context
@@ -149,7 +149,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     dtype, kv_dtype = cs.dtype_label, cs.kv_dtype
     overhead = capacity.runtime_overhead_bytes(arch, tp)
     eng_opts = cs.engine_options
-    budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, utilization, weights, overhead,
+    budget = float(capacity.kv_budget_bytes(cs.chip.usable_memory_bytes, utilization, weights, overhead,
                                             eng_opts.get("kv_budget", "total")))
     per_rep = np.ceil(C / replicas)
     per_mb = np.ceil(per_rep / pp) if pp > 1 else per_rep  # sequences of one pipeline micro-batch
@@ -194,7 +194,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
                                          BLOCK)
     fits = (kv_dev <= budget) & (budget > 0)
     if sram is not None:  # weights and cache spread over the replica's chips, no engine runtime beside them
-        overhead, budget = 0.0, float(cs.chip.memory_bytes)
+        overhead, budget = 0.0, float(cs.chip.usable_memory_bytes)
         chips = sram if given_chips is None else chips
         fits = sram <= chips
         weights, kv_dev = weights * tp / sram, kv_dev * tp / sram
@@ -231,7 +231,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
             warnings.append(f"{int((~fits).sum())} row(s) need more than the {chips} {cs.chip.id} chips given: "
                             "weights and KV cache live in on-chip SRAM only (see chips_needed)")
     elif budget <= 0:
-        short = weights + overhead - np.ceil(cs.chip.memory_bytes * utilization)
+        short = weights + overhead - np.ceil(cs.chip.usable_memory_bytes * utilization)
         warnings.append(f"does not fit: weights ({weights / 2**30:.1f} GiB) and runtime overhead ({overhead / 2**30:.1f} "
                         f"GiB) per device exceed {utilization:.0%} of {cs.chip.id}'s memory by {short / 2**30:.1f} "
                         f"GiB; use more chips per replica (tp), a smaller dtype, or a larger chip")
@@ -279,4 +279,4 @@ def _sram_chips(cs, weights, per_rep, P, G, tp):
     from aicalc.core.serving import live_context
 
     kv = kv_cache_bytes(kv_shape(cs.model.arch, cs.kv_dtype, tp), per_rep, live_context(P, G)) * tp
-    return np.ceil((weights + kv) / float(cs.chip.memory_bytes))
+    return np.ceil((weights + kv) / float(cs.chip.usable_memory_bytes))

@@ -335,7 +335,7 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     check_parallel(arch, tp, ep, adp)
     weights = resident_weights(cs.model, layout.dtype, tp, ep=ep, attention_dp=adp)
     eng_opts = cs.engine_options
-    budget = float(capacity.kv_budget_bytes(cs.chip.memory_bytes, inputs.fraction("utilization", utilization),
+    budget = float(capacity.kv_budget_bytes(cs.chip.usable_memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp),
                                             eng_opts.get("kv_budget", "total")))
     block = 16

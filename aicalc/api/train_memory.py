@@ -234,8 +234,8 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
     cols.update(evaluate(spec.arch, st, {**g, "seq": seq_run}, grid_columns=False))
     cols["peak_phase"] = phase_names(cols["peak_phase"])
     if chip_obj is not None:
-        cols["chip_memory_bytes"] = Block(g["batch"].size, 1).full(float(chip_obj.memory_bytes))
-        cols["fits"] = cols["peak_reserved_bytes"] <= chip_obj.memory_bytes  # what the allocator will reserve
+        cols["chip_memory_bytes"] = Block(g["batch"].size, 1).full(float(chip_obj.usable_memory_bytes))
+        cols["fits"] = cols["peak_reserved_bytes"] <= chip_obj.usable_memory_bytes  # what the allocator will reserve
     for k in GRID + ("stage", "stage_layers"):
         v = np.broadcast_to(np.asarray(cols[k], dtype=np.float64), g["batch"].shape)
         cols[k] = ints.row()
@@ -272,7 +272,7 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     if not chips:
         raise ParameterError("chips", None, "is needed: the number of devices to lay the model out on")
     lim = min(x for x in (inputs.nbytes("limit", limit) if limit is not None else None,
-                          chip_obj.memory_bytes if chip_obj else None) if x is not None)
+                          chip_obj.usable_memory_bytes if chip_obj else None) if x is not None)
     seqs = inputs.positive("seq", seq, whole=True).reshape(-1)
     cps = sorted({int(c) for c in inputs.positive("cp", cp, whole=True).reshape(-1)})
     if st.attention == "eager":

@@ -57,6 +57,10 @@ class Chip(_Strict):
     generation: str | None = None
     year: PositiveInt | None = None
     memory: ByteSize = Field(gt=0, description="capacity usable by the model: HBM/GDDR/unified, or on-chip SRAM when that is all there is")
+    usable_memory: ByteSize | None = Field(None, gt=0, description="what the runtime reports as the device's total "
+                                           "(CUDA's cudaMemGetInfo), less than the label by what the driver keeps; "
+                                           "measured, with usable_memory_source. Every estimate uses it where given")
+    usable_memory_source: str | None = None
     memory_type: str
     memory_bandwidth_gbs: PositiveFloat
     sram: ByteSize | None = Field(None, gt=0)
@@ -79,9 +83,19 @@ class Chip(_Strict):
     source: str
     notes: list[str] = []
 
+    def model_post_init(self, _context) -> None:
+        if self.usable_memory is not None and (self.usable_memory > self.memory or not self.usable_memory_source):
+            raise ValueError("usable_memory must be at most memory and come with usable_memory_source")
+
     @property
     def memory_bytes(self) -> int:
         return int(self.memory)
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """The memory estimates budget and judge ``fits`` against: the measured usable total where the preset has
+        one (``usable_memory``), else the label."""
+        return int(self.usable_memory or self.memory)
 
     @property
     def memory_bandwidth_bytes_per_s(self) -> float:

@@ -392,6 +392,11 @@ class ChipRecord(_Linked):
         return int(self._data["memory"])
 
     @property
+    def usable_memory_bytes(self) -> int:
+        """The measured usable total where the preset has one (``usable_memory``), else the label."""
+        return int(self._data.get("usable_memory") or self._data["memory"])
+
+    @property
     def memory_bandwidth_bytes_per_s(self) -> float:
         return self._data["memory_bandwidth_gbs"] * 1e9
 
@@ -509,7 +514,7 @@ def _read_index(cache_file: Path, stamp: list) -> dict | None:
 # integer, "n" a number, "?" or None, "d" dtype → number, "c" an interconnect, "e" efficiency factors, "l" texts.
 _RECORD_FIELDS = {
     "chip": {"id": "s", "name": "s", "vendor": "s", "kind": "s", "generation": "s?", "year": "i?", "memory": "i",
-             "memory_type": "s", "memory_bandwidth_gbs": "n", "sram": "i?", "sram_bandwidth_gbs": "n?",
+             "usable_memory": "i?", "usable_memory_source": "s?", "memory_type": "s", "memory_bandwidth_gbs": "n", "sram": "i?", "sram_bandwidth_gbs": "n?",
              "dense_tflops": "d", "sparse_tflops": "d", "interconnect": "c", "scale_out_gbs": "n?", "efficiency": "e",
              "efficiency_class": "s?", "default_engine": "s?", "tdp_w": "n?", "price_per_hour_usd": "n?", "price_source": "s?", "source": "s",
              "notes": "l"},
@@ -551,6 +556,9 @@ def _trusted(kind: str, data, where: Path) -> bool:
 
     fields = _RECORD_FIELDS[kind]
     if not (isinstance(data, dict) and set(data) == set(fields) and all(ok(c, data[k]) for k, c in fields.items())):
+        return False
+    if kind == "chip" and data["usable_memory"] is not None and (data["usable_memory"] > data["memory"]
+                                                                 or not data["usable_memory_source"]):
         return False
     if any(data.get(f) is not None and not _ID.fullmatch(data[f]) for f in ("chip", "efficiency_class",
                                                                            "default_engine")):

@@ -88,7 +88,7 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
 
         result.chart = bars([f"{int(s):,}" for s in S], cols["total_bytes_per_device"].tolist(), fmt_bytes,
                             "memory per device vs context",
-                            limit=budget or (chip_obj.memory_bytes if chip_obj else None))
+                            limit=budget or (chip_obj.usable_memory_bytes if chip_obj else None))
     return result
 
 

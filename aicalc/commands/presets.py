@@ -35,7 +35,8 @@ def model_row(spec) -> dict:
 def chip_row(chip, count: int = 1, node_id: str | None = None) -> dict:
     row = {
         "id": node_id or chip.id, "kind": "node" if node_id else "chip", "name": chip.name, "vendor": chip.vendor,
-        "chip": chip.id, "count": count, "memory_bytes": chip.memory_bytes, "memory_type": chip.memory_type,
+        "chip": chip.id, "count": count, "memory_bytes": chip.memory_bytes,
+        "usable_memory_bytes": chip.usable_memory_bytes, "memory_type": chip.memory_type,
         "memory_bandwidth_bytes_per_s": chip.memory_bandwidth_bytes_per_s,
         "peak_bf16_flop_per_s": chip.peak_flop_per_s("bf16") or chip.peak_flop_per_s("fp16"),
     }

@@ -77,7 +77,7 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
     warnings, code = list(r.warnings), ExitCode.OK
     limit = budget
     if chip_obj is not None:
-        limit = chip_obj.memory_bytes if limit is None else min(limit, chip_obj.memory_bytes)
+        limit = chip_obj.usable_memory_bytes if limit is None else min(limit, chip_obj.usable_memory_bytes)
     if limit is not None:
         fits = cols["peak_reserved_bytes"] <= limit
         cols["fits"] = fits
