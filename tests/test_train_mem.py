@@ -355,14 +355,16 @@ def test_search(capsys):
     # parallel group, so the allocated peak alone need not be in order)
     heads = [r["peak_reserved_bytes"] for r in out["rows"]]
     assert heads == sorted(heads)
-    assert all(r["peak_reserved_bytes"] <= 80 * GiB for r in out["rows"])
+    assert all(r["peak_reserved_bytes"] <= 79.18 * GiB for r in out["rows"])  # what CUDA gives of an 80 GB H100
     assert all(r["tp"] * r["pp"] * r["dp"] == 64 for r in out["rows"])
     code, out = _json(capsys, "llama-3.1-405b", "--search", "--chip", "rtx-4090", "--chips", "2")
     # nothing fits: the closest layouts, each with what it lacks (peak - memory), smallest first
     assert code == 1 and out["rows"] and not any(r["fits"] for r in out["rows"])
     short = [r["shortfall_bytes"] for r in out["rows"]]
     assert short == sorted(short) and all(s > 0 for s in short)
-    assert all(r["shortfall_bytes"] == r["peak_reserved_bytes"] - 24 * GiB for r in out["rows"])  # RTX 4090: 24 GiB
+    # RTX 4090: 23.68 GiB of its 24 for CUDA (PyTorch's out-of-memory message, the preset's usable_memory)
+    assert all(r["shortfall_bytes"] == pytest.approx(r["peak_reserved_bytes"] - 23.68 * GiB, abs=1.0)
+               for r in out["rows"])
 
 
 def test_vectorized_core_shapes():
