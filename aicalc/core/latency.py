@@ -29,10 +29,11 @@ class Par(NamedTuple):
     redundant: float = 0.0  # extra expert replicas over the EP ranks (EPLB), aicalc.core.geometry.check_parallel
 
 
-def forward_ops(s, fm, B, T, P, tp, logits_tokens=None, par: Par = Par(), lean: bool = False):
+def forward_ops(s, fm, B, T, P, tp, logits_tokens=None, par: Par = Par(), lean: bool = False,
+                attention_core: bool = True):
     """:func:`aicalc.core.forward.forward_ops` of one attention group of a replica laid out as ``par``."""
     return _forward_ops(s, fm, B, T, P, tp, logits_tokens, ep=par.ep, etp=tp * par.adp / par.ep, moe_sources=par.adp,
-                        redundant=par.redundant, lean=lean)
+                        redundant=par.redundant, lean=lean, attention_core=attention_core)
 
 
 def uniform(a):
@@ -170,8 +171,15 @@ def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, promp
             res += [total, B * G / total]
         return res
 
-    r = by_value(block, [batch, prompt, gen, tp, chips], 12, 3)
     import numpy as np
+
+    r = None
+    if np.ndim(chips) == 0 and chips == 1.0:  # a large grid: from tables (aicalc.core.grid)
+        from aicalc.core import grid
+
+        r = grid.inference(s, roofs, fm, eff, batch, prompt, uniform(gen), uniform(tp), par)
+    if r is None:
+        r = by_value(block, [batch, prompt, gen, tp, chips], 12, 3)
 
     S, G = np.asarray(prompt, dtype=np.float64), np.asarray(gen, dtype=np.float64)
     pre = Phase(*r[0:4], make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, S, 0.0 * S, tp, 1.0, par))
@@ -206,4 +214,12 @@ def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp, par: P
         with np.errstate(divide="ignore", invalid="ignore"):
             return (np.where(denom > 0, np.ceil(R * W / np.where(denom > 0, denom, 1.0)), np.inf),)
 
+    C = np.asarray(context, dtype=np.float64)
+    tp1 = uniform(tp)
+    if C.ndim == 1 and C.size > CHUNK and np.ndim(tp1) == 0:  # a sweep over few contexts: once per context
+        from aicalc.core.grid import table
+
+        t = table(C, C.size // 4)
+        if t is not None:
+            return np.take(chunked(block, [t[0], tp1], 1)[0], t[1])
     return by_value(block, [context, tp], 1, 1)[0]

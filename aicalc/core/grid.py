@@ -1,0 +1,156 @@
+"""Inference over a large sweep of batch sizes and prompt lengths, priced from tables (issue 25).
+
+The operations of a pass fall in three groups by what their cost scales with (:class:`aicalc.core.forward.Op`
+``per``): the attention core is B times a cost per sequence that depends on T and P alone (its FLOPs, KV reads
+and q/o traffic are each B × a function of T and P, Korthikanti et al. 2022; Dao et al. 2022), the final norm and
+LM head follow the tokens that reach the head, and every other op the pass's M = B·T tokens. A sweep over a grid
+holds few distinct batch sizes, prompt lengths and contexts (a 10⁶-point grid: 511 batch sizes, 32,767 prompts),
+so:
+
+- the attention core is priced once per distinct prompt (prefill, T = S) and context (decode, P = S + gen/2) at
+  B = 1 and multiplied by B: its FLOPs and bytes are B times those of one sequence, its ideal time
+  max(FLOPs/peak, bytes/bandwidth) and its p-norm estimate (t_c^p + t_m^p)^(1/p) scale alike (a norm is
+  homogeneous; a GEMM's efficiency here depends on T and the keys, not on B), its kernels' launch cost does not;
+- decode's other ops (M = B) and prefill's LM head (one token per sequence) are priced once per distinct batch
+  size (:func:`aicalc.core.pricing.price_sums`) with the pass overhead;
+- only prefill's token ops over M = B·S are priced at every point, in closed form (``price_sums``).
+
+Each point gathers its rows of the tables. The sums are those of :func:`aicalc.core.latency.inference` to
+rounding (a few ulps: B·f rounds once where the op-by-op form rounds B·keys·…; ``tests/test_roofline_sums.py``).
+"""
+
+from __future__ import annotations
+
+MOST = 1 << 20  # distinct values a table may hold
+
+
+def whole_range(x, most: int):
+    """(lo, n): the values of ``x`` are whole numbers in lo … lo + n − 1 with n ≤ ``most`` (checked point by point
+    where the table is used, :func:`index`), else None."""
+    import math
+
+    if x.size == 0:
+        return None
+    lo, hi = float(x.min()), float(x.max())
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo != int(lo) or hi >= 2.0**52 or hi - lo >= most:
+        return None
+    return lo, int(hi - lo) + 1
+
+
+class NotWhole(Exception):
+    """A point that is not a whole number: the table does not hold it."""
+
+
+def index(x, lo: float):
+    """Rows of a table over lo, lo + 1, … for the whole numbers ``x`` (x − lo is exact for whole numbers below
+    2⁵², so row i holds lo + i = x); raises NotWhole where a point has a fraction."""
+    import numpy as np
+
+    k = x - lo
+    idx = k.astype(np.intp)
+    if not np.array_equal(idx, k):
+        raise NotWhole
+    return idx
+
+
+def table(x, most: int):
+    """(values, rows): the distinct values a 1-D sweep ``x`` may hold, whole numbers or halves (a context S + gen/2)
+    over at most ``most`` of them, and the row of each point (values[rows] == x exactly); None otherwise."""
+    import numpy as np
+
+    for step in (1.0, 0.5):
+        y = x if step == 1.0 else x * 2.0  # halves: twice them are whole, exactly
+        r = whole_range(y, most)
+        if r is None:
+            continue
+        try:
+            rows = index(y, r[0])
+        except NotWhole:
+            continue
+        values = np.arange(r[1], dtype=np.float64) + r[0]
+        return (values if step == 1.0 else values * step), rows
+    return None
+
+
+def _sequence(s, roofs, fm, eff, T, P, tp, par, logits):
+    """(FLOPs, bytes, ideal, estimate without launches) of the attention core of one sequence over the arrays
+    T and P, and the seconds of its kernel launches (once per pass, whatever B)."""
+    from aicalc.core.latency import forward_ops
+    from aicalc.core.pricing import op_times
+
+    bare = eff._replace(kernel_overhead_s=0.0)
+    f = b = ti = te = launches = 0.0
+    for op in forward_ops(s, fm, 1.0, T, P, tp, logits, par, lean=True):
+        if op.per == "sequence":
+            a, e = op_times(op, roofs, bare, tp, True)
+            f, b, ti, te = f + op.flop, b + op.bytes, ti + a, te + e
+            launches = launches + op.kernels * eff.kernel_overhead_s
+    return f, b, ti, te, float(launches)
+
+
+def _by_batch(s, roofs, fm, eff, Bv, T, tp, par, logits, pers):
+    """(FLOPs, bytes, ideal, estimate) over the batch sizes Bv of the ops of ``pers`` (token, logit)."""
+    from aicalc.core.latency import forward_ops
+    from aicalc.core.pricing import price_sums
+
+    ops = [o for o in forward_ops(s, fm, Bv, T, 0.0, tp, logits, par, lean=True, attention_core=False)
+           if o.per in pers]
+    return [a + 0.0 * Bv for a in price_sums(ops, roofs, eff, tp, True)]
+
+
+def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par):
+    """The 12 arrays of :func:`aicalc.core.latency.inference`'s sweep (prefill FLOPs, bytes, ideal, estimate;
+    the same for decode; est total and tokens/s; ideal total and tokens/s) from tables (module doc), or None where
+    they do not pay or do not apply (a small sweep, values that are not whole numbers over a short range, a TP
+    or gen that is not one number per point of a 1-D sweep)."""
+    import numpy as np
+
+    from aicalc.core.latency import forward_ops, pass_overhead
+    from aicalc.core.pricing import CHUNK, price_sums
+
+    B, S = (np.asarray(a, dtype=np.float64) for a in (batch, prompt))
+    if B.ndim != 1 or B.shape != S.shape or B.size <= CHUNK or np.ndim(tp) or np.ndim(gen):
+        return None
+    rb, rs = whole_range(B, B.size // 8), whole_range(S, min(B.size // 4, MOST))
+    if rb is None or rs is None or rb[0] < 1.0:
+        return None
+    G, tp = float(gen), float(tp)
+    Bv = np.arange(rb[1], dtype=np.float64) + rb[0]
+    Sv = np.arange(rs[1], dtype=np.float64) + rs[0]
+    Pv = Sv + G / 2.0
+    over = pass_overhead(s, eff)
+    # prefill: the attention core per prompt; LM head and pass overhead per batch size
+    pf, pb, pi, pe, pl = _sequence(s, roofs, fm, eff, Sv, 0.0, tp, par, 1.0)
+    lf, lb, li, le = _by_batch(s, roofs, fm, eff, Bv, 1.0, tp, par, 1.0, ("logit",))
+    le = le + (pl + over)
+    # decode: the attention core per context; every other op and the pass overhead per batch size
+    df, db, di, de, dl = _sequence(s, roofs, fm, eff, 1.0, Pv, tp, par, None)
+    tf, tb, ti, te = _by_batch(s, roofs, fm, eff, Bv, 1.0, tp, par, None, ("token", "logit"))
+    te = te + (dl + over)
+    tables = ((pf, lf), (pb, lb), (pi, li), (pe, le), (df, tf), (db, tb), (di, ti), (de, te))
+    n = B.size
+    outs = list(np.empty((12, n)))
+    try:
+        for i in range(0, n, CHUNK):
+            j = min(i + CHUNK, n)
+            b, sq = B[i:j], S[i:j]
+            ib, isq = index(b, rb[0]), index(sq, rs[0])
+            ops = [o for o in forward_ops(s, fm, b, sq, 0.0, tp, 1.0, par, lean=True, attention_core=False)
+                   if o.per == "token"]
+            tok = price_sums(ops, roofs, eff, tp, True)
+            for k, ((per_seq, per_b), o) in enumerate(zip(tables, outs, strict=False)):
+                r = o[i:j]
+                np.take(per_seq, isq, out=r, mode="clip")
+                r *= b
+                r += np.take(per_b, ib, mode="clip")
+                if k < 4:
+                    r += tok[k]
+            for k, (ttft, tpot) in ((8, (outs[3], outs[7])), (10, (outs[2], outs[6]))):
+                total, rate = outs[k][i:j], outs[k + 1][i:j]
+                np.multiply(tpot[i:j], G - 1.0, out=total)
+                total += ttft[i:j]
+                np.multiply(b, G, out=rate)
+                rate /= total
+    except NotWhole:
+        return None
+    return outs
