@@ -53,22 +53,35 @@ def index(x, lo: float):
     return idx
 
 
-def table(x, most: int):
-    """(values, rows): the distinct values a 1-D sweep ``x`` may hold, whole numbers or halves (a context S + gen/2)
-    over at most ``most`` of them, and the row of each point (values[rows] == x exactly); None otherwise."""
+def tabulated(fn, x, most: int):
+    """``fn`` (one array of values → one array) at every point of the 1-D sweep ``x``, evaluated once per distinct
+    value and gathered, where x holds whole numbers or halves (a context S + gen/2) over at most ``most`` values;
+    the same numbers as ``fn(x)`` for an element-wise ``fn``. None otherwise. Rows are found a chunk at a time
+    (no sweep-sized temporaries)."""
+    import math
+
     import numpy as np
 
+    from aicalc.core.pricing import CHUNK
+
+    if x.ndim != 1 or x.size == 0:
+        return None
+    lo, hi = float(x.min()), float(x.max())
     for step in (1.0, 0.5):
-        y = x if step == 1.0 else x * 2.0  # halves: twice them are whole, exactly
-        r = whole_range(y, most)
-        if r is None:
+        a, b = lo / step, hi / step  # halves: twice them are whole, exactly
+        if not (math.isfinite(a) and math.isfinite(b)) or a != int(a) or b >= 2.0**52 or b - a >= most:
             continue
+        out, tab = np.empty(x.size), None
         try:
-            rows = index(y, r[0])
+            for i in range(0, x.size, CHUNK):
+                c = x[i:i + CHUNK]
+                rows = index(c if step == 1.0 else c * 2.0, a)
+                if tab is None:  # once the first chunk is found whole
+                    tab = fn((np.arange(int(b - a) + 1, dtype=np.float64) + a) * step)
+                np.take(tab, rows, out=out[i:i + CHUNK], mode="clip")
         except NotWhole:
             continue
-        values = np.arange(r[1], dtype=np.float64) + r[0]
-        return (values if step == 1.0 else values * step), rows
+        return out
     return None
 
 

@@ -217,9 +217,9 @@ def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp, par: P
     C = np.asarray(context, dtype=np.float64)
     tp1 = uniform(tp)
     if C.ndim == 1 and C.size > CHUNK and np.ndim(tp1) == 0:  # a sweep over few contexts: once per context
-        from aicalc.core.grid import table
+        from aicalc.core.grid import tabulated
 
-        t = table(C, C.size // 4)
-        if t is not None:
-            return np.take(chunked(block, [t[0], tp1], 1)[0], t[1])
+        r = tabulated(lambda c: chunked(block, [c, tp1], 1)[0], C, C.size // 4)
+        if r is not None:
+            return r
     return by_value(block, [context, tp], 1, 1)[0]
