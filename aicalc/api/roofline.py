@@ -247,7 +247,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     g = inputs.broadcast(tp=tp, batch=inputs.positive("batch", batch, whole=True),
                          prompt=inputs.positive("prompt", prompt, whole=True), gen=gen)
     B, S, G, TP = g["batch"], g["prompt"], g["gen"], g["tp"]
-    tps = inputs.distinct(TP)
+    tps = [float(tp)] if tp.ndim == 0 else inputs.distinct(TP)
     cs = cost_setup(model, chip, dtype, kv_dtype, compute_dtype=compute_dtype, group_size=group_size,
                     attention=attention, kv_shared=kv_shared, tp_needs_link=tps[-1] > 1, engine=engine,
                     efficiency=efficiency)
@@ -269,8 +269,9 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     kv_dtype = cs.kv_dtype
     if len(tps) == 1:  # one TP degree: the whole sweep at once, into the held tokens' array
         shp = kv_shape(arch, kv_dtype, int(tps[0]) // attention_dp)
-        held = held_tokens(shp, S + Gs)
-        kv = bytes_of(shp, Ba, held, out=held if held.shape == B.shape else None)
+        context = S + Gs
+        held = held_tokens(shp, context, out=context)
+        kv = bytes_of(shp, Ba, held, out=held)
         if np.shape(kv) != B.shape or kv.dtype != np.float64:
             kv = np.array(np.broadcast_to(kv, B.shape), dtype=np.float64)
     else:

@@ -102,13 +102,18 @@ def _sequence(s, roofs, fm, eff, T, P, tp, par, logits):
 
 
 def _by_batch(s, roofs, fm, eff, Bv, T, tp, par, logits, pers):
-    """(FLOPs, bytes, ideal, estimate) over the batch sizes Bv of the ops of ``pers`` (token, logit)."""
+    """((FLOPs, bytes, ideal, estimate) over the batch sizes Bv of the ops of ``pers`` (token, logit), and where
+    every one is affine in B (:class:`aicalc.core.forward.Op` ``affine``) their FLOPs and bytes per sequence
+    and their weight bytes (FLOPs = a·B, bytes = b·B + W), else None)."""
     from aicalc.core.latency import forward_ops
     from aicalc.core.pricing import price_sums
 
     ops = [o for o in forward_ops(s, fm, Bv, T, 0.0, tp, logits, par, lean=True, attention_core=False)
            if o.per in pers]
-    return [a + 0.0 * Bv for a in price_sums(ops, roofs, eff, tp, True)]
+    lin = None
+    if all(o.affine is not None for o in ops):
+        lin = (sum(o.affine[1] for o in ops), sum(o.affine[2] for o in ops), sum(float(o.weight_bytes) for o in ops))
+    return [a + 0.0 * Bv for a in price_sums(ops, roofs, eff, tp, True)], lin
 
 
 def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par):
@@ -119,7 +124,7 @@ def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par):
     import numpy as np
 
     from aicalc.core.latency import forward_ops, pass_overhead
-    from aicalc.core.pricing import CHUNK, price_sums
+    from aicalc.core.pricing import CHUNK, affine_plan, price_sums
 
     B, S = (np.asarray(a, dtype=np.float64) for a in (batch, prompt))
     if B.ndim != 1 or B.shape != S.shape or B.size <= CHUNK or np.ndim(tp) or np.ndim(gen):
@@ -134,30 +139,59 @@ def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par):
     over = pass_overhead(s, eff)
     # prefill: the attention core per prompt; LM head and pass overhead per batch size
     pf, pb, pi, pe, pl = _sequence(s, roofs, fm, eff, Sv, 0.0, tp, par, 1.0)
-    lf, lb, li, le = _by_batch(s, roofs, fm, eff, Bv, 1.0, tp, par, 1.0, ("logit",))
+    (lf, lb, li, le), llin = _by_batch(s, roofs, fm, eff, Bv, 1.0, tp, par, 1.0, ("logit",))
     le = le + (pl + over)
     # decode: the attention core per context; every other op and the pass overhead per batch size
     df, db, di, de, dl = _sequence(s, roofs, fm, eff, 1.0, Pv, tp, par, None)
-    tf, tb, ti, te = _by_batch(s, roofs, fm, eff, Bv, 1.0, tp, par, None, ("token", "logit"))
+    (tf, tb, ti, te), dlin = _by_batch(s, roofs, fm, eff, Bv, 1.0, tp, par, None, ("token", "logit"))
     te = te + (dl + over)
-    tables = ((pf, lf), (pb, lb), (pi, li), (pe, le), (df, tf), (db, tb), (di, ti), (de, te))
+    # prefill's token ops over M = B·S: the affine ones (every op of a dense model) as one plan over the
+    # grid's range of M, their terms that do not depend on M in the per-batch table; the rest (routed experts)
+    # priced chunk by chunk
     n = B.size
+
+    def token_ops(b, sq):
+        return [o for o in forward_ops(s, fm, b, sq, 0.0, tp, 1.0, par, lean=True, attention_core=False)
+                if o.per == "token"]
+
+    ops = token_ops(B[:CHUNK], S[:CHUNK])
+    lo, hi = rb[0] * rs[0], (rb[0] + rb[1] - 1.0) * (rs[0] + rs[1] - 1.0)  # M's range: whole numbers, exact
+    plan = affine_plan([o for o in ops if o.affine is not None], roofs, eff, tp, True, lo, hi) if lo > 0 else None
+    w0 = 0.0  # prefill's bytes that do not depend on the point (the token ops' weights)
+    if plan is not None:
+        w0 = plan.const[1]
+        lb, li, le = lb + w0, li + plan.const[2], le + plan.const[3]
+    rest = plan is None or any(o.affine is None for o in ops)
+    # (per sequence, per batch size, a number) of each output: B × the first at the point's prompt or context, plus
+    # the second at its batch size; FLOPs and bytes affine in B are B × (per sequence + per token) + weights
+    tables = [(pf, lf, 0.0), (pb, lb, 0.0), (pi, li, 0.0), (pe, le, 0.0),
+              (df, tf, 0.0), (db, tb, 0.0), (di, ti, 0.0), (de, te, 0.0)]
+    for k, lin, w in ((0, llin, w0), (4, dlin, 0.0)):
+        if lin is not None:
+            tables[k] = (tables[k][0] + lin[0], None, 0.0)
+            tables[k + 1] = (tables[k + 1][0] + lin[1], None, lin[2] + w)
     outs = list(np.empty((12, n)))
+    x, tmp, tmp2 = np.empty(CHUNK), np.empty(CHUNK), np.empty(CHUNK)
     try:
         for i in range(0, n, CHUNK):
             j = min(i + CHUNK, n)
             b, sq = B[i:j], S[i:j]
             ib, isq = index(b, rb[0]), index(sq, rs[0])
-            ops = [o for o in forward_ops(s, fm, b, sq, 0.0, tp, 1.0, par, lean=True, attention_core=False)
-                   if o.per == "token"]
-            tok = price_sums(ops, roofs, eff, tp, True)
-            for k, ((per_seq, per_b), o) in enumerate(zip(tables, outs, strict=False)):
+            for (per_seq, per_b, c), o in zip(tables, outs, strict=False):
                 r = o[i:j]
                 np.take(per_seq, isq, out=r, mode="clip")
                 r *= b
-                r += np.take(per_b, ib, mode="clip")
-                if k < 4:
-                    r += tok[k]
+                r += c if per_b is None else np.take(per_b, ib, mode="clip")
+            pre = [o[i:j] for o in outs[:4]]
+            if plan is not None:
+                m = j - i
+                plan.add(np.multiply(b, sq, out=x[:m]), *pre, tmp[:m], tmp2[:m])
+            if rest:
+                ops = token_ops(b, sq)
+                if plan is not None:
+                    ops = [o for o in ops if o.affine is None]
+                for r, a in zip(pre, price_sums(ops, roofs, eff, tp, True), strict=True):
+                    r += a
             for k, (ttft, tpot) in ((8, (outs[3], outs[7])), (10, (outs[2], outs[6]))):
                 total, rate = outs[k][i:j], outs[k + 1][i:j]
                 np.multiply(tpot[i:j], G - 1.0, out=total)
