@@ -240,3 +240,21 @@ def test_a_grid_that_is_not_whole_numbers_is_priced_point_by_point():
     S = np.minimum(S, 8000.0)  # 8,000 prompts over 40,000 points: a table pays
     assert grid.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, B + 0.5, S, 256.0, 1.0, latency.Par()) is None
     assert grid.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, B, S, 256.0, 1.0, latency.Par()) is not None
+
+
+def test_a_grid_whose_squared_times_leave_the_normal_range():
+    """The grid's plan over a chip 10²⁹⁰ times faster than any (times near 1e-290 s, whose squares underflow)
+    falls back to the exact overlap as the op-by-op path does."""
+    from aicalc.core import grid
+
+    cs = cost_setup("llama-3.1-8b", "h100-sxm", tp_needs_link=True)
+    huge = Roofs(peak_flop_per_s=1e300, bandwidth_bytes_per_s=1e300, link_bytes_per_s=1e300,
+                 vector_flop_per_s=1e299)
+    eff = Efficiency(kernel_overhead_s=0.0, collective_latency_s=0.0)
+    rng = np.random.default_rng(11)
+    B, S = rng.integers(1, 300, 40000).astype(float), rng.integers(1, 8000, 40000).astype(float)
+    for e in (eff, eff.with_overrides({"gemv_efficiency": 0.5})):
+        got = grid.inference(cs.shape, huge, cs.formats, e, B, S, 64.0, 1.0, latency.Par())
+        want = op_by_op(cs.shape, huge, cs.formats, e, B, S, 0.0 * S, np.ones_like(S), 1.0, 1.0, latency.Par())
+        for g, w in zip(got[:4], want, strict=True):
+            assert np.allclose(g, w, rtol=1e-12, atol=0)
