@@ -202,8 +202,9 @@ def test_ep_overlap_hides_that_share_of_the_exchange():
 def test_a_grid_priced_from_tables(model, chip, kw):
     """More points than a chunk over few batch sizes and prompts at one TP and gen (``aicalc.core.grid``: the
     attention core once per prompt and per context, times the batch; the rest of decode and the LM head once per
-    batch size): every point's FLOPs, bytes and times are the op-by-op ones, and ``compute_bound_batch``,
-    evaluated once per context, is bit for bit that of each point alone."""
+    batch size; prefill's routed experts in closed form past the tokens that reach every expert, op by op
+    before): every point's FLOPs, bytes and times are the op-by-op ones, and ``compute_bound_batch``, evaluated
+    once per context, is bit for bit that of each point alone."""
     from aicalc.core import grid
 
     cs = cost_setup(model, chip, tp_needs_link=True, **kw)
@@ -213,7 +214,9 @@ def test_a_grid_priced_from_tables(model, chip, kw):
     B = rng.integers(1, 300, n).astype(float)
     B[:50] = 1.0
     S = rng.integers(1, 8000, n).astype(float)
-    for over, tp, gen in (({}, 1.0, 256.0), ({"overlap_p": 3.0, "gemv_efficiency": 0.6}, 2.0, 7.0)):
+    for over, tp, gen in (({}, 1.0, 256.0), ({"overlap_p": 3.0, "gemv_efficiency": 0.6}, 2.0, 7.0),
+                          ({"grouped_gemm_tile": 0.0, "gemm_half_dim": 0.0, "overlap_p": 1.0}, 1.0, 64.0),
+                          ({"grouped_gemm_tile_min": 16.0, "grouped_gemm_half_dim": 1024.0}, 1.0, 64.0)):
         eff = cs.efficiency.with_overrides(over)
         got = grid.inference(s, roofs, fm, eff, B, S, gen, tp, latency.Par())
         assert got is not None
@@ -258,3 +261,20 @@ def test_a_grid_whose_squared_times_leave_the_normal_range():
         want = op_by_op(cs.shape, huge, cs.formats, e, B, S, 0.0 * S, np.ones_like(S), 1.0, 1.0, latency.Par())
         for g, w in zip(got[:4], want, strict=True):
             assert np.allclose(g, w, rtol=1e-12, atol=0)
+
+
+def test_expert_saturation_and_padding_thresholds():
+    """From ``saturation_tokens`` on, ``experts_touched`` is every expert slot, exactly (Qwen3-style 8 of 128,
+    Mixtral 2 of 8, with redundant slots and over EP 4); from ``padded_from``'s m0 on, ``padded_rows`` is m + pad
+    for a fixed tile, a chosen tile and none."""
+    from aicalc.core import moe
+
+    for E, k, ep, red in ((128.0, 8.0, 1.0, 0.0), (8.0, 2.0, 1.0, 0.0), (256.0, 8.0, 4.0, 32.0)):
+        n = moe.saturation_tokens(E, k, ep, red)
+        tokens = n + np.arange(0.0, 5000.0)
+        assert np.all(moe.experts_touched(E, k, tokens, ep, red) == (E + red) / ep)
+        assert moe.experts_touched(E, k, 1.0, ep, red) < (E + red) / ep
+    for tile, tile_min in ((64.0, 0.0), (128.0, 16.0), (0.0, 0.0)):
+        m0, pad = moe.padded_from(tile, tile_min)
+        m = m0 + np.linspace(0.0, 1e5, 20001)
+        assert np.allclose(moe.padded_rows(m, tile, tile_min), m + pad, rtol=1e-15, atol=0)

@@ -116,6 +116,28 @@ def _by_batch(s, roofs, fm, eff, Bv, T, tp, par, logits, pers):
     return [a + 0.0 * Bv for a in price_sums(ops, roofs, eff, tp, True)], lin
 
 
+def _saturated(s, fm, eff, roofs, tp, par, ops, M, lo, hi):
+    """(M*, plan) of the routed-expert ops of prefill where one EP rank holds every expert: past M* tokens every
+    expert is reached and each expert's rows fill their padded tile, so those ops are affine in M
+    (:func:`aicalc.core.moe.saturated_ops`) and priced from one plan over [M*, hi]; None where that does not
+    apply (expert parallelism: the busiest rank's load is not linear in M)."""
+    from aicalc.core import moe
+    from aicalc.core.pricing import affine_plan
+
+    if not s.moe_layers or par.ep != 1.0:
+        return None
+    sops = moe.saturated_ops(s, fm, M, tp, etp=tp * par.adp / par.ep, sources=par.adp, redundant=par.redundant)
+    if {o.name for o in ops if o.affine is None} != {o.name for o in sops} | {"moe_alltoall"}:
+        return None
+    m0 = moe.padded_from(eff.grouped_gemm_tile, eff.grouped_gemm_tile_min)[0]
+    at = max(lo, moe.saturation_tokens(float(s.experts), float(s.experts_per_token), 1.0, par.redundant) / par.adp,
+             max(m0 / o.per_expert for o in sops if o.grouped))
+    if at > hi:
+        return None
+    plan = affine_plan(sops, roofs, eff, tp, True, at, hi)
+    return None if plan is None else (at, plan)
+
+
 def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par):
     """The 12 arrays of :func:`aicalc.core.latency.inference`'s sweep (prefill FLOPs, bytes, ideal, estimate;
     the same for decode; est total and tokens/s; ideal total and tokens/s) from tables (module doc), or None where
@@ -162,6 +184,7 @@ def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par):
         w0 = plan.const[1]
         lb, li, le = lb + w0, li + plan.const[2], le + plan.const[3]
     rest = plan is None or any(o.affine is None for o in ops)
+    sat = _saturated(s, fm, eff, roofs, tp, par, ops, B[:CHUNK] * S[:CHUNK], lo, hi) if rest and plan else None
     # (per sequence, per batch size, a number) of each output: B × the first at the point's prompt or context, plus
     # the second at its batch size; FLOPs and bytes affine in B are B × (per sequence + per token) + weights
     tables = [(pf, lf, 0.0), (pb, lb, 0.0), (pi, li, 0.0), (pe, le, 0.0),
@@ -172,6 +195,7 @@ def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par):
             tables[k + 1] = (tables[k + 1][0] + lin[1], None, lin[2] + w)
     outs = list(np.empty((12, n)))
     x, tmp, tmp2 = np.empty(CHUNK), np.empty(CHUNK), np.empty(CHUNK)
+    part, lows = np.empty((4, CHUNK)), []
     try:
         for i in range(0, n, CHUNK):
             j = min(i + CHUNK, n)
@@ -186,7 +210,20 @@ def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par):
             if plan is not None:
                 m = j - i
                 plan.add(np.multiply(b, sq, out=x[:m]), *pre, tmp[:m], tmp2[:m])
-            if rest:
+            if sat is not None:  # every expert reached: the routed-expert ops from their own plan
+                m, (at, sp) = j - i, sat
+                xs, acc = x[:m], part[:, :m]
+                acc.fill(0.0)
+                sp.add(xs, *acc, tmp[:m], tmp2[:m])
+                for a, c in zip(acc[1:], sp.const[1:], strict=True):
+                    a += c
+                low = np.flatnonzero(xs < at)
+                if low.size:  # before every expert is reached: op by op, after the loop
+                    acc[:, low] = 0.0
+                    lows.append(low + i)
+                for r, a in zip(pre, acc, strict=True):
+                    r += a
+            elif rest:
                 ops = token_ops(b, sq)
                 if plan is not None:
                     ops = [o for o in ops if o.affine is None]
@@ -200,4 +237,28 @@ def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par):
                 rate /= total
     except NotWhole:
         return None
+    if lows:
+        _below_saturation(np.concatenate(lows), B, S, G, outs, token_ops, roofs, eff, tp)
     return outs
+
+
+def _below_saturation(idx, B, S, G, outs, token_ops, roofs, eff, tp):
+    """Add the routed-expert ops of prefill, op by op, at the points ``idx`` (fewer tokens than reach every
+    expert), and form their TTFT, totals and tokens/s again."""
+    import numpy as np
+
+    from aicalc.core.pricing import CHUNK, price_sums
+
+    for i in range(0, idx.size, CHUNK):
+        at = idx[i:i + CHUNK]
+        b = B[at]
+        ops = [o for o in token_ops(b, S[at]) if o.affine is None]
+        for o, a in zip(outs[:4], price_sums(ops, roofs, eff, tp, True), strict=True):
+            o[at] += a
+        for k, (ttft, tpot) in ((8, (outs[3], outs[7])), (10, (outs[2], outs[6]))):
+            total = np.multiply(tpot[at], G - 1.0)
+            total += ttft[at]
+            outs[k][at] = total
+            rate = np.multiply(b, G)
+            rate /= total
+            outs[k + 1][at] = rate

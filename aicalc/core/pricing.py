@@ -201,10 +201,15 @@ class _Lines:
         return sums if self.idx is None else tuple(np.take(a, self.idx) for a in sums)
 
 
-def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool):
-    """An affine op's times as numbers over its x: (ideal compute and memory lines (a1, a2, a3): max(a1·x,
-    a2·x + a3); compute time alpha·(x + shift) + delta, at most gemv·x where a GEMV kernel is faster (None: no
-    GEMV path); memory time beta·x + gamma); None where a number is not finite (a zero-width GEMM)."""
+def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool, lo: float = 0.0):
+    """An affine op's times as numbers over its x ≥ ``lo``: (ideal compute and memory lines (a1, a2, a3):
+    max(a1·x, a2·x + a3); compute time alpha·(x + shift) + delta, at most gemv·x where a GEMV kernel is faster
+    (None: no GEMV path); memory time beta·x + gamma); None where a number is not finite (a zero-width GEMM).
+
+    A grouped GEMM (:func:`aicalc.core.moe.saturated_ops`: m = per_expert·x rows per expert, padded to m + pad
+    once m ≥ m0, :func:`aicalc.core.moe.padded_from`) reaches flop_max·(n/(n + h))·(k/(k + h))·m/(m + pad + h) of
+    peak (:func:`op_times`: the padded shape's size curve times the share m/(m + pad) of useful rows, times the
+    grouped and expert-width factors), so its compute time is alpha·(x + (pad + h)/per_expert); None below m0."""
     import math
 
     _x, fx, bx, _cx = op.affine
@@ -223,6 +228,16 @@ def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool):
             h = eff.gemm_half_dim
             if h > 0:
                 g, shift = g * (n / (n + h)) * (k / (k + h)), h
+            if op.grouped:
+                from aicalc.core.moe import padded_from
+
+                m0, pad = padded_from(eff.grouped_gemm_tile, eff.grouped_gemm_tile_min)
+                c = op.per_expert
+                if not c * lo >= m0:
+                    return None
+                g, shift = g * eff.grouped_gemm_efficiency, (pad + max(h, 0.0)) / c
+                if eff.grouped_gemm_half_dim > 0:
+                    g = g * op.expert_width / (op.expert_width + eff.grouped_gemm_half_dim)
             if eff.gemv_efficiency > 0:
                 gemv = fx / (peak * (eff.gemv_efficiency * vec / peak))
         alpha = fx / (peak * g) if fx else 0.0
@@ -301,7 +316,7 @@ def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=No
             if ln is None:
                 ln = lines[id(x)] = _Lines(x)
             if ln.lo > 0.0:
-                parts = _line_parts(op, roofs, eff, quantized)
+                parts = _line_parts(op, roofs, eff, quantized, ln.lo)
         if parts is None:
             materialize(op)
             ti, te = op_times(op, roofs, eff, tp, quantized)
@@ -391,7 +406,7 @@ def affine_plan(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, lo: flo
     cross, terms = [], []
     p = eff.overlap_p
     for op in ops:
-        parts = _line_parts(op, roofs, eff, quantized)
+        parts = _line_parts(op, roofs, eff, quantized, lo)
         if parts is None:
             return None
         _x, fx, bx, cx = op.affine
