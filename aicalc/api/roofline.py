@@ -298,8 +298,8 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     np.ceil(chips_needed, out=chips_needed)
     # a dataflow deployment spreads the weights over chips_needed chips that every token crosses in turn
     par = latency.Par(float(ep), D, float(redundant))
-    pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, Ba, S, Gs, TPa,
-                                      chips_needed if cs.dataflow else 1.0, par)
+    pre, dec, out, cbb = latency.inference(cs.shape, cs.roofs, cs.formats, eff, Ba, S, Gs, TPa,
+                                           chips_needed if cs.dataflow else 1.0, par, compute_bound=True)
     for key in out:  # the replica's tokens/s: its attention groups run side by side
         if D != 1.0:
             out[key]["output_tokens_per_s"] = out[key]["output_tokens_per_s"] * D
@@ -318,7 +318,6 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
                         "speedup": plain / tpot}
         spec_cols = {"draft_tokens": spec["k"], "acceptance": spec["acceptance"],
                      "tokens_per_target_pass": spec["tokens"], "speculative_speedup": out["est"]["speedup"]}
-    cbb = latency.compute_bound_batch(cs.shape, cs.roofs, cs.formats, S + Gs / 2.0, TPa, par)
     if D != 1.0:
         cbb = D * cbb
     e, ideal = out["est"], out["ideal"]

@@ -138,9 +138,10 @@ def _saturated(s, fm, eff, roofs, tp, par, ops, M, lo, hi):
     return None if plan is None else (at, plan)
 
 
-def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par):
+def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par, compute_bound: bool = False):
     """The 12 arrays of :func:`aicalc.core.latency.inference`'s sweep (prefill FLOPs, bytes, ideal, estimate;
-    the same for decode; est total and tokens/s; ideal total and tokens/s) from tables (module doc), or None where
+    the same for decode; est total and tokens/s; ideal total and tokens/s) from tables (module doc), a 13th with
+    ``compute_bound``: :func:`aicalc.core.latency.compute_bound_batch` once per context, or None where
     they do not pay or do not apply (a small sweep, values that are not whole numbers over a short range, a TP
     or gen that is not one number per point of a 1-D sweep)."""
     import numpy as np
@@ -193,7 +194,12 @@ def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par):
         if lin is not None:
             tables[k] = (tables[k][0] + lin[0], None, 0.0)
             tables[k + 1] = (tables[k + 1][0] + lin[1], None, lin[2] + w)
-    outs = list(np.empty((12, n)))
+    bound = None
+    if compute_bound:
+        from aicalc.core.latency import compute_bound_batch
+
+        bound = compute_bound_batch(s, roofs, fm, Pv, tp, par)
+    outs = list(np.empty((12, n))) + ([np.empty(n)] if compute_bound else [])
     x, tmp, tmp2 = np.empty(CHUNK), np.empty(CHUNK), np.empty(CHUNK)
     part, lows = np.empty((4, CHUNK)), []
     try:
@@ -201,6 +207,8 @@ def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par):
             j = min(i + CHUNK, n)
             b, sq = B[i:j], S[i:j]
             ib, isq = index(b, rb[0]), index(sq, rs[0])
+            if bound is not None:
+                np.take(bound, isq, out=outs[12][i:j], mode="clip")
             for (per_seq, per_b, c), o in zip(tables, outs, strict=False):
                 r = o[i:j]
                 np.take(per_seq, isq, out=r, mode="clip")

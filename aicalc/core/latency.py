@@ -158,9 +158,11 @@ def phase(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, new_token
 
 
 def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, prompt, gen, tp, chips=1.0,
-              par: Par = Par()):
+              par: Par = Par(), compute_bound: bool = False):
     """(prefill Phase, decode Phase, {"est"|"ideal": {ttft_s, tpot_s, total_s, output_tokens_per_s}}); ``chips``:
-    the chips a dataflow deployment spreads the weights over (1 otherwise); tokens/s are one attention group's."""
+    the chips a dataflow deployment spreads the weights over (1 otherwise); tokens/s are one attention group's.
+    ``compute_bound``: a fourth item, :func:`compute_bound_batch` at decode's mean context (from the grid's table
+    of contexts where the sweep is priced from tables)."""
 
     def block(B, S, G, tp_, h):
         pre = _sums(s, roofs, fm, eff, B, S, 0.0, tp_, 1.0, h, par)
@@ -177,7 +179,7 @@ def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, promp
     if np.ndim(chips) == 0 and chips == 1.0:  # a large grid: from tables (aicalc.core.grid)
         from aicalc.core import grid
 
-        r = grid.inference(s, roofs, fm, eff, batch, prompt, uniform(gen), uniform(tp), par)
+        r = grid.inference(s, roofs, fm, eff, batch, prompt, uniform(gen), uniform(tp), par, compute_bound)
     if r is None:
         r = by_value(block, [batch, prompt, gen, tp, chips], 12, 3)
 
@@ -189,7 +191,10 @@ def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, promp
     for key, ttft, tpot, total, rate in (("est", pre.t_est, dec.t_est, r[8], r[9]),
                                           ("ideal", pre.t_ideal, dec.t_ideal, r[10], r[11])):
         out[key] = {"ttft_s": ttft, "tpot_s": tpot, "total_s": total, "output_tokens_per_s": rate}
-    return pre, dec, out
+    if not compute_bound:
+        return pre, dec, out
+    cbb = r[12] if len(r) > 12 else compute_bound_batch(s, roofs, fm, S + G / 2.0, tp, par)
+    return pre, dec, out, cbb
 
 
 def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp, par: Par = Par()):
