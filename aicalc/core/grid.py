@@ -199,8 +199,8 @@ def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par, compute_bound: boo
         from aicalc.core.latency import compute_bound_batch
 
         bound = compute_bound_batch(s, roofs, fm, Pv, tp, par)
-    outs = list(np.empty((12, n))) + ([np.empty(n)] if compute_bound else [])
-    x, tmp, tmp2 = np.empty(CHUNK), np.empty(CHUNK), np.empty(CHUNK)
+    outs = list(np.empty((13 if compute_bound else 12, n)))
+    x, tmp, tmp2, gathered = np.empty(CHUNK), np.empty(CHUNK), np.empty(CHUNK), np.empty(CHUNK)
     part, lows = np.empty((4, CHUNK)), []
     try:
         for i in range(0, n, CHUNK):
@@ -213,7 +213,7 @@ def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par, compute_bound: boo
                 r = o[i:j]
                 np.take(per_seq, isq, out=r, mode="clip")
                 r *= b
-                r += c if per_b is None else np.take(per_b, ib, mode="clip")
+                r += c if per_b is None else np.take(per_b, ib, out=gathered[:j - i], mode="clip")
             pre = [o[i:j] for o in outs[:4]]
             if plan is not None:
                 m = j - i

@@ -281,9 +281,14 @@ def _overlap(x, ln: _Lines, tile, gemv, beta: float, gamma: float, p: float, out
         else:  # both times grow with x: t_c² + t_m² lies between its values at the chunk's ends
             (a2, b2) = gemv
             ends = [min(a * z + b, a2 * z + b2) ** 2 + (beta * z + gamma) ** 2 for z in (lo, hi)]
-            if _SAFE[0] <= ends[0] and ends[1] <= _SAFE[1]:
-                u, v = np.minimum(a * x + b, a2 * x + b2), beta * x + gamma
+            if _SAFE[0] <= ends[0] and ends[1] <= _SAFE[1]:  # (the same products and sums, in two arrays)
+                u, v = np.multiply(x, a, out=out), x * a2
+                u += b
+                v += b2
+                np.minimum(u, v, out=u)
                 u *= u
+                np.multiply(x, beta, out=v)
+                v += gamma
                 v *= v
                 u += v
                 return np.sqrt(u, out=u)
