@@ -264,8 +264,8 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
                                       bytes_per_param=cs.formats.weight_bytes, edge_bpp=cs.formats.edge_bytes,
                                       expert_bpp=cs.formats.expert_bytes, attention_dp=attention_dp,
                                       redundant=redundant)
-    if np.shape(weights) != B.shape:  # one TP degree: one number, as a column
-        weights = np.full(B.shape, weights, dtype=np.float64)
+    if np.shape(weights) != B.shape:  # one TP degree: one number seen as a column (read-only, as ep's)
+        weights = np.broadcast_to(np.float64(weights), B.shape)
     kv_dtype = cs.kv_dtype
     if len(tps) == 1:  # one TP degree: the whole sweep at once, into the held tokens' array
         shp = kv_shape(arch, kv_dtype, int(tps[0]) // attention_dp)
@@ -328,9 +328,13 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
         np.copyto(out, a, casting="unsafe")  # as astype(np.int64)
         return out
 
-    cols = {"batch": whole(B), "prompt": whole(S), "gen": whole(Gs),
-            "tp": whole(TPs), "ep": ints.full(ep), "attention_dp": ints.full(attention_dp),
-            "redundant_experts": ints.full(redundant), "ridge_point": cs.roofs.ridge_point,
+    def one(a):  # a column of one whole number: a read-only view of it, no memory written (Block.full)
+        return ints.full(int(a)) if np.ndim(a) == 0 else whole(a)
+
+    cols = {"batch": whole(B), "prompt": whole(S), "gen": one(Gs),
+            "tp": one(TPs), "ep": ints.full(ep), "attention_dp": ints.full(attention_dp),
+            "redundant_experts": ints.full(redundant),
+            "ridge_point": np.broadcast_to(np.float64(cs.roofs.ridge_point), B.shape),
             "prefill_flop": pre.flop, "prefill_bytes": pre.bytes, "prefill_time_s": pre.t_est,
             "prefill_ideal_time_s": pre.t_ideal, "decode_flop": dec.flop, "decode_bytes": dec.bytes,
             "decode_time_s": dec.t_est, "decode_ideal_time_s": dec.t_ideal,
