@@ -196,3 +196,85 @@ def test_ep_overlap_hides_that_share_of_the_exchange():
     full = float(op_times(op, r, eff, 1.0)[1])
     assert full == pytest.approx(7 * 1e6 / 450e9)
     assert float(op_times(op, r, eff._replace(ep_overlap=0.6), 1.0)[1]) == pytest.approx(0.4 * full)
+
+
+@pytest.mark.parametrize(("model", "chip", "kw"), SETUPS)
+def test_a_grid_priced_from_tables(model, chip, kw):
+    """More points than a chunk over few batch sizes and prompts at one TP and gen (``aicalc.core.grid``: the
+    attention core once per prompt and per context, times the batch; the rest of decode and the LM head once per
+    batch size; prefill's routed experts in closed form past the tokens that reach every expert, op by op
+    before): every point's FLOPs, bytes and times are the op-by-op ones, and ``compute_bound_batch``, evaluated
+    once per context, is bit for bit that of each point alone."""
+    from aicalc.core import grid
+
+    cs = cost_setup(model, chip, tp_needs_link=True, **kw)
+    s, roofs, fm = cs.shape, cs.roofs, cs.formats
+    rng = np.random.default_rng(9)
+    n = 40000
+    B = rng.integers(1, 300, n).astype(float)
+    B[:50] = 1.0
+    S = rng.integers(1, 8000, n).astype(float)
+    for over, tp, gen in (({}, 1.0, 256.0), ({"overlap_p": 3.0, "gemv_efficiency": 0.6}, 2.0, 7.0),
+                          ({"grouped_gemm_tile": 0.0, "gemm_half_dim": 0.0, "overlap_p": 1.0}, 1.0, 64.0),
+                          ({"grouped_gemm_tile_min": 16.0, "grouped_gemm_half_dim": 1024.0}, 1.0, 64.0)):
+        eff = cs.efficiency.with_overrides(over)
+        got = grid.inference(s, roofs, fm, eff, B, S, gen, tp, latency.Par())
+        assert got is not None
+        for k, (T, P, logits) in enumerate(((S, 0.0 * S, 1.0), (np.ones_like(S), S + gen / 2.0, None))):
+            want = op_by_op(s, roofs, fm, eff, B, T, P, np.full(n, tp), logits, 1.0, latency.Par())
+            for g, w in zip(got[4 * k:4 * k + 4], want, strict=True):
+                assert np.allclose(g, w, rtol=1e-12, atol=0)
+        for k, (ttft, tpot) in ((8, (got[3], got[7])), (10, (got[2], got[6]))):
+            assert np.allclose(got[k], ttft + (gen - 1.0) * tpot, rtol=1e-15, atol=0)
+            assert np.allclose(got[k + 1], B * gen / got[k], rtol=1e-15, atol=0)
+        cbb = latency.compute_bound_batch(s, roofs, fm, S + gen / 2.0, np.full(n, tp))
+        one = [latency.compute_bound_batch(s, roofs, fm, S[i:i + 1] + gen / 2.0, np.full(1, tp))[0]
+               for i in range(0, n, 1999)]
+        assert np.array_equal(cbb[::1999], one)
+
+
+def test_a_grid_that_is_not_whole_numbers_is_priced_point_by_point():
+    """A batch with a fraction (attention DP's share of a replica's sequences) is not tabulated: the grid path
+    declines and the chunked path prices it."""
+    from aicalc.core import grid
+
+    cs = cost_setup("llama-3.1-8b", "h100-sxm")
+    B, S, _, _ = sweep(40000, 10)
+    S = np.minimum(S, 8000.0)  # 8,000 prompts over 40,000 points: a table pays
+    assert grid.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, B + 0.5, S, 256.0, 1.0, latency.Par()) is None
+    assert grid.inference(cs.shape, cs.roofs, cs.formats, cs.efficiency, B, S, 256.0, 1.0, latency.Par()) is not None
+
+
+def test_a_grid_whose_squared_times_leave_the_normal_range():
+    """The grid's plan over a chip 10²⁹⁰ times faster than any (times near 1e-290 s, whose squares underflow)
+    falls back to the exact overlap as the op-by-op path does."""
+    from aicalc.core import grid
+
+    cs = cost_setup("llama-3.1-8b", "h100-sxm", tp_needs_link=True)
+    huge = Roofs(peak_flop_per_s=1e300, bandwidth_bytes_per_s=1e300, link_bytes_per_s=1e300,
+                 vector_flop_per_s=1e299)
+    eff = Efficiency(kernel_overhead_s=0.0, collective_latency_s=0.0)
+    rng = np.random.default_rng(11)
+    B, S = rng.integers(1, 300, 40000).astype(float), rng.integers(1, 8000, 40000).astype(float)
+    for e in (eff, eff.with_overrides({"gemv_efficiency": 0.5})):
+        got = grid.inference(cs.shape, huge, cs.formats, e, B, S, 64.0, 1.0, latency.Par())
+        want = op_by_op(cs.shape, huge, cs.formats, e, B, S, 0.0 * S, np.ones_like(S), 1.0, 1.0, latency.Par())
+        for g, w in zip(got[:4], want, strict=True):
+            assert np.allclose(g, w, rtol=1e-12, atol=0)
+
+
+def test_expert_saturation_and_padding_thresholds():
+    """From ``saturation_tokens`` on, ``experts_touched`` is every expert slot, exactly (Qwen3-style 8 of 128,
+    Mixtral 2 of 8, with redundant slots and over EP 4); from ``padded_from``'s m0 on, ``padded_rows`` is m + pad
+    for a fixed tile, a chosen tile and none."""
+    from aicalc.core import moe
+
+    for E, k, ep, red in ((128.0, 8.0, 1.0, 0.0), (8.0, 2.0, 1.0, 0.0), (256.0, 8.0, 4.0, 32.0)):
+        n = moe.saturation_tokens(E, k, ep, red)
+        tokens = n + np.arange(0.0, 5000.0)
+        assert np.all(moe.experts_touched(E, k, tokens, ep, red) == (E + red) / ep)
+        assert moe.experts_touched(E, k, 1.0, ep, red) < (E + red) / ep
+    for tile, tile_min in ((64.0, 0.0), (128.0, 16.0), (0.0, 0.0)):
+        m0, pad = moe.padded_from(tile, tile_min)
+        m = m0 + np.linspace(0.0, 1e5, 20001)
+        assert np.allclose(moe.padded_rows(m, tile, tile_min), m + pad, rtol=1e-15, atol=0)

@@ -234,7 +234,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     from aicalc.api import inputs
     from aicalc.core import latency
     from aicalc.core.geometry import check_parallel, weight_bytes_per_device
-    from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
+    from aicalc.core.kv_cache import bytes_of, held_tokens, kv_cache_bytes, kv_shape
 
     ep = inputs.whole("ep", ep)
     attention_dp = inputs.whole("attention_dp", attention_dp)
@@ -243,29 +243,35 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
         from aicalc.api.catalog import node_count
 
         tp = node_count(chip)
-    g = inputs.broadcast(tp=inputs.positive("tp", tp, whole=True), batch=inputs.positive("batch", batch, whole=True),
-                         prompt=inputs.positive("prompt", prompt, whole=True),
-                         gen=inputs.positive("gen", gen, whole=True))
+    tp, gen = inputs.positive("tp", tp, whole=True), inputs.positive("gen", gen, whole=True)
+    g = inputs.broadcast(tp=tp, batch=inputs.positive("batch", batch, whole=True),
+                         prompt=inputs.positive("prompt", prompt, whole=True), gen=gen)
     B, S, G, TP = g["batch"], g["prompt"], g["gen"], g["tp"]
+    tps = [float(tp)] if tp.ndim == 0 else inputs.distinct(TP)
     cs = cost_setup(model, chip, dtype, kv_dtype, compute_dtype=compute_dtype, group_size=group_size,
-                    attention=attention, kv_shared=kv_shared, tp_needs_link=bool(TP.max() > 1), engine=engine,
+                    attention=attention, kv_shared=kv_shared, tp_needs_link=tps[-1] > 1, engine=engine,
                     efficiency=efficiency)
     arch = cs.model.arch
-    for t in inputs.distinct(TP):
+    for t in tps:
         check_parallel(arch, int(t), ep, attention_dp, redundant)
     eff = cs.efficiency
     D = float(attention_dp)
-    TPa, Ba = (TP, B) if D == 1.0 else (TP / D, B / D)  # one attention group: its chips, its share of sequences
-    tps = inputs.distinct(TP)
+    # one number where the sweep has one TP or gen (the same values, without reading a column of them)
+    TPs = np.float64(tps[0]) if len(tps) == 1 else TP
+    Gs = gen if gen.ndim == 0 else G
+    TPa, Ba = (TPs, B) if D == 1.0 else (TPs / D, B / D)  # one attention group: its chips, its share of sequences
     weights = weight_bytes_per_device(arch, cs.dtype, TP if len(tps) > 1 else np.float64(tps[0]),
                                       bytes_per_param=cs.formats.weight_bytes, edge_bpp=cs.formats.edge_bytes,
                                       expert_bpp=cs.formats.expert_bytes, attention_dp=attention_dp,
                                       redundant=redundant)
-    if np.shape(weights) != B.shape:  # one TP degree: one number, as a column
-        weights = np.full(B.shape, weights, dtype=np.float64)
+    if np.shape(weights) != B.shape:  # one TP degree: one number seen as a column (read-only, as ep's)
+        weights = np.broadcast_to(np.float64(weights), B.shape)
     kv_dtype = cs.kv_dtype
-    if len(tps) == 1:  # one TP degree: the whole sweep at once
-        kv = kv_cache_bytes(kv_shape(arch, kv_dtype, int(tps[0]) // attention_dp), Ba, S + G)
+    if len(tps) == 1:  # one TP degree: the whole sweep at once, into the held tokens' array
+        shp = kv_shape(arch, kv_dtype, int(tps[0]) // attention_dp)
+        context = S + Gs
+        held = held_tokens(shp, context, out=context)
+        kv = bytes_of(shp, Ba, held, out=held)
         if np.shape(kv) != B.shape or kv.dtype != np.float64:
             kv = np.array(np.broadcast_to(kv, B.shape), dtype=np.float64)
     else:
@@ -285,15 +291,18 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
             sel = TP == t
             kv[sel] += kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, int(t)), B[sel], S[sel] + G[sel] + spec["k"])
     need = weights + kv
-    chips_needed = np.ceil(need * TP / float(cs.chip.usable_memory_bytes))
+    mem = float(cs.chip.usable_memory_bytes)
+    fits = need <= mem
+    chips_needed = np.multiply(need, TPs, out=need if np.ndim(TPs) == 0 else None)  # need·TP / memory, rounded up
+    chips_needed /= mem
+    np.ceil(chips_needed, out=chips_needed)
     # a dataflow deployment spreads the weights over chips_needed chips that every token crosses in turn
     par = latency.Par(float(ep), D, float(redundant))
-    pre, dec, out = latency.inference(cs.shape, cs.roofs, cs.formats, eff, Ba, S, G, TPa,
-                                      chips_needed if cs.dataflow else 1.0, par)
+    pre, dec, out, cbb = latency.inference(cs.shape, cs.roofs, cs.formats, eff, Ba, S, Gs, TPa,
+                                           chips_needed if cs.dataflow else 1.0, par, compute_bound=True)
     for key in out:  # the replica's tokens/s: its attention groups run side by side
         if D != 1.0:
             out[key]["output_tokens_per_s"] = out[key]["output_tokens_per_s"] * D
-    mem = float(cs.chip.usable_memory_bytes)
     spec_cols = {}
     if spec is not None:
         from aicalc.core import speculative
@@ -309,7 +318,6 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
                         "speedup": plain / tpot}
         spec_cols = {"draft_tokens": spec["k"], "acceptance": spec["acceptance"],
                      "tokens_per_target_pass": spec["tokens"], "speculative_speedup": out["est"]["speedup"]}
-    cbb = latency.compute_bound_batch(cs.shape, cs.roofs, cs.formats, S + G / 2.0, TPa, par)
     if D != 1.0:
         cbb = D * cbb
     e, ideal = out["est"], out["ideal"]
@@ -320,16 +328,20 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
         np.copyto(out, a, casting="unsafe")  # as astype(np.int64)
         return out
 
-    cols = {"batch": whole(B), "prompt": whole(S), "gen": whole(G),
-            "tp": whole(TP), "ep": ints.full(ep), "attention_dp": ints.full(attention_dp),
-            "redundant_experts": ints.full(redundant), "ridge_point": cs.roofs.ridge_point,
+    def one(a):  # a column of one whole number: a read-only view of it, no memory written (Block.full)
+        return ints.full(int(a)) if np.ndim(a) == 0 else whole(a)
+
+    cols = {"batch": whole(B), "prompt": whole(S), "gen": one(Gs),
+            "tp": one(TPs), "ep": ints.full(ep), "attention_dp": ints.full(attention_dp),
+            "redundant_experts": ints.full(redundant),
+            "ridge_point": np.broadcast_to(np.float64(cs.roofs.ridge_point), B.shape),
             "prefill_flop": pre.flop, "prefill_bytes": pre.bytes, "prefill_time_s": pre.t_est,
             "prefill_ideal_time_s": pre.t_ideal, "decode_flop": dec.flop, "decode_bytes": dec.bytes,
             "decode_time_s": dec.t_est, "decode_ideal_time_s": dec.t_ideal,
             "ttft_s": e["ttft_s"], "tpot_s": e["tpot_s"], "output_tokens_per_s": e["output_tokens_per_s"],
             "ideal_ttft_s": ideal["ttft_s"], "ideal_tpot_s": ideal["tpot_s"],
             "ideal_output_tokens_per_s": ideal["output_tokens_per_s"],
-            "weights_bytes_per_device": weights, "kv_cache_bytes_per_device": kv, "fits": need <= mem,
+            "weights_bytes_per_device": weights, "kv_cache_bytes_per_device": kv, "fits": fits,
             "chips_needed": whole(chips_needed),
             "compute_bound_batch": cbb,
             **spec_cols}

@@ -142,13 +142,15 @@ class Op:
     ``kind``: ``gemm`` (priced at the GEMM efficiency of ``dims`` = (m, n, k); ``grouped``: a grouped GEMM whose
     m is the rows per expert), ``attention`` (the attention core), ``stream`` (elementwise and memory-bound
     kernels), ``collective`` (a ring all-reduce of ``comm_bytes``) or ``alltoall`` (``comm_bytes`` sent per
-    device). ``compute``: the op's math where it differs from the pass's (the chip's peak in that format)."""
+    device). ``compute``: the op's math where it differs from the pass's (the chip's peak in that format).
+    ``per``: what its cost scales with (:func:`forward_ops`): ``token`` (the pass's B·T tokens), ``logit`` (the
+    tokens that reach the LM head) or ``sequence`` (the attention core: B times a cost per sequence)."""
 
     def __init__(self, name: str, kind: str, flop, bytes, weight_bytes, kernels, comm_bytes=0.0,
                  collectives=0.0, dims: tuple | None = None, layers: float = 0.0, quantized: bool = False,
                  bytes_per_weight: float = 2.0, grouped: bool = False, compute: str | None = None,
-                 expert_width: float = 0.0, affine: tuple | None = None):
-        self.name, self.kind, self.flop = name, kind, flop
+                 expert_width: float = 0.0, affine: tuple | None = None, per: str = "token"):
+        self.name, self.kind, self.flop, self.per = name, kind, flop, per
         self.bytes = bytes  # all bytes moved to or from memory, weights included
         self.weight_bytes = weight_bytes
         self.kernels = kernels  # kernel launches
@@ -192,14 +194,20 @@ def experts_touched(s: Shape, tokens, ep=1.0):
 
 
 def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_tokens=None, ep=1.0, *, etp=None,
-                moe_sources=None, redundant=0.0, lean: bool = False) -> list[Op]:
+                moe_sources=None, redundant=0.0, lean: bool = False, attention_core: bool = True) -> list[Op]:
     """Operations of one forward pass over B sequences × T new tokens with P cached tokens, per device of a
     group of ``tp`` tensor-parallel ranks; ``logits_tokens`` per sequence reach the LM head (default all T; 1 in
     a prefill that samples one token). MoE layers (:func:`aicalc.core.moe.moe_ops`): ``ep`` ranks share the
     experts, each split over ``etp`` ranks (default tp), serving the tokens of ``moe_sources`` such groups
     (default ep: training's EP over data-parallel ranks, whose all-to-all the caller prices; serving passes its
     attention-DP degree). ``lean``: a quantity that does not depend on an array argument stays one number
-    instead of being broadcast to the common shape (the same values, for the totals of a sweep)."""
+    instead of being broadcast to the common shape (the same values, for the totals of a sweep).
+
+    Each op says what its cost scales with (``Op.per``): the attention core (``sequence``) is B times a cost that
+    depends on T and P alone (keys, KV reads and q/o traffic per sequence; a materialized score matrix per
+    sequence); the final norm and LM head (``logit``) follow the tokens that reach the head; every other op
+    (``token``) the pass's M = B·T tokens. ``attention_core`` False leaves the attention core out (a sweep that
+    prices it per sequence, :mod:`aicalc.core.grid`)."""
     import numpy as np
 
     from aicalc.core import geometry as geo
@@ -223,7 +231,7 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
         number)."""
         return lean and isinstance(m, np.ndarray) and m.ndim > 0 and all(np.ndim(x) == 0 for x in numbers)
 
-    def gemm(name, m, n, k, layers, weights, bpw=wb):
+    def gemm(name, m, n, k, layers, weights, bpw=wb, per="token"):
         """y[m×n] = x[m×k]·W[k×n] on this device: 2mnk FLOPs; reads W (``weights`` bytes at ``bpw`` per weight)
         and x, writes y."""
         q = fm.quantized and bpw == wb
@@ -231,46 +239,67 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
             n, k = float(n), float(k)
             ops.append(Op(name, "gemm", flop=None, bytes=None, weight_bytes=float(weights), kernels=layers,
                           dims=(m, n, k), layers=layers, quantized=q, bytes_per_weight=bpw,
-                          affine=(m, 2.0 * n * k * layers, (n + k) * ab * layers, 0.0)))
+                          affine=(m, 2.0 * n * k * layers, (n + k) * ab * layers, 0.0), per=per))
             return
         ops.append(Op(name, "gemm", flop=2.0 * m * n * k * layers, bytes=m * (n + k) * ab * layers + weights,
                       weight_bytes=weights + zero, kernels=layers + zero, dims=(m, n + zero, k + zero), layers=layers,
-                      quantized=q, bytes_per_weight=bpw))
+                      quantized=q, bytes_per_weight=bpw, per=per))
 
-    def stream(name, m, nbytes, kernels, flop=None, weights=0.0, layers=0.0):
+    def stream(name, m, nbytes, kernels, flop=None, weights=0.0, layers=0.0, per="token"):
         """An elementwise or memory-bound kernel over ``m`` tokens: ``nbytes(m)`` bytes (beyond ``weights``) and
         ``flop(m)`` FLOPs, each linear in m."""
         if affine(m, weights, nbytes(1.0), flop(1.0) if flop else 0.0):
             ops.append(Op(name, "stream", flop=None, bytes=None, weight_bytes=float(weights), kernels=kernels,
-                          layers=layers, affine=(m, float(flop(1.0)) if flop else 0.0, float(nbytes(1.0)), 0.0)))
+                          layers=layers, affine=(m, float(flop(1.0)) if flop else 0.0, float(nbytes(1.0)), 0.0),
+                          per=per))
             return
         ops.append(Op(name, "stream", flop=(flop(m) if flop else 0.0) + zero, bytes=nbytes(m) + weights + zero,
-                      weight_bytes=weights + zero, kernels=kernels + zero, layers=layers))
+                      weight_bytes=weights + zero, kernels=kernels + zero, layers=layers, per=per))
 
-    # attention: keys summed over the new queries (window-capped on sliding layers), cached tokens read
-    if fm.flash:  # a fused kernel skips the masked blocks: the causal sum (window-capped on sliding layers)
-        keys = s.full_layers * geo.causal_keys(P, T)
-        if s.sliding_layers or not lean:  # (lean: no zero term for a model without sliding layers)
-            keys = keys + s.sliding_layers * geo.causal_keys(P, T, s.window)
-    else:  # a materialized score matrix is the full T × keys rectangle over the cache, masked afterwards
-        keys = T * geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)
-    cached = geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)
-    heads = geo.kv_heads_per_device(arch, tp)
-    if not fm.kv_shared and arch.mla is None:  # K/V read once per query head instead of once per kv head
-        cached = cached * (A / tp) / heads
-    kvb = geo.kv_bytes_per_token_layer(arch, fm.kv_dtype, tp)
-    if lean and fm.flash:  # the same products in the same order, into the temporaries (fewer fresh pages)
-        kv_io = _inplace(np.multiply, _inplace(np.multiply, cached + T * L, B), kvb)
-        Bk = _inplace(np.divide, _inplace(np.multiply, keys, B), tp)  # keys: a temporary here
-        q_io = M / tp
-        for c in (A, s.qk_dim + s.v_dim, ab, L):
-            q_io = _inplace(np.multiply, q_io, c)
-        per_product = _inplace(np.divide, _inplace(np.add, kv_io, q_io), 2.0)
-    else:
-        kv_io = B * (cached + T * L) * kvb
-        Bk = B * keys / tp  # sequences × heads on this device × keys, per head
-        q_io = M / tp * A * (s.qk_dim + s.v_dim) * ab * L  # read q, write the attention output
-        per_product = (kv_io + q_io) / 2.0  # each of the two products carries half the traffic
+    def attention():
+        """The attention core: score and value products (a materialized softmax between them), each B times a
+        cost per sequence."""
+        seq = "sequence"
+        # attention: keys summed over the new queries (window-capped on sliding layers), cached tokens read
+        if fm.flash:  # a fused kernel skips the masked blocks: the causal sum (window-capped on sliding layers)
+            keys = s.full_layers * geo.causal_keys(P, T)
+            if s.sliding_layers or not lean:  # (lean: no zero term for a model without sliding layers)
+                keys = keys + s.sliding_layers * geo.causal_keys(P, T, s.window)
+        else:  # a materialized score matrix is the full T × keys rectangle over the cache, masked afterwards
+            keys = T * geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)
+        cached = geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)
+        heads = geo.kv_heads_per_device(arch, tp)
+        if not fm.kv_shared and arch.mla is None:  # K/V read once per query head instead of once per kv head
+            cached = cached * (A / tp) / heads
+        kvb = geo.kv_bytes_per_token_layer(arch, fm.kv_dtype, tp)
+        if lean and fm.flash:  # the same products in the same order, into the temporaries (fewer fresh pages)
+            kv_io = _inplace(np.multiply, _inplace(np.multiply, cached + T * L, B), kvb)
+            Bk = _inplace(np.divide, _inplace(np.multiply, keys, B), tp)  # keys: a temporary here
+            q_io = M / tp
+            for c in (A, s.qk_dim + s.v_dim, ab, L):
+                q_io = _inplace(np.multiply, q_io, c)
+            per_product = _inplace(np.divide, _inplace(np.add, kv_io, q_io), 2.0)
+        else:
+            kv_io = B * (cached + T * L) * kvb
+            Bk = B * keys / tp  # sequences × heads on this device × keys, per head
+            q_io = M / tp * A * (s.qk_dim + s.v_dim) * ab * L  # read q, write the attention output
+            per_product = (kv_io + q_io) / 2.0  # each of the two products carries half the traffic
+        score_flop, value_flop = Bk * 2.0 * A * s.qk_dim, Bk * 2.0 * A * s.v_dim
+        if fm.flash:
+            ops.append(Op("attn_score", "attention", score_flop, per_product, zero, L + zero, layers=L, per=seq))
+            ops.append(Op("attn_value", "attention", value_flop, per_product, zero, zero, layers=L, per=seq))
+        else:
+            # batched GEMMs per sequence and head: scores Q[T×d]·Kᵀ[d×keys], values P[T×keys]·V[keys×d]; the
+            # score / probability matrix (all layers) is written and read back
+            smat = Bk * A * ab
+            kq = keys / (L * np.maximum(T, 1.0))  # keys per query, averaged over layers
+            ops.append(Op("attn_score", "gemm", score_flop, per_product + smat, zero, L + zero,
+                          dims=(T + zero, kq, s.qk_dim + zero), layers=L, per=seq))
+            ops.append(Op("attn_softmax", "attention", Bk * 5.0 * A, 2.0 * smat, zero, L + zero, layers=L,
+                          per=seq))
+            ops.append(Op("attn_value", "gemm", value_flop, per_product + smat, zero, L + zero,
+                          dims=(T + zero, s.v_dim + zero, kq), layers=L, per=seq))
+
     o_params = s.attn_out_params / tp
     attn_weights = (L * geo.attention_params_per_device(arch, tp) - L * o_params) * wb
 
@@ -280,20 +309,8 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     gemm("qkv_proj", M, s.attn_in_params / H / tp, H, L, attn_weights)
     # rope on q/k and the two residual adds
     stream("elementwise", M, lambda m: m * (2.0 * s.attn_in_params / H / tp + 6.0 * H) * ab * L, 3.0 * L, layers=L)
-    score_flop, value_flop = Bk * 2.0 * A * s.qk_dim, Bk * 2.0 * A * s.v_dim
-    if fm.flash:
-        ops.append(Op("attn_score", "attention", score_flop, per_product, zero, L + zero, layers=L))
-        ops.append(Op("attn_value", "attention", value_flop, per_product, zero, zero, layers=L))
-    else:
-        # batched GEMMs per sequence and head: scores Q[T×d]·Kᵀ[d×keys], values P[T×keys]·V[keys×d]; the
-        # score / probability matrix (all layers) is written and read back
-        smat = Bk * A * ab
-        kq = keys / (L * np.maximum(T, 1.0))  # keys per query, averaged over layers
-        ops.append(Op("attn_score", "gemm", score_flop, per_product + smat, zero, L + zero,
-                      dims=(T + zero, kq, s.qk_dim + zero), layers=L))
-        ops.append(Op("attn_softmax", "attention", Bk * 5.0 * A, 2.0 * smat, zero, L + zero, layers=L))
-        ops.append(Op("attn_value", "gemm", value_flop, per_product + smat, zero, L + zero,
-                      dims=(T + zero, s.v_dim + zero, kq), layers=L))
+    if attention_core:
+        attention()
     gemm("o_proj", M, H, o_params / H, L, L * o_params * wb)
 
     if s.dense_layers:
@@ -316,7 +333,7 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     else:
         ops.append(Op("tp_allreduce", "collective", zero, zero, zero, zero, comm_bytes=M * on * 2.0 * L * H * ab,
                       collectives=on * 2.0 * L + zero, layers=L))
-    stream("final_norm", Mlog, lambda m: m * 2.0 * H * ab, 1.0)
-    gemm("lm_head", Mlog, s.V / tp, H, 1.0, s.V * H / tp * fm.edge_bytes, bpw=fm.edge_bytes)
+    stream("final_norm", Mlog, lambda m: m * 2.0 * H * ab, 1.0, per="logit")
+    gemm("lm_head", Mlog, s.V / tp, H, 1.0, s.V * H / tp * fm.edge_bytes, bpw=fm.edge_bytes, per="logit")
     return ops
 

@@ -62,11 +62,13 @@ def cached_tokens(shape: KVShape, context):
 
 
 def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None):
-    """Tokens held per sequence, summed over layers, as a new array (or into ``out``): :func:`cached_tokens`, or with
-    ``block_size`` every layer's tokens rounded up to whole blocks (vLLM's paged allocation, IM-10/IM-11)."""
+    """Tokens held per sequence, summed over layers, as a new array (or into ``out``, which may be ``context``
+    itself): :func:`cached_tokens`, or with ``block_size`` every layer's tokens rounded up to whole blocks (vLLM's
+    paged allocation, IM-10/IM-11)."""
     import numpy as np
 
     S = np.asarray(context, dtype=np.float64)
+    window = np.minimum(S, shape.window) if shape.sliding_layers else None  # before ``out`` (context itself?) changes
     # in place where a temporary is ours (whole numbers below 2⁵³: every product is exact)
     if block_size:
         held = np.divide(S, block_size, out=out)
@@ -75,8 +77,7 @@ def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None
     else:
         held = np.multiply(S, 1.0, out=out)  # a copy: cached_tokens' sum, S · full + min(S, W) · sliding
     held *= shape.full_layers
-    if shape.sliding_layers:
-        window = np.minimum(S, shape.window)
+    if window is not None:
         if block_size:
             window = np.divide(window, block_size, out=window if isinstance(window, np.ndarray) else None)
             window = np.ceil(window, out=window if isinstance(window, np.ndarray) else None)

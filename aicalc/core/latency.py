@@ -29,10 +29,11 @@ class Par(NamedTuple):
     redundant: float = 0.0  # extra expert replicas over the EP ranks (EPLB), aicalc.core.geometry.check_parallel
 
 
-def forward_ops(s, fm, B, T, P, tp, logits_tokens=None, par: Par = Par(), lean: bool = False):
+def forward_ops(s, fm, B, T, P, tp, logits_tokens=None, par: Par = Par(), lean: bool = False,
+                attention_core: bool = True):
     """:func:`aicalc.core.forward.forward_ops` of one attention group of a replica laid out as ``par``."""
     return _forward_ops(s, fm, B, T, P, tp, logits_tokens, ep=par.ep, etp=tp * par.adp / par.ep, moe_sources=par.adp,
-                        redundant=par.redundant, lean=lean)
+                        redundant=par.redundant, lean=lean, attention_core=attention_core)
 
 
 def uniform(a):
@@ -157,9 +158,11 @@ def phase(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, new_token
 
 
 def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, prompt, gen, tp, chips=1.0,
-              par: Par = Par()):
+              par: Par = Par(), compute_bound: bool = False):
     """(prefill Phase, decode Phase, {"est"|"ideal": {ttft_s, tpot_s, total_s, output_tokens_per_s}}); ``chips``:
-    the chips a dataflow deployment spreads the weights over (1 otherwise); tokens/s are one attention group's."""
+    the chips a dataflow deployment spreads the weights over (1 otherwise); tokens/s are one attention group's.
+    ``compute_bound``: a fourth item, :func:`compute_bound_batch` at decode's mean context (from the grid's table
+    of contexts where the sweep is priced from tables)."""
 
     def block(B, S, G, tp_, h):
         pre = _sums(s, roofs, fm, eff, B, S, 0.0, tp_, 1.0, h, par)
@@ -170,8 +173,15 @@ def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, promp
             res += [total, B * G / total]
         return res
 
-    r = by_value(block, [batch, prompt, gen, tp, chips], 12, 3)
     import numpy as np
+
+    r = None
+    if np.ndim(chips) == 0 and chips == 1.0:  # a large grid: from tables (aicalc.core.grid)
+        from aicalc.core import grid
+
+        r = grid.inference(s, roofs, fm, eff, batch, prompt, uniform(gen), uniform(tp), par, compute_bound)
+    if r is None:
+        r = by_value(block, [batch, prompt, gen, tp, chips], 12, 3)
 
     S, G = np.asarray(prompt, dtype=np.float64), np.asarray(gen, dtype=np.float64)
     pre = Phase(*r[0:4], make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, S, 0.0 * S, tp, 1.0, par))
@@ -181,7 +191,10 @@ def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, promp
     for key, ttft, tpot, total, rate in (("est", pre.t_est, dec.t_est, r[8], r[9]),
                                           ("ideal", pre.t_ideal, dec.t_ideal, r[10], r[11])):
         out[key] = {"ttft_s": ttft, "tpot_s": tpot, "total_s": total, "output_tokens_per_s": rate}
-    return pre, dec, out
+    if not compute_bound:
+        return pre, dec, out
+    cbb = r[12] if len(r) > 12 else compute_bound_batch(s, roofs, fm, S + G / 2.0, tp, par)
+    return pre, dec, out, cbb
 
 
 def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp, par: Par = Par()):
@@ -206,4 +219,12 @@ def compute_bound_batch(s: Shape, roofs: Roofs, fm: Formats, context, tp, par: P
         with np.errstate(divide="ignore", invalid="ignore"):
             return (np.where(denom > 0, np.ceil(R * W / np.where(denom > 0, denom, 1.0)), np.inf),)
 
+    C = np.asarray(context, dtype=np.float64)
+    tp1 = uniform(tp)
+    if C.ndim == 1 and C.size > CHUNK and np.ndim(tp1) == 0:  # a sweep over few contexts: once per context
+        from aicalc.core.grid import tabulated
+
+        r = tabulated(lambda c: chunked(block, [c, tp1], 1)[0], C, C.size // 4)
+        if r is not None:
+            return r
     return by_value(block, [context, tp], 1, 1)[0]

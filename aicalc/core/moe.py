@@ -76,6 +76,70 @@ def padded_rows(m, tile, tile_min=0.0):
     return np.maximum(float(tile), m + tile / 2.0)
 
 
+def saturation_tokens(E: float, k: float, ep=1.0, redundant=0.0) -> float:
+    """A count of tokens routed over an EP group from which on :func:`experts_touched` is every expert slot
+    exactly: (1 − k/E)^n below 2⁻⁵⁴, so that 1 − (1 − k/E)^n rounds to 1 (checked on that very expression, which
+    only grows with n)."""
+    import math
+
+    if k >= E:
+        return 0.0
+    full = (E + redundant) / float(ep)
+    n = math.ceil(54.0 * math.log(2.0) / -math.log1p(-k / E))
+    while float(experts_touched(E, k, float(n), ep, redundant)) != full:
+        n *= 2
+    return float(n)
+
+
+def padded_from(tile: float, tile_min: float = 0.0) -> tuple[float, float]:
+    """(m0, pad): :func:`padded_rows` is m + pad for every m ≥ m0 (past the smallest tile and the √2 growth of
+    the tile choice), with one row of margin."""
+    import math
+
+    if not tile:
+        return 0.0, 0.0
+    if tile_min > 0:
+        return max(tile / (2.0 * (math.sqrt(2.0) - 1.0)), tile_min - tile / 2.0) + 1.0, tile / 2.0
+    return tile / 2.0 + 1.0, tile / 2.0
+
+
+def saturated_ops(s, fm, M, tp, *, etp=None, sources=1.0, redundant=0.0):
+    """The routed-expert ops of :func:`moe_ops` (permute, unpermute, grouped up/down projections, activation)
+    where one EP rank holds every expert and the pass reaches all of them (M·sources tokens past
+    :func:`saturation_tokens`): their FLOPs and bytes are then numbers per token times M and their weights
+    fixed, so each is an affine op over M (:class:`aicalc.core.forward.Op` ``affine``; a grouped GEMM's rows per
+    expert ``per_expert``·M). The dispatch/combine exchange is nothing on one rank and is left out."""
+    from aicalc.core.forward import ACT_BYTES, Op
+
+    ab = ACT_BYTES
+    H, Lm = float(s.H), float(s.moe_layers)
+    E, k = float(s.experts), float(s.experts_per_token)
+    etp = float(tp if etp is None else etp)
+    touched = (E + redundant) / 1.0  # every expert slot of the one rank
+    rows = float(sources) * k  # routed copies per token of this device's group (no imbalance on one rank)
+    perm = rows * H * (1.0 + 1.0 / k)
+    wbe = fm.expert_bytes or fm.weight_bytes
+
+    def linear(name, kind, flop, nbytes, weights=0.0, kernels=1.0, **kw):
+        return Op(name, kind, flop=None, bytes=None, weight_bytes=float(weights), kernels=kernels * Lm, layers=Lm,
+                  affine=(M, float(flop), float(nbytes), 0.0), **kw)
+
+    ops = [linear("moe_permute", "stream", 0.0, perm * ab * Lm, kernels=2.0),
+           linear("moe_unpermute", "stream", 2.0 * rows * H * Lm, perm * ab * Lm)]
+    for name, n_, k_ in (("moe_up", s.expert_in, H), ("moe_down", H, s.expert_ffn)):
+        n_dev = n_ / etp if name == "moe_up" else float(n_)
+        k_dev = float(k_) if name == "moe_up" else k_ / etp
+        op = linear(name, "gemm", 2.0 * rows * n_dev * k_dev * Lm, rows * (n_dev + k_dev) * ab * Lm,
+                    touched * Lm * n_ * k_ / etp * wbe, kernels=1.0, dims=(M * (rows / touched), n_dev, k_dev),
+                    quantized=fm.expert_quantized, bytes_per_weight=wbe, grouped=True, compute=fm.expert_compute,
+                    expert_width=float(s.expert_ffn))
+        op.per_expert = rows / touched
+        ops.append(op)
+    ops.append(linear("moe_act", "stream", rows * 4.0 * s.expert_ffn / etp * Lm,
+                      rows / etp * (s.expert_in + s.expert_ffn) * ab * Lm))
+    return ops
+
+
 def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant=0.0, lean=False):
     """The operations of the MoE layers of one pass on one device (see the module doc), as
     :class:`aicalc.core.forward.Op`: router, top-k, permute, grouped up/down projections, activation, unpermute,

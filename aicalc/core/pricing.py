@@ -201,10 +201,15 @@ class _Lines:
         return sums if self.idx is None else tuple(np.take(a, self.idx) for a in sums)
 
 
-def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool):
-    """An affine op's times as numbers over its x: (ideal compute and memory lines (a1, a2, a3): max(a1·x,
-    a2·x + a3); compute time alpha·(x + shift) + delta, at most gemv·x where a GEMV kernel is faster (None: no
-    GEMV path); memory time beta·x + gamma); None where a number is not finite (a zero-width GEMM)."""
+def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool, lo: float = 0.0):
+    """An affine op's times as numbers over its x ≥ ``lo``: (ideal compute and memory lines (a1, a2, a3):
+    max(a1·x, a2·x + a3); compute time alpha·(x + shift) + delta, at most gemv·x where a GEMV kernel is faster
+    (None: no GEMV path); memory time beta·x + gamma); None where a number is not finite (a zero-width GEMM).
+
+    A grouped GEMM (:func:`aicalc.core.moe.saturated_ops`: m = per_expert·x rows per expert, padded to m + pad
+    once m ≥ m0, :func:`aicalc.core.moe.padded_from`) reaches flop_max·(n/(n + h))·(k/(k + h))·m/(m + pad + h) of
+    peak (:func:`op_times`: the padded shape's size curve times the share m/(m + pad) of useful rows, times the
+    grouped and expert-width factors), so its compute time is alpha·(x + (pad + h)/per_expert); None below m0."""
     import math
 
     _x, fx, bx, _cx = op.affine
@@ -223,6 +228,16 @@ def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool):
             h = eff.gemm_half_dim
             if h > 0:
                 g, shift = g * (n / (n + h)) * (k / (k + h)), h
+            if op.grouped:
+                from aicalc.core.moe import padded_from
+
+                m0, pad = padded_from(eff.grouped_gemm_tile, eff.grouped_gemm_tile_min)
+                c = op.per_expert
+                if not c * lo >= m0:
+                    return None
+                g, shift = g * eff.grouped_gemm_efficiency, (pad + max(h, 0.0)) / c
+                if eff.grouped_gemm_half_dim > 0:
+                    g = g * op.expert_width / (op.expert_width + eff.grouped_gemm_half_dim)
             if eff.gemv_efficiency > 0:
                 gemv = fx / (peak * (eff.gemv_efficiency * vec / peak))
         alpha = fx / (peak * g) if fx else 0.0
@@ -235,11 +250,12 @@ def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool):
     return parts if all(v is None or math.isfinite(v) for v in parts) else None
 
 
-def _overlap(x, ln: _Lines, tile, gemv, beta: float, gamma: float, p: float):
+def _overlap(x, ln: _Lines, tile, gemv, beta: float, gamma: float, p: float, out=None):
     """combine(t_c, t_m, p) over x for t_c = a·x + b (``tile``; the smaller of it and ``gemv`` where a GEMV
     kernel is an option) and t_m = beta·x + gamma. A compute line below the other at both ends of the chunk is
     the time over all of it; for p = 2 with one line, t_c² + t_m² is a quadratic in x (one square root per
-    point), each term non-negative, so it rounds as the op-by-op form does."""
+    point), each term non-negative, so it rounds as the op-by-op form does. ``out``: an array of x's shape the
+    result may be written into."""
     import numpy as np
 
     from aicalc.core.efficiency import combine
@@ -257,7 +273,7 @@ def _overlap(x, ln: _Lines, tile, gemv, beta: float, gamma: float, p: float):
         if gemv is None:
             c2, c1, c0 = a * a + beta * beta, 2.0 * (a * b + beta * gamma), b * b + gamma * gamma
             if _SAFE[0] <= (c2 * lo + c1) * lo + c0 and (c2 * hi + c1) * hi + c0 <= _SAFE[1]:
-                r = c2 * x
+                r = np.multiply(x, c2, out=out)
                 r += c1
                 r *= x
                 r += c0
@@ -265,9 +281,14 @@ def _overlap(x, ln: _Lines, tile, gemv, beta: float, gamma: float, p: float):
         else:  # both times grow with x: t_c² + t_m² lies between its values at the chunk's ends
             (a2, b2) = gemv
             ends = [min(a * z + b, a2 * z + b2) ** 2 + (beta * z + gamma) ** 2 for z in (lo, hi)]
-            if _SAFE[0] <= ends[0] and ends[1] <= _SAFE[1]:
-                u, v = np.minimum(a * x + b, a2 * x + b2), beta * x + gamma
+            if _SAFE[0] <= ends[0] and ends[1] <= _SAFE[1]:  # (the same products and sums, in two arrays)
+                u, v = np.multiply(x, a, out=out), x * a2
+                u += b
+                v += b2
+                np.minimum(u, v, out=u)
                 u *= u
+                np.multiply(x, beta, out=v)
+                v += gamma
                 v *= v
                 u += v
                 return np.sqrt(u, out=u)
@@ -300,7 +321,7 @@ def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=No
             if ln is None:
                 ln = lines[id(x)] = _Lines(x)
             if ln.lo > 0.0:
-                parts = _line_parts(op, roofs, eff, quantized)
+                parts = _line_parts(op, roofs, eff, quantized, ln.lo)
         if parts is None:
             materialize(op)
             ti, te = op_times(op, roofs, eff, tp, quantized)
@@ -342,6 +363,86 @@ def price_sums(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, scale=No
             f, b, ti, te = ln.totals()
             flop, nbytes, t_ideal, t_est = _add(flop, f), _add(nbytes, b), _add(t_ideal, ti), _add(t_est, te)
     return flop, nbytes, t_ideal, t_est
+
+
+class Plan:
+    """The affine ops of a lean pass over one array of tokens x priced once for every x in [lo, hi]
+    (:func:`affine_plan`): ``const`` the (FLOPs, bytes, ideal, estimate) that do not depend on x, :meth:`add` the
+    rest over a chunk of x."""
+
+    def __init__(self, lo, hi, flop, nbytes, envelope, est, terms, p, const):
+        self.lo, self.hi, self.flop, self.bytes, self.envelope = lo, hi, flop, nbytes, envelope
+        self.est, self.terms, self.p, self.const = est, terms, p, const
+
+    def add(self, x, flop, nbytes, ideal, est, tmp, tmp2):
+        """Add the x-dependent FLOPs, bytes, ideal and estimated seconds at the points ``x`` into the four arrays
+        (``tmp``, ``tmp2``: scratch arrays of x's shape)."""
+        import numpy as np
+
+        for total, a in ((flop, self.flop), (nbytes, self.bytes)):
+            if a:
+                total += np.multiply(x, a, out=tmp)
+        (a0, c0), *rest = self.envelope
+        env = np.multiply(x, a0, out=tmp)
+        if c0:
+            env += c0
+        for a, c in rest:  # the upper envelope of the lines
+            line = np.multiply(x, a, out=tmp2)
+            line += c
+            np.maximum(env, line, out=env)
+        ideal += env
+        if self.est:
+            est += np.multiply(x, self.est, out=tmp)
+        for tile, gemv, beta, gamma in self.terms:
+            est += _overlap(x, self, tile, gemv, beta, gamma, self.p, out=tmp)
+
+
+def affine_plan(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool, lo: float, hi: float):
+    """A :class:`Plan` of the affine ops ``ops`` (:class:`aicalc.core.forward.Op` ``affine``, all over one array
+    of tokens x) for every x in [lo, hi], lo > 0; None where an op has no closed form (a zero-width GEMM). The
+    closed forms of :func:`price_sums`, decided once for the whole range, with the ideal times of the ops that
+    cross their ridge inside it summed as an upper envelope: max(a1·x, a2·x + a3) summed over ops is convex and
+    piecewise linear with a piece between consecutive crossovers x = a3/(a1 − a2) (every op beyond its
+    crossover compute-bound, before it memory-bound), so the sum is the largest of the k + 1 lines of its
+    pieces, each a sum of non-negative coefficients."""
+    from aicalc.core.efficiency import combine
+
+    flop = nbytes = bytes0 = ideal = ideal0 = est = est0 = 0.0
+    cross, terms = [], []
+    p = eff.overlap_p
+    for op in ops:
+        parts = _line_parts(op, roofs, eff, quantized, lo)
+        if parts is None:
+            return None
+        _x, fx, bx, cx = op.affine
+        a1, a2, a3, alpha, shift, delta, gemv, beta, gamma = parts
+        flop += fx
+        nbytes += bx
+        bytes0 += float(op.weight_bytes)
+        d_lo, d_hi = a1 * lo - (a2 * lo + a3), a1 * hi - (a2 * hi + a3)
+        if d_lo >= 0.0 and d_hi >= 0.0:  # compute-bound over the whole range
+            ideal += a1
+        elif d_lo <= 0.0 and d_hi <= 0.0:  # memory-bound
+            ideal += a2
+            ideal0 += a3
+        else:
+            cross.append((a3 / (a1 - a2), a1, a2, a3))
+        est0 += float(op.kernels) * eff.kernel_overhead_s
+        if alpha == 0.0 and delta == 0.0:  # memory only: the p-norm of (0, t_m) is t_m
+            est += beta
+            est0 += gamma
+        elif gamma == 0.0 and delta == 0.0 and not shift and not gemv:  # both times a multiple of x
+            est += float(combine(alpha, beta, p))
+        else:
+            terms.append(((alpha, alpha * shift + delta), gemv and (gemv, delta), beta, gamma))
+        if op.kind == "collective":
+            ideal += float(tp_collective_seconds(roofs, cx, tp))
+            est += float(tp_collective_seconds(roofs, cx, tp, eff.link))
+            est0 += float(op.collectives) * eff.collective_latency_s
+    cross.sort()
+    envelope = [(ideal + sum(c[1] for c in cross[:j]) + sum(c[2] for c in cross[j:]), sum(c[3] for c in cross[j:]))
+                for j in range(len(cross) + 1)]
+    return Plan(lo, hi, flop, nbytes, envelope, est, terms, p, (0.0, bytes0, ideal0, est0))
 
 
 def _line(x, a: float, c: float):
