@@ -120,8 +120,19 @@ def load_yaml(path: Path) -> Any:
 
 
 def load_yaml_lines(path: Path) -> tuple[Any, dict[tuple, int]]:
-    """:func:`load_yaml` plus the 1-based line of every key and item, by its path (keys and list indices)."""
-    data, root = _parse_yaml(read_text(path), str(path))
+    """:func:`load_yaml` plus the 1-based line of every key and item, by its path (keys and list indices). Plain
+    YAML (a budget file as written) is read without PyYAML (:mod:`aicalc.catalog.plain_yaml`), the same values
+    and lines."""
+    from aicalc.catalog import plain_yaml
+
+    text = read_text(path)
+    plain = plain_yaml.parse(text)
+    return plain if plain is not None else yaml_lines(text, str(path))
+
+
+def yaml_lines(text: str, origin: str) -> tuple[Any, dict[tuple, int]]:
+    """:func:`load_yaml_lines` of a text, through PyYAML."""
+    data, root = _parse_yaml(text, origin)
     lines: dict[tuple, int] = {}
     if root is None:
         return data, lines
