@@ -778,10 +778,20 @@ UNIT_OPTIONS = {"--max-ttft": ("latency target", ("ms", "s")), "--max-tpot": ("l
                 "--budget": ("memory budget", ("GB", "GiB")), "--overhead": ("memory", ("GiB", "MiB"))}
 
 
+def _bare_number(value: str) -> bool:
+    r"""Whether ``value`` is a number with no unit: ``re.fullmatch(r"\s*[0-9]*\.?[0-9]+(e[+-]?[0-9]+)?\s*", value,
+    flags=re.I)``, read without compiling the pattern."""
+    mantissa, e, exponent = value.strip().lower().partition("e")
+    digits = exponent[1:] if exponent[:1] in ("+", "-") else exponent
+    return (mantissa[-1:] in _DIGITS and mantissa.count(".") <= 1 and set(mantissa) <= _DIGITS_DOT
+            and (not e or (digits != "" and set(digits) <= _DIGITS)))
+
+
+_DIGITS, _DIGITS_DOT = frozenset("0123456789"), frozenset("0123456789.")
+
+
 def _needs_units(args: list[str]) -> None:
     """``--max-tpot 50`` → bad input, 'did you mean 50ms?' (a bare number would be 50 seconds)."""
-    import re
-
     k = 0
     while k < len(args):
         token = args[k]
@@ -792,7 +802,7 @@ def _needs_units(args: list[str]) -> None:
             if not eq:
                 k += 1
                 value = args[k] if k < len(args) else ""
-            if re.fullmatch(r"\s*[0-9]*\.?[0-9]+(e[+-]?[0-9]+)?\s*", value, flags=re.I):
+            if _bare_number(value):
                 what, units = UNIT_OPTIONS[flag]
                 v = value.strip()
                 guess = (f"{v}{units[0]}" if float(v) >= 1 else f"{v}{units[1]}") if what == "latency target" \

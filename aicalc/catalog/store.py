@@ -5,11 +5,8 @@ folders separated by the OS path separator); each holds ``chips/``, ``nodes/`` a
 sub-folders of YAML files, and an entry there overrides a built-in one with the same id.
 """
 
-from __future__ import annotations
-
 import json
 import os
-import re
 from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -294,13 +291,19 @@ def _validated(kind: str, path: Path):
         _check_figures(obj.model_dump(), path)
         for field in ("chip", "efficiency_class"):  # ids of other presets and profiles: names of files
             ref = getattr(obj, field, None)
-            if ref is not None and not (isinstance(ref, str) and _ID.fullmatch(ref)):
+            if ref is not None and not (isinstance(ref, str) and is_id(ref)):
                 raise AicalcError(f"{_short(path)}: field '{field}' must be a preset id (a-z, 0-9, '.', '-', '_'; "
                                   f"at most 64 characters), got '{_short(ref, 60)}'")
     return obj
 
 
-_ID = re.compile(r"[a-z0-9][a-z0-9._\-]{0,63}")
+_ID_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_ID_CHARS = _ID_FIRST | frozenset("._-")
+
+
+def is_id(text: str) -> bool:
+    """Whether a text is an id: ``[a-z0-9][a-z0-9._-]{0,63}`` (checked without compiling the pattern)."""
+    return 0 < len(text) <= 64 and text[0] in _ID_FIRST and set(text) <= _ID_CHARS
 
 
 # The range of every figure of a chip or node preset (docs/robustness.md): ~1000x beyond the chips that exist
@@ -563,7 +566,7 @@ def _trusted(kind: str, data, where: Path) -> bool:
     fields = _RECORD_FIELDS[kind]
     if not (isinstance(data, dict) and set(data) == set(fields) and all(ok(c, data[k]) for k, c in fields.items())):
         return False
-    if any(data.get(f) is not None and not _ID.fullmatch(data[f]) for f in ("chip", "efficiency_class",
+    if any(data.get(f) is not None and not is_id(data[f]) for f in ("chip", "efficiency_class",
                                                                            "default_engine")):
         return False
     try:
