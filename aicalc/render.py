@@ -627,6 +627,8 @@ def _printable(text: str) -> str:
     characters (U+202E right-to-left override, zero-width and bidi marks: text that reads other than it is) shown
     as ``?``; newlines and tabs kept."""
     text = str(text)
+    if text.isprintable():  # no control, format or separator character (most text): nothing to replace
+        return text
     if text.isascii():
         return "".join(c if c == "\n" or c == "\t" or c >= " " and c != "\x7f" else "?" for c in text)
     import unicodedata

@@ -5,7 +5,6 @@ folders separated by the OS path separator); each holds ``chips/``, ``nodes/`` a
 sub-folders of YAML files, and an entry there overrides a built-in one with the same id.
 """
 
-import json
 import os
 from functools import cache
 from pathlib import Path
@@ -481,6 +480,8 @@ def _catalog() -> dict:
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
+        import json
+
         body = json.dumps(index).encode("utf-8")
         tmp.write_bytes(f"{_crc(body)}\n".encode() + body)
         os.replace(tmp, cache_file)
@@ -510,7 +511,7 @@ def _read_index(cache_file: Path, stamp: list) -> dict | None:
         head, _, body = raw.partition(b"\n")
         if head.decode("ascii", "replace") != _crc(body):
             return None
-        index = json.loads(body)
+        index = _loads(body)
     except (OSError, ValueError, RecursionError):
         return None
     if not (isinstance(index, dict) and index.get("format") == INDEX_FORMAT and index.get("stamp") == stamp and stamp
@@ -579,10 +580,40 @@ def _trusted(kind: str, data, where: Path) -> bool:
 _DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4", "int4")  # schema.DTYPES
 
 
+class _Decoding:
+    """What json's C scanner reads of a decoder: ``json.loads``'s defaults."""
+
+    strict, object_hook, object_pairs_hook, parse_float, parse_int = True, None, None, float, int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+    memo: dict = {}
+
+
+def _loads(body: bytes):
+    """``json.loads(body)`` of the index (ASCII, as ``json.dumps`` wrote it), through json's C scanner alone where
+    CPython has it: importing the json package compiles five patterns of its encoder and decoder (~5 M
+    instructions of a one-off query, which neither writes nor reads other JSON). ValueError as json.loads."""
+    try:
+        from _json import make_scanner
+    except ImportError:  # another Python
+        import json
+
+        return json.loads(body)
+    text = body.decode("utf-8")
+    try:
+        value, end = make_scanner(_Decoding())(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if end != len(text):
+        raise ValueError("extra data after the JSON")
+    return value
+
+
 def _compile(root: Path, stamp: list) -> dict:
+    import json
+
     index: dict[str, Any] = {"format": INDEX_FORMAT, "stamp": stamp, "files": {}, "chip": {}, "node": {}}
     for rel, *_ in stamp:
-        if "/" not in rel:
+        if "/" not in rel or rel.startswith(("chips/", "nodes/")):  # chips and nodes: held validated, below
             continue
         path = root / rel
         try:
@@ -728,6 +759,8 @@ def _json_depth_ok(text: str) -> bool:
 
 def load_json(path: Path) -> Any:
     """A JSON file bounded like :func:`load_yaml`: size, nesting depth, integer length, no duplicate keys."""
+    import json
+
     text = read_text(path)
     if not _json_depth_ok(text):
         raise AicalcError(f"{_short(path)}: nested more than {MAX_DEPTH} levels deep")
