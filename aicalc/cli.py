@@ -32,7 +32,6 @@ presets_app = typer.Typer(help="Browse the chip and model catalog.", no_args_is_
 app.add_typer(presets_app, name="presets")
 
 
-
 class _Deferred(CommandInfo):
     """A command whose function, and with it its option declarations (~150 ``Annotated`` options, most of what
     importing this module cost), is defined the first time typer asks for it: a query builds only its own
@@ -42,7 +41,9 @@ class _Deferred(CommandInfo):
     def callback(self):
         made = vars(self)
         if "function" not in made:
-            made["function"] = made["factory"]()
+            factory = made["factory"]
+            shared = factory.__code__.co_varnames[:factory.__code__.co_argcount]
+            made["function"] = factory(*(_SHARED[name]() for name in shared))
         return made["function"]
 
     @callback.setter
@@ -52,7 +53,8 @@ class _Deferred(CommandInfo):
 
 def command(group: typer.Typer, name: str, short_help: str):
     """``@command(app, "kv-cache", short_help=…)`` over a function that defines and returns the command's
-    function: registered as ``@group.command`` would, defined only when built."""
+    function, given the shared option declarations its parameters name (:data:`_SHARED`): registered as
+    ``@group.command`` would, defined only when built."""
 
     def register(factory):
         group.command(name, short_help=short_help)(factory)
@@ -69,10 +71,7 @@ _ENV: ContextVar[Env | None] = ContextVar("aicalc_env", default=None)  # the Env
 def _env_now() -> Env:
     return _ENV.get() or Env.from_system()
 
-Format = Annotated[str, typer.Option("--format", help="table | json | csv | markdown")]
-Json = Annotated[bool, typer.Option("--json", help="Alias for --format json.")]
-Columns = Annotated[str | None, typer.Option("--columns", metavar="KEYS",
-                                             help="table columns to show, comma-separated row keys (tables only)")]
+
 def _complete(kinds: tuple[str, ...]):
     """Shell completion of preset ids (evaluated only while completing, never on a normal run)."""
 
@@ -82,17 +81,6 @@ def _complete(kinds: tuple[str, ...]):
         return [i for k in kinds for i in store.ids(k) if i.startswith(incomplete.lower())]
 
     return complete
-
-
-Model = Annotated[str, typer.Argument(metavar="MODEL", help="preset id, a config.json, or a folder holding one",
-                                      autocompletion=_complete(("model",)))]
-Chip = Annotated[list[str] | None, typer.Option("--chip", help="chip or node preset id; repeat it (or a comma list) "
-                                                                  "for one table across chips",
-                                                   autocompletion=_complete(("chip", "node")))]
-
-
-Price = Annotated[str | None, typer.Option("--price", metavar="USD/h", help="USD per chip-hour, e.g. 2.5 or '$2.50/h' "
-                                                                      "(default: the chip preset's)")]
 
 
 def per_chip(chips, run):
@@ -121,33 +109,6 @@ def per_value(key: str, text, run):
     else:
         values = int_sweep(str(text), flag)
     return over(key, [int(v) for v in values], run)
-Ep = Annotated[int, typer.Option("--ep", help="expert parallelism (MoE): the experts split over N of a replica's tp "
-                                                "chips, each expert over tp/N (vLLM --enable-expert-parallel, SGLang "
-                                                "--ep, TensorRT-LLM moe_expert_parallel_size)")]
-AttentionDp = Annotated[int, typer.Option("--attention-dp", help="attention data parallelism: a replica's tp chips "
-                                                                "run attention as N groups of tp/N, each on its own "
-                                                                "sequences (SGLang --enable-dp-attention, "
-                                                                "TensorRT-LLM enable_attention_dp)")]
-RedundantExperts = Annotated[int, typer.Option("--redundant-experts", help="extra expert replicas over the --ep "
-                                                                         "ranks, as expert-parallel load balancers "
-                                                                         "place them (DeepSeek's EPLB; SGLang "
-                                                                         "--ep-num-redundant-experts): ep divides "
-                                                                         "experts + N")]
-WeightDtype = Annotated[str, typer.Option("--dtype", help="weights: release (default: the official checkpoint's "
-                                                          "precision, e.g. gpt-oss's MXFP4 experts, DeepSeek-V3's "
-                                                          "fp8), bf16, fp16, fp8, fp4, mxfp4, int8, int4, nf4, q8_0, "
-                                                          "q4_0, q4_k_m, …, mxfp4-experts, or checkpoint (the model "
-                                                          "files' own bytes); a comma list sweeps")]
-KvDtype = Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16, fp16, fp8, int8, int4, or auto (the "
-                                                         "checkpoint's quantization_config); a comma list sweeps")]
-Engine = Annotated[str | None, typer.Option("--engine", help="engine profile: {ENGINES}; a family names its latest "
-                                            "release (cerebras = the newest cerebras-*). Default: the chip's own "
-                                            "stack (groq on groq-lpu, cerebras on cerebras-wse3, jetstream on TPUs, "
-                                            "llama.cpp on Apple GPUs), else generic")]
-Draft = Annotated[str | None, typer.Option("--draft", help="speculative decoding: a draft model (id, config) or "
-                                                           "head: mtp, eagle")]
-DraftTokens = Annotated[int, typer.Option("--draft-tokens", help="tokens drafted per round (K)")]
-Acceptance = Annotated[str, typer.Option("--acceptance", help="per-token acceptance rate of drafted tokens (0.7, 70%)")]
 
 
 def emit(result, fmt: str, json_flag: bool, columns: str | None = None) -> int:
@@ -226,8 +187,52 @@ def _root(
     store.set_user_dirs([Path(p) for p in presets_dir or []])
 
 
+# The option declarations several commands share, each made only when a command asking for it is built (a
+# command's factory names the ones it uses as its parameters; ~0.3 M instructions each, docs/robustness.md).
+_SHARED = {
+    "Format": lambda: Annotated[str, typer.Option("--format", help="table | json | csv | markdown")],
+    "Json": lambda: Annotated[bool, typer.Option("--json", help="Alias for --format json.")],
+    "Columns": lambda: Annotated[str | None, typer.Option("--columns", metavar="KEYS",
+                                                          help="table columns to show, comma-separated row keys (tables only)")],
+    "Model": lambda: Annotated[str, typer.Argument(metavar="MODEL", help="preset id, a config.json, or a folder holding one",
+                                                   autocompletion=_complete(("model",)))],
+    "Chip": lambda: Annotated[list[str] | None, typer.Option("--chip", help="chip or node preset id; repeat it (or a comma list) "
+                                                                               "for one table across chips",
+                                                                autocompletion=_complete(("chip", "node")))],
+    "Price": lambda: Annotated[str | None, typer.Option("--price", metavar="USD/h", help="USD per chip-hour, e.g. 2.5 or '$2.50/h' "
+                                                                                   "(default: the chip preset's)")],
+    "Ep": lambda: Annotated[int, typer.Option("--ep", help="expert parallelism (MoE): the experts split over N of a replica's tp "
+                                                             "chips, each expert over tp/N (vLLM --enable-expert-parallel, SGLang "
+                                                             "--ep, TensorRT-LLM moe_expert_parallel_size)")],
+    "AttentionDp": lambda: Annotated[int, typer.Option("--attention-dp", help="attention data parallelism: a replica's tp chips "
+                                                                             "run attention as N groups of tp/N, each on its own "
+                                                                             "sequences (SGLang --enable-dp-attention, "
+                                                                             "TensorRT-LLM enable_attention_dp)")],
+    "RedundantExperts": lambda: Annotated[int, typer.Option("--redundant-experts", help="extra expert replicas over the --ep "
+                                                                                      "ranks, as expert-parallel load balancers "
+                                                                                      "place them (DeepSeek's EPLB; SGLang "
+                                                                                      "--ep-num-redundant-experts): ep divides "
+                                                                                      "experts + N")],
+    "WeightDtype": lambda: Annotated[str, typer.Option("--dtype", help="weights: release (default: the official checkpoint's "
+                                                                       "precision, e.g. gpt-oss's MXFP4 experts, DeepSeek-V3's "
+                                                                       "fp8), bf16, fp16, fp8, fp4, mxfp4, int8, int4, nf4, q8_0, "
+                                                                       "q4_0, q4_k_m, …, mxfp4-experts, or checkpoint (the model "
+                                                                       "files' own bytes); a comma list sweeps")],
+    "KvDtype": lambda: Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16, fp16, fp8, int8, int4, or auto (the "
+                                                                      "checkpoint's quantization_config); a comma list sweeps")],
+    "Engine": lambda: Annotated[str | None, typer.Option("--engine", help="engine profile: {ENGINES}; a family names its latest "
+                                                         "release (cerebras = the newest cerebras-*). Default: the chip's own "
+                                                         "stack (groq on groq-lpu, cerebras on cerebras-wse3, jetstream on TPUs, "
+                                                         "llama.cpp on Apple GPUs), else generic")],
+    "Draft": lambda: Annotated[str | None, typer.Option("--draft", help="speculative decoding: a draft model (id, config) or "
+                                                                        "head: mtp, eagle")],
+    "DraftTokens": lambda: Annotated[int, typer.Option("--draft-tokens", help="tokens drafted per round (K)")],
+    "Acceptance": lambda: Annotated[str, typer.Option("--acceptance", help="per-token acceptance rate of drafted tokens (0.7, 70%)")],
+}
+
+
 @command(presets_app, "list", short_help="List chips, nodes and models (--fits-on CHIP).")
-def _presets_list():
+def _presets_list(Format, Json, Columns, WeightDtype):
     def presets_list(
         kind: Annotated[str | None, typer.Option("--kind", help="chip | node | model (default: all)")] = None,
         fits_on: Annotated[str | None, typer.Option("--fits-on", metavar="CHIP", help="the models that fit this chip "
@@ -253,7 +258,7 @@ def _presets_list():
 
 
 @command(presets_app, "show", short_help="One chip, node or model in full.")
-def _presets_show():
+def _presets_show(Format, Json, Columns):
     def presets_show(
         name: Annotated[str, typer.Argument(metavar="ID_OR_PATH", help="chip, node or model id, or a config.json path")],
         fmt: Format = "table",
@@ -272,7 +277,7 @@ def _presets_show():
 
 
 @command(app, "kv-cache", short_help="KV cache and memory per device; max batch on a chip.")
-def _kv_cache():
+def _kv_cache(Format, Json, Columns, Model, WeightDtype, KvDtype):
     def kv_cache(
         model: Model,
         batch: Annotated[str, typer.Option("--batch", help="concurrent sequences; list 1,8,64 or range 1:64:x2")] = "1",
@@ -311,7 +316,7 @@ def _kv_cache():
 
 
 @command(app, "check", short_help="Hold deployments to budgets in CI (exit 1 on a fail).")
-def _check():
+def _check(Format, Json, Columns):
     def check(
         budget_file: Annotated[str, typer.Argument(metavar="BUDGET_FILE", help="YAML file of named checks (version: 1)")],
         junit: Annotated[str | None, typer.Option("--junit", metavar="FILE", help="also write a JUnit XML report")] = None,
@@ -346,7 +351,7 @@ def _check():
 
 
 @command(app, "roofline", short_help="Prefill and decode: bound, TTFT, TPOT, tokens/s.")
-def _roofline():
+def _roofline(Format, Json, Columns, Model, Chip, Ep, AttentionDp, RedundantExperts, WeightDtype, KvDtype, Engine, Draft, DraftTokens, Acceptance):
     def roofline(
         model: Model,
         chip: Chip = None,
@@ -408,7 +413,7 @@ def _roofline():
 
 
 @command(app, "train-time", short_help="Training time, MFU, chip-hours and cost.")
-def _train_time():
+def _train_time(Format, Json, Columns, Model, Chip, Price):
     def train_time(
         model: Model,
         chip: Chip = None,
@@ -483,7 +488,7 @@ def _train_time():
 
 
 @command(app, "train-mem", short_help="Training memory per device; layouts that fit.")
-def _train_mem():
+def _train_mem(Format, Json, Columns, Model):
     def train_mem(
         model: Model,
         batch: Annotated[str, typer.Option("--micro-batch", "--batch", help="sequences per micro-batch per device; "
@@ -566,7 +571,7 @@ def _train_mem():
 
 
 @command(app, "serve", short_help="A deployment under load: latency, throughput, cost.")
-def _serve():
+def _serve(Format, Json, Columns, Model, Chip, Price, Ep, AttentionDp, RedundantExperts, WeightDtype, KvDtype, Engine, Draft, DraftTokens, Acceptance):
     def serve(
         model: Model,
         chip: Chip = None,
@@ -650,7 +655,7 @@ def _serve():
 
 
 @command(app, "compare", short_help="Training vs inference, chip by chip.")
-def _compare():
+def _compare(Format, Json, Columns, Model, Chip, Price, WeightDtype, KvDtype, Engine):
     def compare(
         model: Model,
         chip: Chip = None,
