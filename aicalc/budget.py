@@ -1,8 +1,6 @@
 """The budget file of ``aicalc check``: a pydantic model, its JSON Schema, and a loader that reports every
 problem with file, line and field."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Any, NamedTuple
 

@@ -1,7 +1,5 @@
 """The process environment a command writes to, injectable so tests can fake a terminal or a pipe."""
 
-from __future__ import annotations
-
 import os
 import sys
 from typing import NamedTuple, TextIO
@@ -19,7 +17,7 @@ class Env(NamedTuple):
     columns: list[str] | None = None  # the table columns a user chose (--columns)
 
     @classmethod
-    def from_system(cls) -> Env:
+    def from_system(cls) -> "Env":
         """The process's own streams. A closed stream (``>&-``: Python's ``None``) is a sink that keeps nothing;
         a stream whose encoding cannot spell "×" or "µ" (``PYTHONIOENCODING=ascii``) writes "?" instead of
         failing."""

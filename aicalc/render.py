@@ -7,6 +7,7 @@ human units (binary GiB for memory, decimal for rates).
 from __future__ import annotations
 
 import math
+from functools import cache
 from typing import Any
 
 from aicalc.env import Env
@@ -107,21 +108,39 @@ def human(key: str, value: Any) -> str:
         return _printable(str(value))  # a name from a user's file may carry terminal escape sequences
     if isinstance(value, float) and not math.isfinite(value):
         return "—"
-    if key in PERCENT:
-        return f"{value * 100:.3g} %"
-    if key == "chip_hours":
-        return fmt_count(value).replace("k", " k").replace("M", " M").replace("B", " B") + " chip-h"
-    if key.endswith("_usd") or key.startswith("usd_per"):
-        return money(value)
-    key = _split(key)[0]
-    for suffix, fmt in _SUFFIXES:
-        if key.endswith(suffix) or key == suffix[1:]:
-            return fmt(value)
-    if key in _COUNTS or key.endswith("_params"):
-        return fmt_count(value)
+    fmt = _number_format(key)
+    if fmt is not None:
+        return fmt(value)
     if isinstance(value, float):
         return f"{value:,.0f}" if value == int(value) and abs(value) < 1e15 else f"{value:.4g}"
     return f"{value:,}"
+
+
+@cache
+def _number_format(key: str):
+    """How :func:`human` writes a number of column ``key`` (None: as a plain number), chosen once per key (a
+    table asks for every cell)."""
+    if key in PERCENT:
+        return _percent
+    if key == "chip_hours":
+        return _chip_hours
+    if key.endswith("_usd") or key.startswith("usd_per"):
+        return money
+    key = _split(key)[0]
+    for suffix, fmt in _SUFFIXES:
+        if key.endswith(suffix) or key == suffix[1:]:
+            return fmt
+    if key in _COUNTS or key.endswith("_params"):
+        return fmt_count
+    return None
+
+
+def _percent(value) -> str:
+    return f"{value * 100:.3g} %"
+
+
+def _chip_hours(value) -> str:
+    return fmt_count(value).replace("k", " k").replace("M", " M").replace("B", " B") + " chip-h"
 
 
 def _plain(value: Any) -> Any:
@@ -627,6 +646,8 @@ def _printable(text: str) -> str:
     characters (U+202E right-to-left override, zero-width and bidi marks: text that reads other than it is) shown
     as ``?``; newlines and tabs kept."""
     text = str(text)
+    if text.isprintable():  # no control, format or separator character (most text): nothing to replace
+        return text
     if text.isascii():
         return "".join(c if c == "\n" or c == "\t" or c >= " " and c != "\x7f" else "?" for c in text)
     import unicodedata

@@ -20,6 +20,43 @@ _NUM = r"((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?)"
 MAX_TEXT = 64  # characters in one quantity: longer is not a number a person wrote
 
 
+def _quantity(text: str, units) -> tuple[str, str] | None:
+    r"""``re.fullmatch(_NUM + r"\s*(unit)?", text)``'s (number, unit or "") for a unit among ``units``, read
+    without compiling the pattern (~2 M instructions each, most of a one-off query's parsing): the number is the
+    longest prefix _NUM reads (no shorter one leaves a text a unit could begin), then whitespace, then a unit
+    or nothing. tests/test_units.py holds it to the pattern."""
+    number = _number(text)
+    if number is None:
+        return None
+    unit = text[len(number):].lstrip()  # str.lstrip and re's \s skip the same (Unicode) whitespace
+    return (number, unit) if unit == "" or unit in units else None
+
+
+def _number(text: str) -> str | None:
+    """The prefix of ``text`` that _NUM matches, greedily; None when it does not begin with a number."""
+    n = len(text)
+    i = 0
+    while i < n and "0" <= text[i] <= "9":
+        i += 1
+    if i < n and text[i] == ".":
+        j = i + 1
+        while j < n and "0" <= text[j] <= "9":
+            j += 1
+        if i == 0 and j == 1:  # "." with no digit on either side
+            return None
+        i = j
+    elif i == 0:
+        return None
+    if i < n and text[i] == "e":
+        j = i + 1 + (i + 1 < n and text[i + 1] in "+-")
+        k = j
+        while k < n and "0" <= text[k] <= "9":
+            k += 1
+        if k > j:  # an exponent only with its digits
+            i = k
+    return text[:i]
+
+
 def _text(text, what: str, example: str) -> str:
     s = str(text).strip()
     if len(s) > MAX_TEXT:
@@ -37,11 +74,14 @@ def _positive(value: float, text: str, what: str) -> float:
 
 def parse_count(text: str, what: str = "count") -> float:
     """Token or item count: ``4k`` = 4000, ``1M``, ``1.4T``, ``4Ki`` = 4096, plain numbers."""
-    m = re.fullmatch(_NUM + r"\s*(ki|mi|gi|ti|k|m|b|g|t)?", _text(text, what, "4096, 4k").lower())
+    m = _quantity(_text(text, what, "4096, 4k").lower(), _COUNT_UNITS)
     if not m:
         raise AicalcError(f"cannot read {what} '{text}' (examples: 4096, 4k, 128k, 4Ki, 1.4T)")
-    scale = _BINARY.get(m[2]) or _DECIMAL[m[2] or ""]
-    return _positive(float(m[1]) * scale, text, what)
+    scale = _BINARY.get(m[1]) or _DECIMAL[m[1]]
+    return _positive(float(m[0]) * scale, text, what)
+
+
+_COUNT_UNITS = ("ki", "mi", "gi", "ti", "k", "m", "b", "g", "t")
 
 
 def parse_int(text: str, what: str = "count") -> int:
@@ -59,22 +99,22 @@ def parse_bytes(text: str, what: str = "size") -> int:
     """Byte size with pydantic.ByteSize's units: ``80GB`` is 80·10⁹ B, ``80GiB`` is 80·2³⁰ B (KB … EB,
     KiB … EiB, any case), a bare number is bytes; ASCII digits only, the whole text must be read."""
     raw = _text(text, what, "80GB, 80GiB")
-    m = re.fullmatch(_NUM + r"\s*([kmgtpe]i?b|b)?", raw.lower())
+    m = _quantity(raw.lower(), _BYTES)
     if not m:
         raise AicalcError(f"cannot read {what} '{text}' (examples: 80GB, 80GiB, 512MiB)")
-    value = float(m[1]) * _BYTES[m[2] or ""]
+    value = float(m[0]) * _BYTES[m[1]]
     if 0 < value < 1:
         raise AicalcError(f"{what} must be at least one byte, got '{text}'")
     return int(_positive(value, raw, what))
 
 
-_RATE = re.compile(_NUM + r"\s*([kmgtpe]?)(i?)(b/s|bps|flop/s|flops|ops|tops|op/s)?")
+_RATE = _NUM + r"\s*([kmgtpe]?)(i?)(b/s|bps|flop/s|flops|ops|tops|op/s)?"  # compiled when first used
 
 
 def parse_rate(text: str, unit: str, what: str = "rate") -> float:
     """``3.35TB/s`` → bytes/s (``unit='bytes'``) or ``989TFLOPS`` → FLOP/s (``unit='flop'``)."""
     s = _text(text, what, "3.35TB/s").lower().replace(" ", "")
-    m = _RATE.fullmatch(s)
+    m = re.fullmatch(_RATE, s)
     if not m or (m[4] and (("b" in m[4]) != (unit == "bytes"))):
         example = "3.35TB/s" if unit == "bytes" else "989TFLOPS"
         raise AicalcError(f"cannot read {what} '{text}' (example: {example})")
@@ -92,18 +132,22 @@ _RATE_SCALE = {**{k: v for k, v in _DECIMAL.items() if k != "b"}, "e": 1e18,
 
 def parse_duration(text: str, what: str = "duration") -> float:
     """``200ms``, ``1.5s``, ``50us``, ``2min``, ``3h``, ``7d`` → seconds (a bare number is seconds)."""
-    m = re.fullmatch(_NUM + r"\s*(us|µs|ms|s|min|h|d)?", _text(text, what, "200ms").lower())
+    m = _quantity(_text(text, what, "200ms").lower(), _SECONDS)
     if not m:
         raise AicalcError(f"cannot read {what} '{text}' (examples: 200ms, 1.5s)")
-    scale = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}[m[2] or "s"]
-    return _positive(float(m[1]) * scale, text, what)
+    return _positive(float(m[0]) * _SECONDS[m[1] or "s"], text, what)
+
+
+_SECONDS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_fraction(text: str, what: str = "fraction") -> float:
     """``0.9`` or ``90%`` → 0.9; must lie in (0, 1]."""
     s = _text(text, what, "0.9, 90%")
     try:
-        if not re.fullmatch(_NUM + "%?", s.lower()):
+        low = s.lower()
+        number = _number(low)
+        if number is None or low[len(number):] not in ("", "%"):
             raise ValueError(s)
         value = float(s[:-1]) / 100 if s.endswith("%") else float(s)
     except ValueError:

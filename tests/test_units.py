@@ -1,7 +1,7 @@
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aicalc.errors import AicalcError
@@ -84,3 +84,21 @@ def test_rate_prefixes_up_to_exa_and_binary_ones():
     assert parse_rate("1000PFLOPS", "flop") == 1e18
     assert parse_rate("1PiB/s", "bytes") == 2**50
     assert parse_rate("2EiB/s", "bytes") == 2 * 2**60
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(list("0123456789.e+-kmgtpbiuµsnhd% \t\u2003") + ["ki", "mib", "ms", "min", "e5", ".5"]),
+                max_size=8).map("".join))
+def test_quantities_are_read_as_the_pattern_reads_them(text):
+    """The hand-written reader of ``number [whitespace] [unit]`` (no regex compiled on a one-off query) against
+    the pattern it replaces, for each parser's units."""
+    import re
+
+    from aicalc.units import _BYTES, _COUNT_UNITS, _NUM, _SECONDS, _number, _quantity
+
+    for pattern, units in ((r"(ki|mi|gi|ti|k|m|b|g|t)?", _COUNT_UNITS), (r"([kmgtpe]i?b|b)?", _BYTES),
+                           (r"(us|µs|ms|s|min|h|d)?", _SECONDS)):
+        m = re.fullmatch(_NUM + r"\s*" + pattern, text)
+        assert _quantity(text, units) == (None if m is None else (m[1], m[2] or ""))
+    number = _number(text)
+    assert bool(re.fullmatch(_NUM + "%?", text)) == (number is not None and text[len(number):] in ("", "%"))

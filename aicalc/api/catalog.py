@@ -1,7 +1,5 @@
 """Models and chips for the library: an id, a path, a config dict or an object already loaded."""
 
-from __future__ import annotations
-
 import re
 from typing import NamedTuple
 
@@ -59,7 +57,7 @@ def load_node_or_chip(chip):
     return store.resolve_chip(chip)
 
 
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_HUB_ID = r"[A-Za-z0-9][\w.-]*/[\w.-]+"  # compiled when a name is neither a preset nor a file
 
 
 def _from_files(name: str):
@@ -80,7 +78,7 @@ def _from_files(name: str):
         cfg, ck = checkpoint.from_gguf(path)
         return ModelSpec(id=path.name, name=path.stem, source=str(path), arch=arch_from_config(cfg, str(path)),
                            checkpoint=ck)
-    if len(name) <= 200 and not exists(path) and _HUB_ID.fullmatch(name) and not name.endswith(".json"):
+    if len(name) <= 200 and "/" in name and not exists(path) and re.fullmatch(_HUB_ID, name) and not name.endswith(".json"):
         from aicalc.catalog import checkpoint
 
         cfg, ck = checkpoint.from_hub(name)

@@ -1,7 +1,5 @@
 """Roofline and latency of inference: prefill and decode of each configuration, ideal and estimated."""
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from aicalc.api.catalog import SRAM_KINDS  # noqa: F401 - defined beside the loaders (kv_cache needs no roofline)

@@ -1,8 +1,6 @@
 """Serving under real traffic: a request mix arriving over time, simulated through a continuous-batching
 scheduler (:mod:`aicalc.core.simulate`) priced by the cost model: tail latency, throughput and goodput."""
 
-from __future__ import annotations
-
 import re
 from typing import NamedTuple
 
@@ -150,7 +148,7 @@ def _read_trace(path):
     return prompt, gen, (arrival if timed else None), lines
 
 
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)  # a decimal number as text
+_NUMBER = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"  # a decimal number as text (compiled when a trace is read)
 _MAX_DIGITS = 30  # an integer in a JSON line: no token count or time is longer (docs/robustness.md)
 
 
@@ -205,7 +203,7 @@ def _number(value, name: str) -> float:
         if len(text) > MAX_NUMBER_CHARS:
             raise ValueError(f"{name} is {len(text):,} characters long, not a number of at most "
                              f"{MAX_NUMBER_CHARS} characters")
-        if not (text.isascii() and text.isdigit()) and not _NUMBER.fullmatch(text):  # no "nan", "1_0", "٣"
+        if not (text.isascii() and text.isdigit()) and not re.fullmatch(_NUMBER, text, re.ASCII):  # no "nan", "1_0", "٣"
             raise ValueError(f"{name} '{_short(text)}' is not a number")
         v = float(text)
     elif isinstance(value, numbers.Real) and not isinstance(value, bool):  # numpy's numbers too

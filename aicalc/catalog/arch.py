@@ -4,8 +4,6 @@ Notation (used throughout aicalc): H hidden, L layers, A attention heads, K kv h
 F ffn size, V vocab, E experts, k experts per token.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 

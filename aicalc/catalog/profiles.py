@@ -35,20 +35,18 @@ kind whose factors and options it starts from; at most MAX_EXTENDS deep, no loop
 Anything else, or a value of the wrong type or range, is an error naming the file and the key (exit 2).
 """
 
-from __future__ import annotations
-
 import math
 import re
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple
 
+from aicalc.catalog.store import is_id
 from aicalc.errors import AicalcError, ParameterError
 
 KINDS = {"class": "classes", "engine": "engines", "framework": "frameworks"}
 DEFAULT_ENGINE = "generic"
 MAX_EXTENDS = 16  # profiles in one ``extends`` chain (the built-in ones use 2)
-_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 # the compute dtypes a chip lists (aicalc.catalog.schema.DTYPES, not imported: pydantic stays off a query's path)
 COMPUTE_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4", "int4")
 
@@ -104,7 +102,7 @@ def _families(roots: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
 
     out: dict[str, list[tuple[str, str]]] = {}
     for d in _folders("engine"):
-        for f in sorted(d.glob("*.yaml")):
+        for f in _yaml_files(d):
             data = load_yaml(f)
             fam = data.get("family") if isinstance(data, dict) else None
             if isinstance(fam, str) and fam != f.stem and _release(data.get("release")) is None:
@@ -114,7 +112,14 @@ def _families(roots: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
 
 @cache
 def _ids(roots: tuple[str, ...], kind: str) -> tuple[str, ...]:
-    return tuple(sorted({f.stem for d in _folders(kind) for f in d.glob("*.yaml")}))
+    return tuple(sorted({f.stem for d in _folders(kind) for f in _yaml_files(d)}))
+
+
+def _yaml_files(folder: Path) -> list[Path]:
+    """``sorted(folder.glob("*.yaml"))`` from the folder's listing (pathlib's glob compiles a pattern)."""
+    import os
+
+    return [folder / name for name in sorted(e.name for e in os.scandir(folder) if e.name.endswith(".yaml"))]
 
 
 # --- what a profile file may hold -----------------------------------------------------------------------------
@@ -207,7 +212,7 @@ def _release(v) -> str | None:
 
 
 def _family(v) -> str | None:
-    return None if isinstance(v, str) and _ID.fullmatch(v) else f"must be an engine id, got {_show(v)}"
+    return None if isinstance(v, str) and is_id(v) else f"must be an engine id, got {_show(v)}"
 
 
 COMMON_KEYS = ("id", "name", "description", "factors", "extends")
@@ -240,7 +245,7 @@ def _find(kind: str, profile_id) -> Path:
     from aicalc.catalog.store import _short
 
     param = {"class": "efficiency_class"}.get(kind, kind)
-    if not isinstance(profile_id, str) or not _ID.fullmatch(profile_id):
+    if not isinstance(profile_id, str) or not is_id(profile_id):
         raise ParameterError(param, _short(str(profile_id), 64),
                              f"is not a profile id (known: {', '.join(ids(kind))})")
     files = [d / f"{profile_id}.yaml" for d in _folders(kind) if (d / f"{profile_id}.yaml").is_file()]
@@ -262,7 +267,7 @@ def _load(roots: tuple[str, ...], kind: str, profile_id: str) -> Profile:
         if base is None:
             break
         where = f"{_short(path)}: 'extends'"
-        if not isinstance(base, str) or not _ID.fullmatch(base):
+        if not isinstance(base, str) or not is_id(base):
             raise AicalcError(f"{where} must be a {kind} profile id (a-z, 0-9, '.', '-', '_'; at most 64 "
                               f"characters), got {_show(base)}")
         seen = [c[0] for c in chain]

@@ -5,11 +5,7 @@ folders separated by the OS path separator); each holds ``chips/``, ``nodes/`` a
 sub-folders of YAML files, and an entry there overrides a built-in one with the same id.
 """
 
-from __future__ import annotations
-
-import json
 import os
-import re
 from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -120,8 +116,19 @@ def load_yaml(path: Path) -> Any:
 
 
 def load_yaml_lines(path: Path) -> tuple[Any, dict[tuple, int]]:
-    """:func:`load_yaml` plus the 1-based line of every key and item, by its path (keys and list indices)."""
-    data, root = _parse_yaml(read_text(path), str(path))
+    """:func:`load_yaml` plus the 1-based line of every key and item, by its path (keys and list indices). Plain
+    YAML (a budget file as written) is read without PyYAML (:mod:`aicalc.catalog.plain_yaml`), the same values
+    and lines."""
+    from aicalc.catalog import plain_yaml
+
+    text = read_text(path)
+    plain = plain_yaml.parse(text)
+    return plain if plain is not None else yaml_lines(text, str(path))
+
+
+def yaml_lines(text: str, origin: str) -> tuple[Any, dict[tuple, int]]:
+    """:func:`load_yaml_lines` of a text, through PyYAML."""
+    data, root = _parse_yaml(text, origin)
     lines: dict[tuple, int] = {}
     if root is None:
         return data, lines
@@ -283,13 +290,19 @@ def _validated(kind: str, path: Path):
         _check_figures(obj.model_dump(), path)
         for field in ("chip", "efficiency_class"):  # ids of other presets and profiles: names of files
             ref = getattr(obj, field, None)
-            if ref is not None and not (isinstance(ref, str) and _ID.fullmatch(ref)):
+            if ref is not None and not (isinstance(ref, str) and is_id(ref)):
                 raise AicalcError(f"{_short(path)}: field '{field}' must be a preset id (a-z, 0-9, '.', '-', '_'; "
                                   f"at most 64 characters), got '{_short(ref, 60)}'")
     return obj
 
 
-_ID = re.compile(r"[a-z0-9][a-z0-9._\-]{0,63}")
+_ID_FIRST = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_ID_CHARS = _ID_FIRST | frozenset("._-")
+
+
+def is_id(text: str) -> bool:
+    """Whether a text is an id: ``[a-z0-9][a-z0-9._-]{0,63}`` (checked without compiling the pattern)."""
+    return 0 < len(text) <= 64 and text[0] in _ID_FIRST and set(text) <= _ID_CHARS
 
 
 # The range of every figure of a chip or node preset (docs/robustness.md): ~1000x beyond the chips that exist
@@ -472,6 +485,8 @@ def _catalog() -> dict:
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
+        import json
+
         body = json.dumps(index).encode("utf-8")
         tmp.write_bytes(f"{_crc(body)}\n".encode() + body)
         os.replace(tmp, cache_file)
@@ -501,7 +516,7 @@ def _read_index(cache_file: Path, stamp: list) -> dict | None:
         head, _, body = raw.partition(b"\n")
         if head.decode("ascii", "replace") != _crc(body):
             return None
-        index = json.loads(body)
+        index = _loads(body)
     except (OSError, ValueError, RecursionError):
         return None
     if not (isinstance(index, dict) and index.get("format") == INDEX_FORMAT and index.get("stamp") == stamp and stamp
@@ -560,7 +575,7 @@ def _trusted(kind: str, data, where: Path) -> bool:
     if kind == "chip" and data["usable_memory"] is not None and (data["usable_memory"] > data["memory"]
                                                                  or not data["usable_memory_source"]):
         return False
-    if any(data.get(f) is not None and not _ID.fullmatch(data[f]) for f in ("chip", "efficiency_class",
+    if any(data.get(f) is not None and not is_id(data[f]) for f in ("chip", "efficiency_class",
                                                                            "default_engine")):
         return False
     try:
@@ -573,10 +588,40 @@ def _trusted(kind: str, data, where: Path) -> bool:
 _DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4", "int4")  # schema.DTYPES
 
 
+class _Decoding:
+    """What json's C scanner reads of a decoder: ``json.loads``'s defaults."""
+
+    strict, object_hook, object_pairs_hook, parse_float, parse_int = True, None, None, float, int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+    memo: dict = {}
+
+
+def _loads(body: bytes):
+    """``json.loads(body)`` of the index (ASCII, as ``json.dumps`` wrote it), through json's C scanner alone where
+    CPython has it: importing the json package compiles five patterns of its encoder and decoder (~5 M
+    instructions of a one-off query, which neither writes nor reads other JSON). ValueError as json.loads."""
+    try:
+        from _json import make_scanner
+    except ImportError:  # another Python
+        import json
+
+        return json.loads(body)
+    text = body.decode("utf-8")
+    try:
+        value, end = make_scanner(_Decoding())(text, 0)
+    except StopIteration:
+        raise ValueError("not JSON") from None
+    if end != len(text):
+        raise ValueError("extra data after the JSON")
+    return value
+
+
 def _compile(root: Path, stamp: list) -> dict:
+    import json
+
     index: dict[str, Any] = {"format": INDEX_FORMAT, "stamp": stamp, "files": {}, "chip": {}, "node": {}}
     for rel, *_ in stamp:
-        if "/" not in rel:
+        if "/" not in rel or rel.startswith(("chips/", "nodes/")):  # chips and nodes: held validated, below
             continue
         path = root / rel
         try:
@@ -722,6 +767,8 @@ def _json_depth_ok(text: str) -> bool:
 
 def load_json(path: Path) -> Any:
     """A JSON file bounded like :func:`load_yaml`: size, nesting depth, integer length, no duplicate keys."""
+    import json
+
     text = read_text(path)
     if not _json_depth_ok(text):
         raise AicalcError(f"{_short(path)}: nested more than {MAX_DEPTH} levels deep")

@@ -8,8 +8,6 @@ hyperscale figure; the Uptime Institute's global average is about 1.5). Both are
 every result, and overridable.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 J_PER_KWH = 3.6e6

@@ -28,8 +28,6 @@ every case. Every factor can be overridden per call (``efficiency={"bandwidth": 
 :data:`FACTOR_RANGES` (the same table holds the profile files and ``--eff KEY=VALUE``).
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from aicalc.errors import ParameterError
@@ -90,7 +88,7 @@ class Efficiency(NamedTuple):
     # messages; fitted on validation/cases/calibration-training.yaml); 0: link
     train_link: float = 0.825
 
-    def with_overrides(self, overrides: dict[str, float]) -> Efficiency:
+    def with_overrides(self, overrides: dict[str, float]) -> "Efficiency":
         """These factors replaced, each checked against its range (:data:`FACTOR_RANGES`)."""
         for k, v in overrides.items():
             if k not in FACTOR_RANGES:

@@ -25,8 +25,6 @@ Sources of the terms:
 - TP all-reduce: two per layer (Megatron-LM, Shoeybi et al. 2019 §3) of the ``B·T·H`` activation.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from aicalc.catalog.arch import Arch

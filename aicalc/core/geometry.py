@@ -7,8 +7,6 @@ a collective and the FFN width a token passes through in an MoE layer. Every fun
 arrays of the TP degree where it takes one. Pure numpy, no I/O.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from aicalc.catalog.arch import Arch

@@ -7,8 +7,6 @@ context. Paged allocation (vLLM, IM-10/IM-11) rounds every sequence up to whole 
 ``block_size`` tokens per layer. Everything broadcasts over numpy arrays of batch and context.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from aicalc.catalog.arch import Arch

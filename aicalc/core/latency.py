@@ -8,8 +8,6 @@ memory bandwidth (Williams et al. 2009); H100 SXM at dense bf16: 989.4e12 / 3.35
 §1; the seed article's 590 uses the sparse figure).
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from aicalc.core.efficiency import Efficiency

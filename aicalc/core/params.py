@@ -7,8 +7,6 @@ the explicit formula of ``shared/reference/specs.md`` §2 (q = H·A·d, k = v = 
 gated FFN 3·H·F, plain 2·H·F; RMSNorm H, LayerNorm 2H).
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from aicalc.catalog.arch import Arch

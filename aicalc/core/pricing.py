@@ -11,8 +11,6 @@ Each op (:class:`aicalc.core.forward.Op`) gets two times:
   collective and the ring volume at ``link`` of the per-direction bandwidth.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from aicalc.core.efficiency import Efficiency, combine, gemm_efficiency

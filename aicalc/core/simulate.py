@@ -43,8 +43,6 @@ is preempted alone, and a queue whose head can never be admitted (nothing runnin
 error instead of a wait.
 """
 
-from __future__ import annotations
-
 from bisect import bisect_left
 from collections import deque
 from math import ceil, inf

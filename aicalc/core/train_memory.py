@@ -5,8 +5,6 @@ Pure numpy, no I/O. Every function broadcasts over arrays (dp, tp, pp, zero stag
 Notation: N params, Ψ (ZeRO paper) = N, N_d data-parallel degree, K optimizer bytes per param.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from aicalc.catalog.arch import Arch

@@ -6,8 +6,6 @@ the like); ``g`` holds numpy arrays of equal length for batch, seq, dp, tp, pp, 
 recompute). Pure numpy, no I/O.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from aicalc.errors import ParameterError

@@ -37,8 +37,6 @@ collectives at ``train_link``; the framework's overlap of DP, TP and EP collecti
 parallelism splitting the whole sequence's causal attention over the CP ranks; MoE token permutation traffic.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 from aicalc.core.efficiency import Efficiency
