@@ -17,7 +17,14 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "validation"))
-from step_peak_doc import GPU_BANDS, GPU_DATA, gpu_rows, not_cuda, reserved_error  # noqa: E402
+from step_peak_doc import (  # noqa: E402
+    GPU_BANDS,
+    GPU_DATA,
+    RESERVE_CALIBRATION,
+    gpu_rows,
+    not_cuda,
+    reserved_error,
+)
 
 DOC = json.loads(GPU_DATA.read_text())
 ROWS = gpu_rows()
@@ -29,7 +36,7 @@ def test_measured_steps_cover_the_traced_matrix_and_real_sizes():
     traced = json.loads((ROOT / "tests" / "data" / "validation" / "step_peak.json").read_text())["records"]
     assert {r["name"] for r in traced} <= set(BY)
     full = [r for r, _, _ in ROWS if r["name"].startswith("full-size/")]
-    assert len(full) >= 10 and max(r["params"] for r in full) > 7e9
+    assert len(full) >= 20 and max(r["params"] for r in full) > 7e9
     assert "H200" in DOC["meta"]["device"]
 
 
@@ -69,12 +76,14 @@ def test_fp32_gqa_sdpa_peaks_where_eager_does(name):
 
 
 def test_reserved_peak_on_full_size_steps():
-    """The allocator's reserve (``ALLOCATOR_RESERVE``) was fitted on the full-size steps without recompute: each
-    within 5 % of ``max_memory_reserved``; the held-out ones with full recompute fragment more and are under, by
-    at most 16 % (docs/validation-train.md)."""
-    full = [(r, reserved_error(r, est)) for r, est, _ in ROWS if r["name"].startswith("full-size/")]
-    cal = [e for r, e in full if r["recompute"] == "none"]
-    held = [e for r, e in full if r["recompute"] != "none"]
-    assert len(cal) >= 8 and len(held) >= 5
+    """The allocator's reserve (``ALLOCATOR_RESERVE``) was fitted on eight full-size steps without recompute
+    (``RESERVE_CALIBRATION``): each within 5 % of ``max_memory_reserved``. The held-out steps fragment the cache
+    as much or more (full recompute, 128 experts): aicalc is at most 6 % over and at most 25 % under
+    (docs/validation-train.md)."""
+    full = {r["name"]: reserved_error(r, est) for r, est, _ in ROWS if r["name"].startswith("full-size/")}
+    assert set(RESERVE_CALIBRATION) <= set(full)
+    cal = [full[n] for n in RESERVE_CALIBRATION]
+    held = [e for n, e in full.items() if n not in RESERVE_CALIBRATION]
+    assert len(held) >= 10
     assert all(abs(e) <= 0.05 for e in cal), cal
-    assert all(-0.16 <= e <= 0.06 for e in held), held
+    assert all(-0.25 <= e <= 0.06 for e in held), held

@@ -63,6 +63,37 @@ REAL = {
     },
     # Qwen1.5-MoE-A2.7B's widths (60 experts of 1408, top 4, a 5632 shared expert) on 12 of its 24 layers
     "qwen2moe-a2.7b-12l": {**rsp.FSDP_MODELS["qwen2moe-a2.7b-style"], "num_hidden_layers": 12},
+    # GPT-2 medium (the fp32 eager case; dropout 0.1 as released)
+    "gpt2-medium": {
+        "model_type": "gpt2", "n_embd": 1024, "n_layer": 24, "n_head": 16, "vocab_size": 50257, "n_positions": 1024,
+        "n_ctx": 1024, "activation_function": "gelu_new", "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1,
+        "layer_norm_epsilon": 1e-5,
+    },
+    # Qwen3-30B-A3B's widths (128 experts of 768, top 8) on 4 of its 48 layers
+    "qwen3-30b-a3b-4l": {
+        "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+        "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True, "decoder_sparse_step": 1,
+        "mlp_only_layers": [], "vocab_size": 151936, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "tie_word_embeddings": False, "hidden_act": "silu", "router_aux_loss_coef": 0.0,
+    },
+    # DeepSeek-V2-Lite's MLA and experts (64 of 1408, top 6, 2 shared) on 6 of its 27 layers
+    "deepseek-v2-lite-6l": {
+        "model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+        "num_hidden_layers": 6, "first_k_dense_replace": 1, "num_attention_heads": 16, "num_key_value_heads": 16,
+        "q_lora_rank": None, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "n_routed_experts": 64, "num_experts_per_tok": 6, "n_shared_experts": 2, "n_group": 1, "topk_group": 1,
+        "topk_method": "greedy", "norm_topk_prob": False, "routed_scaling_factor": 1.0, "vocab_size": 102400,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 10000, "rope_scaling": None,
+        "tie_word_embeddings": False, "hidden_act": "silu",
+    },
+    # Mixtral-8x7B's widths (8 experts of 14336, top 2) on 2 of its 32 layers
+    "mixtral-8x7b-2l": {
+        "model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 2,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+        "vocab_size": 32000, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+        "tie_word_embeddings": False, "hidden_act": "silu", "router_aux_loss_coef": 0.0,
+    },
 }
 
 # (model, attention, precision, recompute, batch, seq, lora targets)
@@ -83,6 +114,15 @@ FULL = [
     ("llama3.1-8b-style", "sdpa", "bf16", "none", 2, 2048, "q,v"),
     ("qwen2moe-a2.7b-12l", "sdpa", "bf16", "none", 2, 2048, None),
     ("qwen2moe-a2.7b-12l", "sdpa", "bf16", "full", 4, 2048, None),
+    ("gpt2-medium", "eager", "fp32", "none", 4, 1024, None),
+    ("gpt2-medium", "eager", "fp32", "full", 8, 1024, None),
+    ("gpt2-medium", "sdpa", "bf16-mixed", "none", 8, 1024, None),
+    ("gpt2-medium", "eager", "bf16-mixed", "none", 4, 1024, None),
+    ("qwen3-30b-a3b-4l", "sdpa", "bf16", "none", 2, 2048, None),
+    ("qwen3-30b-a3b-4l", "sdpa", "bf16", "full", 4, 2048, None),
+    ("deepseek-v2-lite-6l", "sdpa", "bf16", "none", 2, 2048, None),
+    ("deepseek-v2-lite-6l", "eager", "bf16", "none", 1, 2048, None),
+    ("mixtral-8x7b-2l", "sdpa", "bf16", "none", 2, 2048, None),
 ]
 
 # Routed experts (E, H, F) of released MoE models (their config.json)
@@ -163,7 +203,7 @@ def _step(c: dict[str, Any], cfg) -> dict[str, int]:
     return r
 
 
-def steps(out: Path, small: bool = True) -> None:
+def steps(out: Path, small: bool = True, only: str | None = None) -> None:
     import torch
 
     free0, total = torch.cuda.mem_get_info()
@@ -179,6 +219,8 @@ def steps(out: Path, small: bool = True) -> None:
     t0 = time.time()
     warm = False
     for c, config, name in cases:
+        if only and only not in name:
+            continue
         cfg = rp.build_config(config)
         try:
             if not warm or not name.startswith("full-size/"):  # warm-up: workspaces, lazy allocations
@@ -406,6 +448,7 @@ def dense(out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the JSON files")
+    ap.add_argument("--only", help="only the training steps whose name contains this text")
     ap.add_argument("--part", action="append", choices=("steps", "full", "grouped", "moe", "dense",
                                                                  "context"))
     args = ap.parse_args(argv)
@@ -414,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.quiet()
     for part in args.part or ("dense", "grouped", "steps"):
         t = time.time()
-        {"steps": steps, "full": lambda o: steps(o, small=False), "grouped": grouped, "moe": moe_layers,
+        {"steps": lambda o: steps(o, only=args.only), "full": lambda o: steps(o, small=False, only=args.only), "grouped": grouped, "moe": moe_layers,
          "dense": dense, "context": context}[part](out)
         print(f"== {part} {time.time() - t:.1f} s", flush=True)
     return 0

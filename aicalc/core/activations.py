@@ -306,7 +306,7 @@ def sdpa_math_path(arch: Arch, a) -> bool:
     return bool(np.all(np.asarray(a) >= 4)) and arch.kv_heads < arch.heads
 
 
-def amp_saved(B, S, arch: Arch, a=2.0, t=1):
+def amp_saved(B, S, arch: Arch, a=2.0, t=1, attention="sdpa"):
     """What one transformers decoder layer saves beyond :func:`hf_layer` under torch AMP (``torch.autocast`` with
     fp32 parameters, ``--precision bf16-mixed``/``fp16-mixed``, full training). The embedding's output is fp32, so
     the residual stream is fp32 and each RMSNorm returns fp32 (``LlamaRMSNorm``: ``weight * x.to(input_dtype)``
@@ -319,15 +319,29 @@ def amp_saved(B, S, arch: Arch, a=2.0, t=1):
     * Llama's RMSNorm saves its normalized tensor for the weight's gradient in fp32, ``(4 − a)·BSH`` more per
       norm (Gemma's saves fp32 in any precision, :func:`gemma_norm`).
 
-    LayerNorm models (GPT-2: ``layer_norm`` runs in fp32 under autocast) and MoE or MLA layers are not covered.
     Checked with ``train-mem --trace`` (the whole-step tracker at batch 4 × 1024): Llama-3.2-1B 29.95 GiB traced,
-    Qwen3-0.6B 23.53, Gemma-2-2B (batch 2, eager) 53.49, each within 0.1 % with this term."""
+    Qwen3-0.6B 23.53, Gemma-2-2B (batch 2, eager) 53.49, each within 0.1 % with this term.
+
+    LayerNorm models (GPT-2, ``modeling_gpt2.py``): ``layer_norm`` runs in fp32 under autocast, so each of the two
+    norms saves its fp32 input, ``(4 − a)·BSH`` more each (its output is cast to a by the Conv1D's ``addmm``, as a
+    pure 16-bit model saves it); the Python tanh-GELU (``gelu_new``) computes ``pow`` in fp32 (autocast's fp32
+    list), so ``pow`` saves an fp32 copy of its input and ``tanh``'s output and ``1 + tanh`` are fp32:
+    ``3·(4 − a)·BSF`` more; eager attention's ``softmax`` (fp32 list) saves fp32 probabilities, ``(4 − a)·B·A·S²``
+    more. GPT-2 medium at batch 8 × 1024, SDPA, AMP: 26.17 GiB measured on an H200
+    (tests/data/measured/h200-step-peak.json), 20.91 without these terms. MoE and MLA layers are not covered."""
     import numpy as np
 
-    if arch.norm != "rms" or arch.moe is not None or arch.mla is not None:
+    if arch.moe is not None or arch.mla is not None:
         return 0.0
     B, S, a = (np.asarray(x, dtype=np.float64) for x in (B, S, a))
     BSH = B * S * arch.hidden
+    if arch.norm != "rms":
+        extra = 2 * (4.0 - a) * BSH
+        if arch.activation in _PYTHON_GELU:
+            extra = extra + 3 * (4.0 - a) * B * S * token_ffn(arch) / t
+        if attention == "eager":
+            extra = extra + (4.0 - a) * B * (arch.heads / t) * S * S
+        return extra
     fused = arch.family.startswith("phi3")
     casts = 0.0 if fused else (2.0 + (1.0 if arch.gated_ffn else 0.0)) * a * BSH
     normed = 0.0 if arch.family.startswith("gemma") else 2 * (4.0 - a) * BSH

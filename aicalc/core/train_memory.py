@@ -19,10 +19,11 @@ DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
 # recent CUDA with lazy module loading is ≈ 0.5 GiB. We state 1 GiB.
 CUDA_OVERHEAD_BYTES = 2**30
 # PyTorch's caching allocator reserves more than is allocated (block rounding, segments that cannot be split
-# or released). Fitted on a named calibration subset: the eight full-size H200 steps without recompute in
-# tests/data/measured/h200-step-peak.json (max_memory_reserved / max_memory_allocated 1.036-1.124, median 1.077;
-# default allocator settings). Held out: the five H200 steps with full recompute (1.03-1.28: rebuilt layers
-# fragment more), TM-34 (1.040, a Megatron GPT-2 run at its OOM) and TM-26 (1.049 against aicalc's allocation)
+# or released). Fitted on a named calibration subset: the eight full-size H200 steps without recompute of the
+# first run (validation/step_peak_doc.RESERVE_CALIBRATION, tests/data/measured/h200-step-peak.json:
+# max_memory_reserved / max_memory_allocated 1.036-1.124, median 1.077; default allocator settings). Held out:
+# the other full-size H200 steps (full recompute and 128-expert MoE fragment more: up to 1.43), TM-34 (1.040, a
+# Megatron GPT-2 run at its OOM) and TM-26 (1.049 against aicalc's allocation)
 ALLOCATOR_RESERVE = 0.08
 # torchtune's CEWithChunkedOutputLoss default (``num_output_chunks=8``), the model's output split to match.
 CHUNKED_LOSS_CHUNKS = 8

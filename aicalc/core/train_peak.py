@@ -310,13 +310,13 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             one = np.float64(1.0)
             per_token = act.hf_layer(one, one, arch, a, o.attention, tp, **kw)
             if amp and zero < 3:
-                per_token = per_token + act.amp_saved(one, one, arch, a, tp)
+                per_token = per_token + act.amp_saved(one, one, arch, a, tp, o.attention)
         if per_token is not None and per_token == np.floor(per_token):
             layer = (B * S_loc) * per_token
         else:
             layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
             if amp:
-                layer = layer + np.where(np.asarray(zero) >= 3, 0.0, act.amp_saved(B, S_loc, arch, a, tp))
+                layer = layer + np.where(np.asarray(zero) >= 3, 0.0, act.amp_saved(B, S_loc, arch, a, tp, o.attention))
         inflight = np.minimum(inflight_cap, o.microbatches) if o.microbatches else inflight_cap
         if o.lora_rank:  # frozen base: its linears keep no inputs; the adapters keep theirs
             layer = layer + lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp, o.lora_dtype == "fp32",
