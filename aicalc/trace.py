@@ -125,7 +125,26 @@ def _trace(config, batch, seq, precision, attention, recompute, adamw, microbatc
     names = {"Parameter": "parameters", "Buffer": "buffers", "Gradient": "gradients", "Activation": "activations",
              "Temp": "temporaries", "Optstate": "optimizer", "Other": "inputs"}
     breakdown = {names[getattr(k, "value", k)]: int(v) for k, v in best.items() if getattr(k, "value", k) in names}
-    return {"peak_bytes": int(best["Total"]), "phase": where, "breakdown": breakdown}
+    return {"peak_bytes": int(best["Total"]), "phase": where, "breakdown": breakdown,
+            "sdpa_math": attention != "eager" and not mt.attention_ops}
+
+
+def cpu_caveats(arch, precision: str, attention: str, sdpa_math: bool) -> list[str]:
+    """Where a CPU trace does not stand for a CUDA run, as measured on an H200 (tests/data/measured/
+    h200-step-peak.json): the CPU's SDPA falls back to its math path (attention dropout, differing head sizes)
+    where CUDA runs a fused kernel; CUDA's SDPA takes its math path for fp32 with GQA where the CPU's flash kernel
+    does not; the CPU's autocast runs softmax and pow in bf16 where CUDA's runs them in fp32 (LayerNorm models)."""
+    out = []
+    if attention != "eager" and sdpa_math:
+        out.append("trace: the CPU's SDPA took its math path (it saved the attention scores) where CUDA runs a fused "
+                   "kernel: the traced peak is above a GPU's")
+    elif attention != "eager" and precision == "fp32" and arch.kv_heads < arch.heads:
+        out.append("trace: the CPU's flash kernel takes fp32 with GQA, where CUDA's SDPA takes its math path (the "
+                   "scores saved): the traced peak is below a GPU's, the estimate follows CUDA")
+    if precision == "bf16-mixed" and arch.norm != "rms":
+        out.append("trace: the CPU's autocast keeps softmax and pow in bf16 where CUDA's runs them in fp32 (a "
+                   "LayerNorm model's GELU and eager scores): the traced peak is below a GPU's")
+    return out
 
 
 def _phases(m, opt, ids, mt, mixed, microbatches):
@@ -221,10 +240,17 @@ def _tracker():
                 buffer_memory += sum(w.mem_consumed for w in winfos)
             return param_memory, buffer_memory
 
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if "scaled_dot_product" in func.__name__:
+                self.attention_ops.add(func.__name__)
+            return super().__torch_dispatch__(func, types, args, kwargs)
+
         def _update_peak_stats(self, peak_state):
             for dev, dev_snap in self._curr_mem_snap.items():
                 if self._peak_mem.get(dev, 0) < dev_snap["Total"]:
                     self._peak_mem[dev] = dev_snap["Total"]
                     self._peak_mem_snap[dev] = dict(dev_snap)
 
-    return Tracker()
+    t = Tracker()
+    t.attention_ops = set()  # the fused SDPA kernels that ran (none: SDPA took its math path)
+    return t

@@ -76,3 +76,22 @@ def test_an_untraceable_step_is_one_line(cli, tmp_path):
     path.write_text(json.dumps(moe))
     r = cli("train-mem", path, "--trace", "--batch", "1", "--seq", "16", "--precision", "fp32")
     assert r.code == 2 and r.err.strip().count("\n") == 0 and "could not trace" in r.err, r.err
+
+
+@needs_torch
+def test_the_notes_say_where_the_cpu_trace_differs_from_a_gpu(cli, tiny, tmp_path):
+    """Measured on an H200 (tests/data/measured/h200-step-peak.json): CUDA's SDPA takes its math path for fp32
+    with GQA, where the CPU's flash kernel takes it; the CPU's SDPA falls back to its math path under attention
+    dropout (GPT-2), where CUDA runs a fused kernel; CPU autocast keeps softmax and pow in bf16."""
+    r = cli("train-mem", tiny, "--batch", "1", "--seq", "64", "--trace", "--precision", "fp32")
+    assert r.code == 0, r.err
+    assert "flash kernel takes fp32 with GQA" in r.out + r.err
+    r = cli("train-mem", tiny, "--batch", "1", "--seq", "64", "--trace", "--precision", "bf16")
+    assert "trace: " not in r.out + r.err
+    gpt2 = {"model_type": "gpt2", "n_embd": 128, "n_layer": 2, "n_head": 4, "vocab_size": 1024, "n_positions": 256}
+    path = tmp_path / "gpt2.json"
+    path.write_text(json.dumps(gpt2))
+    r = cli("train-mem", path, "--batch", "1", "--seq", "64", "--trace", "--precision", "bf16-mixed")
+    assert r.code == 0, r.err
+    text = " ".join((r.out + r.err).split())
+    assert "SDPA took its math path" in text and "CPU's autocast" in text, text

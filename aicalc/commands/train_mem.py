@@ -97,8 +97,9 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
                "trainable_params", "weights_bytes", "gradients_bytes",
                "optimizer_bytes", "activations_bytes", "transient_bytes", "overhead_bytes", "peak_bytes",
                "peak_reserved_bytes"]
+    caveats: list[str] = []
     if trace:
-        _trace_rows(spec, st, rows)
+        caveats = _trace_rows(spec, st, rows)
         columns += ["peak_allocated_bytes", "peak_phase", "traced_peak_bytes", "traced_phase"]
     if "fits" in cols:
         columns.append("fits")
@@ -109,6 +110,7 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
              f"temporaries; peak phase: {rows[0]['peak_phase']}) + "
              f"the overhead ({_overhead_note(st, rows[0])}); see docs/train-mem.md"]
     notes += _stage_notes(spec.arch, sorted({int(p) for p in np.ravel(r.pp)}), st)
+    notes += caveats
     return Result("train-mem", inputs_, rows, warnings, code, title=f"train-mem {spec.id}", notes=notes,
                   columns=columns)
 
@@ -191,10 +193,11 @@ def _state_dtypes(st) -> str:
 MAX_TRACED_ROWS = 4
 
 
-def _trace_rows(spec, st, rows) -> None:
-    """``--trace``: each row's settings traced by PyTorch's memory tracker (:mod:`aicalc.trace`), one device."""
+def _trace_rows(spec, st, rows) -> list[str]:
+    """``--trace``: each row's settings traced by PyTorch's memory tracker (:mod:`aicalc.trace`), one device; the
+    notes where the CPU's trace does not stand for a GPU's."""
     from aicalc.errors import AicalcError
-    from aicalc.trace import trace_step
+    from aicalc.trace import cpu_caveats, trace_step
 
     if spec.config is None:
         raise AicalcError("--trace needs a Hugging Face config: a preset, a config.json, a folder or a Hub id")
@@ -209,6 +212,7 @@ def _trace_rows(spec, st, rows) -> None:
                           "keeps the adapters in fp32; torch AMP would hold the whole base in fp32)")
     from aicalc.core.train_memory import lora_targets
 
+    sdpa_math = False
     for row in rows:
         if any(row[k] > 1 for k in ("dp", "tp", "pp", "cp")) or row["zero"]:
             raise AicalcError("--trace traces one device: no --dp, --tp, --pp, --cp or --zero")
@@ -219,3 +223,5 @@ def _trace_rows(spec, st, rows) -> None:
         row["traced_peak_bytes"] = float(t["peak_bytes"])
         row["traced_phase"] = t["phase"]
         row["traced_breakdown"] = t["breakdown"]
+        sdpa_math = sdpa_math or t["sdpa_math"]
+    return cpu_caveats(spec.arch, st.precision, st.attention, sdpa_math)
