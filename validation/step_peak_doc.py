@@ -164,15 +164,18 @@ def gpu_section() -> list[str]:
         "",
         f"`validation/measure_gpu.py` ran the same steps with real tensors on one {m['device']} (torch "
         f"{m['torch']}, transformers {m['versions']['transformers']}): every small configuration above and",
-        "full-size models (Llama-3.2-1B, Qwen3-1.7B, Gemma-2-2B, Phi-3-mini, Llama-3.1-8B LoRA, Qwen1.5-MoE's",
-        "widths on 12 layers; random weights). Measured: `torch.cuda.max_memory_allocated()` less what was",
+        "full-size models (Llama-3.2-1B, Qwen3-1.7B, Gemma-2-2B, Phi-3-mini, Llama-3.1-8B LoRA, GPT-2 medium in fp32",
+        "and AMP; Qwen1.5-MoE's, Qwen3-30B-A3B's, DeepSeek-V2-Lite's and Mixtral-8x7B's widths on a few layers;",
+        "random weights). Measured: `torch.cuda.max_memory_allocated()` less what was",
         "allocated before the model (the cuBLAS workspaces), and `max_memory_reserved()`.",
         "`tests/test_measured_h200.py` holds aicalc to 5 % of every measured peak but the banded ones.",
         "",
         f"**{len(errs)} measured steps; aicalc within 5 % on {sum(e <= 0.05 for e in errs)}, worst "
         f"{max(errs):.1%}; the CPU trace within 3 % on {sum(e <= 0.03 for e in trace)} of the {len(trace)} it "
         "stands for.** fp32 SDPA with GQA takes CUDA's math path (saving the scores as eager attention does), where",
-        "the CPU's flash kernel does not: those traces are 5-6 % low, and aicalc follows the GPU. MB = 10⁶ B.",
+        "the CPU's flash kernel does not: those traces are 5-6 % low, and aicalc follows the GPU. GPT-2 under AMP",
+        "(CUDA's autocast runs softmax and pow in fp32, its LayerNorm saves fp32 inputs) was 20 % low before those",
+        "terms. MB = 10⁶ B.",
         "",
         "Reserved: aicalc's `peak_reserved_bytes` less its stated context and workspaces (`overhead_bytes`) against",
         "`max_memory_reserved()`, on the full-size steps (the small ones reserve whole 2 and 20 MiB segments).",
