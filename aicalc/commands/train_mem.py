@@ -84,11 +84,13 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
         bad = np.flatnonzero(~fits)
         if bad.size:
             code = ExitCode.BUDGET
-            what = f"{chip} memory" if budget is None else "the budget"
-            rows = ", ".join(str(i + 1) for i in bad[:10]) + (" …" if bad.size > 10 else "")
             from aicalc.units import fmt_bytes
 
-            warnings.append(f"peak memory per device exceeds {what} ({fmt_bytes(limit)}) in row(s) {rows}")
+            what = f"{chip} memory" if budget is None else "the budget"
+            label = chip_obj.memory_bytes if chip_obj is not None else limit
+            of = f" CUDA reports of its {fmt_bytes(label)}" if budget is None and label != limit else ""
+            rows = ", ".join(str(i + 1) for i in bad[:10]) + (" …" if bad.size > 10 else "")
+            warnings.append(f"peak memory per device exceeds {what} ({fmt_bytes(limit)}{of}) in row(s) {rows}")
     from aicalc.api.results import Table
 
     rows = Table(cols).rows()
