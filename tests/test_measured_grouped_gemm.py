@@ -1,7 +1,8 @@
 """The grouped-GEMM kernel terms of the MoE cost model against grouped GEMMs measured on an H200 (issue 21).
 
-``tests/data/measured/h200-grouped-gemm.json`` (``validation/measure_gpu.py``): ``torch._grouped_mm`` in bf16 over
-the routed experts of seven released MoE models, 1 to 4,096 tokens per expert. aicalc prices an expert GEMM as
+``tests/data/measured/h200-grouped-gemm.json`` and ``h100-grouped-gemm.json`` (``validation/measure_gpu.py``):
+``torch._grouped_mm`` in bf16 over the routed experts of seven released MoE models, 1 to 4,096 tokens per expert,
+on an H200 and an H100. aicalc prices an expert GEMM as
 the kernel's part (each expert's rows padded to the kernel's row tile, at a dense GEMM's efficiency of that
 shape, weights streamed at the chip's bandwidth) times a fine-grained-expert curve w/(w + 4096) fitted on
 published framework throughput. The measurements separate the two: the kernel's part reproduces the kernel, and
@@ -18,8 +19,9 @@ import pytest
 
 from conftest import ROOT
 
-DATA = json.loads((ROOT / "tests" / "data" / "measured" / "h200-grouped-gemm.json").read_text())
-BALANCED = [r for r in DATA["records"] if r["routing"] == "balanced" and "bf16_s" in r]
+CHIPS = {"h200": "h200-grouped-gemm.json", "h100-sxm": "h100-grouped-gemm.json"}
+DATA = {c: json.loads((ROOT / "tests" / "data" / "measured" / f).read_text()) for c, f in CHIPS.items()}
+MEASURED = {c: [r for r in d["records"] if r["routing"] == "balanced" and "bf16_s" in r] for c, d in DATA.items()}
 
 
 def _aicalc_seconds(rec, efficiency):
@@ -35,37 +37,39 @@ def _aicalc_seconds(rec, efficiency):
     return float(op_times(op, cs.roofs, eff, 1.0)[1])
 
 
-@pytest.fixture(scope="module")
-def h200():
+def _setup(chip):
     from aicalc.api.roofline import cost_setup
 
-    cs = cost_setup("qwen3-30b-a3b", chip="h200", dtype="bf16")
+    cs = cost_setup("qwen3-30b-a3b", chip=chip, dtype="bf16")
     return cs, cs.efficiency
 
 
 def test_measured_set():
-    assert "H200" in DATA["meta"]["device"]
-    assert len({r["model"] for r in BALANCED}) == 7 and len(BALANCED) >= 150
+    assert "H200" in DATA["h200"]["meta"]["device"] and "H100" in DATA["h100-sxm"]["meta"]["device"]
+    for rows in MEASURED.values():
+        assert len({r["model"] for r in rows}) == 7 and len(rows) >= 150
 
 
-def test_kernel_terms_reproduce_the_kernel(h200):
+@pytest.mark.parametrize("chip", list(CHIPS))
+def test_kernel_terms_reproduce_the_kernel(chip):
     """Without the fine-grained curve, aicalc's grouped GEMM is within 25 % (geometric mean) of the measured
     kernel over every shape and load, and between half and 1.5 times each measurement: the torch kernel streams
     the weights of a few tokens per expert at 0.47-0.70 of the H200's 4.8 TB/s, where aicalc takes the dense
     GEMMs' 0.89 (up to 1.8x fast at one token per expert)."""
-    cs, eff = h200
+    cs, eff = _setup(chip)
     kernel = (cs, eff._replace(grouped_gemm_half_dim=0.0))
-    ratios = [_aicalc_seconds(r, kernel) / r["bf16_s"] for r in BALANCED]
+    ratios = [_aicalc_seconds(r, kernel) / r["bf16_s"] for r in MEASURED[chip]]
     geo = math.exp(sum(abs(math.log(q)) for q in ratios) / len(ratios)) - 1
     assert geo < 0.25, geo
     assert all(0.5 < q < 1.5 for q in ratios), (min(ratios), max(ratios))
 
 
-def test_the_kernel_does_not_slow_with_the_expert_width():
+@pytest.mark.parametrize("chip", list(CHIPS))
+def test_the_kernel_does_not_slow_with_the_expert_width(chip):
     """At 512 tokens per expert and more the measured kernel reaches about the same share of the dense rate for
     768-wide experts as for 14336-wide ones (within 15 %), where w/(w + 4096) would put them 4.9x apart."""
     def rate(model):
-        rows = [r for r in BALANCED if r["model"] == model and r["m"] >= 512]
+        rows = [r for r in MEASURED[chip] if r["model"] == model and r["m"] >= 512]
         return sum(r["flop"] / r["bf16_s"] for r in rows) / len(rows)
 
     narrow, wide = rate("qwen3-30b-a3b"), rate("mixtral-8x7b")
