@@ -81,9 +81,10 @@ def ids(kind: str) -> tuple[str, ...]:
     return _ids(_roots_key(), kind)
 
 
-def families() -> dict[str, tuple[str, ...]]:
-    """Engine family → the ids of its releases, oldest first (by the ``release.date`` of each profile)."""
-    return _families(_roots_key())
+def families(kind: str = "engine") -> dict[str, tuple[str, ...]]:
+    """Family → the ids of its releases, oldest first (by the ``release.date`` of each profile): engine families
+    (``cerebras``: the name is no file), framework families (``megatron``: the file of that name is the latest)."""
+    return _families(_roots_key(), kind)
 
 
 def family(profile: Profile) -> str:
@@ -97,15 +98,15 @@ def latest(family: str) -> str:
 
 
 @cache
-def _families(roots: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+def _families(roots: tuple[str, ...], kind: str = "engine") -> dict[str, tuple[str, ...]]:
     from aicalc.catalog.store import load_yaml
 
     out: dict[str, list[tuple[str, str]]] = {}
-    for d in _folders("engine"):
+    for d in _folders(kind):
         for f in _yaml_files(d):
             data = load_yaml(f)
             fam = data.get("family") if isinstance(data, dict) else None
-            if isinstance(fam, str) and fam != f.stem and _release(data.get("release")) is None:
+            if isinstance(fam, str) and (kind == "framework" or fam != f.stem) and _release(data.get("release")) is None:
                 out.setdefault(fam, []).append((data["release"]["date"], f.stem))
     return {k: tuple(i for _, i in sorted(v)) for k, v in out.items()}
 

@@ -73,7 +73,7 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
              cost_note(chip_obj, m["price"], price is not None)]
     fw = profiles.load("framework", framework)
     gen = fw.options["by_generation"].get(chip_obj.generation or "", ({}, {}))[0]
-    releases = [i for i in profiles.ids("framework") if profiles.family(profiles.load("framework", i)) == profiles.family(fw)]
+    releases = profiles.families("framework").get(fw.options["family"], ()) if fw.options.get("family") else ()
     notes.append(f"framework {profiles.release_note(framework, 'framework')}"
                  + (f"; on {chip_obj.generation}: " + ", ".join(f"{k} {v:g}" for k, v in gen.items()) if gen else "")
                  + (f" (releases: {', '.join(releases)}; --framework)" if len(releases) > 1 else ""))
