@@ -134,13 +134,13 @@ RESERVE_CALIBRATION = (
 
 
 def reserved_error(rec: dict, est_allocated: float) -> float | None:
-    """aicalc's reserved peak less its overhead (``allocated · (1 + ALLOCATOR_RESERVE)``) against the measured
-    ``max_memory_reserved``, for full-size steps (None for the small ones)."""
-    from aicalc.core.train_memory import ALLOCATOR_RESERVE
+    """aicalc's reserved peak less its overhead (``aicalc.core.train_peak._reserved`` with none) against the
+    measured ``max_memory_reserved``, for full-size steps (None for the small ones)."""
+    from aicalc.core.train_peak import _reserved
 
     if not rec["name"].startswith("full-size/"):
         return None
-    return est_allocated * (1 + ALLOCATOR_RESERVE) / rec["reserved_peak_bytes"] - 1
+    return float(_reserved(est_allocated, 0.0)) / rec["reserved_peak_bytes"] - 1
 
 
 def gpu_section() -> list[str]:
