@@ -134,11 +134,13 @@ def cpu_caveats(arch, precision: str, attention: str, sdpa_math: bool) -> list[s
     h200-step-peak.json): the CPU's SDPA falls back to its math path (attention dropout, differing head sizes)
     where CUDA runs a fused kernel; CUDA's SDPA takes its math path for fp32 with GQA where the CPU's flash kernel
     does not; the CPU's autocast runs softmax and pow in bf16 where CUDA's runs them in fp32 (LayerNorm models)."""
+    from aicalc.core.activations import sdpa_math_path
+
     out = []
     if attention != "eager" and sdpa_math:
         out.append("trace: the CPU's SDPA took its math path (it saved the attention scores) where CUDA runs a fused "
                    "kernel: the traced peak is above a GPU's")
-    elif attention != "eager" and precision == "fp32" and arch.kv_heads < arch.heads:
+    elif attention != "eager" and precision == "fp32" and sdpa_math_path(arch, 4.0):
         out.append("trace: the CPU's flash kernel takes fp32 with GQA, where CUDA's SDPA takes its math path (the "
                    "scores saved): the traced peak is below a GPU's, the estimate follows CUDA")
     if precision == "bf16-mixed" and arch.norm != "rms":
