@@ -21,6 +21,7 @@ from step_peak_doc import (  # noqa: E402
     GPU_BANDS,
     GPU_DATA,
     RESERVE_CALIBRATION,
+    RESERVE_FACTOR_CALIBRATION,
     gpu_rows,
     not_cuda,
     reserved_error,
@@ -76,14 +77,27 @@ def test_fp32_gqa_sdpa_peaks_where_eager_does(name):
 
 
 def test_reserved_peak_on_full_size_steps():
-    """The allocator's reserve (``ALLOCATOR_RESERVE``) was fitted on eight full-size steps without recompute
-    (``RESERVE_CALIBRATION``): each within 5 % of ``max_memory_reserved``. The held-out steps fragment the cache
-    as much or more (full recompute, 128 experts): aicalc is at most 6 % over and at most 25 % under
-    (docs/validation-train.md)."""
-    full = {r["name"]: reserved_error(r, est) for r, est, _ in ROWS if r["name"].startswith("full-size/")}
-    assert set(RESERVE_CALIBRATION) <= set(full)
-    cal = [full[n] for n in RESERVE_CALIBRATION]
-    held = [e for n, e in full.items() if n not in RESERVE_CALIBRATION]
-    assert len(held) >= 10
-    assert all(abs(e) <= 0.05 for e in cal), cal
-    assert all(-0.25 <= e <= 0.06 for e in held), held
+    """The allocator's reserve: ``ALLOCATOR_RESERVE`` fitted on eight full-size steps without recompute
+    (``RESERVE_CALIBRATION``: the dense ones within 5 % of ``max_memory_reserved``), ``RECOMPUTE_RESERVE`` and
+    ``MOE_RESERVE`` on the first run's steps with full recompute or fine-grained experts. The second run (18 steps
+    measured after those were set) is held out: within 20 % each, 13 of 17 within 10 %, and closer on the whole
+    (geometric mean) than the plain reserve alone (docs/validation-train.md)."""
+    import math
+
+    from aicalc.core import train_memory as tm
+
+    full = {r["name"]: (r, reserved_error(r)) for r, _, _ in ROWS if r["name"].startswith("full-size/")}
+    assert set(RESERVE_CALIBRATION) | set(RESERVE_FACTOR_CALIBRATION) <= set(full)
+    dense = [full[n][1] for n in RESERVE_CALIBRATION if "moe" not in n]
+    assert len(dense) >= 6 and all(abs(e) <= 0.05 for e in dense), dense
+    assert all(abs(full[n][1]) <= 0.18 for n in RESERVE_FACTOR_CALIBRATION)
+    held = [(r, e) for r, e in full.values() if r.get("run") == 2]
+    assert len(held) >= 15
+    assert all(abs(e) <= 0.20 for _, e in held), held
+    assert sum(abs(e) <= 0.10 for _, e in held) >= 13
+
+    def geomean(errs):
+        return math.exp(sum(math.log1p(abs(e)) for e in errs) / len(errs)) - 1
+
+    plain = [ROWS_BY[r["name"]]["est"] * (1 + tm.ALLOCATOR_RESERVE) / r["reserved_peak_bytes"] - 1 for r, _ in held]
+    assert geomean([e for _, e in held]) < geomean(plain)

@@ -50,7 +50,8 @@ def test_overhead_per_parallel_group():
     assert list(r["overhead_bytes"]) == [ctx, ctx + comm, ctx + 2 * comm]
     alloc = r["peak_allocated_bytes"]
     assert list(r["peak_bytes"]) == pytest.approx(list(alloc + r["overhead_bytes"]))
-    assert list(r["peak_reserved_bytes"]) == pytest.approx(list(alloc * 1.08 + r["overhead_bytes"]))
+    # the allocator's 8 %, and 12 % more under full recompute (train_memory.RECOMPUTE_RESERVE), outside the overhead
+    assert list(r["peak_reserved_bytes"]) == pytest.approx(list(alloc * 1.08 * 1.12 + r["overhead_bytes"]))
     assert list(r["fits"]) == list(r["peak_reserved_bytes"] <= 80 * 2**30)
 
 

@@ -124,6 +124,28 @@ FULL = [
     ("deepseek-v2-lite-6l", "eager", "bf16", "none", 1, 2048, None),
     ("mixtral-8x7b-2l", "sdpa", "bf16", "none", 2, 2048, None),
 ]
+# A second run (``--part full2``), measured after ALLOCATOR_RESERVE and the peak terms were set from the first:
+# every recompute mode at full size, LoRA on all linear layers, and the MoE widths with recompute (held out)
+FULL2 = [
+    ("llama3.2-1b-style", "sdpa", "bf16-mixed", "selective-op", 4, 2048, None),
+    ("llama3.2-1b-style", "sdpa", "bf16", "full", 8, 2048, None),
+    ("llama3.2-1b-style", "sdpa", "bf16-mixed", "every-2", 4, 2048, None),
+    ("qwen3-1.7b-style", "sdpa", "bf16-mixed", "full", 8, 2048, None),
+    ("qwen3-1.7b-style", "sdpa", "bf16", "selective-op", 4, 2048, None),
+    ("gemma-2-2b", "sdpa", "bf16", "full", 8, 2048, None),
+    ("gemma-2-2b", "eager", "bf16-mixed", "full", 4, 2048, None),
+    ("phi-3-mini", "sdpa", "bf16", "none", 2, 2048, None),
+    ("phi-3-mini", "sdpa", "bf16", "selective-op", 4, 2048, None),
+    ("llama3.1-8b-style", "sdpa", "bf16", "full", 8, 2048, "all"),
+    ("llama3.1-8b-style", "sdpa", "bf16", "none", 2, 2048, "all"),
+    ("qwen2moe-a2.7b-12l", "sdpa", "bf16", "every-2", 4, 2048, None),
+    ("qwen3-30b-a3b-4l", "sdpa", "bf16", "none", 4, 2048, None),
+    ("qwen3-30b-a3b-4l", "sdpa", "bf16", "full", 8, 2048, None),
+    ("deepseek-v2-lite-6l", "sdpa", "bf16", "full", 4, 2048, None),
+    ("mixtral-8x7b-2l", "sdpa", "bf16", "full", 4, 2048, None),
+    ("gpt2-medium", "sdpa", "bf16-mixed", "full", 16, 1024, None),
+    ("gpt2-medium", "eager", "fp32", "selective-op", 4, 1024, None),
+]
 
 # Routed experts (E, H, F) of released MoE models (their config.json)
 MOE_SHAPES = {
@@ -203,7 +225,8 @@ def _step(c: dict[str, Any], cfg) -> dict[str, int]:
     return r
 
 
-def steps(out: Path, small: bool = True, only: str | None = None) -> None:
+def steps(out: Path, small: bool = True, only: str | None = None, full: list | None = None,
+          file_name: str = "") -> None:
     import torch
 
     free0, total = torch.cuda.mem_get_info()
@@ -213,11 +236,14 @@ def steps(out: Path, small: bool = True, only: str | None = None) -> None:
                "free_after_first_allocation": int(free1), "reserved_after": int(torch.cuda.memory_reserved())}
     records = []
     cases = [(c, rsp.MODELS[c["model"]], rsp.case_name(c)) for c in (rsp.cases() if small else [])]
-    for model, attention, precision, recompute, batch, seq, lora in FULL:
+    for model, attention, precision, recompute, batch, seq, lora in (FULL if full is None else full):
         c = rsp._case(model, batch, seq, attention, precision, recompute, lora=lora)
         cases.append((c, REAL[model], "full-size/" + rsp.case_name(c)))
     t0 = time.time()
     warm = False
+    file = file_name or ("step_peak_cuda.json" if small else "step_peak_cuda_full.json")
+    method = (f"real tensors on the GPU, {STEPS} steps; peak = max_memory_allocated - allocated before the model; "
+              "each small case run twice, the second kept; full-size cases once, after a first warm-up")
     for c, config, name in cases:
         if only and only not in name:
             continue
@@ -233,9 +259,7 @@ def steps(out: Path, small: bool = True, only: str | None = None) -> None:
             torch.cuda.empty_cache()
         records.append({"name": name, **c, "config": config, **r})
         print(f"{name}: {r}", flush=True)
-    _write(out, "step_peak_cuda.json" if small else "step_peak_cuda_full.json", records, context=context, seconds=round(time.time() - t0, 1),
-           method=f"real tensors on the GPU, {STEPS} steps; peak = max_memory_allocated - allocated before the model; "
-                  "each small case run twice, the second kept; full-size cases once, after a first warm-up")
+        _write(out, file, records, context=context, seconds=round(time.time() - t0, 1), method=method)  # each step
 
 
 # 2. grouped GEMMs ------------------------------------------------------------------------------------------------
@@ -449,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the JSON files")
     ap.add_argument("--only", help="only the training steps whose name contains this text")
-    ap.add_argument("--part", action="append", choices=("steps", "full", "grouped", "moe", "dense",
+    ap.add_argument("--part", action="append", choices=("steps", "full", "full2", "grouped", "moe", "dense",
                                                                  "context"))
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -458,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     for part in args.part or ("dense", "grouped", "steps"):
         t = time.time()
         {"steps": lambda o: steps(o, only=args.only), "full": lambda o: steps(o, small=False, only=args.only), "grouped": grouped, "moe": moe_layers,
+         "full2": lambda o: steps(o, small=False, only=args.only, full=FULL2, file_name="step_peak_cuda_full2.json"),
          "dense": dense, "context": context}[part](out)
         print(f"== {part} {time.time() - t:.1f} s", flush=True)
     return 0

@@ -431,13 +431,17 @@ def _mm_widths(arch: Arch, t=1) -> list:
     forward order. ``nn.Linear`` without bias decomposes (``aten::linear`` → ``matmul``, folding [B, S, in] to
     2-D) into ``aten.mm``; with a bias and a contiguous 3-D input it becomes ``aten.addmm``
     (``_flatten_nd_linear``), and GPT-2's ``Conv1D`` calls ``torch.addmm`` itself: those are not ``aten.mm``.
-    Llama/Mistral: q, k, v, o, gate, up, down; Qwen2 (q/k/v biases): o, gate, up, down; GPT-2: none.
-    Column-parallel outputs are split over t; the row-parallel o/down outputs are full-width partial sums."""
+    Llama/Mistral: q, k, v, o, gate, up, down; Qwen2 (q/k/v biases): o, gate, up, down; GPT-2: none;
+    Phi-3 (transformers' ``Phi3Attention.qkv_proj`` and ``Phi3MLP.gate_up_proj``, one linear each): qkv, o,
+    gate_up, down. Column-parallel outputs are split over t; the row-parallel o/down outputs are full-width
+    partial sums."""
     import numpy as np
 
     H, A, K, d, F = arch.hidden, arch.heads, arch.kv_heads, arch.head_dim, token_ffn(arch)
     t = np.asarray(t, dtype=np.float64)
     Kd = np.maximum(K / t, 1) * d
+    if arch.family.startswith("phi3"):
+        return [A * d / t + 2 * Kd, H, 2 * F / t, H]
     widths: list = []
     if not arch.qkv_bias:
         widths += [A * d / t, Kd, Kd]

@@ -25,6 +25,33 @@ CUDA_OVERHEAD_BYTES = 2**30
 # the other full-size H200 steps (full recompute and 128-expert MoE fragment more: up to 1.43), TM-34 (1.040, a
 # Megatron GPT-2 run at its OOM) and TM-26 (1.049 against aicalc's allocation)
 ALLOCATOR_RESERVE = 0.08
+# Two ways a PyTorch training step fragments the cache beyond that, each a factor on the reserve, fitted on the
+# first H200 run's full-size steps (tests/data/measured/h200-step-peak.json; max_memory_reserved over aicalc's
+# allocated peak, median) and held out on the second run (h200-step-peak-2.json), validation/step_peak_doc.py:
+# * full recompute: each layer's rebuilt tensors are allocated and freed between the weight gradients the backward
+#   keeps, so the freed blocks sit between live ones. Five dense full-recompute steps 1.03-1.28, median 1.21
+#   (1.08 x 1.12). Held out, the partial modes did not follow it (selective-op 1.00-1.32, every-2 1.06-1.15):
+#   applying it to them too put the second run at 7.8 % geomean (max +21 %), to full recompute alone 5.9 %;
+# * fine-grained MoE (32 experts or more): the routed tokens' buffers change size every step, one set per
+#   expert group. Six steps of Qwen1.5-MoE, DeepSeek-V2-Lite and Qwen3-30B-A3B widths 1.00-1.18 over the rest,
+#   median 1.08; Mixtral's 8 experts fragment no more than a dense model (1.075).
+# Not applied to Megatron (its own contiguous buffers; TM-34 1.040 at full recompute).
+RECOMPUTE_RESERVE = 0.12
+MOE_RESERVE = 0.08
+MOE_RESERVE_EXPERTS = 32
+
+
+def fragmentation(arch: Arch, framework: str, recompute):
+    """The factor on ``1 + ALLOCATOR_RESERVE`` for a step's layout (see ``RECOMPUTE_RESERVE``)."""
+    import numpy as np
+
+    from aicalc.core.activations import recompute_every
+
+    if framework == "megatron":
+        return 1.0
+    rebuilt = recompute_every(recompute) == 1
+    moe = arch.moe is not None and arch.moe.experts >= MOE_RESERVE_EXPERTS
+    return np.where(rebuilt, 1.0 + RECOMPUTE_RESERVE, 1.0) * (1.0 + MOE_RESERVE if moe else 1.0)
 # torchtune's CEWithChunkedOutputLoss default (``num_output_chunks=8``), the model's output split to match.
 CHUNKED_LOSS_CHUNKS = 8
 # LitGPT's finetune scripts: ``model(input_ids, lm_head_chunk_size=128)`` (litgpt/finetune/lora.py)
