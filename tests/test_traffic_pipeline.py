@@ -92,6 +92,14 @@ def test_pipelines_no_engine_runs_exit_2(cli, args, word):
     assert r.code == 2 and word in r.err and "Traceback" not in r.err
 
 
+def test_sram_only_chips_take_no_pipeline_under_traffic(cli):
+    """A Groq LPU replica already spans the chips its weights and cache fill, one pipeline: --pp is exit 2 there,
+    with or without traffic."""
+    for extra in ([], ["--rate", "1"]):
+        r = cli("serve", "llama-3.1-8b", "--chip", "groq-lpu", "--pp", "2", "--chips", "2", *extra)
+        assert r.code == 2 and "already one pipeline" in r.err and "Traceback" not in r.err
+
+
 def test_search_with_traffic_simulates_its_pipelines(cli):
     """--search with a traffic and --chips judges the TP 8 × PP 2 layout of 16 H100s by its simulated p99s too
     (it was left out), as replicas of 16 chips."""
