@@ -598,7 +598,8 @@ def _step_cost(cs, tp: int, max_seqs: int, token_budget: int, longest: int, ep: 
 
     With ``pp`` stages a step is one round of the pipeline: the engine keeps ``pp`` micro-batches in flight
     (vLLM V1 runs a batch queue of ``pipeline_parallel_size`` scheduled batches; SGLang's PP scheduler one
-    micro-batch per stage; TensorRT-LLM's in-flight batching likewise keeps a micro-batch per stage), a
+    micro-batch per stage; TensorRT-LLM's in-flight batching is taken to run its PP micro-batches likewise,
+    not checked against its source here), a
     sequence sits in one of them, and every one of them passes all the stages in turn, so each running sequence
     advances a token per round and the round lasts as long as its heaviest micro-batch's pass
     (:func:`aicalc.api.serving.pipelined`: ``pp`` × the fullest stage's time, plus the sends between stages).
