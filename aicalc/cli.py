@@ -581,7 +581,8 @@ def _serve(Format, Json, Columns, Model, Chip, Price, Ep, AttentionDp, Redundant
         tp: Annotated[str | None, typer.Option("--tp", help="tensor-parallel degree of one replica (sweepable; default: "
                                                              "a node's chips, else 1)")] = None,
         pp: Annotated[int, typer.Option("--pp", help="pipeline stages per replica of tp × pp chips (vLLM "
-                                                     "--pipeline-parallel-size, SGLang --pp-size)")] = 1,
+                                                     "--pipeline-parallel-size, SGLang --pp-size), pp micro-batches "
+                                                     "in flight; with or without traffic")] = 1,
         prompt: Annotated[str, typer.Option("--prompt", help="prompt tokens per request (sweepable)")] = "1024",
         gen: Annotated[str, typer.Option("--gen", help="output tokens per request (sweepable)")] = "256",
         concurrency: Annotated[str | None, typer.Option("--concurrency", help="concurrent requests in the deployment "
@@ -601,7 +602,8 @@ def _serve(Format, Json, Columns, Model, Chip, Price, Ep, AttentionDp, Redundant
         prefix_hit: Annotated[str, typer.Option("--prefix-hit", help="share of each prompt found in the prefix cache "
                                                                      "(0.5, 50%)")] = "0",
         rate: Annotated[str | None, typer.Option("--rate", help="traffic: requests/s arriving (Poisson; sweepable); "
-                                                                "simulates the scheduler")] = None,
+                                                                "simulates the scheduler of each replica (of tp × "
+                                                                "pp chips)")] = None,
         requests: Annotated[str | None, typer.Option("--requests", metavar="FILE", help="traffic: a CSV/JSONL trace of "
                                                      "prompt, gen and optional arrival_s")] = None,
         num_requests: Annotated[str, typer.Option("--num-requests", help="requests simulated at each --rate")] = "1000",

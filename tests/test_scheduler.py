@@ -97,3 +97,17 @@ def test_overloaded_runs_keep_their_throughput():
     r = aicalc.simulate("llama-2-7b", "h100-sxm", rate=[10, 14, 20, 40], num_requests=2000, prompt=1024, gen=256)
     assert r.preemptions[-1] > 0
     assert min(r.output_tokens_per_s[1:]) >= 0.98 * r.output_tokens_per_s[0]
+
+
+def test_a_pipeline_round_charges_one_micro_batch_of_prefill():
+    """A pipelined replica's round (prefill_charged_tokens = 4, a micro-batch's budget of 4 tokens; 0.1 s a
+    prefill token): A (1 prompt, 3 output) at t = 0, B (10 prompt, 1 output) at t = 0.5. t=1 A's first token
+    (a prefill-only pass, 1 s). The next round decodes A and takes B's whole 10-token prompt (the round's budget
+    is 16) but only 4 tokens lengthen it, the rest riding in the other micro-batches: 1 + 4 × 0.1 = 1.4 s, so B's
+    first token at t=2.4 (TTFT 1.9 s), A's last at t=3.4. Without the cap all 10 count: B's first token at 3.0."""
+    piped = StepCost([[0.0]] + [[1.0]] * 8, [1e9], 0.1, [0.0, 1.0, 1e9], [0.0, 1.0, 1.0], 4.0)
+    ttft, tpot, finish, _ = run([0.0, 0.5], [1, 10], [3, 1], piped, kv_blocks=100, block=16, token_budget=16)
+    assert ttft == pytest.approx([1.0, 1.9]) and finish == pytest.approx([3.4, 2.4])
+    plain = piped._replace(prefill_charged_tokens=math.inf)
+    ttft, _, finish, _ = run([0.0, 0.5], [1, 10], [3, 1], plain, kv_blocks=100, block=16, token_budget=16)
+    assert ttft[1] == pytest.approx(2.5) and finish[0] == pytest.approx(4.0)

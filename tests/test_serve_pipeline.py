@@ -58,7 +58,6 @@ def test_pipeline_fits_what_one_node_cannot(cli):
     (["--pp", "40"], "layers"),
     (["--pp", "2", "--chips", "3"], "multiple"),
     (["--pp", "2", "--search", "--chips", "4"], "pipeline"),
-    (["--pp", "2", "--chips", "2", "--rate", "1"], "pipeline"),
 ])
 def test_bad_pipelines_exit_2(cli, args, word):
     r = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", *args)

@@ -251,8 +251,8 @@ def simulate_deployments(model, rows: list[dict], *, rate=None, requests=None, p
                          seed: int = 0) -> list[dict]:
     """Deployments of a fixed size (rows of :func:`aicalc.api.deployment.search_deployments`) under a traffic:
     each row gains ``rate``, ``p50_ttft_s``, ``p99_ttft_s``, ``p50_tpot_s``, ``p99_tpot_s`` from the scheduler
-    simulation of its replicas (a disaggregated row: its prefill pool, then its decode pool with prefills
-    free), and ``meets_slo`` says whether those p99s meet the targets (None where the run overloads past the
+    simulation of its replicas (a pipelined row: replicas of ``tp × pp`` chips, :func:`aicalc.api.traffic.replica`;
+    a disaggregated row: its prefill pool, then its decode pool with prefills free), and ``meets_slo`` says whether those p99s meet the targets (None where the run overloads past the
     work one simulation may take)."""
     import math
 
@@ -269,8 +269,8 @@ def simulate_deployments(model, rows: list[dict], *, rate=None, requests=None, p
     longest = max(p + g for p, g in zip(P, G, strict=True))
     reps: dict = {}
 
-    def rep_of(chip, tp, dtype, kv_dtype, ep=1, attention_dp=1):
-        lay = Layout(chip, int(tp), dtype, kv_dtype, int(ep), int(attention_dp))
+    def rep_of(chip, tp, dtype, kv_dtype, ep=1, attention_dp=1, pp=1):
+        lay = Layout(chip, int(tp), dtype, kv_dtype, int(ep), int(attention_dp), int(pp))
         if lay not in reps:
             reps[lay] = replica(spec, lay, engine=engine, policy=policy, longest=longest)
         return reps[lay]
@@ -280,7 +280,7 @@ def simulate_deployments(model, rows: list[dict], *, rate=None, requests=None, p
         row = dict(row, rate=lam)
         if row["mode"] == "aggregated":
             s = search._sim(rep_of(row["chip"], row["tp"], row["dtype"], row["kv_dtype"], row.get("ep", 1),
-                                   row.get("attention_dp", 1)), row["replicas"], math.inf, math.inf)
+                                   row.get("attention_dp", 1), row.get("pp", 1)), row["replicas"], math.inf, math.inf)
         else:
             pre = rep_of(row["chip"], row["prefill_tp"], row["dtype"], row["kv_dtype"])
             dec = rep_of(row["chip"], row["tp"], row["dtype"], row["kv_dtype"])

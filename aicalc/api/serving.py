@@ -39,7 +39,7 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
     tp, chips = node_split(count, tp, chips)
     tp = inputs.whole("tp", tp)
     pp = inputs.whole("pp", pp)
-    stage = _stage_share(arch, pp)
+    stage = stage_share(arch, pp)
     replicas = (inputs.whole("chips", chips) if chips is not None else tp * pp) // (tp * pp)
     ep, attention_dp = inputs.whole("ep", ep), inputs.whole("attention_dp", attention_dp)
     from aicalc.core.geometry import check_parallel
@@ -118,10 +118,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
                              "on a plain TP replica)")
     if pp > 1 and draft is not None:
         raise ParameterError("pp", pp, "is not modelled with speculative decoding (priced on a plain TP replica)")
-    if pp > 1 and _sram_only(cs):
-        raise ParameterError("pp", pp, f"does not apply to {cs.chip.id}: its replica spans the chips its weights "
-                             "and cache fill, already one pipeline")
-    stage = _stage_share(arch, pp)
+    check_pipeline(cs, pp)
+    stage = stage_share(arch, pp)
     D = float(attention_dp)
     par = latency.Par(float(ep), D, float(redundant))
     if chips < 1 or chips % (tp * pp):
@@ -167,9 +165,9 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_mb / D, 1.0, P + G / 2.0, tp / D,
                             chips=1.0 if sram is None else sram, par=par)
         t_pre, t_dec = pick(pre), pick(dec)
-        if pp > 1:  # the slowest stage sets the pace of every stage; the hidden states hop pp − 1 times
-            t_pre = t_pre * stage * pp + _hops(cs, eff, pp, tp, k * (P - cached))
-            t_dec = t_dec * stage * pp + _hops(cs, eff, pp, tp, per_mb)
+        if pp > 1:  # a micro-batch passes every stage at the slowest one's pace, its hidden states hopping between
+            t_pre = pipelined(cs, eff, pp, tp, t_pre, k * (P - cached))
+            t_dec = pipelined(cs, eff, pp, tp, t_dec, per_mb)
         ttft, tpot = steady_state(t_pre, t_dec, per_mb, G, k)
         # every request in flight yields a token per TPOT of its replica; the busiest replica's (ceil(C / R)
         # sequences) bounds it: C / tpot, exact when R divides C (R × per_rep overcounted idle slots: one request
@@ -242,13 +240,37 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
                    max_ttft=max_ttft, max_tpot=max_tpot, utilization=utilization)
 
 
-def _stage_share(arch, pp: int) -> float:
+def stage_share(arch, pp: int) -> float:
     """The fullest pipeline stage's share of the decoder layers (1 without a pipeline)."""
     if pp == 1:
         return 1.0
     from aicalc.core.stages import serving_stage_layers
 
     return max(serving_stage_layers(arch.layers, pp)) / arch.layers
+
+
+def check_pipeline(cs, pp: int) -> None:
+    """``pp`` stages where an engine runs them: at most one layer per stage (vLLM's ``get_pp_indices`` gives each
+    rank ``L // pp`` layers, none with more ranks than layers), and not on a chip whose replica already is a
+    pipeline over the chips its bytes fill (SRAM-only chips, :func:`_sram_chips`)."""
+    from aicalc.errors import ParameterError
+
+    stage_share(cs.model.arch, pp)  # a ParameterError past one layer per stage
+    if pp > 1 and _sram_only(cs):
+        raise ParameterError("pp", pp, f"does not apply to {cs.chip.id}: its replica spans the chips its weights "
+                             "and cache fill, already one pipeline")
+
+
+def pipelined(cs, eff, pp: int, tp: int, seconds, tokens):
+    """Seconds of one micro-batch's pass through a replica's ``pp`` stages of ``tp`` chips, from ``seconds``, the
+    whole model's time at the micro-batch's work on one stage's chips: each stage holds its layers
+    (:func:`stage_share`), the fullest sets the pace of every stage, and the micro-batch passes them in turn
+    (vLLM ``--pipeline-parallel-size``: each rank runs its layers and sends ``IntermediateTensors`` to the next;
+    SGLang ``--pp-size`` likewise), so ``pp`` × the fullest stage's time, plus the ``pp − 1`` sends of its
+    ``tokens`` tokens' hidden states (:func:`_hops`). ``seconds`` unchanged without a pipeline."""
+    if pp == 1:
+        return seconds
+    return seconds * stage_share(cs.model.arch, pp) * pp + _hops(cs, eff, pp, tp, tokens)
 
 
 def _hops(cs, eff, pp: int, tp: int, tokens):

@@ -25,7 +25,7 @@ class Traffic(Table):
     ``ttft_s`` and ``tpot_s`` (means), ``p50_ttft_s``, ``p90_ttft_s``,
     ``p99_ttft_s``, ``p50_tpot_s``, ``p90_tpot_s``, ``p99_tpot_s``, ``output_tokens_per_s``,
     ``requests_per_s``, ``goodput_requests_per_s`` (requests meeting both latency targets, per second),
-    ``preemptions``, ``makespan_s``."""
+    ``preemptions``, ``makespan_s``; the replica's layout in every row: ``tp``, ``pp``, ``ep``, ``attention_dp``."""
 
 
 def read_requests(path):
@@ -259,6 +259,7 @@ class Layout(NamedTuple):
     kv_dtype: str = "bf16"
     ep: int = 1  # expert-parallel ranks over the replica's tp chips (MoE)
     attention_dp: int = 1  # attention data-parallel groups of tp/attention_dp chips
+    pp: int = 1  # pipeline stages of tp chips each: a replica spans tp × pp chips
 
 
 class Replica(NamedTuple):
@@ -314,10 +315,19 @@ def policy_of(engine: str | None, policy: str | None = None) -> str:
 def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 256, token_budget: int = 8192,
             utilization=0.9, longest: int = 2048, cs=None) -> Replica:
     """A replica of ``layout`` for the simulation: step-time tables up to ``longest`` tokens of context, and the
-    KV blocks of 16 tokens vLLM's budget leaves beside weights and overhead (``utilization`` of memory)."""
+    KV blocks of 16 tokens vLLM's budget leaves beside weights and overhead (``utilization`` of memory).
+
+    With ``layout.pp`` stages each device holds its stage's layers of the weights and of every sequence's cache
+    (as :func:`aicalc.api.serving.serve` prices a given deployment), so the replica's blocks are those its fullest
+    stage's memory holds: about ``pp`` times a one-stage replica's on ``pp`` times the chips. The scheduler keeps
+    ``pp`` micro-batches in flight, each with the engine's token budget (vLLM V1's batch queue of
+    ``pipeline_parallel_size`` scheduled batches, each of up to ``max_num_batched_tokens``; SGLang's PP event loop
+    likewise keeps a micro-batch per stage in flight), and ``max_seqs`` still caps its running sequences: one
+    simulated step is one round of the pipeline (:func:`_step_cost`), with ``pp`` × ``token_budget`` tokens."""
     from aicalc.api import inputs
     from aicalc.api.catalog import resident_weights
     from aicalc.api.roofline import cost_setup
+    from aicalc.api.serving import check_pipeline, stage_share
     from aicalc.core import capacity
     from aicalc.core.geometry import check_parallel, kv_bytes_per_token_layer
     from aicalc.errors import ParameterError
@@ -325,23 +335,26 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     for name, v, most in (("max_seqs", max_seqs, MAX_SEQS), ("token_budget", token_budget, MAX_TOKENS)):
         if inputs.single(name, v, whole=True) > most:
             raise ParameterError(name, v, f"is above the cap of {most:,}")
-    tp = layout.tp
+    tp, pp = layout.tp, layout.pp
     if cs is None:
         cs = cost_setup(model, layout.chip, layout.dtype, layout.kv_dtype, tp_needs_link=tp > 1, engine=engine)
     arch = cs.model.arch
     ep, adp = layout.ep, layout.attention_dp
     check_parallel(arch, tp, ep, adp)
-    weights = resident_weights(cs.model, layout.dtype, tp, ep=ep, attention_dp=adp)
+    check_pipeline(cs, pp)
+    weights = resident_weights(cs.model, layout.dtype, tp, ep=ep, attention_dp=adp, pp=pp)
     eng_opts = cs.engine_options
     budget = float(capacity.kv_budget_bytes(cs.chip.usable_memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp),
                                             eng_opts.get("kv_budget", "total")))
     block = 16
-    # with attention DP each group's chips hold the cache of its own sequences: the replica's blocks are the groups'
-    block_bytes = block * float(kv_bytes_per_token_layer(arch, cs.kv_dtype, tp // adp)) * arch.layers
+    # with attention DP each group's chips hold the cache of its own sequences: the replica's blocks are the groups';
+    # with a pipeline each device holds its stage's layers of a block (the fullest stage's bound the replica's)
+    block_bytes = block * float(kv_bytes_per_token_layer(arch, cs.kv_dtype, tp // adp)) * arch.layers \
+        * stage_share(arch, pp)
     kv_blocks = int(max(budget, 0.0) // block_bytes) * adp
-    cost = _step_cost(cs, tp, int(max_seqs), int(token_budget), int(longest), ep, adp)
-    return Replica(layout, cs, cost, kv_blocks, block, int(max_seqs), int(token_budget), policy_of(engine, policy),
+    cost = _step_cost(cs, tp, int(max_seqs), int(token_budget), int(longest), ep, adp, pp)
+    return Replica(layout, cs, cost, kv_blocks, block, int(max_seqs), int(token_budget) * pp, policy_of(engine, policy),
                    eng_opts.get("kv_reserve", "live"))
 
 
@@ -355,14 +368,16 @@ def _rate_text(rate):
 def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, gen=256, num_requests: int = 1000,
              tp: int | None = None, chips: int | None = None, dtype: str = "release", kv_dtype: str = "bf16", engine=None,
              max_ttft=None, max_tpot=None, max_seqs: int = 256, token_budget: int = 8192, utilization=0.9,
-             seed: int = 0, policy: str | None = None, ep: int = 1, attention_dp: int = 1) -> Traffic:
+             seed: int = 0, policy: str | None = None, ep: int = 1, attention_dp: int = 1, pp: int = 1) -> Traffic:
     """Requests arriving at ``rate`` per second (Poisson; an array sweeps it) over the whole deployment, spread
     evenly over its replicas, with ``prompt`` / ``gen`` tokens each, or a trace (``requests``: a CSV/JSONL path,
     or a dict of ``prompt``, ``gen`` and optional ``arrival_s`` lists; a trace with its own arrival times takes
     no ``rate``, a rate given with one is refused rather than ignored). ``rate`` defaults to 1 request/s. One row
     per rate. ``policy``: the scheduler's, ``"chunked"`` or ``"prefill-first"`` (:mod:`aicalc.core.simulate`;
     default: the engine's). ``ep`` / ``attention_dp``: expert and attention-data parallelism inside each replica
-    (a replica's attention groups hold their own sequences' cache and step together).
+    (a replica's attention groups hold their own sequences' cache and step together). ``pp``: pipeline stages per
+    replica of ``tp·pp`` chips (vLLM ``--pipeline-parallel-size``, SGLang ``--pp-size``), run with ``pp``
+    micro-batches in flight (:func:`replica`, :func:`_step_cost`).
 
     Bounded before any work (docs/robustness.md): at most :data:`MAX_REQUESTS` requests and
     :data:`MAX_SIMULATED` over all rates; every request's prompt + gen within one replica's KV cache (a bigger
@@ -373,19 +388,23 @@ def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, g
     from aicalc.api import inputs
     from aicalc.api.catalog import node_split
     from aicalc.api.roofline import cost_setup
+    from aicalc.api.serving import check_pipeline
     from aicalc.core import simulate as sim
     from aicalc.core.geometry import check_parallel
     from aicalc.errors import ParameterError
 
     tp, chips = node_split(chip, tp, chips)
     tp = inputs.whole("tp", tp)
-    chips = inputs.whole("chips", chips) if chips is not None else tp
-    if chips < 1 or chips % tp:
-        raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}")
-    replicas = chips // tp
+    pp = inputs.whole("pp", pp)
+    chips = inputs.whole("chips", chips) if chips is not None else tp * pp
+    if chips < 1 or chips % (tp * pp):
+        raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}" + (f" × pp={pp}" if pp > 1
+                                                                                        else ""))
+    replicas = chips // (tp * pp)
     cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=tp > 1, engine=engine)
     ep, attention_dp = inputs.whole("ep", ep), inputs.whole("attention_dp", attention_dp)
     check_parallel(cs.model.arch, tp, ep, attention_dp)
+    check_pipeline(cs, pp)
     if requests is not None:
         p_list, g_list, a_list, lines = _requests(requests)
         n = len(p_list)
@@ -409,7 +428,7 @@ def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, g
         raise ParameterError("seed", inputs._safe(seed), "must be a whole number >= 0")
     max_ttft = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else np.inf
     max_tpot = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else np.inf
-    rep = replica(cs.model, Layout(cs.chip.id, tp, dtype, kv_dtype, ep, attention_dp), engine=engine, policy=policy,
+    rep = replica(cs.model, Layout(cs.chip.id, tp, dtype, kv_dtype, ep, attention_dp, pp), engine=engine, policy=policy,
                   max_seqs=max_seqs, token_budget=token_budget, utilization=utilization,
                   longest=max(p + g for p, g in zip(p_list, g_list, strict=True)), cs=cs)
     kv_blocks, cost = rep.kv_blocks, rep.cost
@@ -472,8 +491,10 @@ def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, g
         rows["goodput_requests_per_s"].append(float(good.sum()) / span * replicas)
         rows["preemptions"].append(pre * replicas)
         rows["makespan_s"].append(span)
+    for k, v in (("tp", tp), ("pp", pp), ("ep", ep), ("attention_dp", attention_dp)):
+        rows[k] = [v] * len(rows["rate"])
     return Traffic(rows, list(cs.warnings), setup=cs, replicas=replicas, chips=chips, kv_blocks=kv_blocks,
-                   cost=cost, policy=rep.policy)
+                   cost=cost, policy=rep.policy, pp=pp)
 
 
 def _replicas(n: int) -> str:
@@ -569,14 +590,31 @@ def _percentile(x, q: float) -> float:
     return float(a[lo] + (a[hi] - a[lo]) * (i - lo)) if a[hi] != a[lo] else float(a[lo])
 
 
-def _step_cost(cs, tp: int, max_seqs: int, token_budget: int, longest: int, ep: int = 1, adp: int = 1):
+def _step_cost(cs, tp: int, max_seqs: int, token_budget: int, longest: int, ep: int = 1, adp: int = 1, pp: int = 1):
     """Step-time tables from the cost model: decode at every batch size over geometric context bins, and the
     marginal and fixed cost of prefill tokens in a batched pass. With attention DP (``adp`` groups) a step's
     sequences and prompt tokens are spread over the groups, which step together through the shared experts
-    (``ep``-way expert parallelism)."""
+    (``ep``-way expert parallelism).
+
+    With ``pp`` stages a step is one round of the pipeline: the engine keeps ``pp`` micro-batches in flight
+    (vLLM V1 runs a batch queue of ``pipeline_parallel_size`` scheduled batches; SGLang's PP scheduler one
+    micro-batch per stage; TensorRT-LLM's in-flight batching is taken to run its PP micro-batches likewise,
+    not checked against its source here), a
+    sequence sits in one of them, and every one of them passes all the stages in turn, so each running sequence
+    advances a token per round and the round lasts as long as its heaviest micro-batch's pass
+    (:func:`aicalc.api.serving.pipelined`: ``pp`` × the fullest stage's time, plus the sends between stages).
+    Decodes spread evenly, ``ceil(b/pp)`` to a micro-batch (as serve prices them); a micro-batch holds at most the
+    engine's ``token_budget`` of prefill tokens, so a round's first ``token_budget`` prefill tokens lengthen it
+    at their marginal cost through every stage and the rest ride in the other micro-batches
+    (``prefill_charged_tokens``), and a prefill-only round lasts one pass over ``min(tokens, token_budget)``.
+    A lone request thus sees the sum of the stage times and the sends (TTFT and TPOT), and a full replica
+    yields ``pp`` micro-batches' tokens per round. A prompt longer than the budget spreads its chunks over the
+    round's micro-batches (SGLang's PP docs, "Pipeline Parallelism for Long Context": different chunks of one
+    request run on different stages at once); the fill and drain inside a round are not modelled."""
     import numpy as np
 
     from aicalc.api import inputs
+    from aicalc.api.serving import pipelined
     from aicalc.core import latency
     from aicalc.core.simulate import StepCost
 
@@ -593,4 +631,15 @@ def _step_cost(cs, tp: int, max_seqs: int, token_budget: int, longest: int, ep: 
     half = np.searchsorted(tokens, token_budget / 2.0)
     full = np.searchsorted(tokens, token_budget)
     per_token = float((t[full] - t[half]) / (tokens[full] - tokens[half]))
-    return StepCost(dec.tolist(), bins.tolist(), per_token, [0.0, *tokens.tolist()], [0.0, *t.tolist()])
+    if pp == 1:
+        return StepCost(dec.tolist(), bins.tolist(), per_token, [0.0, *tokens.tolist()], [0.0, *t.tolist()])
+    mb = np.ceil(np.arange(max_seqs + 1) / pp)  # the decodes of a round's heaviest micro-batch
+    dec_pp = pipelined(cs, eff, pp, tp, dec[mb.astype(np.int64)], mb[:, None])
+    dec_pp[0] = 0.0
+    # a micro-batch's prefill tokens (at most the budget) through every stage, and a token's marginal cost there
+    x = np.array([*tokens[tokens < token_budget].tolist(), float(token_budget), float(max(pp * token_budget, longest))])
+    one = np.minimum(x, token_budget)
+    pre = pipelined(cs, eff, pp, tp, np.interp(one, tokens, t), one)
+    marginal = float(pipelined(cs, eff, pp, tp, per_token, 1.0) - pipelined(cs, eff, pp, tp, 0.0, 0.0))
+    return StepCost(dec_pp.tolist(), bins.tolist(), marginal, [0.0, *x.tolist()], [0.0, *pre.tolist()],
+                    float(token_budget))

@@ -14,12 +14,11 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         attention_dp=1, redundant_experts=0, pp=1) -> Result:
     import numpy as np
 
-    if pp != 1 and (search or rate is not None or requests is not None or requests_per_day is not None):
+    if pp != 1 and (search or requests_per_day is not None):
         from aicalc.errors import ParameterError
 
         raise ParameterError("pp", pp, "sets a given deployment's pipeline; --search tries pipelines itself (a TP "
-                             "group filling a node over 2 and 4 nodes), the traffic simulation lays out replicas "
-                             "without one")
+                             "group filling a node over 2 and 4 nodes)")
 
     if redundant_experts and (search or rate is not None or requests is not None or requests_per_day is not None):
         from aicalc.errors import ParameterError
@@ -68,7 +67,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     tp, chips = node_split(chip, tp, chips)  # a node: its chips, one TP group unless --tp splits it
     if rate is not None or requests is not None:
         return _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate,
-                        requests, num_requests, seed, policy, ep, attention_dp)
+                        requests, num_requests, seed, policy, ep, attention_dp, pp)
 
     from aicalc.api.serving import max_concurrency, serve
     from aicalc.catalog.profiles import release_note
@@ -176,10 +175,11 @@ def _share(text) -> float:
 
 
 def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate, requests,
-             num_requests, seed, policy=None, ep=1, attention_dp=1) -> Result:
-    """serve with traffic: a discrete-event simulation of the scheduler (one row per arrival rate)."""
+             num_requests, seed, policy=None, ep=1, attention_dp=1, pp=1) -> Result:
+    """serve with traffic: a discrete-event simulation of the scheduler (one row per arrival rate); ``pp``: each
+    replica's pipeline stages, run with ``pp`` micro-batches in flight (:func:`aicalc.api.traffic.replica`)."""
     from aicalc.api.traffic import simulate
-    from aicalc.commands.options import engines_note
+    from aicalc.commands.options import engines_note, links_note
     from aicalc.sweep import sweep
     from aicalc.units import parse_int
 
@@ -188,16 +188,16 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
                  prompt=parse_int(str(prompt), "--prompt"), gen=parse_int(str(gen), "--gen"),
                  num_requests=parse_int(str(num_requests), "--num-requests"), tp=tp, chips=chips, dtype=dtype,
                  kv_dtype=kv_dtype, engine=engine, max_ttft=max_ttft, max_tpot=max_tpot, seed=int(seed), policy=policy,
-                 ep=ep, attention_dp=attention_dp)
+                 ep=ep, attention_dp=attention_dp, pp=pp)
     m = r.meta
     cs = m["setup"]
     src = f"trace {requests}" if requests else f"{r.requests[0]:,} requests of {prompt} + {gen} tokens, Poisson arrivals"
-    inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "ep": ep,
+    inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "pp": pp, "ep": ep,
               "attention_dp": attention_dp, "replicas": m["replicas"], "rate": rate, "requests": requests, "prompt": prompt, "gen": gen, "max_ttft": max_ttft,
               "max_tpot": max_tpot, "dtype": dtype, "kv_dtype": kv_dtype, "engine": cs.engine, "seed": int(seed),
               "kv_blocks_per_replica": m["kv_blocks"], "policy": m["policy"]}
-    columns = ["rate", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s", "output_tokens_per_s",
-               "goodput_requests_per_s", "preemptions"]
+    columns = ["rate", *(["pp"] if pp > 1 else []), "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s",
+               "output_tokens_per_s", "goodput_requests_per_s", "preemptions"]
     kv = ("paged KV, prompt + output reserved at admission (no preemption)"
           if cs.engine_options.get("kv_reserve") == "full"
           else "paged KV with a 1 % admission watermark, preemption by recompute")
@@ -205,9 +205,14 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
              f"token budget 8192, 256 sequences, {kv}), step times from the cost model (docs/serve.md)",
              "goodput: requests per second meeting --max-ttft and --max-tpot (all requests when none is given)",
              engines_note([cs.chip.id], engine)]
+    if pp > 1:
+        notes.insert(1, f"pipeline: each replica's {pp} stages of {tp} chips hold their layers' weights and KV cache "
+                        f"and run {pp} micro-batches in flight; a step is a round in which each passes every stage "
+                        "(docs/serve.md)")
+    notes += links_note(cs, tp, pp, ep, attention_dp)
     return Result("serve", inputs, r.rows(), warnings=r.warnings, columns=columns, notes=notes,
                   title=f"{cs.model.name} on {m['chips']} × {cs.chip.name} under traffic (TP {tp}"
-                        + _parallel(ep, attention_dp)
+                        + (f", PP {pp}" if pp > 1 else "") + _parallel(ep, attention_dp)
                         + f", {_replicas(m['replicas'])})")
 
 
@@ -234,8 +239,7 @@ def _search(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_d
     r = search_deployments(model, chip_ids, n, prompt=parse_int(str(prompt), "--prompt"),
                            gen=parse_int(str(gen), "--gen"), dtypes=str(dtype).split(","),
                            kv_dtypes=str(kv_dtype).split(","), tps=tps, max_ttft=max_ttft, max_tpot=max_tpot,
-                           engine=engine, speculation=spec, moe_parallel=traffic is None,
-                           pipeline=traffic is None)
+                           engine=engine, speculation=spec, moe_parallel=traffic is None)
     rows = r.meta["row_dicts"]
     if traffic is not None:
         from aicalc.api.fleet import simulate_deployments

@@ -25,8 +25,10 @@ spans its first token to its last, the stall included, as engines report them.
 
 A step's time comes from tables the caller builds with the cost model: ``decode_s[b][j]`` for ``b`` decoding
 sequences at context bin ``j`` (``context_bins``), plus ``prefill_s_per_token`` for each prefill token the step
-adds (their marginal cost in a batched pass: the decode already reads the weights); a step with prefill only
-costs a prefill pass over its tokens (``prefill_tokens`` → ``prefill_s``, interpolated).
+adds (their marginal cost in a batched pass: the decode already reads the weights), up to
+``prefill_charged_tokens`` of them (a pipelined replica's round: the tokens past one micro-batch's run beside it
+in the others); a step with prefill only costs a prefill pass over its tokens (``prefill_tokens`` →
+``prefill_s``, interpolated).
 
 Time to first token = arrival to the end of the step that completes the prompt; time per output token = the rest
 of the generation over its gen − 1 tokens. Every decoding sequence advances one token per decode step, so
@@ -74,6 +76,8 @@ class StepCost(NamedTuple):
     prefill_s_per_token: float
     prefill_tokens: list  # a prefill-only pass over this many tokens …
     prefill_s: list  # … takes this long (interpolated between)
+    prefill_charged_tokens: float = inf  # of a decode step's prefill tokens, the most that lengthen it (a pipelined
+    #                                      replica: one micro-batch's; the rest ride in the other micro-batches)
 
 
 def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, max_seqs: int = 256,
@@ -138,6 +142,7 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
     free, preempt, decoding, ctx_sum = kv_blocks, 0, 0, 0
     bins, dec = cost.context_bins, cost.decode_s
     pt, ps = cost.prefill_tokens, cost.prefill_s
+    charged = cost.prefill_charged_tokens
     nb, top = len(bins), len(dec) - 1
     # `step` counts decode steps (every decoding sequence advances one token in each); `steps` counts all steps
     clock, nxt, finished, step, steps = 0.0, 0, 0, 0, 0
@@ -240,7 +245,8 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
         pre_tokens = token_budget - b - budget  # the chunks' tokens
         if b:
             j = bisect_left(bins, ctx_sum / b)
-            clock += dec[b if b < top else top][j if j < nb else nb - 1] + pre_tokens * cost.prefill_s_per_token
+            clock += dec[b if b < top else top][j if j < nb else nb - 1] + \
+                (pre_tokens if pre_tokens < charged else charged) * cost.prefill_s_per_token
         elif pre_tokens:
             i = min(max(bisect_left(pt, pre_tokens), 1), len(pt) - 1)
             x0, x1 = pt[i - 1], pt[i]
