@@ -48,6 +48,23 @@ class CostSetup(NamedTuple):
 LOW_PRECISION = ("fp8", "int8", "fp4", "mxfp4")
 
 
+def attention_math(chip, compute: str, kv_dtype: str) -> str:
+    """The math the attention kernels run in beside linears in ``compute``: FP8 where the KV cache is FP8 and the
+    chip has FP8 tensor math (TensorRT-LLM's FP8 context and generation FMHA need an FP8 KV cache; FlashInfer's and
+    FlashAttention-3's FP8 paths likewise read FP8 K/V), else 16-bit: no engine runs attention in FP4 or INT8 (an
+    NVFP4 or INT8 model's attention stays in FP8 or BF16; llama.cpp's flash attention in F16 beside its INT8 MMQ
+    linears), and FP8 linears with a 16-bit cache attend in 16-bit. 16-bit and fp32 compute keep their own."""
+    have = chip.dense_tflops
+    if compute not in LOW_PRECISION:
+        return compute
+    if kv_dtype == "fp8" and "fp8" in have:
+        return "fp8"
+    for c in SIXTEEN_BIT:
+        if c in have:
+            return c
+    return compute
+
+
 def pick_compute(chip, dtype: str, compute_dtype: str | None, warnings: list[str],
                  engine_options: dict | None = None) -> tuple[str, bool]:
     """(compute dtype, weight-only quantized?): the math the engine runs a weight format in.
@@ -147,15 +164,18 @@ def cost_setup(model, chip="h100-sxm", dtype: str | None = "release", kv_dtype: 
         expert = {"expert_bytes": wf.expert_bytes_per_param, "expert_quantized": equant,
                   "expert_compute": ecdt if ecdt != cdt else None}
         warnings += ew
+    att = attention_math(chip_obj, cdt, kv_dtype)
     fm = formats(dtype, kv_dtype, group_size=group_size, quantized=quantized, flash=attention == "flash",
-                 kv_shared=kv_shared, weight_bytes=wf.bytes_per_param, edge_bytes=wf.edge_bytes_per_param, **expert)
+                 kv_shared=kv_shared, weight_bytes=wf.bytes_per_param, edge_bytes=wf.edge_bytes_per_param,
+                 attention_compute=att if att != cdt else None, **expert)
     ic = chip_obj.interconnect
     link = (ic.per_direction_bytes_per_s if ic else None) or 0.0
     if not link and tp_needs_link:
         warnings.append(f"{chip_obj.id} has no interconnect figure; TP collectives use PCIe Gen4 x16 "
                         f"({PCIE_FALLBACK_BYTES_PER_S / 1e9:.0f} GB/s per direction)")
         link = PCIE_FALLBACK_BYTES_PER_S
-    peaks = ((fm.expert_compute, chip_obj.peak_flop_per_s(fm.expert_compute)),) if fm.expert_compute else ()
+    peaks = tuple((d, chip_obj.peak_flop_per_s(d)) for d in dict.fromkeys((fm.expert_compute, fm.attention_compute))
+                  if d)
     # a TP group wider than the scale-up domain reduces across domains over the scale-out NIC (as train-time:
     # the chip's scale_out_gbs, else the default)
     from aicalc.core.collectives import DEFAULT_SCALE_OUT_BYTES_PER_S

@@ -108,12 +108,13 @@ class Formats(NamedTuple):
     expert_bytes: float | None = None  # bytes per routed-expert weight where the experts have their own format
     expert_quantized: bool | None = None  # the experts' weights are weight-only quantized (None: as ``quantized``)
     expert_compute: str | None = None  # the experts' math where it differs from the rest ("fp8": MXFP4 x MXFP8 on Blackwell)
+    attention_compute: str | None = None  # the attention kernels' math where it differs from the linears' (below)
 
 
 def formats(dtype: str = "bf16", kv_dtype: str = "bf16", *, group_size: int | None = None, quantized=None,
             flash: bool = True, kv_shared: bool = True, weight_bytes: float | None = None,
             edge_bytes: float | None = None, expert_bytes: float | None = None, expert_quantized=None,
-            expert_compute: str | None = None) -> Formats:
+            expert_compute: str | None = None, attention_compute: str | None = None) -> Formats:
     """Formats of a weight dtype (``group_size`` for int4) and a KV dtype; ``weight_bytes`` / ``edge_bytes``
     override the bytes per parameter (a checkpoint's measured bytes); ``expert_*`` the routed experts' own format."""
     from aicalc.core.dtypes import (
@@ -131,7 +132,7 @@ def formats(dtype: str = "bf16", kv_dtype: str = "bf16", *, group_size: int | No
     return Formats(weight_bytes=wb, edge_bytes=edge, norm_bytes=norm_bytes_per_param(dtype), kv_dtype=kv_dtype,
                    quantized=quantized, flash=flash, kv_shared=kv_shared, expert_bytes=expert_bytes,
                    expert_quantized=quantized if expert_quantized is None else expert_quantized,
-                   expert_compute=expert_compute)
+                   expert_compute=expert_compute, attention_compute=attention_compute)
 
 
 class Op:
@@ -284,19 +285,21 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
             per_product = (kv_io + q_io) / 2.0  # each of the two products carries half the traffic
         score_flop, value_flop = Bk * 2.0 * A * s.qk_dim, Bk * 2.0 * A * s.v_dim
         if fm.flash:
-            ops.append(Op("attn_score", "attention", score_flop, per_product, zero, L + zero, layers=L, per=seq))
-            ops.append(Op("attn_value", "attention", value_flop, per_product, zero, zero, layers=L, per=seq))
+            ops.append(Op("attn_score", "attention", score_flop, per_product, zero, L + zero, layers=L, per=seq,
+                          compute=fm.attention_compute))
+            ops.append(Op("attn_value", "attention", value_flop, per_product, zero, zero, layers=L, per=seq,
+                          compute=fm.attention_compute))
         else:
             # batched GEMMs per sequence and head: scores Q[T×d]·Kᵀ[d×keys], values P[T×keys]·V[keys×d]; the
             # score / probability matrix (all layers) is written and read back
             smat = Bk * A * ab
             kq = keys / (L * np.maximum(T, 1.0))  # keys per query, averaged over layers
             ops.append(Op("attn_score", "gemm", score_flop, per_product + smat, zero, L + zero,
-                          dims=(T + zero, kq, s.qk_dim + zero), layers=L, per=seq))
+                          dims=(T + zero, kq, s.qk_dim + zero), layers=L, per=seq, compute=fm.attention_compute))
             ops.append(Op("attn_softmax", "attention", Bk * 5.0 * A, 2.0 * smat, zero, L + zero, layers=L,
                           per=seq))
             ops.append(Op("attn_value", "gemm", value_flop, per_product + smat, zero, L + zero,
-                          dims=(T + zero, s.v_dim + zero, kq), layers=L, per=seq))
+                          dims=(T + zero, s.v_dim + zero, kq), layers=L, per=seq, compute=fm.attention_compute))
 
     o_params = s.attn_out_params / tp
     attn_weights = (L * geo.attention_params_per_device(arch, tp) - L * o_params) * wb
