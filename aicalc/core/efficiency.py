@@ -10,7 +10,8 @@ measured 16.1 ms, PF-09). This module holds one general correction, the same for
    measurements (OP-01/OP-02: M=128 reaches 62 % of peak, M ≥ 1024 reaches 83–93 %).
 2. **8-bit tensor math** (fp8/int8 compute) reaches ``low_precision_flop_factor`` of the efficiency a 16-bit
    GEMM reaches against its own (doubled) peak: fp8 GEMMs run ~1.2–1.5× faster than bf16, not 2×
-   (PF-03/PF-04 vs PF-01/PF-02).
+   (PF-03/PF-04 vs PF-01/PF-02). FP4 tensor math (NVFP4, MXFP4 x MXFP4) reaches ``fp4_flop_factor`` of that
+   again: its block scales and the activations' quantization leave a smaller share of the doubled peak.
 3. **Bandwidth efficiency** — streaming kernels reach ``bandwidth`` of the datasheet bandwidth; weight-only
    quantized formats (int8, int4, GGUF; dequantized in the kernel) reach ``quant_bandwidth`` of it
    (gpt-fast: bf16 1397 GB/s vs int8 1069 and int4 863 GB/s effective on the same A100, DE-01…DE-03).
@@ -41,6 +42,7 @@ class Efficiency(NamedTuple):
     flop_max: float = 0.85  # large-GEMM fraction of dense peak (OP-01: 0.93 on a bare A100 GEMM)
     gemm_half_dim: float = 48.0  # a GEMM dimension of this size halves the efficiency (OP-01/OP-02)
     low_precision_flop_factor: float = 0.60  # 8-bit compute efficiency relative to 16-bit (PF-03/04, SV-05…12)
+    fp4_flop_factor: float = 1.0  # FP4 tensor math beyond low_precision_flop_factor (item 2 of the module doc)
     bandwidth: float = 0.90  # fraction of datasheet memory bandwidth (gpt-fast "practical peak ~1700 GB/s", DE-01)
     quant_bandwidth: float = 0.75  # weight-only quantized kernels (DE-02/03/05)
     overlap_p: float = 2.0  # compute/memory overlap exponent inside a kernel
@@ -130,6 +132,7 @@ FACTOR_RANGES: dict[str, Range] = {
     "flop_max": Range(MIN_SHARE, 1.0, False, _SHARE),
     "gemm_half_dim": Range(0.0, 16384.0, False, "a GEMM dimension (0: no size curve)"),
     "low_precision_flop_factor": Range(MIN_SHARE, 1.0, False, _SHARE),
+    "fp4_flop_factor": Range(MIN_SHARE, 1.0, False, _SHARE),
     "bandwidth": Range(MIN_SHARE, 1.0, False, _SHARE),
     "quant_bandwidth": Range(MIN_SHARE, 1.0, False, _SHARE),
     "overlap_p": Range(1.0, 64.0, False, "the overlap exponent (1: no overlap; 64: within 1.1 % of max())"),
@@ -174,7 +177,7 @@ def factor_problem(name: str, value) -> str | None:
     return None
 
 
-IDEAL = Efficiency(flop_max=1.0, gemm_half_dim=0.0, low_precision_flop_factor=1.0, bandwidth=1.0,
+IDEAL = Efficiency(flop_max=1.0, gemm_half_dim=0.0, low_precision_flop_factor=1.0, fp4_flop_factor=1.0, bandwidth=1.0,
                    quant_bandwidth=1.0, overlap_p=float("inf"), kernel_overhead_s=0.0, step_overhead_s=0.0,
                    collective_latency_s=0.0, link=1.0, train_elementwise_bytes=0.0, dp_overlap=1.0, ep_overlap=1.0,
                    gemv_efficiency=0.0, dequant_ops_per_weight=0.0, layer_latency_s=0.0, hop_latency_s=0.0,
@@ -184,12 +187,18 @@ IDEAL = Efficiency(flop_max=1.0, gemm_half_dim=0.0, low_precision_flop_factor=1.
                    train_link=0.0)
 
 
-def gemm_efficiency(eff: Efficiency, m, n, k, low_precision=False):
+def math_share(eff: Efficiency, low_precision=False, fp4=False) -> float:
+    """The large-GEMM share of peak of a tensor-math format (items 1 and 2 of the module doc)."""
+    return eff.flop_max * (eff.low_precision_flop_factor if low_precision else 1.0) * (eff.fp4_flop_factor if fp4
+                                                                                       else 1.0)
+
+
+def gemm_efficiency(eff: Efficiency, m, n, k, low_precision=False, fp4=False):
     """Fraction of peak dense FLOP/s a GEMM of shape m×n×k reaches (item 1 and 2 of the module doc)."""
     import numpy as np
 
     h = eff.gemm_half_dim
-    scale = eff.flop_max * (eff.low_precision_flop_factor if low_precision else 1.0)
+    scale = math_share(eff, low_precision, fp4)
     if not h > 0:
         return scale * np.ones_like(np.asarray(m, dtype=np.float64))
     e = None

@@ -13,7 +13,7 @@ Each op (:class:`aicalc.core.forward.Op`) gets two times:
 
 from typing import NamedTuple
 
-from aicalc.core.efficiency import Efficiency, combine, gemm_efficiency
+from aicalc.core.efficiency import Efficiency, combine, gemm_efficiency, math_share
 
 CHUNK = 32768  # configurations evaluated at once: the temporaries of one chunk stay in cache
 
@@ -29,6 +29,7 @@ class Roofs(NamedTuple):
     peaks: tuple = ()  # (dtype, dense FLOP/s) of other formats ops may compute in (Op.compute: MXFP4 experts)
     domain: float = 0.0  # chips per scale-up domain (0: every collective on link_bytes_per_s)
     out_bytes_per_s: float = 0.0  # per chip and direction across domains (the scale-out NIC)
+    fp4: bool = False  # compute in FP4 tensor math (efficiency.fp4_flop_factor)
 
     @property
     def ridge_point(self) -> float:
@@ -80,9 +81,9 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
     import numpy as np
 
     peak, bw = roofs.peak_flop_per_s, roofs.bandwidth_bytes_per_s
-    low = roofs.low_precision
+    low, fp4 = roofs.low_precision, roofs.fp4
     if op.compute is not None and op.compute in dict(roofs.peaks):  # the op's own math (MXFP4 experts on fp4 cores)
-        peak, low = dict(roofs.peaks)[op.compute], op.compute in ("fp8", "int8", "fp4")
+        peak, low, fp4 = dict(roofs.peaks)[op.compute], op.compute in ("fp8", "int8", "fp4"), op.compute == "fp4"
     vec = vector_rate(roofs, eff)
     if op.kind == "gemm":
         if op.grouped:  # grouped GEMM: each expert's rows padded to the row tile (aicalc.core.moe.padded_rows)
@@ -92,16 +93,16 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
             mp = padded_rows(m, eff.grouped_gemm_tile, eff.grouped_gemm_tile_min)
             with np.errstate(divide="ignore", invalid="ignore"):
                 share = np.where(mp > 0, np.asarray(m, dtype=np.float64) / np.where(mp > 0, mp, 1.0), 1.0)
-            g = gemm_efficiency(eff, mp, n, k, low_precision=low) * share * eff.grouped_gemm_efficiency
+            g = gemm_efficiency(eff, mp, n, k, low_precision=low, fp4=fp4) * share * eff.grouped_gemm_efficiency
             if eff.grouped_gemm_half_dim > 0:  # fine-grained experts: the expert's FFN width
                 w = np.asarray(op.expert_width, dtype=np.float64)
                 g = g * w / (w + eff.grouped_gemm_half_dim)
         else:
-            g = gemm_efficiency(eff, *op.dims, low_precision=low)
+            g = gemm_efficiency(eff, *op.dims, low_precision=low, fp4=fp4)
         if eff.gemv_efficiency > 0:  # small M: a GEMV kernel on the vector units, when that is faster
             g = np.maximum(g, eff.gemv_efficiency * vec / peak)
     else:
-        g = eff.flop_max * (eff.low_precision_flop_factor if low else 1.0)
+        g = math_share(eff, low, fp4)
     q = op.quantized and quantized
     wq = eff.quant_bandwidth if q else eff.bandwidth
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -213,12 +214,12 @@ def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool, lo: float = 
     _x, fx, bx, _cx = op.affine
     W = float(op.weight_bytes)
     bw = roofs.bandwidth_bytes_per_s
-    peak, low = roofs.peak_flop_per_s, roofs.low_precision
+    peak, low, fp4 = roofs.peak_flop_per_s, roofs.low_precision, roofs.fp4
     if op.compute is not None and op.compute in dict(roofs.peaks):
-        peak, low = dict(roofs.peaks)[op.compute], op.compute in ("fp8", "int8", "fp4")
+        peak, low, fp4 = dict(roofs.peaks)[op.compute], op.compute in ("fp8", "int8", "fp4"), op.compute == "fp4"
     vec = vector_rate(roofs, eff)
     q = op.quantized and quantized
-    g = eff.flop_max * (eff.low_precision_flop_factor if low else 1.0)
+    g = math_share(eff, low, fp4)
     shift, gemv = 0.0, None
     try:
         if op.kind == "gemm":
