@@ -43,15 +43,14 @@ MOE_RESERVE_EXPERTS = 32
 
 def fragmentation(arch: Arch, framework: str, recompute):
     """The factor on ``1 + ALLOCATOR_RESERVE`` for a step's layout (see ``RECOMPUTE_RESERVE``)."""
-    import numpy as np
-
-    from aicalc.core.activations import recompute_every
+    from aicalc.core.activations import _pick, recompute_every
 
     if framework == "megatron":
         return 1.0
-    rebuilt = recompute_every(recompute) == 1
-    moe = arch.moe is not None and arch.moe.experts >= MOE_RESERVE_EXPERTS
-    return np.where(rebuilt, 1.0 + RECOMPUTE_RESERVE, 1.0) * (1.0 + MOE_RESERVE if moe else 1.0)
+    moe = 1.0 + MOE_RESERVE if arch.moe is not None and arch.moe.experts >= MOE_RESERVE_EXPERTS else 1.0
+    if isinstance(recompute, str):
+        return moe * (1.0 + RECOMPUTE_RESERVE if recompute_every(recompute) == 1 else 1.0)
+    return _pick(recompute_every(recompute) == 1, 1.0 + RECOMPUTE_RESERVE, 1.0) * moe
 # torchtune's CEWithChunkedOutputLoss default (``num_output_chunks=8``), the model's output split to match.
 CHUNKED_LOSS_CHUNKS = 8
 # LitGPT's finetune scripts: ``model(input_ids, lm_head_chunk_size=128)`` (litgpt/finetune/lora.py)

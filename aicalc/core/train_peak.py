@@ -181,8 +181,8 @@ def amp_casts_freed(arch, split, recompute, stage_layers, tp, a):
 
     from aicalc.core import activations as act
 
-    ckpt = np.where(np.asarray(recompute) == act.SELECTIVE_OP, np.asarray(stage_layers, dtype=np.float64),
-                    act.checkpointed_layers(recompute, stage_layers))
+    ckpt = act._pick(np.asarray(recompute) == act.SELECTIVE_OP, np.asarray(stage_layers, dtype=np.float64),
+                     act.checkpointed_layers(recompute, stage_layers))
     return a * (split.layers + split.experts) / arch.layers * ckpt / tp
 
 
@@ -355,7 +355,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         # selective-op: torchtitan's op-level SAC on every layer (act.hf_selective_op_layer)
         # a checkpointed layer keeps its input hidden state: fp32 under torch AMP (the fp32 embedding's output and
         # the residual adds stay fp32, amp_saved), a bytes otherwise (FSDP2 runs its layers in bf16)
-        a_in = np.where(np.asarray(zero) >= 3, a, 4.0) if amp else a
+        a_in = act._pick(np.asarray(zero) >= 3, a, 4.0) if amp else a
         op = np.asarray(recompute) == act.SELECTIVE_OP
         per_layer = layer
         if np.any(op):
@@ -444,7 +444,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     if o.framework != "megatron" and o.precision in ("bf16-mixed", "fp16-mixed") and not o.lora_rank:
         # torch AMP: the parameters are fp32, so are the gradients kept between micro-batches (grads_bytes counts
         # the 16-bit share of the 16 bytes a parameter takes, state_bytes): 4 bytes held (not under FSDP2)
-        held = np.where(fsdp, held, held * 4.0 / sb.grads)
+        held = act._pick(fsdp, held, held * (4.0 / sb.grads))
     if o.framework == "megatron":
         # one phase: everything at once (the Megatron rows are calibrated on this sum; TM-04, TM-34)
         transient = loss_t + workspace + gather
@@ -484,8 +484,9 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         gather = np.where(fsdp, f_back, gather)
         wg = _plus(workspace, gather)
         casts = 0.0
-        if amp and np.any(np.asarray(recompute) != "none"):  # FSDP2 (zero 3) runs its layers in bf16: no casts
-            casts = np.where(np.asarray(zero) >= 3, 0.0, amp_casts_freed(arch, split, recompute, stage_layers, tp, a))
+        if amp and (recompute != "none" if isinstance(recompute, str) else np.any(np.asarray(recompute) != "none")):
+            # FSDP2 (zero 3) runs its layers in bf16: no casts
+            casts = act._pick(np.asarray(zero) >= 3, 0.0, amp_casts_freed(arch, split, recompute, stage_layers, tp, a))
         live = {"loss": _plus(activ, held, loss_t, kept, f_loss, -casts),
                 "backward": _plus(np.maximum(_plus(activ, -freed), 0.0),
                                   np.where(persistent, grads, np.where(fsdp, 0.0, head)), workspace, gather),
