@@ -46,21 +46,26 @@ _FULL, _STRIP0, _STRIP, _DROP = 0, 10_000, 20_000, 30_000
 
 
 @cache
-def _pow10(j: int) -> tuple[float, float]:
-    """10^j as a double-double (hi + lo), each part correctly rounded from exact integers."""
+def _pow10(j: int) -> tuple[float, float, float, float]:
+    """10^j as a double-double (hi + lo), each part correctly rounded from exact integers, and hi split in halves
+    of 26 bits (for :func:`_two_prod`)."""
     if j >= 0:
         hi = float(10**j)
-        return hi, float(10**j - int(hi))
-    d = 10**-j
-    hi = 1 / d
-    p, q = hi.as_integer_ratio()
-    return hi, (q - p * d) / (q * d)
+        lo = float(10**j - int(hi))
+    else:
+        d = 10**-j
+        hi = 1 / d
+        p, q = hi.as_integer_ratio()
+        lo = (q - p * d) / (q * d)
+    t = 134217729.0 * hi
+    high = t - (t - hi)
+    return hi, lo, high, hi - high
 
 
-def digit_chars(v, width: int, marked: bool = False):
+def digit_chars(v, width: int, marked: bool = False, fewest: int = 0):
     """``v`` (int64, 0 ≤ v < 10^width) as ASCII digits, right-aligned in ``width`` bytes a row with NUL before them
     (a (len(v), width) uint8 array). ``marked``: v is 10^L + the number to write with L digits, zeros before it
-    included (a fraction's digits), and the leading 1 is dropped."""
+    included (a fraction's digits), and the leading 1 is dropped. ``fewest``: digits of the shortest v."""
     import numpy as np
 
     groups, _ = _table()
@@ -73,7 +78,10 @@ def digit_chars(v, width: int, marked: bool = False):
             break
         q = rest // 10_000
         g = rest - q * 10_000
-        out[:, ng - 1 - i] = groups[np.where(q == 0, g + (_DROP if marked else _STRIP0 if i == 0 else _STRIP), g)]
+        if fewest > 4 * (i + 1):  # every row has digits above this group
+            out[:, ng - 1 - i] = groups[g]
+        else:
+            out[:, ng - 1 - i] = groups[np.where(q == 0, g + (_DROP if marked else _STRIP0 if i == 0 else _STRIP), g)]
         rest = q
     return out.view(np.uint8).reshape(len(v), 4 * ng)[:, 4 * ng - width:]
 
@@ -86,37 +94,61 @@ def ndigits(v):
     return np.searchsorted(p10[1:], v, side="right") + 1
 
 
-def _two_prod(x, y):
-    """x·y exactly, as p + e (Dekker's product; no fused multiply-add in numpy)."""
+def _two_prod(x, y, yh, yl):
+    """x·y exactly, as p + e, y split as yh + yl (Dekker's product; no fused multiply-add in numpy)."""
     p = x * y
     t = 134217729.0 * x  # 2^27 + 1: split into halves of 26 bits
     xh = t - (t - x)
     xl = x - xh
-    t = 134217729.0 * y
-    yh = t - (t - y)
-    yl = y - yh
     return p, ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
 
 
-def shortest(a):
-    """(digits c as int64, their count, decimal point position, decided) of positive floats ``a``:
+def _fewer(N, frac, half, half_low, t):
+    """(S = N + frac rounded to a multiple of t, in units of t; whether that reads back as the float, surely;
+    whether that is too close to call), elementwise (broadcast): within ``half`` above S, ``half_low`` below."""
+    import numpy as np
+
+    q = N // t
+    r = N - q * t
+    if t.ndim == 1 and t[0] <= 100:  # the remainder and the fraction add up exactly in a float
+        rest = r + frac
+        up = rest > t[0] / 2
+        d = up * float(t[0]) - rest
+        tie = np.abs(rest - t[0] / 2) <= _EPS
+    else:
+        h2 = t // 2
+        up = (r > h2) | ((r == h2) & (frac > _EPS))
+        d = (up * t - r).astype(np.float64) - frac
+        tie = ((r == h2) & (frac <= _EPS)) | ((r == h2 - 1) & (frac >= 1 - _EPS))
+    dist = np.abs(d)
+    limit = half if half_low is None else np.where(d < 0, half_low, half)
+    ok = dist < limit - _EPS
+    unsure = ((dist <= limit + _EPS) & ~ok) | tie
+    return q + up, ok & ~tie, unsure
+
+
+def shortest(a, rows):
+    """(digits c as int64, their count, decimal point position, decided) of positive floats ``a`` where ``rows``:
     a = 0.DIGITS × 10^point with the digits ``repr`` writes, where ``decided``; elsewhere the caller asks ``repr``."""
     import numpy as np
 
     _, p10 = _table()
-    mant, e2 = np.frexp(a)
-    decided = (a >= 1e-280) & (a <= 1e280) & (mant != 0.5)
+    decided = rows & (a >= 1e-280) & (a <= 1e280)
     if not decided.all():
-        a = np.where(decided, a, 1.0)
+        a = np.where(decided, a, 1.5)
+    mant, e2 = np.frexp(a)
     k = np.floor(np.log10(a)).astype(np.int64) - 16  # S = a·10^-k has 17 digits before its point
     for _ in range(2):  # log10 may be one off next to a power of ten
         top = int(k.max())
         js = range(-top, int(-k.min()) + 1)
         at = top - k
-        hi = np.array([_pow10(j)[0] for j in js])[at]
-        lo = np.array([_pow10(j)[1] for j in js])[at]
-        p, e = _two_prod(a, hi)
-        t = e + a * lo
+        his, los, highs, lows = np.array([_pow10(j) for j in js]).T.copy()
+        hi = his[at]
+        if len(js) == 1:  # one power for every value: its parts are numbers
+            p, e = _two_prod(a, hi, highs[0], lows[0])
+        else:
+            p, e = _two_prod(a, hi, highs[at], lows[at])
+        t = e + a * los[at] if los.any() else e  # 10^j is a float itself for 0 <= j <= 22
         s_hi = p + t
         s_lo = t - (s_hi - p)
         low, high = s_hi < 1e16, s_hi >= 1e17
@@ -125,43 +157,47 @@ def shortest(a):
         k = k - low + high
     floor_lo = np.floor(s_lo)
     frac = s_lo - floor_lo  # S = N + frac, 0 ≤ frac < 1, known to within 1e-13
-    big = (s_hi >= 1e16) & (s_hi < 1e17)
-    N = np.where(big, s_hi, 1e16).astype(np.int64) + floor_lo.astype(np.int64)
-    decided &= big & (N >= 10**16) & (N < 10**17) & (np.abs(frac - 0.5) > _EPS)
+    N = s_hi.astype(np.int64) + floor_lo.astype(np.int64)
+    decided &= (N >= 10**16) & (N < 10**17) & (np.abs(frac - 0.5) > _EPS)
     half = np.ldexp(hi, e2 - 54)  # half a unit in the last place of a, in units of S's last digit (0.55..11.1)
-    best = N + (frac > 0.5)  # 17 digits, correctly rounded: always within half a unit
+    power = mant == 0.5  # a power of two: the float below is half as far as the one above
+    half_low = np.where(power, half / 2, half) if power.any() else None
+    best = N + (frac > 0.5)  # 17 digits, correctly rounded: always within the interval
     shift = np.zeros(len(a), dtype=np.int64)
-    live = np.flatnonzero(decided)
-    for j in range(1, 17):  # fewer digits while the rounded value still reads back as a
-        if not len(live):
-            break
-        t = p10[j]
-        h2 = t // 2
-        Nl, fl = N[live], frac[live]
-        q = Nl // t
-        r = Nl - q * t
-        c = q + ((r > h2) | ((r == h2) & (fl > _EPS)))
-        dist = np.abs((c * t - Nl).astype(np.float64) - fl)
-        hl = half[live]
-        ok = dist < hl - _EPS
-        unsure = (dist <= hl + _EPS) & ~ok
-        if (r == h2).any() or (r == h2 - 1).any():  # a tie, or what may be one
-            unsure |= ((r == h2) & (fl <= _EPS)) | ((r == h2 - 1) & (fl >= 1 - _EPS))
-            ok &= ~unsure
-        if unsure.any():
-            decided[live[unsure]] = False
-        live = live[ok]
-        best[live] = c[ok]
-        shift[live] = j
+    c, ok, unsure = _fewer(N, frac, half, half_low, p10[1:2])  # 16 digits, for every value at once
+    decided &= ~unsure
+    live = np.flatnonzero(ok & decided)
+    best[live] = c[live]
+    shift[live] = 1
+    j = 2
+    while j < 17 and len(live):  # fewer digits while the rounded value still reads back as a
+        at_once = j > 2 and len(live) * (17 - j) <= 4096  # the last few: every shorter length at once
+        t = p10[j:17][None, :] if at_once else p10[j:j + 1]
+        rows = (live, None) if at_once else live
+        c, ok, unsure = _fewer(N[rows], frac[rows], half[rows], None if half_low is None else half_low[rows], t)
+        if not at_once:
+            if unsure.any():
+                decided[live[unsure]] = False
+            live = live[ok]
+            best[live] = c[ok]
+            shift[live] = j
+            j += 1
+            continue
+        first_bad = np.where(ok.all(axis=1), ok.shape[1], ok.argmin(axis=1))  # validity only shrinks with digits
+        unsure = (unsure & (np.arange(ok.shape[1]) <= first_bad[:, None])).any(axis=1)
+        decided[live[unsure]] = False
+        took = np.flatnonzero((first_bad > 0) & ~unsure)
+        best[live[took]] = c[took, first_bad[took] - 1]
+        shift[live[took]] = first_bad[took] + j - 1
+        break
     nd = 17 - shift
     nd += best == p10[nd]  # a carry (9.96 → 10.0): one digit more, and trailing zeros
-    for _ in range(17):
-        z = best % 10 == 0
-        if not z.any():
-            break
-        best = np.where(z, best // 10, best)
-        shift += z
-        nd -= z
+    z = np.flatnonzero((best % 10 == 0) & decided)
+    while len(z):
+        best[z] //= 10
+        shift[z] += 1
+        nd[z] -= 1
+        z = z[best[z] % 10 == 0]
     return best, nd, nd + k + shift, decided
 
 
@@ -175,9 +211,15 @@ def float_blocks(columns, null: str) -> list[list]:
     x = np.concatenate(columns).astype(np.float64, copy=False)
     neg = np.signbit(x)
     a = np.abs(x)
-    usable = np.isfinite(a) & (a > 0)
-    c, nd, point, decided = shortest(a if usable.all() else np.where(usable, a, 1.0))
-    decided &= usable
+    whole = a < 1e16
+    whole &= a == np.trunc(np.where(whole, a, 0))  # 0 and byte counts: an integer's digits, then ".0"
+    c, nd, point, decided = shortest(a, np.isfinite(a) & ~whole)
+    at = np.flatnonzero(whole)
+    if len(at):
+        c[at] = a[at].astype(np.int64)
+        nd[at] = ndigits(c[at])
+        point[at] = nd[at]
+        decided[at] = True
     expo = (point <= -4) | (point > 16)
     any_expo = expo.any()
     split = np.where(expo, nd - 1, nd - point) if any_expo else nd - point  # digits of c after the point
@@ -202,9 +244,10 @@ def float_blocks(columns, null: str) -> list[list]:
         zero_chars = np.where(np.arange(2, 0, -1) <= zeros[:, None], ord("0"), 0).astype(np.uint8)
     else:
         zero_w = np.zeros(m, dtype=np.int64)
-    int_w, frac_w = ndigits(by_col(whole).max(axis=1)), by_col(frac_len).max(axis=1)
-    int_chars = digit_chars(whole, int(int_w.max()))
-    frac_chars = digit_chars(rest + p10[frac_len], int(frac_w.max()), marked=True)
+    int_w, frac_w, frac_least = ndigits(by_col(whole).max(axis=1)), by_col(frac_len).max(axis=1), \
+        by_col(frac_len).min(axis=1)
+    int_chars = digit_chars(whole, int(int_w.max()), fewest=int(ndigits(whole.min(keepdims=True))[0]))
+    frac_chars = digit_chars(rest + p10[frac_len], int(frac_w.max()), marked=True, fewest=int(frac_least.min()) + 1)
     neg_cols, expo_cols = by_col(neg).any(axis=1), by_col(expo).any(axis=1)
     if any_expo:
         ev = point - 1
@@ -213,6 +256,7 @@ def float_blocks(columns, null: str) -> list[list]:
         e_sign = np.where(ev < 0, ord("-"), ord("+")).astype(np.uint8)[:, None]
         e_w = by_col(e_len).max(axis=1)
     dot = np.where(frac_len > 0, ord("."), 0).astype(np.uint8)[:, None]
+    all_decided = decided.all()
     out = []
     for j in range(m):
         rows = slice(j * n, (j + 1) * n)
@@ -221,7 +265,7 @@ def float_blocks(columns, null: str) -> list[list]:
             parts.append(np.where(neg[rows], ord("-"), 0).astype(np.uint8)[:, None])
         parts.append(int_chars[rows, int_chars.shape[1] - int_w[j]:])
         if frac_w[j]:
-            parts.append("." if frac_len[rows].min() else dot[rows])
+            parts.append("." if frac_least[j] else dot[rows])
             if zero_w[j]:
                 parts.append(zero_chars[rows, 2 - zero_w[j]:])
             parts.append(frac_chars[rows, frac_chars.shape[1] - frac_w[j]:])
@@ -230,7 +274,7 @@ def float_blocks(columns, null: str) -> list[list]:
             parts.append("e" if every else np.where(expo[rows], ord("e"), 0).astype(np.uint8)[:, None])
             parts.append(e_sign[rows] if every else e_sign[rows] * expo[rows, None])
             parts.append(e_chars[rows, e_chars.shape[1] - e_w[j]:])
-        fix = np.flatnonzero(~decided[rows])
+        fix = () if all_decided else np.flatnonzero(~decided[rows])
         if len(fix):
             block = np.concatenate([np.full((n, len(p)), ord(p), np.uint8) if isinstance(p, str) else p
                                     for p in parts], axis=1)
@@ -288,9 +332,8 @@ def layout(n: int, items: list) -> bytearray:
         else:
             at.append((len(template), item))
             template += bytes(item.shape[1])
-    data = bytearray(n * len(template))
+    data = template * n
     out = np.frombuffer(data, dtype=np.uint8).reshape(n, len(template))
-    out[:] = np.frombuffer(template, dtype=np.uint8)
     for start, block in at:
         out[:, start:start + block.shape[1]] = block
     del out

@@ -269,7 +269,7 @@ def _row_runs(rows):
 _JSON_WORDS = ("null", "true", "false")
 _CSV_WORDS = ("", "True", "False")
 _FAST_MIN = 64  # rows from which numbers are formatted a column at a time (fewer: a value at a time, no numpy)
-_FAST_ROWS = 1024  # rows laid out at once: numpy's temporaries stay small (cache-sized) while its calls are few
+_FAST_ROWS = 2048  # rows laid out at once: numpy's temporaries stay small (cache-sized) while its calls are few
 
 
 def _fast_rows(keys, cols, n: int, words: tuple[str, str, str], head: str, before: list[str], tail: str):

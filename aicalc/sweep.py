@@ -58,6 +58,8 @@ def parse_sweep(text: str, parse: Callable[[str], float], what: str) -> list[flo
             n = math.floor(n + 1e-9) + 1
             if type(start) is int and type(step) is int:  # counts (int_sweep): the same values, built in C
                 values = list(range(start, start + n * step, step))
+            elif float(start).is_integer() and float(step).is_integer() and abs(start) + n * step < 2**53:
+                values = list(map(float, range(int(start), int(start) + n * int(step), int(step))))  # exact too
             else:
                 values = [start + i * step for i in range(n)]
         return values
