@@ -445,10 +445,31 @@ def _dump(value: Any, indent: str) -> str:
         if not value:
             return "[]"
         kinds = set(map(type, value))
+        if kinds == {int} and len(value) >= _FAST_MIN:  # a long sweep of counts echoed in inputs
+            text = _int_lines(value, inner)
+            if text is not None:
+                return "[\n" + text + "\n" + indent + "]"
         if kinds == {int} or kinds == {float} and math.isfinite(sum(value)):  # a long sweep echoed in inputs
             return "[\n" + inner + (",\n" + inner).join(map(repr, value)) + "\n" + indent + "]"
         return "[\n" + ",\n".join(inner + _dump(v, inner) for v in value) + "\n" + indent + "]"
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _int_lines(values: list[int], inner: str) -> str | None:
+    """``values`` one a line after ``inner``, as ``repr`` writes them, formatted at once (:mod:`aicalc.numtext`);
+    None where one does not fit 64 bits."""
+    import numpy as np
+
+    from aicalc import numtext
+
+    try:
+        a = np.array(values, dtype=np.int64)
+    except OverflowError:
+        return None
+    block = numtext.int_block(a)
+    if block is None:
+        return None
+    return numtext.layout(len(a), [inner, block, ",\n"]).decode()[:-2]
 
 
 def _all_keys(rows) -> list[str]:

@@ -103,7 +103,8 @@ def _numeric_rows(n: int, seed: int) -> Rows:
 
 @pytest.mark.parametrize("n", [64, 1000, 9000])  # from the fewest rows the column path takes, past one chunk
 def test_numeric_sweep_json_is_the_json_module_text(n):
-    result = Result("kv-cache", {"model": "m", "batch": "1:4:+1"}, _numeric_rows(n, n), warnings=["w"])
+    result = Result("kv-cache", {"model": "m", "batch": "1:300:+1", "tp": [1, 2, 4], "context": [*range(-99, 99), 2**63]},
+                    _numeric_rows(n, n), warnings=["w"])  # a long sweep echoed in inputs, numbers past 64 bits
     text = _written(result, "json")
     assert text == _reference_json(result)
     wrapped = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")  # a process's stdout: the bytes go to its buffer
