@@ -138,26 +138,21 @@ def shortest(a, rows):
         a = np.where(decided, a, 1.5)
     mant, e2 = np.frexp(a)
     k = np.floor(np.log10(a)).astype(np.int64) - 16  # S = a·10^-k has 17 digits before its point
-    for _ in range(2):  # log10 may be one off next to a power of ten
-        top = int(k.max())
-        js = range(-top, int(-k.min()) + 1)
-        at = top - k
-        his, los, highs, lows = np.array([_pow10(j) for j in js]).T.copy()
-        hi = his[at]
-        if len(js) == 1:  # one power for every value: its parts are numbers
-            p, e = _two_prod(a, hi, highs[0], lows[0])
-        else:
-            p, e = _two_prod(a, hi, highs[at], lows[at])
-        t = e + a * los[at] if los.any() else e  # 10^j is a float itself for 0 <= j <= 22
-        s_hi = p + t
-        s_lo = t - (s_hi - p)
-        low, high = s_hi < 1e16, s_hi >= 1e17
-        if not (low.any() or high.any()):
-            break
-        k = k - low + high
+    top = int(k.max())
+    js = range(-top, int(-k.min()) + 1)
+    at = top - k
+    his, los, highs, lows = np.array([_pow10(j) for j in js]).T.copy()
+    hi = his[at]
+    if len(js) == 1:  # one power for every value: its parts are numbers
+        p, e = _two_prod(a, hi, highs[0], lows[0])
+    else:
+        p, e = _two_prod(a, hi, highs[at], lows[at])
+    t = e + a * los[at] if los.any() else e  # 10^j is a float itself for 0 <= j <= 22
+    s_hi = p + t
+    s_lo = t - (s_hi - p)  # (where log10 was one off, next to a power of ten, S has 16 or 18 digits: repr's)
     floor_lo = np.floor(s_lo)
     frac = s_lo - floor_lo  # S = N + frac, 0 ≤ frac < 1, known to within 1e-13
-    N = s_hi.astype(np.int64) + floor_lo.astype(np.int64)
+    N = np.minimum(s_hi, 1e18).astype(np.int64) + floor_lo.astype(np.int64)
     decided &= (N >= 10**16) & (N < 10**17) & (np.abs(frac - 0.5) > _EPS)
     half = np.ldexp(hi, e2 - 54)  # half a unit in the last place of a, in units of S's last digit (0.55..11.1)
     power = mant == 0.5  # a power of two: the float below is half as far as the one above

@@ -200,7 +200,9 @@ def _json_rows(rows, out, stream) -> None:
             write = _byte_writer(stream)
             for data in fast:
                 del data[-2:]  # the last row's ",\n"
-                write(data if first else b",\n" + data)
+                if not first:
+                    write(b",\n")
+                write(data)
                 first = False
             continue
         if keys:
