@@ -36,6 +36,10 @@ def _samples(n: int, seed: int) -> dict[str, np.ndarray]:
                                                        rng.integers(0, 8, n).tolist(), strict=True)]),
         "around powers of ten": np.resize([float(f"{m}e{e}") for m in (1, 2, 5, 9.99, 1.25, 3.14159, 9.999999999999999)
                                            for e in range(-320, 309)], n),
+        "one point": rng.random(n) + 1,  # every value's point at one place
+        "after zeros": rng.random(n) * 0.009 + 0.001,  # 0.00ddd
+        "exponent form": rng.random(n) * 1e-7 + 1e-8,
+        "signed zeros and wholes": rng.choice(np.array([0.0, -0.0, 3.0, 1e15, -7.0, 0.5]), n),
         "edges": np.resize(np.array([0.0, -0.0, 1e16, 1e16 - 2, 1e-5, 1e-4, 9.9999e-5, 0.0001234, 123456.5, 1e23,
                                      9.999999999999999e22, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308,
                                      0.1, 0.3, 2 / 3, 1e15 + 0.3, 2**50 + 0.25, 2**50 + 0.75, 0.5, 2.0**-30,
