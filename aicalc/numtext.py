@@ -72,16 +72,17 @@ def digit_chars(v, width: int, marked: bool = False, fewest: int = 0):
     ng = (width + marked + 3) // 4
     out = np.empty((len(v), ng), dtype=np.uint32)
     rest = v
+    g = np.empty_like(v)  # (in place: fresh temporaries of this size cost more than the arithmetic)
     for i in range(ng):  # four digits at a time from the right, through the table
         if i == ng - 1:  # the top group: nothing above it
             out[:, 0] = groups[(_DROP if marked else _STRIP0 if i == 0 else _STRIP) + rest]
             break
         q = rest // 10_000
-        g = rest - q * 10_000
-        if fewest > 4 * (i + 1):  # every row has digits above this group
-            out[:, ng - 1 - i] = groups[g]
-        else:
-            out[:, ng - 1 - i] = groups[np.where(q == 0, g + (_DROP if marked else _STRIP0 if i == 0 else _STRIP), g)]
+        np.multiply(q, 10_000, out=g)
+        np.subtract(rest, g, out=g)
+        if fewest <= 4 * (i + 1):  # a row may have no digits above this group: its zeros before are none
+            np.add(g, _DROP if marked else _STRIP0 if i == 0 else _STRIP, out=g, where=q == 0)
+        out[:, ng - 1 - i] = groups[g]
         rest = q
     return out.view(np.uint8).reshape(len(v), 4 * ng)[:, 4 * ng - width:]
 
@@ -95,12 +96,24 @@ def ndigits(v):
 
 
 def _two_prod(x, y, yh, yl):
-    """x·y exactly, as p + e, y split as yh + yl (Dekker's product; no fused multiply-add in numpy)."""
+    """x·y exactly, as p + e, y split as yh + yl (Dekker's product; no fused multiply-add in numpy); in place
+    where it can be (fresh temporaries of this size cost more than the arithmetic)."""
+    import numpy as np
+
     p = x * y
-    t = 134217729.0 * x  # 2^27 + 1: split into halves of 26 bits
-    xh = t - (t - x)
-    xl = x - xh
-    return p, ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
+    xh = x * 134217729.0  # 2^27 + 1: split into halves of 26 bits
+    t = xh - x
+    np.subtract(xh, t, out=xh)
+    np.subtract(x, xh, out=t)  # x's low half
+    e = xh * yh
+    e -= p
+    np.multiply(xh, yl, out=xh)
+    e += xh
+    np.multiply(t, yh, out=xh)
+    e += xh
+    np.multiply(t, yl, out=xh)
+    e += xh
+    return p, e
 
 
 def _fewer(N, frac, half, half_low, t):
@@ -109,22 +122,31 @@ def _fewer(N, frac, half, half_low, t):
     import numpy as np
 
     q = N // t
-    r = N - q * t
+    r = q * t  # (in place where it can be: fresh temporaries of this size cost more than the arithmetic)
+    np.subtract(N, r, out=r)
     if t.ndim == 1 and t[0] <= 100:  # the remainder and the fraction add up exactly in a float
         rest = r + frac
-        up = rest > t[0] / 2
-        d = up * float(t[0]) - rest
-        tie = np.abs(rest - t[0] / 2) <= _EPS
+        half_t = float(t[0]) / 2
+        up = rest > half_t
+        d = up * float(t[0])
+        np.subtract(d, rest, out=d)
+        np.subtract(rest, half_t, out=rest)
+        np.abs(rest, out=rest)
+        tie = rest <= _EPS
     else:
         h2 = t // 2
         up = (r > h2) | ((r == h2) & (frac > _EPS))
         d = (up * t - r).astype(np.float64) - frac
         tie = ((r == h2) & (frac <= _EPS)) | ((r == h2 - 1) & (frac >= 1 - _EPS))
-    dist = np.abs(d)
     limit = half if half_low is None else np.where(d < 0, half_low, half)
-    ok = dist < limit - _EPS
-    unsure = ((dist <= limit + _EPS) & ~ok) | tie
-    return q + up, ok & ~tie, unsure
+    np.abs(d, out=d)
+    ok = d < limit - _EPS
+    unsure = d <= limit + _EPS
+    unsure &= ~ok
+    unsure |= tie
+    ok &= ~tie
+    np.add(q, up, out=q)
+    return q, ok, unsure
 
 
 def shortest(a, rows):
@@ -137,7 +159,10 @@ def shortest(a, rows):
     if not decided.all():
         a = np.where(decided, a, 1.5)
     mant, e2 = np.frexp(a)
-    k = np.floor(np.log10(a)).astype(np.int64) - 16  # S = a·10^-k has 17 digits before its point
+    k = np.log10(a)
+    np.floor(k, out=k)
+    k = k.astype(np.int64)
+    k -= 16  # S = a·10^-k has 17 digits before its point
     top = int(k.max())
     js = range(-top, int(-k.min()) + 1)
     at = top - k
@@ -149,11 +174,19 @@ def shortest(a, rows):
         p, e = _two_prod(a, hi, highs[at], lows[at])
     t = e + a * los[at] if los.any() else e  # 10^j is a float itself for 0 <= j <= 22
     s_hi = p + t
-    s_lo = t - (s_hi - p)  # (where log10 was one off, next to a power of ten, S has 16 or 18 digits: repr's)
-    floor_lo = np.floor(s_lo)
-    frac = s_lo - floor_lo  # S = N + frac, 0 ≤ frac < 1, known to within 1e-13
-    N = np.minimum(s_hi, 1e18).astype(np.int64) + floor_lo.astype(np.int64)
-    decided &= (N >= 10**16) & (N < 10**17) & (np.abs(frac - 0.5) > _EPS)
+    np.subtract(s_hi, p, out=p)
+    np.subtract(t, p, out=t)  # s_lo (where log10 was one off, next to a power of ten, S has 16 or 18 digits: repr's)
+    floor_lo = np.floor(t)
+    frac = t
+    frac -= floor_lo  # S = N + frac, 0 ≤ frac < 1, known to within 1e-13
+    np.minimum(s_hi, 1e18, out=s_hi)
+    N = s_hi.astype(np.int64)
+    N += floor_lo.astype(np.int64)
+    decided &= N >= 10**16
+    decided &= N < 10**17
+    np.subtract(frac, 0.5, out=p)
+    np.abs(p, out=p)
+    decided &= p > _EPS
     half = np.ldexp(hi, e2 - 54)  # half a unit in the last place of a, in units of S's last digit (0.55..11.1)
     power = mant == 0.5  # a power of two: the float below is half as far as the one above
     half_low = np.where(power, half / 2, half) if power.any() else None
