@@ -181,19 +181,30 @@ def _json(result: Result, env: Env) -> None:
     for n, (key, value) in enumerate(result.envelope(lazy=True).items()):
         out(("," if n else "") + "\n  " + _json_key(key) + ": ")
         if key == "rows":
-            _json_rows(value, out)
+            _json_rows(value, out, env.stdout)
         else:
             out(_dump(_plain(value), "  "))
     out("\n}\n")
 
 
-def _json_rows(rows, out) -> None:
+def _json_rows(rows, out, stream) -> None:
     if not len(rows):
         out("[]")
         return
     out("[\n")
     first = True
     for keys, cols, n in _row_runs(rows):
+        fast = _fast_rows(keys, cols, n, _JSON_WORDS, "    {", [("," if i else "") + f"\n      {_json_key(k)}: "
+                                                               for i, k in enumerate(keys)], "\n    },\n")
+        if fast is not None:
+            write = _byte_writer(stream)
+            for data in fast:
+                del data[-2:]  # the last row's ",\n"
+                if not first:
+                    write(b",\n")
+                write(data)
+                first = False
+            continue
         if keys:
             parts = [(("," if i else "") + f"\n      {_json_key(k)}: ", *_json_column(col))
                      for i, (k, col) in enumerate(zip(keys, cols, strict=True))]
@@ -255,6 +266,92 @@ def _row_runs(rows):
         for keys, run in groupby(rows[i:i + _CHUNK], key=tuple):
             run = list(run)
             yield keys, [list(c) for c in zip(*(r.values() for r in run), strict=True)], len(run)
+
+
+_JSON_WORDS = ("null", "true", "false")
+_CSV_WORDS = ("", "True", "False")
+_FAST_MIN = 64  # rows from which numbers are formatted a column at a time (fewer: a value at a time, no numpy)
+_FAST_ROWS = 2048  # rows laid out at once: numpy's temporaries stay small (cache-sized) while its calls are few
+
+
+def _fast_rows(keys, cols, n: int, words: tuple[str, str, str], head: str, before: list[str], tail: str):
+    """The text of ``n`` rows of numpy number columns (int, bool, float up to 64 bits) as UTF-8 bytes,
+    ``_FAST_ROWS`` rows a piece, each row ``head``, then each key's text in ``before`` and its value, then
+    ``tail``: numbers as ``repr`` writes them, non-finite floats as ``words[0]``, booleans as ``words[1]`` or
+    ``words[2]``, formatted a column at a time by :mod:`aicalc.numtext`. None (nothing written) for fewer than
+    ``_FAST_MIN`` rows, or where a column is anything else."""
+    if n < _FAST_MIN or not keys or not all(getattr(c, "ndim", 0) == 1 and c.dtype.kind in "biuf"
+                                            and c.dtype.itemsize <= 8 for c in cols):
+        return None
+    kinds = _fast_kinds(cols, words)
+    return (_fast_piece(kinds, words, head, before, tail, [c[i:i + _FAST_ROWS] for c in cols])
+            for i in range(0, n, _FAST_ROWS))
+
+
+def _fast_kinds(cols, words) -> list:
+    """How each column is written: its text where it is the same in every row, an earlier column's index where
+    the two are equal integers (kv_cache_bytes and its per-device share at TP 1), or "bool", "int", "whole" (a
+    float column of whole numbers below 10¹⁶, -0.0 not among them: an integer and ".0"), "float"."""
+    import numpy as np
+
+    null, true, false = words
+    kinds: list = []
+    for i, a in enumerate(cols):
+        kind = a.dtype.kind
+        if a[0] == a[-1] and bool((a == a[0]).all()) and (kind != "f" or a[0] != 0):  # ±0.0
+            v = a[:1].tolist()[0]
+            kinds.append((true if v else false) if kind == "b" else repr(v) if v - v == 0 else null)
+        elif kind == "b":
+            kinds.append("bool")
+        elif kind in "iu":
+            kinds.append(next((j for j in range(i) if kinds[j] == "int" and np.array_equal(cols[j], a)), "int"))
+        else:
+            with np.errstate(invalid="ignore"):
+                whole = bool(((np.abs(a) < 1e16) & (a == np.trunc(a)) & ~((a == 0) & np.signbit(a))).all())
+            kinds.append("whole" if whole else "float")
+    return kinds
+
+
+def _fast_piece(kinds, words, head, before, tail, cols) -> bytearray:
+    import numpy as np
+
+    from aicalc import numtext
+
+    null, true, false = words
+    n = len(cols[0])
+    values: list = [None] * len(cols)
+    for i, (kind, a) in enumerate(zip(kinds, cols, strict=True)):
+        if isinstance(kind, int):
+            values[i] = values[kind]
+        elif kind == "bool":
+            values[i] = numtext.text_block(a, true, false)
+        elif kind == "int":
+            block = numtext.int_block(a)
+            values[i] = numtext.patch_rows(a.tolist(), n) if block is None else block  # 10^17 or more: repr
+        elif kind == "whole":
+            values[i] = [numtext.int_block(a.astype(np.int64)), ".0"]
+        elif kind != "float":
+            values[i] = kind
+    floats = [i for i, kind in enumerate(kinds) if kind == "float"]
+    if floats:
+        for i, parts in zip(floats, numtext.float_blocks([cols[i] for i in floats], null), strict=True):
+            values[i] = parts
+    items: list = [head]
+    for text, value in zip(before, values, strict=True):
+        items.append(text)
+        items += value if isinstance(value, list) else [value]
+    items.append(tail)
+    return numtext.layout(n, items)
+
+
+def _byte_writer(stream):
+    """A function that writes UTF-8 bytes to ``stream``: to its binary buffer where it has one and writes UTF-8
+    (its text so far flushed first), else decoded."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None and (getattr(stream, "encoding", "") or "").lower().replace("-", "") == "utf8":
+        stream.flush()
+        return buffer.write
+    return lambda data: stream.write(data.decode())
 
 
 def _json_column(col) -> tuple[str, list]:
@@ -350,10 +447,31 @@ def _dump(value: Any, indent: str) -> str:
         if not value:
             return "[]"
         kinds = set(map(type, value))
+        if kinds == {int} and len(value) >= _FAST_MIN:  # a long sweep of counts echoed in inputs
+            text = _int_lines(value, inner)
+            if text is not None:
+                return "[\n" + text + "\n" + indent + "]"
         if kinds == {int} or kinds == {float} and math.isfinite(sum(value)):  # a long sweep echoed in inputs
             return "[\n" + inner + (",\n" + inner).join(map(repr, value)) + "\n" + indent + "]"
         return "[\n" + ",\n".join(inner + _dump(v, inner) for v in value) + "\n" + indent + "]"
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _int_lines(values: list[int], inner: str) -> str | None:
+    """``values`` one a line after ``inner``, as ``repr`` writes them, formatted at once (:mod:`aicalc.numtext`);
+    None where one does not fit 64 bits."""
+    import numpy as np
+
+    from aicalc import numtext
+
+    try:
+        a = np.array(values, dtype=np.int64)
+    except OverflowError:
+        return None
+    block = numtext.int_block(a)
+    if block is None:
+        return None
+    return numtext.layout(len(a), [inner, block, ",\n"]).decode()[:-2]
 
 
 def _all_keys(rows) -> list[str]:
@@ -380,6 +498,13 @@ def _csv(result: Result, env: Env) -> None:
         if len(names) < 2:  # one field: the csv module's own rules for an empty one ('""')
             writer.writerows([[_csv_cell(_plain(v))] for v in (at[names[0]] if at else [""] * n)] if names
                              else [[]] * n)
+            continue
+        fast = _fast_rows(keys, cols, n, _CSV_WORDS, "", ["," if i else "" for i in range(len(keys))], "\n") \
+            if list(keys) == names else None
+        if fast is not None:
+            write = _byte_writer(env.stdout)
+            for data in fast:
+                write(data)
             continue
         parts = [("," if i else "", *(_csv_column(at[k]) if k in at else ("%s", [""] * n)))  # missing: restval ""
                  for i, k in enumerate(names)]

@@ -142,4 +142,6 @@ def _axis(value):
             out.append(v.item())
         else:
             out.append(v)
+    if set(map(type, out)) == {float} and all(map(float.is_integer, out)):  # a long sweep of counts: in C
+        return list(map(int, out))
     return [int(x) if isinstance(x, float) and x.is_integer() else x for x in out]

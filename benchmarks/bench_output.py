@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 2.0
 
-# (name, one-row arguments, 80,000-row arguments): kv-cache keeps its rows as columns (aicalc.result.Rows); serve's
-# rows are dicts, the writers' other path
+# (name, one-row arguments, 80,000-row arguments): both keep their rows as numpy columns (aicalc.result.Rows); serve's
+# has a dozen float columns that are not whole numbers, kv-cache's mostly integers and byte counts
 CASES = [
     ("kv-cache", ["kv-cache", "llama-3.1-8b", "--chip", "h100-sxm", "--context", "1k"],
      ["kv-cache", "llama-3.1-8b", "--chip", "h100-sxm", "--context", "1k", "--batch", "1:80000:+1"]),

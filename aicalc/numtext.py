@@ -1,0 +1,375 @@
+"""Numbers as text a column at a time, with numpy: the characters ``repr`` writes for each value (``int.__repr__``;
+``float.__repr__``, the shortest decimal that reads back as the same float, the nearest such when there are
+several), for the JSON and CSV writers, where formatting 80,000 rows one value at a time took most of the run
+(issue 25).
+
+A column's text is a block of bytes, one row per value, its digits padded with NUL bytes where a value is shorter
+than the longest; the writer lays a chunk of rows out in one array and deletes the NULs (its output has none
+otherwise). A float is written from the 17 significant digits of its exact value, computed in double-double
+arithmetic (Dekker's exact product: T. J. Dekker, "A floating-point technique for extending the available
+precision", Numer. Math. 18, 1971), rounded to fewer digits while the result still reads back as the float (the
+interval of half a unit in the last place either side, as Steele & White's and Gay's shortest conversions define
+it). Values whose rounding the double-double error could decide either way (a tie, a candidate at the edge of the
+interval), powers of two (whose lower interval is half as wide), zeros and values outside 10⁻²⁸⁰..10²⁸⁰ take
+``repr`` itself: a few in a million.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+_EPS = 1e-7  # undecided margin, in units of the 17th digit; the double-double error is below 1e-13 of one
+
+
+@cache
+def _table():
+    """(the four-digit groups 0..9999 as uint32s whose bytes are their ASCII digits, four rows of them: all four
+    digits; leading zeros as NUL, 0 as "0"; leading zeros as NUL, 0 as nothing; leading zeros and the first other
+    digit as NUL; and 10^0..10^18 as int64)."""
+    import numpy as np
+
+    d = np.arange(10_000)
+    chars = np.stack([d // 1000, d // 100 % 10, d // 10 % 10, d % 10], axis=1).astype(np.uint8) + ord("0")
+    lead = np.searchsorted([10, 100, 1000], d, side="right")  # digits after the first
+    pos = np.arange(4)
+    strip = np.where(pos >= 3 - lead[:, None], chars, 0).astype(np.uint8)
+    strip0 = strip.copy()
+    strip0[0, 3] = ord("0")
+    strip[0] = 0
+    drop = np.where(pos > 3 - lead[:, None], chars, 0).astype(np.uint8)
+    drop[0] = 0
+    rows = [t.view(np.uint32).ravel() for t in (chars, strip0, strip, drop)]
+    return np.concatenate(rows), np.array([10**i for i in range(19)], dtype=np.int64)
+
+
+_FULL, _STRIP0, _STRIP, _DROP = 0, 10_000, 20_000, 30_000
+
+
+@cache
+def _pow10(j: int) -> tuple[float, float, float, float]:
+    """10^j as a double-double (hi + lo), each part correctly rounded from exact integers, and hi split in halves
+    of 26 bits (for :func:`_two_prod`)."""
+    if j >= 0:
+        hi = float(10**j)
+        lo = float(10**j - int(hi))
+    else:
+        d = 10**-j
+        hi = 1 / d
+        p, q = hi.as_integer_ratio()
+        lo = (q - p * d) / (q * d)
+    t = 134217729.0 * hi
+    high = t - (t - hi)
+    return hi, lo, high, hi - high
+
+
+def digit_chars(v, width: int, marked: bool = False, fewest: int = 0):
+    """``v`` (int64, 0 ≤ v < 10^width) as ASCII digits, right-aligned in ``width`` bytes a row with NUL before them
+    (a (len(v), width) uint8 array). ``marked``: v is 10^L + the number to write with L digits, zeros before it
+    included (a fraction's digits), and the leading 1 is dropped. ``fewest``: digits of the shortest v."""
+    import numpy as np
+
+    groups, _ = _table()
+    ng = (width + marked + 3) // 4
+    out = np.empty((len(v), ng), dtype=np.uint32)
+    rest = v
+    g = np.empty_like(v)  # (in place: fresh temporaries of this size cost more than the arithmetic)
+    for i in range(ng):  # four digits at a time from the right, through the table
+        if i == ng - 1:  # the top group: nothing above it
+            out[:, 0] = groups[(_DROP if marked else _STRIP0 if i == 0 else _STRIP) + rest]
+            break
+        q = rest // 10_000
+        np.multiply(q, 10_000, out=g)
+        np.subtract(rest, g, out=g)
+        if fewest <= 4 * (i + 1):  # a row may have no digits above this group: its zeros before are none
+            np.add(g, _DROP if marked else _STRIP0 if i == 0 else _STRIP, out=g, where=q == 0)
+        out[:, ng - 1 - i] = groups[g]
+        rest = q
+    return out.view(np.uint8).reshape(len(v), 4 * ng)[:, 4 * ng - width:]
+
+
+def ndigits(v):
+    """Decimal digits of each ``v`` (int64, 0 ≤ v < 10^18); 1 for 0."""
+    import numpy as np
+
+    _, p10 = _table()
+    return np.searchsorted(p10[1:], v, side="right") + 1
+
+
+def _two_prod(x, y, yh, yl):
+    """x·y exactly, as p + e, y split as yh + yl (Dekker's product; no fused multiply-add in numpy); in place
+    where it can be (fresh temporaries of this size cost more than the arithmetic)."""
+    import numpy as np
+
+    p = x * y
+    xh = x * 134217729.0  # 2^27 + 1: split into halves of 26 bits
+    t = xh - x
+    np.subtract(xh, t, out=xh)
+    np.subtract(x, xh, out=t)  # x's low half
+    e = xh * yh
+    e -= p
+    np.multiply(xh, yl, out=xh)
+    e += xh
+    np.multiply(t, yh, out=xh)
+    e += xh
+    np.multiply(t, yl, out=xh)
+    e += xh
+    return p, e
+
+
+def _fewer(N, frac, half, half_low, t):
+    """(S = N + frac rounded to a multiple of t, in units of t; whether that reads back as the float, surely;
+    whether that is too close to call), elementwise (broadcast): within ``half`` above S, ``half_low`` below."""
+    import numpy as np
+
+    q = N // t
+    r = q * t  # (in place where it can be: fresh temporaries of this size cost more than the arithmetic)
+    np.subtract(N, r, out=r)
+    if t.ndim == 1 and t[0] <= 100:  # the remainder and the fraction add up exactly in a float
+        rest = r + frac
+        half_t = float(t[0]) / 2
+        up = rest > half_t
+        d = up * float(t[0])
+        np.subtract(d, rest, out=d)
+        np.subtract(rest, half_t, out=rest)
+        np.abs(rest, out=rest)
+        tie = rest <= _EPS
+    else:
+        h2 = t // 2
+        up = (r > h2) | ((r == h2) & (frac > _EPS))
+        d = (up * t - r).astype(np.float64) - frac
+        tie = ((r == h2) & (frac <= _EPS)) | ((r == h2 - 1) & (frac >= 1 - _EPS))
+    limit = half if half_low is None else np.where(d < 0, half_low, half)
+    np.abs(d, out=d)
+    ok = d < limit - _EPS
+    unsure = d <= limit + _EPS
+    unsure &= ~ok
+    unsure |= tie
+    ok &= ~tie
+    np.add(q, up, out=q)
+    return q, ok, unsure
+
+
+def shortest(a, rows):
+    """(digits c as int64, their count, decimal point position, decided) of positive floats ``a`` where ``rows``:
+    a = 0.DIGITS × 10^point with the digits ``repr`` writes, where ``decided``; elsewhere the caller asks ``repr``."""
+    import numpy as np
+
+    _, p10 = _table()
+    decided = rows & (a >= 1e-280) & (a <= 1e280)
+    if not decided.all():
+        a = np.where(decided, a, 1.5)
+    mant, e2 = np.frexp(a)
+    k = np.log10(a)
+    np.floor(k, out=k)
+    k = k.astype(np.int64)
+    k -= 16  # S = a·10^-k has 17 digits before its point
+    top = int(k.max())
+    js = range(-top, int(-k.min()) + 1)
+    at = top - k
+    his, los, highs, lows = np.array([_pow10(j) for j in js]).T.copy()
+    hi = his[at]
+    if len(js) == 1:  # one power for every value: its parts are numbers
+        p, e = _two_prod(a, hi, highs[0], lows[0])
+    else:
+        p, e = _two_prod(a, hi, highs[at], lows[at])
+    t = e + a * los[at] if los.any() else e  # 10^j is a float itself for 0 <= j <= 22
+    s_hi = p + t
+    np.subtract(s_hi, p, out=p)
+    np.subtract(t, p, out=t)  # s_lo (where log10 was one off, next to a power of ten, S has 16 or 18 digits: repr's)
+    floor_lo = np.floor(t)
+    frac = t
+    frac -= floor_lo  # S = N + frac, 0 ≤ frac < 1, known to within 1e-13
+    np.minimum(s_hi, 1e18, out=s_hi)
+    N = s_hi.astype(np.int64)
+    N += floor_lo.astype(np.int64)
+    decided &= N >= 10**16
+    decided &= N < 10**17
+    np.subtract(frac, 0.5, out=p)
+    np.abs(p, out=p)
+    decided &= p > _EPS
+    half = np.ldexp(hi, e2 - 54)  # half a unit in the last place of a, in units of S's last digit (0.55..11.1)
+    power = mant == 0.5  # a power of two: the float below is half as far as the one above
+    half_low = np.where(power, half / 2, half) if power.any() else None
+    best = N + (frac > 0.5)  # 17 digits, correctly rounded: always within the interval
+    shift = np.zeros(len(a), dtype=np.int64)
+    c, ok, unsure = _fewer(N, frac, half, half_low, p10[1:2])  # 16 digits, for every value at once
+    decided &= ~unsure
+    live = np.flatnonzero(ok & decided)
+    best[live] = c[live]
+    shift[live] = 1
+    j = 2
+    while j < 17 and len(live):  # fewer digits while the rounded value still reads back as a
+        at_once = j > 2 and len(live) * (17 - j) <= 4096  # the last few: every shorter length at once
+        t = p10[j:17][None, :] if at_once else p10[j:j + 1]
+        rows = (live, None) if at_once else live
+        c, ok, unsure = _fewer(N[rows], frac[rows], half[rows], None if half_low is None else half_low[rows], t)
+        if not at_once:
+            if unsure.any():
+                decided[live[unsure]] = False
+            live = live[ok]
+            best[live] = c[ok]
+            shift[live] = j
+            j += 1
+            continue
+        first_bad = np.where(ok.all(axis=1), ok.shape[1], ok.argmin(axis=1))  # validity only shrinks with digits
+        unsure = (unsure & (np.arange(ok.shape[1]) <= first_bad[:, None])).any(axis=1)
+        decided[live[unsure]] = False
+        took = np.flatnonzero((first_bad > 0) & ~unsure)
+        best[live[took]] = c[took, first_bad[took] - 1]
+        shift[live[took]] = first_bad[took] + j - 1
+        break
+    nd = 17 - shift
+    nd += best == p10[nd]  # a carry (9.96 → 10.0): one digit more, and trailing zeros
+    z = np.flatnonzero((best % 10 == 0) & decided)
+    while len(z):
+        best[z] //= 10
+        shift[z] += 1
+        nd[z] -= 1
+        z = z[best[z] % 10 == 0]
+    return best, nd, nd + k + shift, decided
+
+
+def float_blocks(columns, null: str) -> list[list]:
+    """``repr`` of each float of each of ``columns`` (1-D, one length, any float dtype up to 64 bits), ``null``
+    for NaN and ±inf: for each column, a list of its text's parts (blocks, and strings where a part is the same in
+    every row), for :func:`layout`."""
+    import numpy as np
+
+    m, n = len(columns), len(columns[0])
+    x = np.concatenate(columns).astype(np.float64, copy=False)
+    neg = np.signbit(x)
+    a = np.abs(x)
+    whole = a < 1e16
+    whole &= a == np.trunc(np.where(whole, a, 0))  # 0 and byte counts: an integer's digits, then ".0"
+    c, nd, point, decided = shortest(a, np.isfinite(a) & ~whole)
+    at = np.flatnonzero(whole)
+    if len(at):
+        c[at] = a[at].astype(np.int64)
+        nd[at] = ndigits(c[at])
+        point[at] = nd[at]
+        decided[at] = True
+    expo = (point <= -4) | (point > 16)
+    any_expo = expo.any()
+    split = np.where(expo, nd - 1, nd - point) if any_expo else nd - point  # digits of c after the point
+    _, p10 = _table()
+    if (split < 0).any():  # 123000.0: more digits before the point than c has
+        below = p10[np.clip(split, 0, 18)]
+        whole = c // below * p10[np.clip(-split, 0, 18)]
+        rest = c % below
+    else:
+        below = p10[np.minimum(split, 18)]
+        whole = c // below
+        rest = c - whole * below
+    frac_len = np.maximum(split, 1)
+    if any_expo:
+        frac_len = np.where(expo, nd - 1, frac_len)
+    by_col = (lambda v: v.reshape(m, n)) if m > 1 else (lambda v: v[None, :])
+    zeros = frac_len - 18  # "0.000" and 17 digits: 20 after the point, the first zeros written apart
+    if zeros.max() > 0:
+        frac_len = np.minimum(frac_len, 18)
+        zeros = np.maximum(zeros, 0)
+        zero_w = by_col(zeros).max(axis=1)
+        zero_chars = np.where(np.arange(2, 0, -1) <= zeros[:, None], ord("0"), 0).astype(np.uint8)
+    else:
+        zero_w = np.zeros(m, dtype=np.int64)
+    int_w, frac_w, frac_least = ndigits(by_col(whole).max(axis=1)), by_col(frac_len).max(axis=1), \
+        by_col(frac_len).min(axis=1)
+    int_chars = digit_chars(whole, int(int_w.max()), fewest=int(ndigits(whole.min(keepdims=True))[0]))
+    frac_chars = digit_chars(rest + p10[frac_len], int(frac_w.max()), marked=True, fewest=int(frac_least.min()) + 1)
+    neg_cols, expo_cols = by_col(neg).any(axis=1), by_col(expo).any(axis=1)
+    if any_expo:
+        ev = point - 1
+        e_len = np.where(expo, 2 + (np.abs(ev) >= 100), 0)
+        e_chars = digit_chars(np.where(expo, np.abs(ev) + p10[e_len], 0), int(e_len.max()), marked=True)
+        e_sign = np.where(ev < 0, ord("-"), ord("+")).astype(np.uint8)[:, None]
+        e_w = by_col(e_len).max(axis=1)
+    dot = np.where(frac_len > 0, ord("."), 0).astype(np.uint8)[:, None]
+    all_decided = decided.all()
+    out = []
+    for j in range(m):
+        rows = slice(j * n, (j + 1) * n)
+        parts: list = []
+        if neg_cols[j]:
+            parts.append(np.where(neg[rows], ord("-"), 0).astype(np.uint8)[:, None])
+        parts.append(int_chars[rows, int_chars.shape[1] - int_w[j]:])
+        if frac_w[j]:
+            parts.append("." if frac_least[j] else dot[rows])
+            if zero_w[j]:
+                parts.append(zero_chars[rows, 2 - zero_w[j]:])
+            parts.append(frac_chars[rows, frac_chars.shape[1] - frac_w[j]:])
+        if expo_cols[j]:
+            every = bool(expo[rows].all())
+            parts.append("e" if every else np.where(expo[rows], ord("e"), 0).astype(np.uint8)[:, None])
+            parts.append(e_sign[rows] if every else e_sign[rows] * expo[rows, None])
+            parts.append(e_chars[rows, e_chars.shape[1] - e_w[j]:])
+        fix = () if all_decided else np.flatnonzero(~decided[rows])
+        if len(fix):
+            block = np.concatenate([np.full((n, len(p)), ord(p), np.uint8) if isinstance(p, str) else p
+                                    for p in parts], axis=1)
+            vals = x[rows][fix].tolist()
+            parts = [_patch(block, fix, [float.__repr__(v) if v - v == 0 else null for v in vals])]
+        out.append(parts)
+    return out
+
+
+def int_block(v):
+    """``repr`` of each integer of ``v`` (1-D), or None when one is 10^17 or more in size."""
+    import numpy as np
+
+    if len(v) and (v.max() >= 10**17 or (v.dtype.kind == "i" and v.min() <= -(10**17))):
+        return None
+    v = v.astype(np.int64)
+    neg = v < 0
+    mag = np.abs(v)
+    chars = digit_chars(mag, len(str(int(mag.max()))) if len(mag) else 1)
+    if neg.any():
+        return np.concatenate([np.where(neg, ord("-"), 0).astype(np.uint8)[:, None], chars], axis=1)
+    return chars
+
+
+def text_block(v, true: str, false: str):
+    """``true`` or ``false`` for each boolean of ``v``."""
+    import numpy as np
+
+    w = max(len(true), len(false))
+    words = np.array([false.encode(), true.encode()], dtype=f"S{w}").view(np.uint8).reshape(2, w)
+    return words[v.astype(np.intp)]
+
+
+def _patch(block, rows, texts: list[str]):
+    """``block`` with ``rows`` holding ``texts`` (ASCII) instead (NUL-padded: where the NULs fall is no matter)."""
+    import numpy as np
+
+    w = max(block.shape[1], max(map(len, texts)))
+    if w > block.shape[1]:
+        block = np.concatenate([np.zeros((len(block), w - block.shape[1]), dtype=np.uint8), block], axis=1)
+    block[rows] = np.array([t.encode() for t in texts], dtype=f"S{w}").view(np.uint8).reshape(len(rows), w)
+    return block
+
+
+def layout(n: int, items: list) -> bytearray:
+    """``n`` rows of UTF-8 text, each the concatenation of ``items``: a str is the same in every row, a block
+    (uint8, one row per row) is that row's bytes; NULs dropped."""
+    import numpy as np
+
+    template = bytearray()
+    at = []
+    for item in items:
+        if isinstance(item, str):
+            template += item.encode()
+        else:
+            at.append((len(template), item))
+            template += bytes(item.shape[1])
+    data = template * n
+    out = np.frombuffer(data, dtype=np.uint8).reshape(n, len(template))
+    for start, block in at:
+        out[:, start:start + block.shape[1]] = block
+    del out
+    return data.replace(b"\0", b"")
+
+
+def patch_rows(values: list, n: int):
+    """A block of ``repr`` of each of ``values`` (Python numbers)."""
+    import numpy as np
+
+    return _patch(np.zeros((n, 1), dtype=np.uint8), np.arange(n), [repr(v) for v in values])
