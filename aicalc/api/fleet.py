@@ -141,6 +141,10 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
                 continue
             layouts += [Layout(chip.id, int(tp), dt, kvd, ep, adp) for dt in dtypes for kvd in kv_dtypes
                         for ep, adp in moe_layouts(arch, int(tp))]
+            # a TP group that fills the scale-up domain, also pipelined over 2 and 4 domains (as the deployment
+            # search: vLLM's multi-node layout, TP inside a node and PP across nodes); plain TP replicas
+            layouts += [Layout(chip.id, int(tp), dt, kvd, 1, 1, pp) for pp in _pipelines(chip, int(tp))
+                        for dt in dtypes for kvd in kv_dtypes]
     if not layouts:
         raise ParameterError("tp", ",".join(str(t) for t in tps or TPS), f"admits no layout of {spec.id} (a TP "
                              "degree must divide its attention heads and FFN)")
@@ -154,7 +158,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
                                          engine=engine)
             rep = replica(spec, lay, engine=engine, policy=policy, longest=longest, cs=setups[key])
         except AicalcError as e:  # e.g. no math for this dtype on this chip
-            warnings.append(f"{lay.chip} TP {lay.tp} {lay.dtype}: {e}")
+            warnings.append(f"{lay.chip} TP {lay.tp}{f' PP {lay.pp}' if lay.pp > 1 else ''} {lay.dtype}: {e}")
             continue
         if rep.capacity_tokens >= longest:  # the weights leave room for the longest request
             reps[lay] = rep
@@ -191,7 +195,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
     rows.sort(key=lambda r: (r["usd_per_hour"] is None, r["usd_per_hour"] or 0.0, r["chips"]))
     if not rows:
         warnings.append(f"no fleet of up to {max_chips:,} chips serves {lam:.4g} requests/s within the targets")
-    keys = ["mode", "chip", "chips", "tp", "ep", "attention_dp", "replicas", "dtype", "kv_dtype", "prefill_chip", "prefill_tp",
+    keys = ["mode", "chip", "chips", "tp", "pp", "ep", "attention_dp", "replicas", "dtype", "kv_dtype", "prefill_chip", "prefill_tp",
             "prefill_replicas", "prefill_chips", "decode_chip", "decode_tp", "decode_replicas", "decode_chips",
             "kv_transfer_s", "rate", "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s", "usd_per_hour",
             "usd_per_day", "usd_per_million_output_tokens", "meets_slo", "simulations"]
@@ -350,7 +354,7 @@ class _Search:
         import math
 
         n = max(1, math.ceil(self._decode_floor(rep) + self._prefill_floor(rep) - 1e-9))
-        return self._cost({rep.layout.chip: n * rep.layout.tp})
+        return self._cost({rep.layout.chip: n * _width(rep.layout)})
 
     def _sim(self, rep, replicas: int, ttft_cap: float, tpot_cap: float, gen=None, cost=None):
         """(p50, p99 TTFT, p50, p99 TPOT) of one replica's share of the traffic; None when it misses a target
@@ -435,17 +439,18 @@ class _Search:
             return s is not None and s[1] <= self.ttft_cap and s[3] <= self.tpot_cap
 
         before = self.count
-        beyond = (lambda r: self._beaten(self._cost({lay.chip: r * lay.tp}))) if self.cheapest else None
-        r = fewest(meets, self._start(rep), self.max_chips // lay.tp, beyond)
+        w = _width(lay)
+        beyond = (lambda r: self._beaten(self._cost({lay.chip: r * w}))) if self.cheapest else None
+        r = fewest(meets, self._start(rep), self.max_chips // w, beyond)
         if r is None:
             return None
         s = seen[r]
-        self.best = min(self.best, self._cost({lay.chip: r * lay.tp}))
-        return {"mode": "aggregated", "chip": lay.chip, "chips": r * lay.tp, "tp": lay.tp, "ep": lay.ep,
+        self.best = min(self.best, self._cost({lay.chip: r * w}))
+        return {"mode": "aggregated", "chip": lay.chip, "chips": r * w, "tp": lay.tp, "pp": lay.pp, "ep": lay.ep,
                 "attention_dp": lay.attention_dp, "replicas": r,
                 "dtype": lay.dtype, "kv_dtype": lay.kv_dtype, "rate": self.lam, "p50_ttft_s": s[0],
                 "p99_ttft_s": s[1], "p50_tpot_s": s[2], "p99_tpot_s": s[3], "simulations": self.count - before,
-                "_chips": {lay.chip: r * lay.tp}}
+                "_chips": {lay.chip: r * w}}
 
     def disaggregated(self, reps: dict) -> list[dict]:
         """Prefill pools (requests of one token, each layout sized for the TTFT target less the KV transfer and
@@ -467,7 +472,7 @@ class _Search:
         formats = {(lay.dtype, lay.kv_dtype) for lay in reps}
         for dt, kvd in sorted(formats):
             group = [rep for lay, rep in reps.items() if (lay.dtype, lay.kv_dtype) == (dt, kvd)
-                     and lay.ep == 1 and lay.attention_dp == 1]  # pools of plain TP replicas
+                     and lay.ep == 1 and lay.attention_dp == 1 and lay.pp == 1]  # pools of plain TP replicas
             steps = []
             for rep in group:
                 c = rep.cost
@@ -533,7 +538,7 @@ class _Search:
                 chips = _both((p_lay, p_r), lay, r)
                 self.best = min(self.best, self._cost(chips))
                 rows.append({"mode": "disaggregated", "chip": lay.chip if lay.chip == p_lay.chip else
-                             f"{p_lay.chip} + {lay.chip}", "chips": p_r * p_lay.tp + r * lay.tp, "tp": lay.tp,
+                             f"{p_lay.chip} + {lay.chip}", "chips": p_r * p_lay.tp + r * lay.tp, "tp": lay.tp, "pp": 1,
                              "replicas": p_r + r, "dtype": dt, "kv_dtype": kvd, "prefill_chip": p_lay.chip,
                              "prefill_tp": p_lay.tp, "prefill_replicas": p_r, "prefill_chips": p_r * p_lay.tp,
                              "decode_chip": lay.chip, "decode_tp": lay.tp, "decode_replicas": r,
@@ -580,3 +585,18 @@ def _objects(values):
     a = np.empty(len(values), dtype=object)
     a[:] = values
     return a
+
+
+def _width(lay) -> int:
+    """Chips per replica of a layout: its TP group times its pipeline stages."""
+    return lay.tp * lay.pp
+
+
+def _pipelines(chip, tp: int) -> list[int]:
+    """Pipeline stages (beyond 1) the fleet search tries for ``tp`` chips per replica: 2 and 4 where the TP group
+    fills the chip's scale-up domain (:func:`aicalc.api.deployment.pipelines`, with no fleet size to divide)."""
+    from aicalc.api.deployment import PIPELINES
+
+    ic = getattr(chip, "interconnect", None)
+    domain = (ic.domain if ic else None) or 0
+    return list(PIPELINES) if tp == domain else []

@@ -323,11 +323,13 @@ def _fleet(model, chip, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, pr
         notes.append(f"best: {best['mode']}, {best['chips']} × {best['chip']}"
                      + (f" (prefill TP {best['prefill_tp']} × {best['prefill_replicas']}, decode TP "
                         f"{best['decode_tp']} × {best['decode_replicas']})" if best["mode"] == "disaggregated"
-                        else f" (TP {best['tp']}" + _parallel(best.get("ep"), best.get("attention_dp"))
-                        + f" × {best['replicas']})")
+                        else f" (TP {best['tp']}" + (f" × PP {best['pp']}" if (best.get("pp") or 1) > 1 else "")
+                        + _parallel(best.get("ep"), best.get("attention_dp")) + f" × {best['replicas']})")
                      + (f", ${best['usd_per_day']:,.0f} a day" if best["usd_per_day"] else ""))
     moe = any((x.get("ep") or 1) > 1 for x in rows)
-    columns = ["mode", "chip", "chips", "tp", *(["ep", "attention_dp"] if moe else []), "replicas", "prefill_tp",
+    piped = any((x.get("pp") or 1) > 1 for x in rows)
+    columns = ["mode", "chip", "chips", "tp", *(["pp"] if piped else []), *(["ep", "attention_dp"] if moe else []),
+               "replicas", "prefill_tp",
                "decode_tp", "dtype", "p99_ttft_s",
                "p99_tpot_s", "usd_per_hour", "usd_per_day", "usd_per_million_output_tokens", "meets_slo"]
     inputs = {"model": model, "chips": chip_ids, "rate": m["rate"], "requests_per_day": rpd,
