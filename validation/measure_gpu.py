@@ -262,6 +262,101 @@ def steps(out: Path, small: bool = True, only: str | None = None, full: list | N
         _write(out, file, records, context=context, seconds=round(time.time() - t0, 1), method=method)  # each step
 
 
+# torch.compile'd steps beside eager ones: what inductor's partitioner saves (docs/train-mem.md, "Residuals")
+COMPILED = [
+    ("llama3.2-1b-style", "sdpa", "bf16", "none", 2, 2048, None),
+    ("llama3.2-1b-style", "sdpa", "bf16-mixed", "none", 2, 2048, None),
+    ("llama3.2-1b-style", "sdpa", "bf16", "full", 4, 2048, None),
+    ("qwen3-1.7b-style", "sdpa", "bf16", "none", 2, 2048, None),
+    ("phi-3-mini", "sdpa", "bf16", "none", 2, 2048, None),
+    ("llama3.1-8b-style", "sdpa", "bf16", "none", 2, 2048, "all"),
+]
+
+
+def _compiled_step(c: dict[str, Any], cfg, compile_layers: bool) -> dict[str, int]:
+    """Three training steps as :func:`_step`, the peak taken over the second and third (after the first step's
+    compilation and the optimizer's lazily made states), each decoder layer compiled on its own as torchtitan does
+    (``torch.compile`` per TransformerBlock) when ``compile_layers``."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    mixed = c["precision"] == "bf16-mixed"
+    dtype = torch.bfloat16 if c["precision"] == "bf16" else torch.float32
+    torch.manual_seed(0)
+    base = torch.cuda.memory_allocated()
+    with torch.device(DEVICE):
+        m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"], dtype=dtype)
+    if c.get("lora"):
+        from peft import LoraConfig, get_peft_model
+
+        m = get_peft_model(m, LoraConfig(r=c["lora"]["rank"], lora_alpha=32, lora_dropout=0.0,
+                                         target_modules=rsp.LORA_TARGETS[c["lora"]["targets"]]))
+    if c["recompute"] != "none":
+        rsp._enable_recompute(m, c["recompute"])
+    if compile_layers:
+        for mod in m.modules():
+            if isinstance(mod, GradientCheckpointingLayer):
+                mod.compile()
+    m.train()
+    trainable = [p for p in m.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=True)
+    ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]), device=DEVICE)
+    for step in range(STEPS):
+        if step == 1:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=mixed):  # no KV cache in training
+            loss = m(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        del loss
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    frames = 0
+    if compile_layers:
+        import torch._dynamo.utils as du
+
+        frames = int(du.counters["stats"]["unique_graphs"])
+    r = {"peak_bytes": int(torch.cuda.max_memory_allocated() - base),
+         "reserved_peak_bytes": int(torch.cuda.max_memory_reserved()), "baseline_bytes": int(base),
+         "compiled_graphs": frames,
+         "params": int(sum(p.numel() for p in m.parameters()))}
+    del m, opt, ids, trainable
+    gc.collect()
+    torch.cuda.empty_cache()
+    return r
+
+
+def compiled(out: Path) -> None:
+    import torch
+
+    torch._dynamo.config.cache_size_limit = 64
+    torch.ones(64, 64, device=DEVICE) @ torch.ones(64, 64, device=DEVICE)  # the cuBLAS workspaces in the baseline
+    records = []
+    t0 = time.time()
+    for model, attention, precision, recompute, batch, seq, lora in COMPILED:
+        c = rsp._case(model, batch, seq, attention, precision, recompute, lora=lora)
+        cfg = rp.build_config(REAL[model])
+        rec = {"name": "full-size/" + rsp.case_name(c), **c, "config": REAL[model]}
+        for mode in ("eager", "compiled"):
+            t = time.time()
+            try:
+                rec[mode] = _compiled_step(c, cfg, mode == "compiled")
+            except Exception as e:  # noqa: BLE001 (recorded, the rest goes on)
+                rec[mode] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                gc.collect()
+                torch.cuda.empty_cache()
+            rec[mode]["seconds"] = round(time.time() - t, 1)
+            print(f"{rec['name']} {mode}: {rec[mode]}", flush=True)
+        records.append(rec)
+        _write(out, "step_peak_compiled.json", records, seconds=round(time.time() - t0, 1),
+               method=f"real tensors on the GPU, {STEPS} steps, the peak over steps 2-3 (reset after the first: "
+                      "compilation, the optimizer's states made) less what was allocated before the model; "
+                      "compiled: each decoder layer torch.compile'd on its own (nn.Module.compile, default mode, "
+                      "as torchtitan compiles each TransformerBlock); foreach AdamW")
+
+
 # 2. grouped GEMMs ------------------------------------------------------------------------------------------------
 
 def _counts(T: int, E: int, mode: str, gen):
@@ -473,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the JSON files")
     ap.add_argument("--only", help="only the training steps whose name contains this text")
-    ap.add_argument("--part", action="append", choices=("steps", "full", "full2", "grouped", "moe", "dense",
+    ap.add_argument("--part", action="append", choices=("steps", "full", "full2", "compiled", "grouped", "moe", "dense",
                                                                  "context"))
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -483,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         t = time.time()
         {"steps": lambda o: steps(o, only=args.only), "full": lambda o: steps(o, small=False, only=args.only), "grouped": grouped, "moe": moe_layers,
          "full2": lambda o: steps(o, small=False, only=args.only, full=FULL2, file_name="step_peak_cuda_full2.json"),
-         "dense": dense, "context": context}[part](out)
+         "compiled": compiled, "dense": dense, "context": context}[part](out)
         print(f"== {part} {time.time() - t:.1f} s", flush=True)
     return 0
 
