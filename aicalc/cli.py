@@ -533,6 +533,7 @@ def _train_mem(Format, Json, Columns, Model):
         quant: Annotated[str, typer.Option("--quant", help="base weights with LoRA: none | nf4 | nf4-dq | int8")] = "none",
         lora_dropout: Annotated[float, typer.Option("--lora-dropout", help="LoRA dropout on the adapters' input (modelled with --framework litgpt)")] = 0.0,
         bnb_keeps_inputs: Annotated[bool, typer.Option("--bnb-keeps-inputs", help="bitsandbytes < 0.43.2: MatMul4Bit keeps its input until the graph is freed")] = False,
+        compile_: Annotated[bool, typer.Option("--compile", help="each decoder layer torch.compile'd (torchtitan): inductor recomputes the norms' and SwiGLU's pointwise ops instead of saving them")] = False,
         offload: Annotated[str, typer.Option("--offload", help="none | optimizer | params (to host memory)")] = "none",
         dropout: Annotated[float | None, typer.Option("--dropout", help="hidden dropout (default: the family's)")] = None,
         chip: Annotated[list[str] | None, typer.Option("--chip", help="chip id: fits per device (repeatable)",
@@ -564,7 +565,8 @@ def _train_mem(Format, Json, Columns, Model):
                            microbatches=microbatches, recompute=recompute, framework=framework, attention=attention,
                            lora_rank=lora_rank, lora_targets=lora_targets, lora_dtype=lora_dtype, loss=loss,
                            optimizer_in_backward=optimizer_in_backward, quant=quant, offload=offload, dropout=dropout,
-                           adamw=adamw, lora_dropout=lora_dropout, bnb_keeps_inputs=bnb_keeps_inputs)
+                           adamw=adamw, lora_dropout=lora_dropout, bnb_keeps_inputs=bnb_keeps_inputs,
+                           compile=compile_)
 
             result = per_chip(chip, one) if chip else one(None)
         return emit(result, fmt, json_, columns)

@@ -2,10 +2,11 @@
 (``tests/data/measured/h200-step-peak-compiled.json``, ``validation/measure_gpu.py --part compiled``: each decoder
 layer compiled on its own as torchtitan compiles its TransformerBlocks; the peak over steps 2-3).
 
-aicalc models eager PyTorch: its peak is the eager one's, and it stands above a compiled run by what inductor's
-partitioner does not save (it recomputes cheap pointwise ops in the backward instead: RMSNorm's fp32 upcast,
-SwiGLU's products), 10-25 % without activation checkpointing and nothing with full recompute, where every layer
-keeps only its input either way (docs/train-mem.md, "Residuals")."""
+aicalc's default is eager PyTorch: its peak is the eager one's, and it stands above a compiled run by what
+inductor's partitioner does not save (it recomputes cheap pointwise ops in the backward instead: RMSNorm's fp32
+upcast, SwiGLU's products), 10-25 % without activation checkpointing and nothing with full recompute, where every
+layer keeps only its input either way. ``--compile`` (``compile=True``) takes those out
+(``activations.compiled_saving``) and lands on the compiled peaks (docs/train-mem.md)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "validation"))
 from step_peak_doc import estimate  # noqa: E402
+
+import aicalc  # noqa: E402
+from aicalc.errors import ParameterError  # noqa: E402
 
 DOC = json.loads((ROOT / "tests" / "data" / "measured" / "h200-step-peak-compiled.json").read_text())
 RECORDS = DOC["records"]
@@ -44,3 +48,32 @@ def test_compiled_runs_save_less_and_aicalc_stands_above_them(rec):
     else:
         assert 0.75 <= compiled / eager <= 0.92
         assert 1.05 <= est / compiled <= 1.26
+
+
+@pytest.mark.parametrize("rec", [r for r in RECORDS if not r.get("lora")],
+                         ids=[r["name"] for r in RECORDS if not r.get("lora")])
+def test_compile_lands_on_the_compiled_peak(rec):
+    kw = dict(batch=rec["batch"], seq=rec["seq"], attention=rec["attention"], precision=rec["precision"],
+              recompute=rec["recompute"], adamw=rec["adamw"])
+    est = float(aicalc.train_memory(rec["config"], compile=True, **kw)["peak_allocated_bytes"][0])
+    assert abs(est / rec["compiled"]["peak_bytes"] - 1) <= 0.05
+
+
+def test_compile_is_refused_where_it_is_not_modelled():
+    llama = next(r for r in RECORDS if r["model"] == "llama3.2-1b-style")["config"]
+    with pytest.raises(ParameterError, match="lora_rank"):  # inductor keeps another set with frozen weights
+        aicalc.train_memory(llama, compile=True, lora_rank=8)
+    with pytest.raises(ParameterError, match="RMSNorm"):
+        aicalc.train_memory("mixtral-8x7b", compile=True)
+
+
+def test_compile_on_the_command_line(cli):
+    eager = cli("train-mem", "llama-3.2-3b", "--batch", "2", "--seq", "2048", "--precision", "bf16", "--json")
+    comp = cli("train-mem", "llama-3.2-3b", "--batch", "2", "--seq", "2048", "--precision", "bf16", "--compile",
+               "--json")
+    assert eager.code == comp.code == 0
+    H, F, L = 3072, 8192, 28  # Llama-3.2-3B: two fp32 norm upcasts (8H) and one bf16 SwiGLU product (2F) a token
+    diff = eager.json["rows"][0]["activations_bytes"] - comp.json["rows"][0]["activations_bytes"]
+    assert diff == 2 * 2048 * (8 * H + 2 * F) * L
+    bad = cli("train-mem", "mixtral-8x7b", "--compile")
+    assert bad.code == 2 and bad.err.count("\n") == 1 and "--compile" in bad.err

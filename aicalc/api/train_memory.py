@@ -89,6 +89,10 @@ def setup_of(**kw):
         raise ParameterError("recompute", s.recompute, "is not modelled with {lora_rank} (the adapters' matmuls "
                              "shift which outputs torchtitan's every-second-mm policy keeps); use none, full or "
                              "every-N")
+    if s.compile and (s.framework != "hf" or s.lora_rank is not None or s.recompute == act.SELECTIVE_OP):
+        raise ParameterError("compile", True, "is modelled for full training of transformers models ({framework=hf}) "
+                             "without selective-op recompute; with {lora_rank} or selective-op inductor keeps another "
+                             "set (not modelled: the eager estimate is an upper bound, docs/train-mem.md)")
     if s.framework == "hf" and (s.sp or s.virtual_stages > 1):
         raise ParameterError("framework", "hf", "has no sequence parallelism or virtual pipeline stages; use "
                              "{framework=megatron}")
@@ -132,6 +136,13 @@ def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None, dp=None, xla=Fals
     from aicalc.core.stages import rank_layers
     from aicalc.errors import ParameterError
 
+    if setup.compile:
+        from aicalc.core.activations import compile_modelled
+
+        if not compile_modelled(arch):
+            raise ParameterError("compile", True, "is modelled for dense models with RMSNorm and a gated FFN (Llama, "
+                                 "Mistral, Qwen, Phi-3), not this one (MoE, MLA, LayerNorm or Gemma's four norms): "
+                                 "the eager estimate is an upper bound")
     if setup.framework == "litgpt":
         # LitGPT's finetune scripts run one device or Fabric's DDP/FSDP (--devices, --num_nodes): no TP/PP/CP
         for name, v in (("tp", tp), ("pp", pp), ("cp", cp)):

@@ -106,8 +106,10 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                              "adamw",
                         int="ep etp first_stage_layers last_stage_layers virtual_stages interleave microbatches "
                             "lora_rank chips top", float="dropout lora_dropout",
-                        flag="sequence_parallel sp optimizer_in_backward bnb_keeps_inputs search trace", texts="chip",
-                        params={"micro_batch": "batch", "sequence_parallel": "sp", "interleave": "virtual_stages"}),
+                        flag="sequence_parallel sp optimizer_in_backward bnb_keeps_inputs compile search trace",
+                        texts="chip",
+                        params={"micro_batch": "batch", "sequence_parallel": "sp", "interleave": "virtual_stages",
+                                "compile": "compile_"}),
     "roofline": _kinds(text="batch prompt gen dtype kv_dtype tp compute_dtype attention engine draft acceptance plot",
                        int="group_size draft_tokens ep attention_dp redundant_experts", flag="kv_per_query_head ops", texts="chip eff"),
     "serve": _kinds(text="chips tp prompt gen concurrency max_ttft max_tpot dtype kv_dtype price engine draft "

@@ -12,7 +12,8 @@ from aicalc.result import Result
 SETUP = ("precision", "optimizer", "grad_dtype", "optimizer_dtype", "ep", "etp", "first_stage_layers",
          "last_stage_layers", "sp", "virtual_stages", "microbatches",
          "recompute", "framework", "attention", "lora_rank", "lora_targets", "lora_dtype", "loss",
-         "optimizer_in_backward", "quant", "offload", "dropout", "adamw", "lora_dropout", "bnb_keeps_inputs")
+         "optimizer_in_backward", "quant", "offload", "dropout", "adamw", "lora_dropout", "bnb_keeps_inputs",
+         "compile")
 
 
 def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp="1", chip=None, budget=None,

@@ -348,6 +348,32 @@ def amp_saved(B, S, arch: Arch, a=2.0, t=1, attention="sdpa"):
     return casts + normed
 
 
+def compiled_saving(B, S, arch: Arch, a, t=1, amp=False):
+    """Bytes of :func:`hf_layer` (with :func:`amp_saved` under torch AMP) a decoder layer does not save when it is
+    ``torch.compile``'d (torchtitan compiles each TransformerBlock; ``nn.Module.compile``): AOTAutograd's
+    min-cut partitioner recomputes cheap pointwise ops in the backward rather than save their outputs, so the
+    layer keeps neither RMSNorm's fp32 upcasts (two norms, ``4·BSH`` each; under AMP, where the residual stream is
+    fp32, four fp32 ``BSH`` tensors) nor one of SwiGLU's F-wide products (``a·BSF``), nor Qwen3's fp32 copies of
+    q and k for their per-head norms (``4·BS·(A + K)·d``). Counted with saved-tensor hooks around compiled
+    Llama- and Qwen3-style layers on the CPU (five shapes each, bf16, AMP and fp32: exactly these coefficients),
+    and measured on an H200 (tests/data/measured/h200-step-peak-compiled.json): Llama-3.2-1B bf16 −2.18 GB and AMP
+    −3.22 GB, Qwen3-1.7B −4.70 GB at batch 2 × 2048, as this predicts. Modelled for dense RMSNorm models with a
+    gated FFN (Llama, Mistral, Qwen, Phi-3; :func:`compile_modelled`)."""
+    import numpy as np
+
+    B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
+    norms = np.where(np.asarray(amp), 16.0, 8.0) * arch.hidden
+    qk = 4.0 * (arch.heads + arch.kv_heads) * arch.head_dim / t if arch.qk_norm else 0.0
+    return B * S * (norms + a * token_ffn(arch) / t + qk)
+
+
+def compile_modelled(arch: Arch) -> bool:
+    """Whether :func:`compiled_saving` covers ``arch``: a dense model with RMSNorm and a gated FFN, not Gemma's
+    four norms a layer."""
+    return (arch.moe is None and arch.mla is None and arch.norm == "rms" and arch.gated_ffn
+            and not arch.family.startswith("gemma"))
+
+
 def qk_norm_saved(B, S, arch: Arch, a, t=1, frozen=False):
     """Qwen3's RMSNorm on each query and key head (``q_norm``/``k_norm`` in ``modeling_qwen3.py``, the
     ``LlamaRMSNorm`` code over ``head_dim``): like a layer norm (:func:`hf_norm`) it saves the fp32 copy of its

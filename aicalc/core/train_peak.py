@@ -56,6 +56,7 @@ class TrainSetup(NamedTuple):
     adamw: str = "foreach"
     lora_dropout: float = 0.0  # LoRA's own dropout on the adapters' input (PEFT/LitGPT lora_dropout)
     bnb_keeps_inputs: bool = False  # bitsandbytes < 0.43.2: MatMul4Bit keeps its input (tm.bnb_kept_inputs)
+    compile: bool = False  # each decoder layer torch.compile'd (act.compiled_saving)
 
 
 CHUNK = 1 << 17  # grid points evaluated at a time: every intermediate array stays in the processor's cache
@@ -351,6 +352,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
                 layer = layer + tm.bnb_kept_inputs(B, S_loc, arch, a, tp, per_layer=True)
         if o.framework == "litgpt":
             layer = layer + litgpt_layer_extra(arch, targets, B, S_loc, a, tp, o.lora_dropout if o.lora_rank else 0.0)
+        if o.compile:  # inductor recomputes a layer's pointwise ops in the backward instead of saving them
+            layer = layer - act.compiled_saving(B, S_loc, arch, a, tp, act._pick(np.asarray(zero) >= 3, False, amp))
         # full / every-N: checkpointed layers keep their input, the others everything (act.checkpointed_layers);
         # selective-op: torchtitan's op-level SAC on every layer (act.hf_selective_op_layer)
         # a checkpointed layer keeps its input hidden state: fp32 under torch AMP (the fp32 embedding's output and
