@@ -355,7 +355,8 @@ def compiled_saving(B, S, arch: Arch, a, t=1, amp=False):
     layer keeps neither RMSNorm's fp32 upcasts (two norms, ``4·BSH`` each; under AMP, where the residual stream is
     fp32, four fp32 ``BSH`` tensors) nor one of SwiGLU's F-wide products (``a·BSF``), nor Qwen3's fp32 copies of
     q and k for their per-head norms (``4·BS·(A + K)·d``). Counted with saved-tensor hooks around compiled
-    Llama- and Qwen3-style layers on the CPU (five shapes each, bf16, AMP and fp32: exactly these coefficients),
+    Llama- and Qwen3-style layers on the CPU (five shapes each, bf16, AMP and fp32: exactly these coefficients;
+    validation/record_compiled.py, tests/test_compiled_saving.py),
     and measured on an H200 (tests/data/measured/h200-step-peak-compiled.json): Llama-3.2-1B bf16 −2.18 GB and AMP
     −3.22 GB, Qwen3-1.7B −4.70 GB at batch 2 × 2048, as this predicts. Modelled for dense RMSNorm models with a
     gated FFN (Llama, Mistral, Qwen, Phi-3; :func:`compile_modelled`)."""

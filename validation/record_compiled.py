@@ -1,0 +1,107 @@
+"""Record what a torch.compile'd decoder layer saves for backward against the same layer in eager mode.
+
+Small Llama- and Qwen3-style transformers models (random weights, CPU, real tensors) run one forward with the
+loss under ``torch.autograd.graph.saved_tensors_hooks``; every tensor saved while the second decoder layer runs
+is counted once by its storage (parameters left out), per token. The compiled run compiles each decoder layer on
+its own (``nn.Module.compile``, as torchtitan compiles each TransformerBlock), so AOTAutograd's partitioner decides
+what the layer saves. Shapes vary one dimension at a time (hidden, FFN, heads, head size) in bf16, torch AMP
+(fp32 weights under ``torch.autocast``) and fp32, so the difference per token is a linear function of them that
+``tests/test_compiled_saving.py`` holds ``aicalc.core.activations.compiled_saving`` to, exactly. Every number
+comes from torch's own saved tensors; nothing here is computed by formula.
+
+    python validation/record_compiled.py            # regenerate tests/data/validation/compiled_saving.json
+    python validation/record_compiled.py --check    # recompute and compare with the committed file
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import record_params as rp  # noqa: E402
+
+GENERATED_BY = "validation/record_compiled.py"
+B, S = 2, 64  # tokens per layer: 128
+BASE = {"hidden_size": 256, "intermediate_size": 704, "num_attention_heads": 8, "num_key_value_heads": 4,
+        "head_dim": 32}
+VARIED = [{}, {"hidden_size": 384}, {"intermediate_size": 1024}, {"num_attention_heads": 16}, {"head_dim": 64}]
+CASES = [("llama", p) for p in ("bf16", "bf16-mixed", "fp32")] + [("qwen3", "bf16")]
+
+
+def _config(family: str, dims: dict[str, int]) -> dict[str, Any]:
+    return {"model_type": family, **dims, "num_hidden_layers": 3, "vocab_size": 512, "tie_word_embeddings": False,
+            "max_position_embeddings": 512}
+
+
+def layer_bytes_per_token(config: dict[str, Any], precision: str, compiled: bool) -> float:
+    """Bytes the second decoder layer saves for backward, per token (each storage once, parameters left out)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    m = AutoModelForCausalLM.from_config(rp.build_config(config), attn_implementation="sdpa", dtype=dtype)
+    layers = [mod for mod in m.modules() if isinstance(mod, GradientCheckpointingLayer)]
+    if compiled:
+        torch._dynamo.reset()
+        for mod in layers:
+            mod.compile()
+    params = {p.untyped_storage().data_ptr() for p in m.parameters()}
+    seen: dict[int, int] = {}
+    inside = [False]
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if inside[0] and ptr not in params:
+            seen[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    layers[1].register_forward_pre_hook(lambda *_: inside.__setitem__(0, True))
+    layers[1].register_forward_hook(lambda *_: inside.__setitem__(0, False))
+    ids = torch.randint(0, config["vocab_size"], (B, S))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            m(input_ids=ids, labels=ids, use_cache=False).loss  # noqa: B018 (the forward is what is measured)
+    return sum(seen.values()) / (B * S)
+
+
+def compute_records() -> list[dict[str, Any]]:
+    records = []
+    for family, precision in CASES:
+        for change in VARIED:
+            dims = {**BASE, **change}
+            config = _config(family, dims)
+            rec = {"name": f"{family}/{precision}/" + (",".join(f"{k}={v}" for k, v in change.items()) or "base"),
+                   "precision": precision, "config": config,
+                   "eager_bytes_per_token": layer_bytes_per_token(config, precision, False),
+                   "compiled_bytes_per_token": layer_bytes_per_token(config, precision, True)}
+            records.append(rec)
+            print(f"  {rec['name']}: eager {rec['eager_bytes_per_token']:.0f} B/token, compiled "
+                  f"{rec['compiled_bytes_per_token']:.0f}", flush=True)
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = rp.arg_parser(__doc__).parse_args(argv)
+    rp.set_root(args.root)
+    rp.quiet()
+    t0 = time.perf_counter()
+    records = compute_records()
+    path = rp.out_path("compiled_saving.json")
+    if args.check:
+        rc = rp.check_envelope(path, records, key=("name",))
+    else:
+        rp.write_envelope(path, GENERATED_BY, records, tokens_per_layer=B * S)
+        print(f"wrote {path.relative_to(rp.ROOT)} ({len(records)} records)")
+        rc = 0
+    print(f"record_compiled: {time.perf_counter() - t0:.1f}s")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
