@@ -288,8 +288,9 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     cps = sorted({int(c) for c in inputs.positive("cp", cp, whole=True).reshape(-1)})
     if st.attention == "eager":
         cps = [1]  # eager attention has no context-parallel path
+    # selective-op is not searched where it is not modelled (LoRA; compiled layers: setup_of refuses both)
     recomputes = ("none", "full") + (("selective",) if st.framework == "megatron" else
-                                     ("every-2",) if st.lora_rank else ("selective-op", "every-2"))
+                                     ("every-2",) if st.lora_rank or st.compile else ("selective-op", "every-2"))
     chips = inputs.whole("chips", chips)
     from aicalc.catalog import profiles
 
