@@ -110,7 +110,8 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
              f"attention {st.attention}, recompute {st.recompute}", _state_dtypes(st),
              "peak = weights + optimizer + the largest phase of the step (hf: the loss with every saved activation, "
              "a layer's backward, the gradients with a layer's workspace, the optimizer step with its foreach "
-             f"temporaries; peak phase: {rows[0]['peak_phase']}) + "
+             "temporaries; under torch AMP with recompute also the forward's end, autocast's weight casts cached; "
+             f"peak phase: {rows[0]['peak_phase']}) + "
              f"the overhead ({_overhead_note(st, rows[0])}); see docs/train-mem.md"]
     notes += _stage_notes(spec.arch, sorted({int(p) for p in np.ravel(r.pp)}), st)
     notes += caveats
