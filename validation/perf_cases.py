@@ -229,7 +229,7 @@ def published_training_cases() -> list[dict]:
         args = dict(model=model_config(e), chip=e["chip"], tokens=float(e.get("tokens") or 1e12),
                     seq=e.get("seq", 2048), global_batch=gb, micro_batch=mb, tp=tp, pp=pp, dp=dp, cp=cp,
                     ep=e.get("ep") or 1, recompute=rc, attention=attention, zero=zero,
-                    precision="fp8" if e.get("precision") == "fp8" else "bf16", framework=FRAMEWORK[fw],
+                    precision=e.get("precision") if e.get("precision") in ("fp8", "fp4") else "bf16", framework=FRAMEWORK[fw],
                     interleave=e.get("vp") or 1,
                     # the published MFU / TFLOP/s of these sources (2021-2024 papers and READMEs) count attention
                     # over all seq keys; a row whose source counts causal attention says so

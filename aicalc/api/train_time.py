@@ -46,7 +46,7 @@ def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: li
     from aicalc.errors import ParameterError, check_choice
     from aicalc.units import parse_rate
 
-    check_choice("precision", precision, ("bf16", "fp16", "fp8"))
+    check_choice("precision", precision, ("bf16", "fp16", "fp8", "fp4"))
     c = load_chip(chip)
     peak = c.peak_flop_per_s(precision)
     if peak is None:
@@ -71,7 +71,8 @@ def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: li
 
         dpbw = inputs.single("dp_bandwidth", dp_bandwidth)
     peak16 = c.peak_flop_per_s("bf16") or c.peak_flop_per_s("fp16") or peak
-    return c, TrainChip(peak, c.memory_bandwidth_bytes_per_s, link, dpbw, low_precision=precision == "fp8",
+    return c, TrainChip(peak, c.memory_bandwidth_bytes_per_s, link, dpbw, low_precision=precision in ("fp8", "fp4"),
+                        fp4=precision == "fp4",
                         domain=domain, vector_flop_per_s=c.peak_flop_per_s("fp32") or 0.0,
                         peak_16bit_flop_per_s=peak16)
 
@@ -252,7 +253,9 @@ def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute,
     mem_framework = "megatron" if profiles.family(profiles.load("framework", framework)) == "megatron" else "hf"
     if recompute == "selective" and mem_framework != "megatron":
         return None, None
-    mixed = {"fp8": "fp8-mixed", "fp16": "fp16-mixed"}.get(precision, "bf16-mixed")  # the math dtype's recipe
+    # the math dtype's recipe; NVFP4 (Transformer Engine) keeps what its FP8 recipe keeps: 16-bit activations saved,
+    # a low-precision weight cache beside the bf16 master
+    mixed = {"fp8": "fp8-mixed", "fp4": "fp8-mixed", "fp16": "fp16-mixed"}.get(precision, "bf16-mixed")
     mem = train_memory(model, batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp, zero=zero, chip=chip,
                        precision=mixed, recompute=recompute, framework=mem_framework, attention="flash",
                        sp=mem_framework == "megatron", virtual_stages=int(interleave), cp=cp, ep=int(ep),

@@ -146,6 +146,7 @@ class TrainChip(NamedTuple):
     link_bytes_per_s: float  # per direction, scale-up link (NVLink, ICI, Infinity Fabric)
     dp_bytes_per_s: float  # per direction per chip, scale-out network across domains (NICs, DCN)
     low_precision: bool = False
+    fp4: bool = False  # NVFP4 linear layers (Transformer Engine's NVFP4 recipe): efficiency.fp4_flop_factor
     domain: int = 8  # chips one scale-up link joins
     vector_flop_per_s: float = 0.0
     peak_16bit_flop_per_s: float = 0.0  # 8-bit runs: the 16-bit peak attention and the LM head run at (0: peak)
@@ -271,7 +272,7 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     again = op_sac_recompute(s) if recompute == "selective-op" else {}
     elem_passes = passes + (1.0 if again else 0.0)
     link_tp = span_bandwidth(chip, tp)
-    roofs = Roofs(chip.peak_flop_per_s, bw, link_tp, chip.low_precision, chip.vector_flop_per_s)
+    roofs = Roofs(chip.peak_flop_per_s, bw, link_tp, chip.low_precision, chip.vector_flop_per_s, fp4=chip.fp4)
     # 8-bit training (Transformer Engine, torchao float8) runs the linear layers' GEMMs in fp8; attention and the
     # LM head stay in 16-bit
     roofs16 = Roofs(chip.peak_16bit_flop_per_s or chip.peak_flop_per_s, bw, link_tp, False, chip.vector_flop_per_s) \
