@@ -184,7 +184,11 @@ def _write(out: Path, name: str, records: list, **meta: Any) -> None:
 
 # 1. training-step peaks -----------------------------------------------------------------------------------------
 
-def _step(c: dict[str, Any], cfg) -> dict[str, int]:
+def _step(c: dict[str, Any], cfg, steady: bool = False, compile_layers: bool = False) -> dict[str, int]:
+    """Three training steps of ``c`` on the GPU, the peak from the model's making on. ``steady``: the peak over
+    the second and third steps only (after the first step's compilation and the optimizer's lazily made states),
+    without a KV cache; ``compile_layers``: each decoder layer compiled on its own as torchtitan compiles each
+    TransformerBlock (``nn.Module.compile``)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -202,14 +206,24 @@ def _step(c: dict[str, Any], cfg) -> dict[str, int]:
                                          target_modules=rsp.LORA_TARGETS[c["lora"]["targets"]]))
     if c["recompute"] != "none":
         rsp._enable_recompute(m, c["recompute"])
+    if compile_layers:
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        for mod in m.modules():
+            if isinstance(mod, GradientCheckpointingLayer):
+                mod.compile()
     m.train()
     trainable = [p for p in m.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=c["adamw"] == "foreach", fused=c["adamw"] == "fused")
     ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]), device=DEVICE)
-    for _ in range(STEPS):
+    cache = {"use_cache": False} if steady else {}  # no KV cache in training
+    for step in range(STEPS):
+        if steady and step == 1:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         for _ in range(c["microbatches"]):
             with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=mixed):
-                loss = m(input_ids=ids, labels=ids).loss / c["microbatches"]
+                loss = m(input_ids=ids, labels=ids, **cache).loss / c["microbatches"]
             loss.backward()
             del loss
         opt.step()
@@ -219,6 +233,10 @@ def _step(c: dict[str, Any], cfg) -> dict[str, int]:
          "reserved_peak_bytes": int(torch.cuda.max_memory_reserved()),
          "after_step_bytes": int(torch.cuda.memory_allocated() - base), "baseline_bytes": int(base),
          "params": int(sum(p.numel() for p in m.parameters()))}
+    if steady:
+        import torch._dynamo.utils as du
+
+        r["compiled_graphs"] = int(du.counters["stats"]["unique_graphs"]) if compile_layers else 0
     del m, opt, ids, trainable
     gc.collect()
     torch.cuda.empty_cache()
@@ -273,61 +291,6 @@ COMPILED = [
 ]
 
 
-def _compiled_step(c: dict[str, Any], cfg, compile_layers: bool) -> dict[str, int]:
-    """Three training steps as :func:`_step`, the peak taken over the second and third (after the first step's
-    compilation and the optimizer's lazily made states), each decoder layer compiled on its own as torchtitan does
-    (``torch.compile`` per TransformerBlock) when ``compile_layers``."""
-    import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.modeling_layers import GradientCheckpointingLayer
-
-    mixed = c["precision"] == "bf16-mixed"
-    dtype = torch.bfloat16 if c["precision"] == "bf16" else torch.float32
-    torch.manual_seed(0)
-    base = torch.cuda.memory_allocated()
-    with torch.device(DEVICE):
-        m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"], dtype=dtype)
-    if c.get("lora"):
-        from peft import LoraConfig, get_peft_model
-
-        m = get_peft_model(m, LoraConfig(r=c["lora"]["rank"], lora_alpha=32, lora_dropout=0.0,
-                                         target_modules=rsp.LORA_TARGETS[c["lora"]["targets"]]))
-    if c["recompute"] != "none":
-        rsp._enable_recompute(m, c["recompute"])
-    if compile_layers:
-        for mod in m.modules():
-            if isinstance(mod, GradientCheckpointingLayer):
-                mod.compile()
-    m.train()
-    trainable = [p for p in m.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=True)
-    ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]), device=DEVICE)
-    for step in range(STEPS):
-        if step == 1:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=mixed):  # no KV cache in training
-            loss = m(input_ids=ids, labels=ids, use_cache=False).loss
-        loss.backward()
-        del loss
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
-    frames = 0
-    if compile_layers:
-        import torch._dynamo.utils as du
-
-        frames = int(du.counters["stats"]["unique_graphs"])
-    r = {"peak_bytes": int(torch.cuda.max_memory_allocated() - base),
-         "reserved_peak_bytes": int(torch.cuda.max_memory_reserved()), "baseline_bytes": int(base),
-         "compiled_graphs": frames,
-         "params": int(sum(p.numel() for p in m.parameters()))}
-    del m, opt, ids, trainable
-    gc.collect()
-    torch.cuda.empty_cache()
-    return r
-
-
 def compiled(out: Path) -> None:
     import torch
 
@@ -342,7 +305,7 @@ def compiled(out: Path) -> None:
         for mode in ("eager", "compiled"):
             t = time.time()
             try:
-                rec[mode] = _compiled_step(c, cfg, mode == "compiled")
+                rec[mode] = _step(c, cfg, steady=True, compile_layers=mode == "compiled")
             except Exception as e:  # noqa: BLE001 (recorded, the rest goes on)
                 rec[mode] = {"error": f"{type(e).__name__}: {e}"[:300]}
                 gc.collect()

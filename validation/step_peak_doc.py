@@ -152,35 +152,30 @@ RESERVE_FACTOR_CALIBRATION = tuple(
         "deepseek-v2-lite-6l/eager/bf16/foreach/b1s2048"))
 
 
-def reserved_error(rec: dict) -> float | None:
-    """aicalc's reserved peak less its overhead (``peak_reserved_bytes`` − ``overhead_bytes``) against the
-    measured ``max_memory_reserved``, for full-size steps (None for the small ones)."""
+def reserved_error(rec: dict, est=None) -> float | None:
+    """aicalc's reserved peak less its overhead (``peak_reserved_bytes`` − ``overhead_bytes``; ``est``: the record's
+    :func:`estimate`, when the caller has it) against the measured ``max_memory_reserved``, for full-size steps
+    (None for the small ones)."""
     if not rec["name"].startswith("full-size/"):
         return None
-    e = estimate(rec)
+    e = estimate(rec) if est is None else est
     return float(e["peak_reserved_bytes"][0] - e["overhead_bytes"][0]) / rec["reserved_peak_bytes"] - 1
 
 
 def held_summary() -> str:
-    """The reserve's held-out errors (the second run's full-size steps) in words."""
-    errs = [reserved_error(r) for r in gpu_records() if r.get("run") == 2 and "error" not in r]
-    errs = [e for e in errs if e is not None]
-    within = sum(abs(e) <= 0.10 for e in errs)
-    return (f"{within} of {len(errs)} within 10 %, from {min(errs):+.1%} to {max(errs):+.1%} (without the two "
-            "fragmentation terms the same steps span "
-            f"{min(errs_without()):+.1%} to {max(errs_without()):+.1%})")
-
-
-def errs_without() -> list[float]:
-    """The second run's reserved errors with ``ALLOCATOR_RESERVE`` alone, for the comparison in the text."""
+    """The reserve's held-out errors (the second run's full-size steps) in words, beside the same steps' errors with
+    ``ALLOCATOR_RESERVE`` alone."""
     from aicalc.core import train_memory as tm
 
-    out = []
+    errs, plain = [], []
     for r in gpu_records():
         if r.get("run") == 2 and "error" not in r and r["name"].startswith("full-size/"):
             e = estimate(r)
-            out.append(float(e["peak_allocated_bytes"][0]) * (1 + tm.ALLOCATOR_RESERVE) / r["reserved_peak_bytes"] - 1)
-    return out
+            errs.append(reserved_error(r, e))
+            plain.append(float(e["peak_allocated_bytes"][0]) * (1 + tm.ALLOCATOR_RESERVE) / r["reserved_peak_bytes"] - 1)
+    within = sum(abs(e) <= 0.10 for e in errs)
+    return (f"{within} of {len(errs)} within 10 %, from {min(errs):+.1%} to {max(errs):+.1%} (without the two "
+            f"fragmentation terms the same steps span {min(plain):+.1%} to {max(plain):+.1%})")
 
 
 def gpu_section() -> list[str]:

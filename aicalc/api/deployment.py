@@ -131,15 +131,15 @@ def check_search_size(configs: int, splits: int, param: str = "total_chips") -> 
 PIPELINES = (2, 4)  # pipeline stages a search tries across scale-up domains
 
 
-def pipelines(chip, tp: int, n: int, on: bool = True) -> list[int]:
+def pipelines(chip, tp: int, n: int | None, on: bool = True) -> list[int]:
     """Pipeline stages a search tries at ``tp`` chips per replica on ``n`` chips: 1; with ``on``, a TP group
     that fills the chip's scale-up domain also in 2 and 4 stages over as many domains (vLLM's multi-node layout:
-    TP inside a node, PP across nodes), where tp × pp divides n."""
+    TP inside a node, PP across nodes), where tp × pp divides n (``n`` None: a fleet of any size)."""
     ic = getattr(chip, "interconnect", None)
     domain = (ic.domain if ic else None) or 0
     if not on or tp != domain:
         return [1]
-    return [1] + [p for p in PIPELINES if n % (tp * p) == 0]
+    return [1] + [p for p in PIPELINES if n is None or n % (tp * p) == 0]
 
 
 MOE_LAYOUTS = ("tp", "ep", "dep")  # per TP degree of an MoE model: plain TP, EP over the TP chips, EP + DP attention

@@ -101,7 +101,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
 
     from aicalc.api import inputs
     from aicalc.api.catalog import load_model, load_node_or_chip, named_format
-    from aicalc.api.deployment import moe_layouts
+    from aicalc.api.deployment import moe_layouts, pipelines
     from aicalc.api.roofline import cost_setup
     from aicalc.api.traffic import Layout, replica
     from aicalc.core.dtypes import kv_bytes_per_element
@@ -143,7 +143,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
                         for ep, adp in moe_layouts(arch, int(tp))]
             # a TP group that fills the scale-up domain, also pipelined over 2 and 4 domains (as the deployment
             # search: vLLM's multi-node layout, TP inside a node and PP across nodes); plain TP replicas
-            layouts += [Layout(chip.id, int(tp), dt, kvd, 1, 1, pp) for pp in _pipelines(chip, int(tp))
+            layouts += [Layout(chip.id, int(tp), dt, kvd, 1, 1, pp) for pp in pipelines(chip, int(tp), None)[1:]
                         for dt in dtypes for kvd in kv_dtypes]
     if not layouts:
         raise ParameterError("tp", ",".join(str(t) for t in tps or TPS), f"admits no layout of {spec.id} (a TP "
@@ -590,13 +590,3 @@ def _objects(values):
 def _width(lay) -> int:
     """Chips per replica of a layout: its TP group times its pipeline stages."""
     return lay.tp * lay.pp
-
-
-def _pipelines(chip, tp: int) -> list[int]:
-    """Pipeline stages (beyond 1) the fleet search tries for ``tp`` chips per replica: 2 and 4 where the TP group
-    fills the chip's scale-up domain (:func:`aicalc.api.deployment.pipelines`, with no fleet size to divide)."""
-    from aicalc.api.deployment import PIPELINES
-
-    ic = getattr(chip, "interconnect", None)
-    domain = (ic.domain if ic else None) or 0
-    return list(PIPELINES) if tp == domain else []

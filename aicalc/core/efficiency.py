@@ -193,6 +193,14 @@ def math_share(eff: Efficiency, low_precision=False, fp4=False) -> float:
                                                                                        else 1.0)
 
 
+def expert_half_dim(eff: Efficiency, fp4=False) -> float:
+    """The fine-grained-expert curve's c (``grouped_gemm_half_dim``; a grouped GEMM runs at w/(w + c) of its
+    shape's efficiency, w the expert's FFN width): the curve's extra time, flop·c/(peak·g·w), is work around the
+    experts per token copy (docs/roofline.md), not the GEMM's, so under FP4 math c scales with
+    ``fp4_flop_factor``: FP4 slows the GEMM only."""
+    return eff.grouped_gemm_half_dim * (eff.fp4_flop_factor if fp4 else 1.0)
+
+
 def gemm_efficiency(eff: Efficiency, m, n, k, low_precision=False, fp4=False):
     """Fraction of peak dense FLOP/s a GEMM of shape m×n×k reaches (item 1 and 2 of the module doc)."""
     import numpy as np

@@ -13,7 +13,7 @@ Each op (:class:`aicalc.core.forward.Op`) gets two times:
 
 from typing import NamedTuple
 
-from aicalc.core.efficiency import Efficiency, combine, gemm_efficiency, math_share
+from aicalc.core.efficiency import Efficiency, combine, expert_half_dim, gemm_efficiency, math_share
 
 CHUNK = 32768  # configurations evaluated at once: the temporaries of one chunk stay in cache
 
@@ -95,10 +95,8 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
                 share = np.where(mp > 0, np.asarray(m, dtype=np.float64) / np.where(mp > 0, mp, 1.0), 1.0)
             g = gemm_efficiency(eff, mp, n, k, low_precision=low, fp4=fp4) * share * eff.grouped_gemm_efficiency
             if eff.grouped_gemm_half_dim > 0:  # fine-grained experts: the expert's FFN width
-                # the curve's extra time, flop·c/(peak·g·w), is work around the experts per token copy (measured in
-                # docs/roofline.md), not the GEMM's: c scales with the FP4 factor, so FP4 slows only the GEMM
                 w = np.asarray(op.expert_width, dtype=np.float64)
-                g = g * w / (w + eff.grouped_gemm_half_dim * (eff.fp4_flop_factor if fp4 else 1.0))
+                g = g * w / (w + expert_half_dim(eff, fp4))
         else:
             g = gemm_efficiency(eff, *op.dims, low_precision=low, fp4=fp4)
         if eff.gemv_efficiency > 0:  # small M: a GEMV kernel on the vector units, when that is faster
@@ -238,8 +236,7 @@ def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool, lo: float = 
                     return None
                 g, shift = g * eff.grouped_gemm_efficiency, (pad + max(h, 0.0)) / c
                 if eff.grouped_gemm_half_dim > 0:
-                    c_w = eff.grouped_gemm_half_dim * (eff.fp4_flop_factor if fp4 else 1.0)  # as in op_times
-                    g = g * op.expert_width / (op.expert_width + c_w)
+                    g = g * op.expert_width / (op.expert_width + expert_half_dim(eff, fp4))
             if eff.gemv_efficiency > 0:
                 gemv = fx / (peak * (eff.gemv_efficiency * vec / peak))
         alpha = fx / (peak * g) if fx else 0.0

@@ -307,6 +307,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         targets = ()
 
     layers_dev = stage_layers
+    # torch AMP (fp32 parameters under autocast) as the hf and LitGPT loops run it; Megatron keeps its own buffers
+    amp = o.framework != "megatron" and o.precision in ("bf16-mixed", "fp16-mixed") and not o.lora_rank
     if o.framework == "megatron":
         # one layer without recompute: what a recomputed layer rebuilds in backward (workspace)
         fp8 = o.precision == "fp8-mixed"  # TransformerEngine: FP8 linear inputs saved, FP8 weight cache
@@ -326,7 +328,6 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     else:
         dropout = o.dropout if o.dropout is not None else (0.1 if arch.family == "gpt2" else 0.0)
         kw = dict(dropout=dropout, attn_dropout=dropout if arch.family == "gpt2" else 0.0)
-        amp = o.precision in ("bf16-mixed", "fp16-mixed") and not o.lora_rank
         # torch AMP's extra saved copies; under FSDP2 (zero 3) the parameters are cast to bf16 when gathered and the
         # layers run as a pure 16-bit model (validation/record_step_peak.py, step_peak_fsdp.json)
         amp_fixed = amp and np.ndim(zero) == 0  # one zero stage for every point: AMP's copies in or out for all
@@ -353,12 +354,12 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         if o.framework == "litgpt":
             layer = layer + litgpt_layer_extra(arch, targets, B, S_loc, a, tp, o.lora_dropout if o.lora_rank else 0.0)
         if o.compile:  # inductor recomputes a layer's pointwise ops in the backward instead of saving them
-            layer = layer - act.compiled_saving(B, S_loc, arch, a, tp, act._pick(np.asarray(zero) >= 3, False, amp))
+            layer = layer - act.compiled_saving(B, S_loc, arch, a, tp, _pick(fsdp, False, amp))
         # full / every-N: checkpointed layers keep their input, the others everything (act.checkpointed_layers);
         # selective-op: torchtitan's op-level SAC on every layer (act.hf_selective_op_layer)
         # a checkpointed layer keeps its input hidden state: fp32 under torch AMP (the fp32 embedding's output and
         # the residual adds stay fp32, amp_saved), a bytes otherwise (FSDP2 runs its layers in bf16)
-        a_in = act._pick(np.asarray(zero) >= 3, a, 4.0) if amp else a
+        a_in = _pick(fsdp, a, 4.0) if amp else a
         op = np.asarray(recompute) == act.SELECTIVE_OP
         per_layer = layer
         if np.any(op):
@@ -444,10 +445,9 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     accumulating = (o.microbatches or 1) > 1  # a later micro-batch adds into the sharded gradients of the one before
     persistent = (o.framework == "megatron") | ((np.asarray(shard) > 1) & ~fsdp) | ((o.microbatches or 1) > 1)
     held = np.where(persistent, grads, 0.0)
-    if o.framework != "megatron" and o.precision in ("bf16-mixed", "fp16-mixed") and not o.lora_rank:
-        # torch AMP: the parameters are fp32, so are the gradients kept between micro-batches (grads_bytes counts
+    if amp:  # the parameters are fp32, so are the gradients kept between micro-batches (grads_bytes counts
         # the 16-bit share of the 16 bytes a parameter takes, state_bytes): 4 bytes held (not under FSDP2)
-        held = act._pick(fsdp, held, held * (4.0 / sb.grads))
+        held = _pick(fsdp, held, held * (4.0 / sb.grads))
     if o.framework == "megatron":
         # one phase: everything at once (the Megatron rows are calibrated on this sum; TM-04, TM-34)
         transient = loss_t + workspace + gather
@@ -489,7 +489,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         casts = 0.0
         if amp and (recompute != "none" if isinstance(recompute, str) else np.any(np.asarray(recompute) != "none")):
             # FSDP2 (zero 3) runs its layers in bf16: no casts
-            casts = act._pick(np.asarray(zero) >= 3, 0.0, amp_casts_freed(arch, split, recompute, stage_layers, tp, a))
+            casts = _pick(fsdp, 0.0, amp_casts_freed(arch, split, recompute, stage_layers, tp, a))
         live = {"loss": _plus(activ, held, loss_t, kept, f_loss, -casts),
                 "backward": _plus(np.maximum(_plus(activ, -freed), 0.0),
                                   np.where(persistent, grads, np.where(fsdp, 0.0, head)), workspace, gather),
