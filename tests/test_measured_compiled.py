@@ -75,5 +75,7 @@ def test_compile_on_the_command_line(cli):
     H, F, L = 3072, 8192, 28  # Llama-3.2-3B: two fp32 norm upcasts (8H) and one bf16 SwiGLU product (2F) a token
     diff = eager.json["rows"][0]["activations_bytes"] - comp.json["rows"][0]["activations_bytes"]
     assert diff == 2 * 2048 * (8 * H + 2 * F) * L
+    table = cli("train-mem", "llama-3.2-3b", "--compile")
+    assert table.code == 0 and "each layer torch.compile'd" in table.out  # the table says what it assumed
     bad = cli("train-mem", "mixtral-8x7b", "--compile")
     assert bad.code == 2 and bad.err.count("\n") == 1 and "--compile" in bad.err

@@ -107,7 +107,8 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
     if "fits" in cols:
         columns.append("fits")
     notes = [f"{spec.id}: {rows[0]['params']:,} params; {st.precision} + {st.optimizer}; framework {st.framework}, "
-             f"attention {st.attention}, recompute {st.recompute}", _state_dtypes(st),
+             f"attention {st.attention}, recompute {st.recompute}" + (", each layer torch.compile'd" if st.compile
+                                                                       else ""), _state_dtypes(st),
              "peak = weights + optimizer + the largest phase of the step (hf: the loss with every saved activation, "
              "a layer's backward, the gradients with a layer's workspace, the optimizer step with its foreach "
              "temporaries; under torch AMP with recompute also the forward's end, autocast's weight casts cached; "
