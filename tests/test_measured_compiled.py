@@ -50,19 +50,24 @@ def test_compiled_runs_save_less_and_aicalc_stands_above_them(rec):
         assert 1.05 <= est / compiled <= 1.26
 
 
-@pytest.mark.parametrize("rec", [r for r in RECORDS if not r.get("lora")],
-                         ids=[r["name"] for r in RECORDS if not r.get("lora")])
+@pytest.mark.parametrize("rec", RECORDS, ids=[r["name"] for r in RECORDS])
 def test_compile_lands_on_the_compiled_peak(rec):
+    """The LoRA row was measured before LoRA under compile was modelled (from CPU saved-tensor counts,
+    validation/record_compiled.py): held out."""
     kw = dict(batch=rec["batch"], seq=rec["seq"], attention=rec["attention"], precision=rec["precision"],
               recompute=rec["recompute"], adamw=rec["adamw"])
+    if rec.get("lora"):
+        kw.update(lora_rank=rec["lora"]["rank"], lora_targets=rec["lora"]["targets"])
     est = float(aicalc.train_memory(rec["config"], compile=True, **kw)["peak_allocated_bytes"][0])
     assert abs(est / rec["compiled"]["peak_bytes"] - 1) <= 0.05
 
 
 def test_compile_is_refused_where_it_is_not_modelled():
     llama = next(r for r in RECORDS if r["model"] == "llama3.2-1b-style")["config"]
-    with pytest.raises(ParameterError, match="lora_rank"):  # inductor keeps another set with frozen weights
-        aicalc.train_memory(llama, compile=True, lora_rank=8)
+    with pytest.raises(ParameterError, match="quantized base"):  # bitsandbytes' 4-bit matmuls: not traced
+        aicalc.train_memory(llama, compile=True, lora_rank=8, quant="nf4")
+    with pytest.raises(ParameterError, match="selective-op"):
+        aicalc.train_memory(llama, compile=True, recompute="selective-op")
     with pytest.raises(ParameterError, match="RMSNorm"):
         aicalc.train_memory("mixtral-8x7b", compile=True)
 

@@ -6,8 +6,11 @@ is counted once by its storage (parameters left out), per token. The compiled ru
 its own (``nn.Module.compile``, as torchtitan compiles each TransformerBlock), so AOTAutograd's partitioner decides
 what the layer saves. Shapes vary one dimension at a time (hidden, FFN, heads, head size) in bf16, torch AMP
 (fp32 weights under ``torch.autocast``) and fp32, so the difference per token is a linear function of them that
-``tests/test_compiled_saving.py`` holds ``aicalc.core.activations.compiled_saving`` to, exactly. Every number
-comes from torch's own saved tensors; nothing here is computed by formula.
+``tests/test_compiled_saving.py`` holds ``aicalc.core.activations.compiled_saving`` to, exactly. The ``lora``
+records do the same over PEFT models (``get_peft_model``, lora_dropout 0; adapters autocast to fp32 as PEFT does
+by default, or kept in the model's dtype as torchtune keeps them) for several target sets: there the saving is
+``compiled_saving(frozen=True)`` plus ``train_peak.lora_compiled_merge``. Every number comes from torch's own saved
+tensors; nothing here is computed by formula.
 
     python validation/record_compiled.py            # regenerate tests/data/validation/compiled_saving.json
     python validation/record_compiled.py --check    # recompute and compare with the committed file
@@ -30,6 +33,17 @@ BASE = {"hidden_size": 256, "intermediate_size": 704, "num_attention_heads": 8, 
         "head_dim": 32}
 VARIED = [{}, {"hidden_size": 384}, {"intermediate_size": 1024}, {"num_attention_heads": 16}, {"head_dim": 64}]
 CASES = [("llama", p) for p in ("bf16", "bf16-mixed", "fp32")] + [("qwen3", "bf16")]
+ALL = ("q", "k", "v", "o", "gate", "up", "down")
+# (family, precision, adapter dtype, rank, targets, shape change): every target set on the base shape, all targets
+# over the varied shapes, 16-bit adapters, an fp32 model and Qwen3's head norms
+LORA = ([("llama", "bf16", "fp32", 8, tg, {}) for tg in (("q",), ("q", "v"), ("q", "k", "v", "o"),
+                                                          ("q", "k", "v", "o", "gate"), ALL, ("down",),
+                                                          ("gate", "up"))]
+        + [("llama", "bf16", "fp32", 8, ALL, ch) for ch in VARIED[1:]]
+        + [("llama", "bf16", "bf16", 16, tg, {}) for tg in (("q", "v"), ALL)]
+        + [("llama", "fp32", "fp32", 8, ALL, {}), ("qwen3", "bf16", "fp32", 8, ALL, {}),
+           ("qwen3", "bf16", "fp32", 8, ("q", "v"), {}), ("qwen3", "bf16", "bf16", 8, ALL, {}),
+           ("qwen3", "fp32", "fp32", 8, ALL, {})])
 
 
 def _config(family: str, dims: dict[str, int]) -> dict[str, Any]:
@@ -37,8 +51,10 @@ def _config(family: str, dims: dict[str, int]) -> dict[str, Any]:
             "max_position_embeddings": 512}
 
 
-def layer_bytes_per_token(config: dict[str, Any], precision: str, compiled: bool) -> float:
-    """Bytes the second decoder layer saves for backward, per token (each storage once, parameters left out)."""
+def layer_bytes_per_token(config: dict[str, Any], precision: str, compiled: bool,
+                          lora: dict[str, Any] | None = None) -> float:
+    """Bytes the second decoder layer saves for backward, per token (each storage once, parameters left out);
+    ``lora``: rank, targets and adapter dtype of PEFT adapters over the frozen model."""
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.modeling_layers import GradientCheckpointingLayer
@@ -46,6 +62,12 @@ def layer_bytes_per_token(config: dict[str, Any], precision: str, compiled: bool
     torch.manual_seed(0)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     m = AutoModelForCausalLM.from_config(rp.build_config(config), attn_implementation="sdpa", dtype=dtype)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        m = get_peft_model(m, LoraConfig(r=lora["rank"], lora_dropout=0.0,
+                                         target_modules=[f"{t}_proj" for t in lora["targets"]]),
+                           autocast_adapter_dtype=lora["adapter_dtype"] == "fp32")
     layers = [mod for mod in m.modules() if isinstance(mod, GradientCheckpointingLayer)]
     if compiled:
         torch._dynamo.reset()
@@ -83,6 +105,17 @@ def compute_records() -> list[dict[str, Any]]:
             records.append(rec)
             print(f"  {rec['name']}: eager {rec['eager_bytes_per_token']:.0f} B/token, compiled "
                   f"{rec['compiled_bytes_per_token']:.0f}", flush=True)
+    for family, precision, adapters, rank, targets, change in LORA:
+        config = _config(family, {**BASE, **change})
+        lora = {"rank": rank, "targets": list(targets), "adapter_dtype": adapters}
+        shape = ",".join(f"{k}={v}" for k, v in change.items()) or "base"
+        rec = {"name": f"{family}/{precision}/lora-{','.join(targets)}/{adapters}-r{rank}/{shape}",
+               "precision": precision, "config": config, "lora": lora,
+               "eager_bytes_per_token": layer_bytes_per_token(config, precision, False, lora),
+               "compiled_bytes_per_token": layer_bytes_per_token(config, precision, True, lora)}
+        records.append(rec)
+        print(f"  {rec['name']}: eager {rec['eager_bytes_per_token']:.0f} B/token, compiled "
+              f"{rec['compiled_bytes_per_token']:.0f}", flush=True)
     return records
 
 

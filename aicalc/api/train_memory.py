@@ -89,10 +89,11 @@ def setup_of(**kw):
         raise ParameterError("recompute", s.recompute, "is not modelled with {lora_rank} (the adapters' matmuls "
                              "shift which outputs torchtitan's every-second-mm policy keeps); use none, full or "
                              "every-N")
-    if s.compile and (s.framework != "hf" or s.lora_rank is not None or s.recompute == act.SELECTIVE_OP):
-        raise ParameterError("compile", True, "is modelled for full training of transformers models ({framework=hf}) "
-                             "without selective-op recompute; with {lora_rank} or selective-op inductor keeps another "
-                             "set (not modelled: the eager estimate is an upper bound, docs/train-mem.md)")
+    if s.compile and (s.framework != "hf" or s.recompute == act.SELECTIVE_OP or s.quant != "none"):
+        raise ParameterError("compile", True, "is modelled for transformers models ({framework=hf}) trained in full "
+                             "or with LoRA, without selective-op recompute or a quantized base (inductor keeps "
+                             "another set there, not modelled: the eager estimate is an upper bound, "
+                             "docs/train-mem.md)")
     if s.framework == "hf" and (s.sp or s.virtual_stages > 1):
         raise ParameterError("framework", "hf", "has no sequence parallelism or virtual pipeline stages; use "
                              "{framework=megatron}")

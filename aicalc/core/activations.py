@@ -348,7 +348,7 @@ def amp_saved(B, S, arch: Arch, a=2.0, t=1, attention="sdpa"):
     return casts + normed
 
 
-def compiled_saving(B, S, arch: Arch, a, t=1, amp=False):
+def compiled_saving(B, S, arch: Arch, a, t=1, amp=False, frozen=False):
     """Bytes of :func:`hf_layer` (with :func:`amp_saved` under torch AMP) a decoder layer does not save when it is
     ``torch.compile``'d (torchtitan compiles each TransformerBlock; ``nn.Module.compile``): AOTAutograd's
     min-cut partitioner recomputes cheap pointwise ops in the backward rather than save their outputs, so the
@@ -359,10 +359,21 @@ def compiled_saving(B, S, arch: Arch, a, t=1, amp=False):
     validation/record_compiled.py, tests/test_compiled_saving.py),
     and measured on an H200 (tests/data/measured/h200-step-peak-compiled.json): Llama-3.2-1B bf16 −2.18 GB and AMP
     −3.22 GB, Qwen3-1.7B −4.70 GB at batch 2 × 2048, as this predicts. Modelled for dense RMSNorm models with a
-    gated FFN (Llama, Mistral, Qwen, Phi-3; :func:`compile_modelled`)."""
+    gated FFN (Llama, Mistral, Qwen, Phi-3; :func:`compile_modelled`).
+
+    ``frozen`` (LoRA on 16-bit or fp32 base weights, not torch AMP): the frozen eager layer
+    (:func:`hf_frozen_saving`) keeps each norm's fp32 upcast and not its a-byte input; the compiled one keeps the
+    two a-byte inputs (the layer's input and the mid-layer residual) and recomputes the upcasts, ``(8 − 2a)·BSH``
+    less (Qwen3's head norms likewise keep a-byte q and k for their fp32 copies, ``(4 − a)·BS·(A + K)·d``), and
+    still one SwiGLU product less. Counted the same way on PEFT models (Llama and Qwen3 shapes, bf16 and fp32,
+    every target set, fp32 and 16-bit adapters; the adapters' own fp32 input copies are
+    ``train_peak.lora_compiled_merge``)."""
     import numpy as np
 
     B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
+    if frozen:
+        qk = (4.0 - a) * (arch.heads + arch.kv_heads) * arch.head_dim / t if arch.qk_norm else 0.0
+        return B * S * ((8.0 - 2.0 * a) * arch.hidden + a * token_ffn(arch) / t + qk)
     norms = np.where(np.asarray(amp), 16.0, 8.0) * arch.hidden
     qk = 4.0 * (arch.heads + arch.kv_heads) * arch.head_dim / t if arch.qk_norm else 0.0
     return B * S * (norms + a * token_ffn(arch) / t + qk)

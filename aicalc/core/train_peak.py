@@ -353,7 +353,10 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
                 layer = layer + tm.bnb_kept_inputs(B, S_loc, arch, a, tp, per_layer=True)
         if o.framework == "litgpt":
             layer = layer + litgpt_layer_extra(arch, targets, B, S_loc, a, tp, o.lora_dropout if o.lora_rank else 0.0)
-        if o.compile:  # inductor recomputes a layer's pointwise ops in the backward instead of saving them
+        if o.compile and o.lora_rank:  # the same over a frozen base, and the adapters' merged fp32 casts
+            layer = layer - act.compiled_saving(B, S_loc, arch, a, tp, frozen=True) - lora_compiled_merge(
+                arch, targets, B, S_loc, a, tp, o.lora_dtype == "fp32")
+        elif o.compile:  # inductor recomputes a layer's pointwise ops in the backward instead of saving them
             layer = layer - act.compiled_saving(B, S_loc, arch, a, tp, _pick(fsdp, False, amp))
         # full / every-N: checkpointed layers keep their input, the others everything (act.checkpointed_layers);
         # selective-op: torchtitan's op-level SAC on every layer (act.hf_selective_op_layer)
@@ -613,10 +616,7 @@ def lora_saved(arch, targets, rank, B, S, a, tp, fp32_adapters=True, attention="
       the ``down_proj`` input (a·BS·F/t), the ``o_proj`` input only with eager attention (with SDPA it is the
       attention output, saved already);
     * ``lora_B`` saves the A output, BS·r per target at the adapter's width (lora_dropout 0 is an identity)."""
-    H, A, d, F = arch.hidden, arch.heads, arch.head_dim, arch.ffn
-    ins = {"q": H, "k": H, "v": H, "o": A * d / tp, "gate": H, "up": H, "down": F / tp}
-    group = {"q": "attn_in", "k": "attn_in", "v": "attn_in", "o": "o", "gate": "mlp_in", "up": "mlp_in",
-             "down": "down"}
+    ins, group = _lora_inputs(arch, tp)
     cast = fp32_adapters and a < 4
     total, shared = 0.0, set()
     for t in targets:
@@ -630,3 +630,32 @@ def lora_saved(arch, targets, rank, B, S, a, tp, fp32_adapters=True, attention="
     for g in {group[t] for t in shared}:
         total = total + a * B * S * next(ins[t] for t in shared if group[t] == g)
     return total
+
+
+def _lora_inputs(arch, tp):
+    """Each LoRA target's input width and the group of targets that read the same input (q, k, v the first norm's
+    output; gate, up the second's)."""
+    H, A, d, F = arch.hidden, arch.heads, arch.head_dim, arch.ffn
+    ins = {"q": H, "k": H, "v": H, "o": A * d / tp, "gate": H, "up": H, "down": F / tp}
+    group = {"q": "attn_in", "k": "attn_in", "v": "attn_in", "o": "o", "gate": "mlp_in", "up": "mlp_in",
+             "down": "down"}
+    return ins, group
+
+
+def lora_compiled_merge(arch, targets, B, S, a, tp, fp32_adapters=True):
+    """Bytes of :func:`lora_saved` a ``torch.compile``'d layer does not save: in eager mode every fp32 adapter on
+    a 16-bit model casts its input to fp32 and ``lora_A`` saves that copy, one per target; inside one compiled
+    graph the casts of one input are a single node (common-subexpression elimination), saved once. So q, k, v
+    keep one 4·BSH copy instead of three, gate and up one instead of two: ``4·BS·in·(n − 1)`` per group of n
+    targets reading one input. Counted with saved-tensor hooks on compiled PEFT layers
+    (validation/record_compiled.py, ``lora`` records; the rest of the compiled saving is
+    ``activations.compiled_saving(frozen=True)``)."""
+    if not (fp32_adapters and a < 4):
+        return 0.0
+    ins, group = _lora_inputs(arch, tp)
+    counts: dict[str, list] = {}
+    for t in targets:
+        if t == "gate" and not arch.gated_ffn:
+            continue
+        counts.setdefault(group[t], [0, ins[t]])[0] += 1
+    return 4.0 * B * S * sum((n - 1) * width for n, width in counts.values())
