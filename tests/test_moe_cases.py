@@ -1,4 +1,5 @@
-"""The published MoE measurements of validation/cases/moe-serving.yaml and moe-training.yaml (issue 21) are
+"""The published MoE measurements of validation/cases/moe-serving.yaml and moe-training.yaml (issue 21), and the
+rest of TensorRT-LLM 1.x's performance overview in trtllm-1x.yaml, are
 well-formed data: presets that exist, layouts that add up to the chips and divide the experts, a quoted number for
 every measurement, and a calibration/held-out split that leaves no multi-row source on one side only."""
 
@@ -21,7 +22,7 @@ def _load(name):
     return yaml.safe_load((CASES / name).read_text(encoding="utf-8"))
 
 
-SERVING, TRAINING = _load("moe-serving.yaml"), _load("moe-training.yaml")
+SERVING, TRAINING = _load("moe-serving.yaml") + _load("trtllm-1x.yaml"), _load("moe-training.yaml")
 ROWS = [("serving", r) for r in SERVING] + [("training", r) for r in TRAINING]
 
 

@@ -107,11 +107,13 @@ def test_committed_table_and_data_are_current():
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("collection, kind, bound", [("moe-serving", "inference", 0.25), ("moe-training", "training", 0.35)])
+@pytest.mark.parametrize("collection, kind, bound", [("moe-serving", "inference", 0.25), ("moe-training", "training", 0.35),
+                                                     ("trtllm-1x", "inference", 0.20)])
 def test_moe_era_measurements(results, collection, kind, bound):
     """Published MoE serving (TensorRT-LLM 1.x, SGLang, llama.cpp, MLX, Cerebras) and MoE pre-training
-    (Megatron-Bridge, MaxText) rows of validation/cases/moe-*.yaml, with their dense companions: the held-out rows'
-    geometric-mean error as of the grouped-GEMM model (moe-serving 22 %, moe-training 32 %; the goal is 15 %,
+    (Megatron-Bridge, MaxText) rows of validation/cases/moe-*.yaml, with their dense companions, and the rest of
+    TensorRT-LLM 1.x's overview (trtllm-1x.yaml, all held out): the held-out rows' geometric-mean error as of the
+    grouped-GEMM model (moe-serving 22 %, moe-training 32 %, trtllm-1x 16 %; the goal is 15 %,
     docs/validation-perf.md and docs/validation-train.md say what is left). Refused layouts are reported, never
     silently dropped: they are the rows that are not scored."""
     rows = [(c, e) for c, _, _, e in results if c.get("collection") == collection]

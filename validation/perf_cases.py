@@ -91,9 +91,10 @@ def _entries(calibration: str, names: tuple[str, ...]) -> tuple[list[dict], set[
 
 
 def published_cases() -> list[dict]:
-    """The sourced measurements of validation/cases/inference.yaml, as cases of the public API. Whether a case
-    is in the calibration subset is said by validation/cases/calibration.yaml (the rest are held out)."""
-    entries, calib = _entries("calibration-inference.yaml", ("inference.yaml", "moe-serving.yaml"))
+    """The sourced measurements of validation/cases/inference.yaml, moe-serving.yaml and trtllm-1x.yaml, as cases of
+    the public API. Whether a case is in the calibration subset is said by validation/cases/calibration.yaml (the
+    rest are held out)."""
+    entries, calib = _entries("calibration-inference.yaml", ("inference.yaml", "moe-serving.yaml", "trtllm-1x.yaml"))
     out = []
     for e in entries:
         if e.get("pool") == "decode" and e["metric"] == "output_tokens_per_s_per_chip":
@@ -431,7 +432,8 @@ def table(results, title: str = "Performance validation: estimates vs published 
         "with its source. The ideal column is the bare roofline (no efficiency factors, no overheads).",
         "Error = |estimate / measured − 1|. Sources: `shared/reference/validation-cases.md` (DE/PF/SV/TT rows) and",
         "`validation/cases/inference.yaml` / `training.yaml` and the MoE-era rows of `moe-serving.yaml` /",
-        "`moe-training.yaml` (each entry names its page and quotes the figure); as data:",
+        "`moe-training.yaml`, with the rest of TensorRT-LLM 1.x's performance overview in `trtllm-1x.yaml` (TL",
+        "rows, all held out; each entry names its page and quotes the figure); as data:",
         "`tests/data/validation/perf_cases.json`.",
         "",
         "**Calibration subset**: the DE/PF/SV/TT rows fitted the general model; `validation/cases/calibration-*.yaml`",
