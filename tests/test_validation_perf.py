@@ -72,13 +72,25 @@ def test_error_goals_on_the_reference_rows(results):
 def test_held_out_published_inference(results):
     """Published inference measurements the profiles never saw (docs/validation-perf.md): at least 40 in at least
     6 regimes, geometric-mean error within the 15 % goal (9.5 % now: held at 10 %), and no case worse than the 50 %
-    goal (36 % now: held at 40 %)."""
+    goal (36 % now: held at 40 %). The TPU rows are a known gap with their own bound (test_tpu_serving_rows)."""
     held = [(c, e) for c, _, _, e in results if c["scored"] and c.get("collection") == "inference"
-            and not c["calibration"]]
+            and not c["calibration"] and c["regime"] != "tpu"]
     assert len(held) >= 40 and len({c["regime"] for c, _ in held}) >= 6
     assert geomean([e for _, e in held]) <= 0.10
     worst = max((e, c["id"]) for c, e in held)
     assert worst[0] <= 0.40, worst
+
+
+def test_tpu_serving_rows(results):
+    """Published TPU serving rows with a fixed concurrency and lengths (validation/cases/inference.yaml TI-*: vLLM TPU
+    on v6e-8, SGLang-JAX on v6e-4 and TPU7x), all held out. The tpu class takes the GPU profile's factors, and the
+    engines' per-step time beyond the roofline is larger than the GPU engines': the held-out geometric-mean error is
+    54 % now (aicalc faster on 20 of 22), held at 60 %; the goal is the 15 % of the GPU rows (docs/validation-perf.md
+    says what is left). The rows aicalc cannot price say why."""
+    rows = [(c, e) for c, _, _, e in results if c.get("collection") == "inference" and c["id"].startswith("TI-")]
+    held = [e for c, e in rows if c["scored"] and not c["calibration"]]
+    assert len(held) >= 20 and geomean(held) <= 0.60
+    assert all(c["why_not"] for c, _ in rows if not c["scored"])
 
 
 def test_ideal_is_optimistic(results):

@@ -455,6 +455,10 @@ def table(results, title: str = "Performance validation: estimates vs published 
         "EPLB's redundant experts are priced as slots under uniform routing (the skew they",
         "relieve is not modelled); one pool of a disaggregated deployment (`pool`) is priced alone, a decode pool",
         "as batch / TPOT, a prefill pool as prompts / TTFT; a case aicalc refuses is listed unscored with the refusal.",
+        "TPU serving (regime tpu, every row held out) is not modelled yet: the tpu class takes the GPU profile's",
+        "factors, which come within 2-18 % of the 70B rows on v6e-8 (vLLM TPU) and of Gemma-2-27B on v6e-4, but the",
+        "measured decode steps of the 8B models at TP4 (SGLang-JAX, v6e-4) and of every TPU7x row run 2-13 ms longer",
+        "than aicalc's (aicalc 27-165 % faster there), and the gap grows with the KV cache read per step.",
         "",
         f"**Scored cases: {len(scored)}; geometric-mean error {geomean_error([e for _, e in scored]):.1%}; worst "
         f"{max(e for _, e in scored):.1%}. Held out: {len(held)}"
