@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from aicalc.catalog.hf_config import arch_from_config
+from aicalc.catalog.hf_config import SUPPORTED, arch_from_config
 from aicalc.core.params import count_params
 
 from conftest import DATA, ROOT
@@ -27,9 +27,7 @@ def test_every_preset_and_supported_config_is_recorded():
     presets = {p.stem for p in (ROOT / "presets" / "models").glob("*.yaml")}
     assert presets <= names
     for folder in (DATA / "configs").iterdir():
-        if folder.is_dir() and json.loads((folder / "config.json").read_text())["model_type"] in (
-            "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma2", "phi3", "gpt2", "falcon", "bloom",
-            "deepseek_v3"):
+        if folder.is_dir() and json.loads((folder / "config.json").read_text())["model_type"] in SUPPORTED:
             assert folder.name in names
 
 

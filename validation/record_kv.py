@@ -241,6 +241,72 @@ CROSSCHECK_CONFIGS: dict[str, dict[str, Any]] = {
     },
     # parallel attention + MLP off one bias-free LayerNorm; per-head q/k LayerNorms
     "cohere": {"model_type": "cohere", **_TINY_LLAMA, "use_qk_norm": True},
+    # Kimi K2's model_type, built as deepseek_v3 (record_params.MODEL_TYPE_ALIASES): MLA latent cache
+    "kimi_k2": {
+        "model_type": "kimi_k2",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "num_hidden_layers": 3,
+        "first_k_dense_replace": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "n_routed_experts": 8,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "n_group": 1,
+        "topk_group": 1,
+        "kv_lora_rank": 32,
+        "q_lora_rank": 48,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "vocab_size": 512,
+        "max_position_embeddings": 256,
+    },
+    # GLM-4.7-Flash: MLA (no q LoRA) latent cache; mlp_layer_types default: layer 0 dense, the rest MoE
+    "glm4_moe_lite": {
+        "model_type": "glm4_moe_lite",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "n_routed_experts": 8,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "kv_lora_rank": 32,
+        "q_lora_rank": None,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "vocab_size": 512,
+        "max_position_embeddings": 256,
+    },
+    # GQA with explicit head_dim, q/k/v biases, per-head QK-norm, partial RoPE; one dense layer then MoE
+    "glm4_moe": {
+        "model_type": "glm4_moe",
+        **_TINY_LLAMA,
+        "head_dim": 32,
+        "attention_bias": True,
+        "use_qk_norm": True,
+        "moe_intermediate_size": 32,
+        "n_routed_experts": 4,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 1,
+    },
+    # GQA with explicit head_dim, full-projection QK-norm, every layer MoE
+    "minimax_m2": {
+        "model_type": "minimax_m2",
+        **_TINY_LLAMA,
+        "intermediate_size": 32,
+        "head_dim": 32,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "rotary_dim": 16,
+    },
     # three sliding layers (window 8) per full one (sliding_window_pattern 4)
     "cohere2": {
         "model_type": "cohere2",
@@ -265,6 +331,8 @@ MODEL_TYPE_NOTES: dict[str, str] = {
         "attention_chunk_size (cache_utils maps chunked_attention to DynamicSlidingWindowLayer); NoPE layers hold "
         "every token. The vision tower is not built (record of the text_config model)."
     ),
+    "glm4_moe_lite": _MLA_NOTE.replace("DeepseekV3Attention", "Glm4MoeLiteAttention"),
+    "kimi_k2": _MLA_NOTE + " model_type kimi_k2 is built as deepseek_v3 (transformers' own mapping).",
     "gemma3": "Gemma-3 text model (record of the text_config model; the SigLIP vision tower is not built).",
     "deepseek_v3": (
         "MLA: transformers caches the compressed latent, not per-head K/V. layer.keys = "

@@ -95,6 +95,11 @@ def load_sources() -> list[dict[str, Any]]:
 # The vision tower and projector are not counted (aicalc sizes the text model of these wrappers).
 TEXT_ONLY_WRAPPERS = ("gemma3", "llama4")
 
+# model_types a published file names that transformers has no config class for and reads as another: Kimi K2's
+# files say ``kimi_k2`` (their own copy of the DeepSeek-V3 code, ``architectures: DeepseekV3ForCausalLM``), and
+# transformers maps a ``kimi_k2`` text config to ``deepseek_v3`` itself (``Kimi_K25Config.__post_init__``).
+MODEL_TYPE_ALIASES = {"kimi_k2": "deepseek_v3"}
+
 
 def _strict_fixups(model_type: str, rest: dict[str, Any]) -> None:
     """Values published files carry that transformers 5's strict config classes refuse, coerced the way the model
@@ -118,7 +123,7 @@ def build_config(config: dict[str, Any]):
     if not model_type:
         raise ValueError("config has no model_type")
     _strict_fixups(model_type, rest)
-    cfg = AutoConfig.for_model(model_type, **rest)
+    cfg = AutoConfig.for_model(MODEL_TYPE_ALIASES.get(model_type, model_type), **rest)
     if model_type in TEXT_ONLY_WRAPPERS:
         cfg = cfg.get_text_config(decoder=True)
     return cfg

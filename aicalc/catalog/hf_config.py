@@ -2,8 +2,11 @@
 
 Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2,
 gemma3_text, gemma3 (image-text wrapper: the language model in ``text_config`` is sized), phi3, gpt2, falcon,
-bloom, deepseek_v2, deepseek_v3, gpt_oss, llama4_text, llama4 (wrapper: ``text_config``), olmo2, granite, cohere,
-cohere2. Keys that a real
+bloom, deepseek_v2, deepseek_v3, kimi_k2 (Kimi K2: DeepSeek-V3's architecture), glm4_moe (GLM-4.5/4.6/4.7),
+glm4_moe_lite (GLM-4.7-Flash), minimax_m2, gpt_oss, llama4_text, llama4 (wrapper: ``text_config``), olmo2, granite,
+cohere, cohere2.
+Types whose layers aicalc's cost model does not represent are refused with the rest (:data:`NOT_REPRESENTED`
+names them: linear or gated-delta-net attention, sparse-attention indexers, state-space layers). Keys that a real
 config.json may leave out take the defaults of the transformers configuration class of that family (e.g.
 Gemma-2 ties embeddings, Falcon's FFN is 4·H, DeepSeek-V2's q_lora_rank is 1536 unless set to null); keys no
 default exists for must be present, and a missing one is reported by name.
@@ -17,8 +20,19 @@ from aicalc.catalog.arch import MLA, Arch, MoE
 from aicalc.errors import AicalcError
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gemma3",
-             "phi3", "gpt2", "falcon", "bloom", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4_text", "llama4",
-             "olmo2", "granite", "cohere", "cohere2")
+             "phi3", "gpt2", "falcon", "bloom", "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe", "glm4_moe_lite",
+             "minimax_m2", "gpt_oss", "llama4_text", "llama4", "olmo2", "granite", "cohere", "cohere2")
+# Deployed model types whose layers aicalc does not represent (no cost-model terms for them), named in the refusal so
+# that the reason is plain: linear / gated-delta-net attention (Qwen3-Next, Qwen3.5, Kimi Linear, MiniMax-M1/Text-01),
+# sparse-attention indexers (DeepSeek-V3.2, DeepSeek-V4, GLM-5's glm_moe_dsa) and Mamba/state-space hybrids.
+NOT_REPRESENTED = {
+    "qwen3_next": "gated delta-net linear attention", "qwen3_5": "gated delta-net linear attention",
+    "qwen3_5_moe": "gated delta-net linear attention", "kimi_linear": "Kimi delta attention (linear)",
+    "minimax": "lightning (linear) attention", "deepseek_v32": "sparse-attention indexer",
+    "deepseek_v4": "sparse-attention indexer", "glm_moe_dsa": "sparse-attention indexer",
+    "mamba": "state-space layers", "mamba2": "state-space layers", "jamba": "Mamba layers",
+    "falcon_h1": "Mamba layers", "nemotron_h": "Mamba layers", "granitemoehybrid": "Mamba layers",
+}
 # Image-text wrappers whose language model sits in ``text_config``: aicalc sizes that model only (the vision tower
 # and projector are not counted), as transformers' ``AutoModelForCausalLM`` of the text config builds it.
 WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
@@ -90,7 +104,9 @@ def arch_from_config(cfg: dict[str, Any], origin: str = "config.json") -> Arch:
         raise AicalcError(f"{origin}: missing field 'model_type'")
     if not isinstance(model_type, str) or model_type not in SUPPORTED:
         shown = model_type if isinstance(model_type, str) and len(model_type) <= 60 else _show(model_type)
-        raise AicalcError(f"{origin}: unsupported model_type '{shown}' (supported: {', '.join(SUPPORTED)})")
+        known = isinstance(model_type, str) and model_type in NOT_REPRESENTED
+        why = f"{NOT_REPRESENTED[model_type]}, not represented; " if known else ""
+        raise AicalcError(f"{origin}: unsupported model_type '{shown}' ({why}supported: {', '.join(SUPPORTED)})")
     if model_type in WRAPPERS:
         return _wrapped_text_model(cfg, model_type, origin)
     r = _Reader(cfg, origin)
@@ -480,18 +496,121 @@ def _deepseek_v3(r):
     )
 
 
-def _expert_groups(r: _Reader, experts: int, n_group: int, topk_group: int) -> dict:
+def _expert_groups(r: _Reader, experts: int, n_group: int, topk_group: int, k: int | None = None) -> dict:
     """Group-limited routing fields, checked as the router uses them: the experts split evenly into ``n_group``
     groups (``scores.view(-1, n_group, E // n_group)``), of which ``topk_group`` are kept."""
     if experts % n_group:
         raise AicalcError(f"{r.origin}: n_group ({n_group}) does not divide the {experts} routed experts")
     if topk_group > n_group:
         raise AicalcError(f"{r.origin}: topk_group ({topk_group}) exceeds n_group ({n_group})")
-    k = r.get("num_experts_per_tok")
+    k = r.get("num_experts_per_tok") if k is None else k
     if k > topk_group * (experts // n_group):
         raise AicalcError(f"{r.origin}: {k} experts per token exceed the {topk_group * (experts // n_group)} experts "
                           f"of the topk_group ({topk_group}) groups a token may use")
     return {"n_group": n_group, "topk_group": topk_group}
+
+
+def _glm4_moe(r):
+    """GLM-4.5 / 4.6 / 4.7 (``Glm4MoeConfig``/``modeling_glm4_moe.py``): GQA with biases on q/k/v only
+    (``attention_bias``; ``o_proj`` has none), an explicit ``head_dim`` (128 while H/A is 53.3 or 42.7), per-head
+    QK-norm over ``head_dim`` when ``use_qk_norm``; partial RoPE (``partial_rotary_factor`` 0.5) changes no shape.
+    Layers from ``first_k_dense_replace`` on are MoE: ``n_routed_experts`` experts of ``moe_intermediate_size``, a
+    bias-free router (its ``e_score_correction_bias`` is a buffer) and one shared MLP of
+    ``moe_intermediate_size · n_shared_experts``; the others a dense FFN of ``intermediate_size``. The
+    ``num_nextn_predict_layers`` MTP layer of the released files is not built by transformers ("The implementation in
+    transformers does not include an MTP layer", its GLM-4.5 model page), so it is not counted. Omitted keys take the
+    class defaults (shaped like GLM-4.5-Air)."""
+    H = r.get("hidden_size", default=4096)
+    A = r.get("num_attention_heads", default=96)
+    L = r.get("num_hidden_layers", default=46)
+    dense = r.get("first_k_dense_replace", default=1, minimum=0)
+    experts = r.get("n_routed_experts", "num_local_experts", default=128)
+    k = r.get("num_experts_per_tok", default=8)
+    moe = MoE(experts=experts, experts_per_token=k, expert_ffn=r.get("moe_intermediate_size", default=1408),
+              shared_experts=r.get("n_shared_experts", default=1, minimum=0),
+              **_expert_groups(r, experts, r.get("n_group", default=1), r.get("topk_group", default=1), k))
+    return Arch(
+        family="glm4_moe", hidden=H, layers=L, heads=A, kv_heads=r.get("num_key_value_heads", default=8),
+        head_dim=r.get("head_dim", default=H // A), ffn=r.get("intermediate_size", default=10944), gated_ffn=True,
+        vocab=r.get("vocab_size", default=151552),
+        tied_embeddings=r.get("tie_word_embeddings", default=False, kind=bool),
+        max_context=r.get("max_position_embeddings", default=131072),
+        qkv_bias=r.get("attention_bias", default=False, kind=bool),
+        qk_norm=r.get("use_qk_norm", default=False, kind=bool),
+        activation=r.get("hidden_act", default="silu", kind=str), moe=moe,
+        moe_layers=tuple(i >= dense for i in range(L)),
+    )
+
+
+def _glm4_moe_lite(r):
+    """GLM-4.7-Flash (``Glm4MoeLiteConfig``/``modeling_glm4_moe_lite.py``): DeepSeek-V3's multi-head latent attention
+    (``q_lora_rank`` null: q projected straight from H; ``attention_bias`` on q_a, kv_a and o; the latent cached
+    compressed) and MoE (routed experts of ``moe_intermediate_size``, ``n_shared_experts`` shared, a bias-free router
+    whose ``e_score_correction_bias`` is a buffer). Which layers are MoE comes from ``mlp_layer_types``
+    ("dense"/"sparse"), else layer 0 dense and the rest MoE: the class ignores ``first_k_dense_replace``, so a file
+    whose ``first_k_dense_replace`` says otherwise is refused rather than read two ways. The
+    ``num_nextn_predict_layers`` MTP layer is not built by transformers and not counted. Class defaults for omitted
+    keys (shaped like GLM-4.7-Flash)."""
+    L = r.get("num_hidden_layers", default=47)
+    kinds = r.cfg.get("mlp_layer_types")
+    if kinds is None:
+        kinds = ["dense"] + ["sparse"] * (L - 1)
+        dense_k = r.get("first_k_dense_replace", default=1, minimum=0)
+        if dense_k != 1:
+            raise AicalcError(f"{r.origin}: first_k_dense_replace {dense_k} without mlp_layer_types: transformers' "
+                              "glm4_moe_lite builds layer 0 dense and the rest MoE regardless; give mlp_layer_types")
+    if not isinstance(kinds, list) or len(kinds) != L or any(k not in ("dense", "sparse") for k in kinds):
+        raise AicalcError(f"{r.origin}: field 'mlp_layer_types' must list 'dense' or 'sparse' for each of the {L} layers")
+    q_lora = r.cfg["q_lora_rank"] if "q_lora_rank" in r.cfg else 768
+    mla = MLA(
+        q_lora_rank=_positive_or_none(r, "q_lora_rank", q_lora), kv_lora_rank=r.get("kv_lora_rank", default=512),
+        qk_nope_head_dim=r.get("qk_nope_head_dim", default=192), qk_rope_head_dim=r.get("qk_rope_head_dim", default=64),
+        v_head_dim=r.get("v_head_dim", default=256),
+    )
+    experts = r.get("n_routed_experts", "num_local_experts", default=64)
+    k = r.get("num_experts_per_tok", default=4)
+    moe = MoE(experts=experts, experts_per_token=k, expert_ffn=r.get("moe_intermediate_size", default=1536),
+              shared_experts=r.get("n_shared_experts", default=1, minimum=0),
+              **_expert_groups(r, experts, r.get("n_group", default=1), r.get("topk_group", default=1), k))
+    A = r.get("num_attention_heads", default=20)
+    bias = r.get("attention_bias", default=False, kind=bool)
+    return Arch(
+        family="glm4_moe_lite", hidden=r.get("hidden_size", default=2048), layers=L, heads=A, kv_heads=A,
+        head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim, ffn=r.get("intermediate_size", default=10240),
+        gated_ffn=True, vocab=r.get("vocab_size", default=154880),
+        tied_embeddings=r.get("tie_word_embeddings", default=False, kind=bool),
+        max_context=r.get("max_position_embeddings", default=202752), qkv_bias=bias, o_bias=bias,
+        activation=r.get("hidden_act", default="silu", kind=str), moe=moe,
+        moe_layers=tuple(kind == "sparse" for kind in kinds), mla=mla,
+    )
+
+
+def _minimax_m2(r):
+    """MiniMax-M2 (``MiniMaxM2Config``/``modeling_minimax_m2.py``): GQA without biases, ``head_dim`` 128 by default
+    (A·d = 6144 while H = 3072), QK-norm over the whole projection (``MiniMaxM2RMSNorm(num_attention_heads *
+    head_dim)`` on q, ``num_key_value_heads * head_dim`` on k), every layer a routed MoE of ``num_local_experts``
+    experts of ``intermediate_size`` with a bias-free router (``e_score_correction_bias`` is a buffer), no shared
+    expert and no dense FFN. Partial RoPE (``rotary_dim`` 64) changes no shape. The released files' MTP keys
+    (``use_mtp``, ``num_mtp_modules``) and ``shared_intermediate_size`` 0 are not read by transformers; an
+    ``attn_type_list`` naming a linear-attention layer (0, MiniMax-M1's lightning attention) is refused, since
+    transformers' class builds softmax attention on every layer."""
+    kinds = r.cfg.get("attn_type_list")
+    if kinds is not None and (not isinstance(kinds, list) or any(v != 1 or isinstance(v, bool) for v in kinds)):
+        raise AicalcError(f"{r.origin}: attn_type_list must list 1 (softmax attention) for every layer of model_type "
+                          "'minimax_m2'; linear (lightning) attention layers are not represented")
+    H = r.get("hidden_size", default=3072)
+    L = r.get("num_hidden_layers", default=62)
+    F = r.get("intermediate_size", default=1536)
+    moe = MoE(experts=r.get("num_local_experts", "num_experts", default=256),
+              experts_per_token=r.get("num_experts_per_tok", default=8), expert_ffn=F)
+    return Arch(
+        family="minimax_m2", hidden=H, layers=L, heads=r.get("num_attention_heads", default=48),
+        kv_heads=r.get("num_key_value_heads", default=8), head_dim=r.get("head_dim", default=128), ffn=F,
+        gated_ffn=True, vocab=r.get("vocab_size", default=200064),
+        tied_embeddings=r.get("tie_word_embeddings", default=False, kind=bool),
+        max_context=r.get("max_position_embeddings", default=196608), qk_norm=True, qk_norm_full=True,
+        activation=r.get("hidden_act", default="silu", kind=str), moe=moe,
+    )
 
 
 def _positive_or_none(r: _Reader, key: str, value: Any) -> int | None:
@@ -501,6 +620,9 @@ def _positive_or_none(r: _Reader, key: str, value: Any) -> int | None:
 _READERS = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _qwen3,
     "qwen3_moe": _qwen3_moe, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "phi3": _phi3, "gpt2": _gpt2,
-    "falcon": _falcon, "bloom": _bloom, "deepseek_v2": _deepseek_v2, "deepseek_v3": _deepseek_v3, "gpt_oss": _gpt_oss,
+    "falcon": _falcon, "bloom": _bloom, "deepseek_v2": _deepseek_v2, "deepseek_v3": _deepseek_v3,
+    # Kimi K2's files name model_type kimi_k2 for its custom code, a copy of DeepSeek-V3's (architectures
+    # DeepseekV3ForCausalLM); transformers reads a kimi_k2 config as deepseek_v3 (Kimi_K25Config.__post_init__)
+    "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe, "glm4_moe_lite": _glm4_moe_lite, "minimax_m2": _minimax_m2, "gpt_oss": _gpt_oss,
     "llama4_text": _llama4_text, "olmo2": _olmo2, "granite": _granite, "cohere": _cohere, "cohere2": _cohere2,
 }

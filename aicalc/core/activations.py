@@ -206,14 +206,15 @@ def moe_routing_saved(B, S, arch: Arch, a):
       grouped matmul saves for its weight gradient, ``a·BS·k·H``;
     * the down projection's output, saved by its multiplication with the routing weights, ``a·BS·k·H``;
     * DeepSeek-V2/V3's router computes in fp32 (``F.linear(hidden.float(), weight.float())``) and saves the fp32
-      copy of its input, ``4·BSH``; Qwen2-MoE's shared-expert sigmoid gate saves the shared expert's output,
-      ``a·BSH``. The routing scores and indices (``BS·E`` fp32, ``BS·k`` int64) are small and not counted."""
+      copy of its input, ``4·BSH`` (GLM-4.5's and GLM-4.7-Flash's routers do the same, ``Glm4MoeTopkRouter``,
+      ``Glm4MoeLiteTopkRouter``: ``F.linear(hidden_states.type(torch.float32), ...)``); Qwen2-MoE's shared-expert
+      sigmoid gate saves the shared expert's output, ``a·BSH``. The routing scores and indices (``BS·E`` fp32, ``BS·k`` int64) are small and not counted."""
     if arch.moe is None or not arch.layers:
         return 0.0
     frac = arch.n_moe_layers / arch.layers
     BS, H, k = B * S, arch.hidden, arch.moe.experts_per_token
     extra = 2 * a * BS * k * H
-    if arch.family in ("deepseek_v2", "deepseek_v3"):
+    if arch.family in ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite"):
         extra = extra + 4 * BS * H
     if arch.moe.shared_gate:
         extra = extra + a * BS * H
