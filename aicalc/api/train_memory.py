@@ -121,7 +121,10 @@ def phase_names(index):
 
     from aicalc.core.train_peak import PHASES
 
-    return np.asarray(PHASES)[np.asarray(index, dtype=np.int64)]
+    names, index = np.asarray(PHASES), np.asarray(index)
+    if index.ndim == 1 and index.size and index.strides[0] == 0:  # one phase everywhere: a read-only view of it
+        return np.broadcast_to(names[int(index[0]):int(index[0]) + 1], index.shape)
+    return np.take(names, index.astype(np.intp))  # take: faster than fancy indexing
 
 
 def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None, dp=None, xla=False) -> None:
@@ -249,10 +252,10 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
         cols["fits"] = cols["peak_reserved_bytes"] <= chip_obj.usable_memory_bytes  # what the allocator will reserve
     for k in GRID + ("stage", "stage_layers"):
         v = np.broadcast_to(np.asarray(cols[k], dtype=np.float64), g["batch"].shape)
-        cols[k] = ints.row()
-        if v.size and v.strides[0] == 0:  # one number repeated (a broadcast layout)
-            cols[k].fill(int(v[0]))
+        if v.size and v.strides[0] == 0:  # one number repeated (a broadcast layout): a read-only view of it
+            cols[k] = ints.full(int(v[0]))
         else:
+            cols[k] = ints.row()
             np.copyto(cols[k], v, casting="unsafe")  # as astype(np.int64)
     cols["params"] = ints.full(int(cols["params"]))
     cols["trainable_params"] = ints.full(int(cols["trainable_params"]))

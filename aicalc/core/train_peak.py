@@ -104,6 +104,9 @@ def evaluate(arch, o, g: dict, grid_columns: bool = True):
             out[f] = next(block) if f in floats else np.empty(n, dtype=np.asarray(v).dtype)
         elif grid_columns or f not in GRID:
             out[f] = v  # the same for every point: it depends on no array of the grid
+    # a column that has been one number so far (each stage's column a scalar, the same in every chunk) is kept as
+    # that number and written out only when another value comes: one that stays one number is never written
+    same = dict.fromkeys(arrays, _NONE)
     for lo in range(0, n, CHUNK):
         sl = slice(lo, lo + CHUNK)
         chunk = {k: vals[k][sl] if v is None else v for k, v in part.items()}
@@ -113,11 +116,47 @@ def evaluate(arch, o, g: dict, grid_columns: bool = True):
                 if not worse.any():
                     continue
                 for f in arrays:
-                    np.copyto(out[f][sl], cols[f], where=worse)
+                    if _keeps(same, f, cols[f], out[f], sl.stop):
+                        np.copyto(out[f][sl], cols[f], where=worse)
                 continue
             for f in arrays:
-                np.copyto(out[f][sl], cols[f])
+                if worse is None and lo == 0 and _one(cols[f]) is not _NONE:
+                    same[f] = _one(cols[f])  # the first value
+                elif _keeps(same, f, cols[f], out[f], sl.start):
+                    np.copyto(out[f][sl], cols[f])
+    for f, v in same.items():
+        if v is not _NONE:  # one number for every point: a read-only view of it (as api.results.Block.full)
+            out[f] = np.broadcast_to(np.asarray(v, dtype=out[f].dtype), (n,))
     return out
+
+
+_NONE = object()  # a column written point by point (:func:`evaluate`)
+
+
+def _keeps(same: dict, f: str, v, column, upto: int) -> bool:
+    """For :func:`evaluate`: False where ``v`` is the one number column ``f`` has held so far (nothing to write),
+    else True, after writing that number into ``column`` up to ``upto`` (the points it stands for) and marking
+    the column as written point by point."""
+    held = same[f]
+    if held is _NONE:
+        return True
+    one = _one(v)
+    if one is not _NONE and one == held:
+        return False
+    column[:upto] = held
+    same[f] = _NONE
+    return True
+
+
+def _one(v):
+    """The number ``v`` holds at every point where it is one (a scalar, or one value broadcast), else ``_NONE``."""
+    import numpy as np
+
+    if np.ndim(v) == 0:
+        return v
+    if np.ndim(v) == 1 and v.strides[0] == 0 and v.size:
+        return v[0]
+    return _NONE
 
 
 def _single(v) -> bool:
