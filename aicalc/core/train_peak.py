@@ -229,10 +229,15 @@ def amp_casts_freed(arch, split, recompute, stage_layers, tp, a):
 def _reserved(allocated, overhead, arch=None, framework="hf", recompute="none"):
     """What the allocator reserves for ``allocated`` bytes, plus the memory outside it (``peak_reserved_bytes``):
     ``ALLOCATOR_RESERVE`` and, for the step's layout, ``train_memory.fragmentation``."""
+    import numpy as np
+
     from aicalc.core import train_memory as tm
 
     frag = 1.0 if arch is None else tm.fragmentation(arch, framework, recompute)
-    return allocated * (1.0 + tm.ALLOCATOR_RESERVE) * frag + overhead
+    reserved = allocated * (1.0 + tm.ALLOCATOR_RESERVE)
+    if not (np.ndim(frag) == 0 and frag == 1.0):  # x · 1 is x
+        reserved = reserved * frag
+    return reserved + overhead
 
 
 def _evaluate(arch, o, g: dict):
@@ -287,7 +292,9 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     cp = g.get("cp", 1.0)
     # Context parallelism: every rank holds S/cp tokens of each sequence (activations), the same parameters
     # as its CP peers, and ZeRO / the distributed optimizer shard over dp·cp (see tm.shard_states).
-    S_loc = np.asarray(S, dtype=np.float64) / cp
+    S_loc = np.asarray(S, dtype=np.float64)
+    if not (np.ndim(cp) == 0 and cp == 1):  # S / 1 is S
+        S_loc = S_loc / cp
     shard = dp * cp
     recompute = g.get("recompute", o.recompute)
     split = tm.split_params(arch)
@@ -410,7 +417,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         elif np.any(every > 0):
             ckpt = act.checkpointed_layers(recompute, layers_dev) / np.maximum(layers_dev, 1.0)
             per_layer = ckpt * a_in * B * S_loc * arch.hidden + (1 - ckpt) * per_layer
-        activ = per_layer * layers_dev * inflight
+        activ = per_layer * (layers_dev * inflight)  # whole numbers: one product per point, the same number
         # each stage's terms where this rank may be that stage (0 where it is not: they are never added)
         ends = [st for st, c in (("first", is_first), ("last", is_last)) if np.ndim(c) or c]
         outside = {st: act.hf_outside(B, S_loc, arch, a, tp, kw["dropout"], recompute=recompute,
@@ -530,7 +537,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             # FSDP2 (zero 3) runs its layers in bf16: no casts
             casts = _pick(fsdp, 0.0, amp_casts_freed(arch, split, recompute, stage_layers, tp, a))
         live = {"loss": _plus(activ, held, loss_t, kept, f_loss, -casts),
-                "backward": _plus(np.maximum(_plus(activ, -freed), 0.0),
+                "backward": _plus(_nonnegative(_plus(activ, -freed)),
                                   np.where(persistent, grads, np.where(fsdp, 0.0, head)), workspace, gather),
                 "gradients": _plus(grads, np.where(fsdp, f_grads, wg)),
                 "optimizer": grads + step_t}
@@ -552,9 +559,15 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     top, transient, at = live[names[0]], phase_t[names[0]], code[0]  # search keeps millions); the API names it
     for i, k in enumerate(names[1:], 1):  # the first phase wins ties, as argmax would
         more = live[k] > top
+        if np.ndim(more) and not more.any():  # this phase is nowhere higher: nothing changes (NaN aside)
+            if np.ndim(live[k]) or np.isnan(live[k]):
+                top = np.maximum(top, live[k])
+            continue
         top, transient, at = np.maximum(top, live[k]), np.where(more, phase_t[k], transient), np.where(more, code[i], at)
     allocated = weights + optimizer + top
     shape = np.shape(allocated)
+    if any(transient is v for v in phase_t.values()):  # one phase's own transient: a column of its own
+        transient = np.array(transient, dtype=np.float64)
     transient = np.broadcast_to(transient, shape)
     peak_phase = np.broadcast_to(np.asarray(at, dtype=np.int8), shape)
     full = (lambda x: x) if lean else (lambda x: x + 0.0 * allocated)
@@ -573,6 +586,16 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         "host_bytes": host,
         "states_bytes_per_param": (weights + grads + optimizer + host) / n_dev,
     }
+
+
+def _nonnegative(x):
+    """``np.maximum(x, 0.0)``, without the pass where no value is below zero (a reduction is faster than
+    numpy's maximum against a scalar)."""
+    import numpy as np
+
+    if np.ndim(x) and x.size and x.min() >= 0:
+        return x
+    return np.maximum(x, 0.0)
 
 
 def _plus(x, *ys):
