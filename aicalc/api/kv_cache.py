@@ -113,15 +113,14 @@ def _fill(rows: dict, shape, B, S, block_size, tp, fixed, room) -> None:
     import numpy as np
 
     from aicalc.core import capacity
-    from aicalc.core.kv_cache import bytes_of, held_tokens
+    from aicalc.core.kv_cache import held_tokens
 
     np.copyto(rows["batch"], B, casting="unsafe")  # as astype(np.int64)
     np.copyto(rows["context"], S, casting="unsafe")
-    exact = held_tokens(shape, S, None, out=rows["paging_waste_bytes_per_device"])
-    exact = bytes_of(shape, B, exact, out=exact)
-    # one sequence's tokens over all layers in whole blocks, then its bytes, then the batch's
-    per_seq = held_tokens(shape, S, block_size, out=rows["kv_per_sequence_bytes"])
-    per_seq *= shape.bytes_per_token_layer
+    # one sequence's bytes over all layers (every token, then whole blocks), then the batch's
+    exact = held_tokens(shape, S, None, out=rows["paging_waste_bytes_per_device"], each=shape.bytes_per_token_layer)
+    exact = np.multiply(B, exact, out=exact)
+    per_seq = held_tokens(shape, S, block_size, out=rows["kv_per_sequence_bytes"], each=shape.bytes_per_token_layer)
     paged = np.multiply(B, per_seq, out=rows["kv_cache_bytes_per_device"])
     np.multiply(paged, tp, out=rows["kv_cache_bytes"])
     np.subtract(paged, exact, out=exact)  # the paging waste

@@ -59,10 +59,11 @@ def cached_tokens(shape: KVShape, context):
     return tokens_held(shape.full_layers, shape.sliding_layers, shape.window, context)
 
 
-def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None):
+def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None, each: float = 1.0):
     """Tokens held per sequence, summed over layers, as a new array (or into ``out``, which may be ``context``
     itself): :func:`cached_tokens`, or with ``block_size`` every layer's tokens rounded up to whole blocks (vLLM's
-    paged allocation, IM-10/IM-11)."""
+    paged allocation, IM-10/IM-11); each layer's token counted as ``each`` (``shape.bytes_per_token_layer``: one
+    sequence's bytes, with the factors multiplied once instead of at every point)."""
     import math
 
     import numpy as np
@@ -76,13 +77,13 @@ def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None
         blocks = np.divide(S, block_size, out=out)
         blocks = np.ceil(blocks, out=blocks if isinstance(blocks, np.ndarray) else None)
         window = np.minimum(blocks, float(math.ceil(shape.window / block_size))) if sliding else None
-        held = np.multiply(blocks, float(block_size * shape.full_layers),
+        held = np.multiply(blocks, block_size * shape.full_layers * each,
                            out=blocks if isinstance(blocks, np.ndarray) else None)
-        per_window = float(block_size * sliding)
+        per_window = block_size * sliding * each
     else:
         window = np.minimum(S, float(shape.window)) if sliding else None  # before ``out`` (context itself?) changes
-        held = np.multiply(S, float(shape.full_layers), out=out)  # cached_tokens' sum, S · full + min(S, W) · sliding
-        per_window = float(sliding)
+        held = np.multiply(S, shape.full_layers * each, out=out)  # cached_tokens' sum, S · full + min(S, W) · sliding
+        per_window = sliding * each
     if window is not None:
         window *= per_window
         held += window
