@@ -537,7 +537,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             # FSDP2 (zero 3) runs its layers in bf16: no casts
             casts = _pick(fsdp, 0.0, amp_casts_freed(arch, split, recompute, stage_layers, tp, a))
         live = {"loss": _plus(activ, held, loss_t, kept, f_loss, -casts),
-                "backward": _plus(_nonnegative(_plus(activ, -freed)),
+                "backward": _plus(_nonnegative(activ) if np.ndim(freed) == 0 and freed == 0 else
+                                  np.maximum(activ - freed, 0.0),
                                   np.where(persistent, grads, np.where(fsdp, 0.0, head)), workspace, gather),
                 "gradients": _plus(grads, np.where(fsdp, f_grads, wg)),
                 "optimizer": grads + step_t}
@@ -589,8 +590,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
 
 
 def _nonnegative(x):
-    """``np.maximum(x, 0.0)``, without the pass where no value is below zero (a reduction is faster than
-    numpy's maximum against a scalar)."""
+    """``np.maximum(x, 0.0)``, without the pass where no value is below zero (activations with nothing freed from
+    them: a reduction is faster than numpy's maximum against a scalar)."""
     import numpy as np
 
     if np.ndim(x) and x.size and x.min() >= 0:
