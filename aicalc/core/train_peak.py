@@ -120,8 +120,9 @@ def evaluate(arch, o, g: dict, grid_columns: bool = True):
                         np.copyto(out[f][sl], cols[f], where=worse)
                 continue
             for f in arrays:
-                if worse is None and lo == 0 and _one(cols[f]) is not _NONE:
-                    same[f] = _one(cols[f])  # the first value
+                one = _one(cols[f]) if worse is None and lo == 0 else _NONE
+                if one is not _NONE:
+                    same[f] = one  # the first value
                 elif _keeps(same, f, cols[f], out[f], sl.start):
                     np.copyto(out[f][sl], cols[f])
     for f, v in same.items():
@@ -567,7 +568,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         top, transient, at = np.maximum(top, live[k]), np.where(more, phase_t[k], transient), np.where(more, code[i], at)
     allocated = weights + optimizer + top
     shape = np.shape(allocated)
-    if any(transient is v for v in phase_t.values()):  # one phase's own transient: a column of its own
+    if any(transient is v for v in (loss_t, wg, step_t)):  # another column's array: this column has its own
         transient = np.array(transient, dtype=np.float64)
     transient = np.broadcast_to(transient, shape)
     peak_phase = np.broadcast_to(np.asarray(at, dtype=np.int8), shape)
