@@ -418,7 +418,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         elif np.any(every > 0):
             ckpt = act.checkpointed_layers(recompute, layers_dev) / np.maximum(layers_dev, 1.0)
             per_layer = ckpt * a_in * B * S_loc * arch.hidden + (1 - ckpt) * per_layer
-        activ = per_layer * (layers_dev * inflight)  # whole numbers: one product per point, the same number
+        activ = per_layer * layers_dev * inflight
         # each stage's terms where this rank may be that stage (0 where it is not: they are never added)
         ends = [st for st, c in (("first", is_first), ("last", is_last)) if np.ndim(c) or c]
         outside = {st: act.hf_outside(B, S_loc, arch, a, tp, kw["dropout"], recompute=recompute,
