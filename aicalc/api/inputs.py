@@ -385,7 +385,10 @@ def distinct(values) -> list:
     its first call, a few tens of milliseconds of a one-off query (docs/robustness.md, start-up)."""
     import numpy as np
 
-    a = np.ravel(values)
+    a = np.asarray(values)
+    if a.ndim == 1 and a.size and a.strides[0] == 0:  # one value broadcast (ravel would copy it out)
+        a = a[:1]
+    a = np.ravel(a)
     if a.size <= 4096:
         return sorted(set(a.tolist()))
     lo, hi = a.min(), a.max()  # a sweep's constant columns (one tp, one pp) need no sort of a million values

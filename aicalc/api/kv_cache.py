@@ -62,38 +62,32 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     dtype = weight_format(spec, dtype).label  # "release" resolved: the format the weights were counted in
     over = capacity.runtime_overhead_bytes(arch, tp) if overhead is None else inputs.nbytes("overhead", overhead)
     fl, ints = Block(B.size, 16), Block(B.size, 4, np.int64)  # the columns, written in place (out=)
-    exact = held_tokens(shape, S, None, out=fl.row())
-    exact = bytes_of(shape, B, exact, out=exact)
-    held = held_tokens(shape, S, block_size, out=fl.row())  # one sequence, all layers, whole blocks
-    paged = bytes_of(shape, B, held, out=fl.row())
     sram = chip_obj is not None and chip_obj.kind in SRAM_KINDS
-    sram_cols = _sram_only(chip_obj, weights * tp, exact * tp, B) if sram else {}
-    cols = {
-        "batch": _ints(ints, B), "context": _ints(ints, S),
-        "kv_bytes_per_token": fl.full(shape.bytes_per_token * tp), "kv_cache_bytes": np.multiply(paged, tp,
-                                                                                                 out=fl.row()),
-        "kv_cache_bytes_per_device": paged, "kv_per_sequence_bytes": np.divide(paged, B, out=fl.row()),
-        "paging_waste_bytes_per_device": np.subtract(paged, exact, out=exact),
-        "weights_bytes_per_device": fl.full(weights), "runtime_overhead_bytes": fl.full(over),
-        "total_bytes_per_device": np.add(weights + over, paged, out=fl.row()),
-    }
+    cols = {"batch": ints.row(), "context": ints.row(), "kv_bytes_per_token": fl.full(shape.bytes_per_token * tp),
+            "kv_cache_bytes": fl.row(), "kv_cache_bytes_per_device": fl.row(), "kv_per_sequence_bytes": fl.row(),
+            "paging_waste_bytes_per_device": fl.row(), "weights_bytes_per_device": fl.full(weights),
+            "runtime_overhead_bytes": fl.full(over), "total_bytes_per_device": fl.row()}
+    room = None
+    if chip_obj is not None and not sram:
+        room = capacity.room_bytes(chip_obj.usable_memory_bytes, utilization, weights, over)  # one number: no array
+        budget = fl.full(np.maximum(room, 0.0))
+        cols |= {"memory_bytes": ints.full(chip_obj.usable_memory_bytes), "kv_budget_bytes_per_device": budget,
+                 "max_batch": ints.row(), "max_concurrency": fl.row(),
+                 "fits": np.empty(B.shape, dtype=bool) if room > 0 else np.zeros(B.shape, dtype=bool),
+                 "headroom_bytes": fl.row(), "shortfall_bytes": fl.row()}
+    for lo in range(0, B.size, CHUNK):
+        sl = slice(lo, lo + CHUNK)
+        _fill({k: v[sl] for k, v in cols.items() if isinstance(v, np.ndarray) and v.strides[0]}, shape, B[sl], S[sl],
+              block_size, tp, weights + over, room)
     warnings = []
-    if S.max() > arch.max_context:
-        warnings.append(f"context {int(S.max()):,} exceeds the model's max_position_embeddings {arch.max_context:,}")
+    longest = float(S.max())
+    if longest > arch.max_context:
+        warnings.append(f"context {int(longest):,} exceeds the model's max_position_embeddings {arch.max_context:,}")
     if sram:
-        cols |= sram_cols
+        cols |= _sram_only(chip_obj, weights * tp, bytes_of(shape, B, held_tokens(shape, S)) * tp, B)
         if max_context:  # more chips hold a longer cache: the model's own limit
             cols["max_context"] = np.full(B.shape, float(arch.max_context))
     elif chip_obj is not None:
-        room = capacity.room_bytes(chip_obj.usable_memory_bytes, utilization, weights, over)  # one number: no array
-        budget = fl.full(np.maximum(room, 0.0))
-        fit, concurrency = capacity.fit_of(shape, np.maximum(room, 0.0), held, block_size, out=fl.row())
-        headroom = np.subtract(room, paged, out=fl.row())
-        shortfall = np.subtract(paged, room, out=fl.row())
-        cols |= {"memory_bytes": ints.full(chip_obj.usable_memory_bytes), "kv_budget_bytes_per_device": budget,
-                 "max_batch": _ints(ints, fit), "max_concurrency": concurrency,
-                 "fits": fit >= B if room > 0 else np.zeros(B.shape, dtype=bool), "headroom_bytes": np.maximum(headroom, 0.0, out=headroom),
-                 "shortfall_bytes": np.maximum(shortfall, 0.0, out=shortfall)}
         if max_context:
             mc = capacity.max_context(shape, budget, B, block_size)
             capped = mc > arch.max_context
@@ -108,13 +102,40 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
                    block_size=block_size, engine=engine, utilization=utilization, overhead_bytes=over)
 
 
-def _ints(block, values):
-    """``values.astype(np.int64)`` into a row of ``block``."""
+CHUNK = 1 << 18  # points computed at a time (2 MB a column): a chunk's intermediates stay in the processor's cache
+
+
+def _fill(rows: dict, shape, B, S, block_size, tp, fixed, room) -> None:
+    """The columns' values for a chunk of ``B`` sequences of ``S`` tokens, written into ``rows`` (the chunk's
+    slices of the columns that are arrays): the bytes as :func:`aicalc.core.kv_cache.kv_cache_bytes` counts them
+    (exact and paged), ``fixed`` (weights and runtime overhead) beside them, and with a chip's ``room`` (None: no
+    chip) what fits in it (:func:`aicalc.core.capacity.fit_of_bytes`)."""
     import numpy as np
 
-    out = block.row()
-    np.copyto(out, values, casting="unsafe")
-    return out
+    from aicalc.core import capacity
+    from aicalc.core.kv_cache import held_tokens
+
+    np.copyto(rows["batch"], B, casting="unsafe")  # as astype(np.int64)
+    np.copyto(rows["context"], S, casting="unsafe")
+    # one sequence's bytes over all layers (every token, then whole blocks), then the batch's
+    exact = held_tokens(shape, S, None, out=rows["paging_waste_bytes_per_device"], each=shape.bytes_per_token_layer)
+    exact = np.multiply(B, exact, out=exact)
+    per_seq = held_tokens(shape, S, block_size, out=rows["kv_per_sequence_bytes"], each=shape.bytes_per_token_layer)
+    paged = np.multiply(B, per_seq, out=rows["kv_cache_bytes_per_device"])
+    np.multiply(paged, tp, out=rows["kv_cache_bytes"])
+    np.subtract(paged, exact, out=exact)  # the paging waste
+    np.add(fixed, paged, out=rows["total_bytes_per_device"])
+    if room is None:
+        return
+    # the whole sequences a temporary: max_batch takes them as ints
+    fit, _ = capacity.fit_of_bytes(shape, np.maximum(room, 0.0), per_seq, block_size, into=rows["max_concurrency"])
+    np.copyto(rows["max_batch"], fit, casting="unsafe")
+    if room > 0:
+        np.greater_equal(fit, B, out=rows["fits"])
+    headroom = np.subtract(room, paged, out=rows["headroom_bytes"])
+    np.maximum(headroom, 0.0, out=headroom)
+    shortfall = np.subtract(paged, room, out=rows["shortfall_bytes"])
+    np.maximum(shortfall, 0.0, out=shortfall)
 
 
 def _sram_only(chip, weights, kv, B) -> dict:

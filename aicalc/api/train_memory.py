@@ -122,7 +122,10 @@ def phase_names(index):
 
     from aicalc.core.train_peak import PHASES
 
-    return np.asarray(PHASES)[np.asarray(index, dtype=np.int64)]
+    names, index = np.asarray(PHASES), np.asarray(index)
+    if index.ndim == 1 and index.size and index.strides[0] == 0:  # one phase everywhere: a read-only view of it
+        return np.broadcast_to(names[int(index[0]):int(index[0]) + 1], index.shape)
+    return np.take(names, index.astype(np.intp))  # take: faster than fancy indexing
 
 
 def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None, dp=None, xla=False) -> None:
@@ -167,7 +170,12 @@ def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None, dp=None, xla=Fals
             raise ParameterError("tp", int(t), f"does not divide the FFN size {arch.ffn}")
     for p in inputs.distinct(pp):
         rank_layers(arch.layers, int(p), setup.virtual_stages, setup.first_stage_layers, setup.last_stage_layers)
-    check_experts(arch, setup.ep, setup.etp, tp, (dp if dp is not None else 1.0) * (cp if cp is not None else 1.0))
+    # the ranks matter only with expert parallelism (check_experts): no grid-long product without it
+    dpcp = (dp if dp is not None else 1.0) * (cp if cp is not None else 1.0) if setup.ep > 1 else 1.0
+    check_experts(arch, setup.ep, setup.etp, tp, dpcp)
+    zero = np.asarray(zero)
+    if zero.ndim == 1 and zero.size and zero.strides[0] == 0:
+        zero = zero[:1]  # one stage broadcast: one value to check
     if np.any((zero < 0) | (zero > 3)):
         raise ParameterError("zero", int(np.max(zero)), "is not a ZeRO stage (0 to 3)")
 
@@ -245,15 +253,17 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
     cols = {k: g[k] for k in GRID}
     cols.update(evaluate(spec.arch, st, {**g, "seq": seq_run}, grid_columns=False))
     cols["peak_phase"] = phase_names(cols["peak_phase"])
+    if np.ndim(cols["recompute"]) == 0:  # one mode for every layout: a read-only view (as Block.full), not a column
+        cols["recompute"] = np.broadcast_to(np.asarray(cols["recompute"]), g["batch"].shape)
     if chip_obj is not None:
         cols["chip_memory_bytes"] = Block(g["batch"].size, 1).full(float(chip_obj.usable_memory_bytes))
         cols["fits"] = cols["peak_reserved_bytes"] <= chip_obj.usable_memory_bytes  # what the allocator will reserve
     for k in GRID + ("stage", "stage_layers"):
         v = np.broadcast_to(np.asarray(cols[k], dtype=np.float64), g["batch"].shape)
-        cols[k] = ints.row()
-        if v.size and v.strides[0] == 0:  # one number repeated (a broadcast layout)
-            cols[k].fill(int(v[0]))
+        if v.size and v.strides[0] == 0:  # one number repeated (a broadcast layout): a read-only view of it
+            cols[k] = ints.full(int(v[0]))
         else:
+            cols[k] = ints.row()
             np.copyto(cols[k], v, casting="unsafe")  # as astype(np.int64)
     cols["params"] = ints.full(int(cols["params"]))
     cols["trainable_params"] = ints.full(int(cols["trainable_params"]))

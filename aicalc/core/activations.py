@@ -616,14 +616,19 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
             return emb
     final = gemma_norm(B, S, H, a) if arch.family.startswith("gemma") else hf_norm(B, S, H, a, arch.norm, stat_bytes)
     per_logit = a if loss == "chunked" else 4.0
-    loss = per_logit * B * S * V / t + 8 * B * (S + 1) + 4  # labels are padded by one and shifted (a view)
+    # labels are padded by one and shifted (a view): 8·B·(S + 1); the factors that are one number multiply first
+    # (whole numbers: the same products), the division last
+    BS = B * S
+    loss = BS * (per_logit * V) / t + (BS + B) * 8 + 4
     if arch.extra.get("final_logit_softcapping"):
-        loss = loss + a * B * S * V / t  # the soft-capped logits' tanh output (softcap_saved)
+        loss = loss + BS * (a * V) / t  # the soft-capped logits' tanh output (softcap_saved)
     return final + loss if stage == "last" else emb + final + loss
 
 
 def _embedding_saved(B, S, arch: Arch, a, dropout, mask_bytes, attention, full, selective):
     """:func:`hf_outside`'s embedding terms (the first pipeline stage's)."""
+    import numpy as np
+
     H = arch.hidden
     emb = 8 * B * S
     if arch.learned_positions:
@@ -633,7 +638,11 @@ def _embedding_saved(B, S, arch: Arch, a, dropout, mask_bytes, attention, full, 
     else:
         # RoPE cos and sin, [1, S, d] each, shared by all layers; inside the checkpoints with full recompute.
         # Selective checkpoints hold them (keyword arguments of the layer) with the int64 position ids.
-        emb = emb + _pick(full, 0.0, 2 * a * S * arch.head_dim) + _pick(selective, 8 * S, 0.0)
+        # (A term that is one False mode's zero is not added: x + 0 is x.)
+        if np.ndim(full) or not full:
+            emb = emb + _pick(full, 0.0, S * (2 * a * arch.head_dim))
+        if np.ndim(selective) or selective:
+            emb = emb + _pick(selective, 8 * S, 0.0)
     if attention == "eager":
         # the eager [B, 1, S, S] causal mask (one storage): GPT-2 passes it positionally, so any checkpoint keeps
         # it; Llama-family layers take it as a keyword argument, kept by the non-reentrant selective checkpoints

@@ -78,13 +78,23 @@ def fit_of(shape: KVShape, budget, held, block_size: int | None, out=None):
     # in place where held is an array of the result's shape (1 · held · bytes_per_token_layer: bytes_of's product)
     mine = isinstance(held, np.ndarray) and np.broadcast_shapes(budget.shape, held.shape) == held.shape
     per_seq = np.multiply(held, shape.bytes_per_token_layer, out=held if mine else None)
-    layers = shape.full_layers + shape.sliding_layers
+    return fit_of_bytes(shape, budget, per_seq, block_size, out, per_seq if mine else None)
+
+
+def fit_of_bytes(shape: KVShape, budget, per_seq, block_size: int | None, out=None, into=None):
+    """:func:`fit_of` from one sequence's bytes, ``per_seq`` (held tokens · bytes_per_token_layer): (whole
+    sequences, into ``out`` when given; concurrency, into ``into`` when given, which may be ``per_seq`` itself)."""
+    import numpy as np
+
+    budget = np.maximum(np.asarray(budget, dtype=np.float64), 0)
     if block_size:
-        block_bytes = block_size * shape.bytes_per_token_layer * layers
-        per_seq = np.divide(per_seq, block_bytes, out=per_seq if mine else None)
-        concurrency = np.divide(np.floor(np.maximum(budget, 0) / block_bytes), per_seq, out=per_seq if mine else None)
+        block_bytes = block_size * shape.bytes_per_token_layer * (shape.full_layers + shape.sliding_layers)
+        concurrency = np.divide(per_seq, block_bytes, out=into)  # blocks per sequence, a new array or ``into``
+        mine = isinstance(concurrency, np.ndarray) and np.broadcast_shapes(budget.shape,
+                                                                            concurrency.shape) == concurrency.shape
+        concurrency = np.divide(np.floor(budget / block_bytes), concurrency, out=concurrency if mine else None)
     else:
-        concurrency = np.divide(np.maximum(budget, 0), per_seq, out=per_seq if mine else None)
+        concurrency = np.divide(budget, per_seq, out=into)
     fit = np.add(concurrency, 1e-9, out=out)
     return np.floor(fit, out=fit if isinstance(fit, np.ndarray) else None), concurrency
 

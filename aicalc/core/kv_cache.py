@@ -59,28 +59,33 @@ def cached_tokens(shape: KVShape, context):
     return tokens_held(shape.full_layers, shape.sliding_layers, shape.window, context)
 
 
-def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None):
+def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None, each: float = 1.0):
     """Tokens held per sequence, summed over layers, as a new array (or into ``out``, which may be ``context``
     itself): :func:`cached_tokens`, or with ``block_size`` every layer's tokens rounded up to whole blocks (vLLM's
-    paged allocation, IM-10/IM-11)."""
+    paged allocation, IM-10/IM-11); each layer's token counted as ``each`` (``shape.bytes_per_token_layer``: one
+    sequence's bytes, with the factors multiplied once instead of at every point)."""
+    import math
+
     import numpy as np
 
     S = np.asarray(context, dtype=np.float64)
-    window = np.minimum(S, shape.window) if shape.sliding_layers else None  # before ``out`` (context itself?) changes
-    # in place where a temporary is ours (whole numbers below 2⁵³: every product is exact)
+    sliding = shape.sliding_layers
+    # in place where a temporary is ours; whole numbers below 2⁵³, so every product is exact in any order
     if block_size:
-        held = np.divide(S, block_size, out=out)
-        held = np.ceil(held, out=held if isinstance(held, np.ndarray) else None)
-        held *= block_size
+        # a sliding layer's blocks, ceil(min(S, W) / b), are min(ceil(S / b), ceil(W / b)): a correctly rounded
+        # division and ceil are both monotone, so the full layers' blocks give the sliding layers' too
+        blocks = np.divide(S, block_size, out=out)
+        blocks = np.ceil(blocks, out=blocks if isinstance(blocks, np.ndarray) else None)
+        window = np.minimum(blocks, float(math.ceil(shape.window / block_size))) if sliding else None
+        held = np.multiply(blocks, block_size * shape.full_layers * each,
+                           out=blocks if isinstance(blocks, np.ndarray) else None)
+        per_window = block_size * sliding * each
     else:
-        held = np.multiply(S, 1.0, out=out)  # a copy: cached_tokens' sum, S · full + min(S, W) · sliding
-    held *= shape.full_layers
+        window = np.minimum(S, float(shape.window)) if sliding else None  # before ``out`` (context itself?) changes
+        held = np.multiply(S, shape.full_layers * each, out=out)  # cached_tokens' sum, S · full + min(S, W) · sliding
+        per_window = sliding * each
     if window is not None:
-        if block_size:
-            window = np.divide(window, block_size, out=window if isinstance(window, np.ndarray) else None)
-            window = np.ceil(window, out=window if isinstance(window, np.ndarray) else None)
-            window *= block_size
-        window *= shape.sliding_layers
+        window *= per_window
         held += window
     return held
 

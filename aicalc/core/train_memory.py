@@ -445,25 +445,28 @@ def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", 
 
     B, S, a, t, cp = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t, cp))
     kv = None if np.ndim(cp) == 0 and cp <= 1 else cp_kv_buffers(B, S, arch, a, t, cp)  # None: no CP, no buffers
-    S = S / cp
+    if kv is not None:  # (S / 1 is S)
+        S = S / cp
     BS = B * S
     V, F, A = arch.vocab, (arch.moe.expert_ffn if arch.moe else arch.ffn), arch.heads
+    # the factors that are one number multiply first (whole numbers: the same products), the division last
     if loss_kind == "chunked":
-        loss = (8 + a) * BS * V / (CHUNKED_LOSS_CHUNKS * t)
+        loss = BS * ((8 + a) * V) / (CHUNKED_LOSS_CHUNKS * t)
     elif framework == "litgpt":
         # LitGPT's chunked_cross_entropy in the model dtype: one 128-token chunk's log-softmax gradient and its
         # logits gradient at a time (litgpt/utils.py; the chunks' own logits and log-softmax are activations)
         loss = 2 * a * B * np.minimum(S, LITGPT_LM_HEAD_CHUNK) * V / t
     else:
-        loss = (np.maximum(a + 4, 8.0) if framework == "hf" else 4.0) * BS * V / t
-    mlp = 3 * a * BS * F / t
+        loss = BS * ((np.maximum(a + 4, 8.0) if framework == "hf" else 4.0) * V) / t
+    mlp = BS * (3 * a * F) / t
     eager = 8 * B * (A / t) * S * S if attention == "eager" else 0.0
     workspace = mlp if np.ndim(eager) == 0 and eager == 0 else np.maximum(mlp, eager)  # mlp ≥ 0
     from aicalc.core.activations import SELECTIVE_OP, _pick, recompute_every
 
     # a layer rebuilt in backward: full recompute, every-N's checkpointed layers, selective-op's recomputed ops
     rebuilt = (recompute_every(recompute) > 0) | (np.asarray(recompute) == SELECTIVE_OP)
-    workspace = _pick(rebuilt, np.asarray(layer_bytes, dtype=np.float64) + workspace, workspace)
+    if np.ndim(rebuilt) or rebuilt:  # (no sum to make where no layer is rebuilt)
+        workspace = _pick(rebuilt, np.asarray(layer_bytes, dtype=np.float64) + workspace, workspace)
     if kv is not None:
         workspace = np.maximum(workspace, kv)
     gather = np.where(np.asarray(zero) >= 3, 4.0 * largest_layer_params, 0.0)

@@ -104,6 +104,9 @@ def evaluate(arch, o, g: dict, grid_columns: bool = True):
             out[f] = next(block) if f in floats else np.empty(n, dtype=np.asarray(v).dtype)
         elif grid_columns or f not in GRID:
             out[f] = v  # the same for every point: it depends on no array of the grid
+    # a column that has been one number so far (each stage's column a scalar, the same in every chunk) is kept as
+    # that number and written out only when another value comes: one that stays one number is never written
+    same = dict.fromkeys(arrays, _NONE)
     for lo in range(0, n, CHUNK):
         sl = slice(lo, lo + CHUNK)
         chunk = {k: vals[k][sl] if v is None else v for k, v in part.items()}
@@ -113,11 +116,48 @@ def evaluate(arch, o, g: dict, grid_columns: bool = True):
                 if not worse.any():
                     continue
                 for f in arrays:
-                    np.copyto(out[f][sl], cols[f], where=worse)
+                    if _keeps(same, f, cols[f], out[f], sl.stop):
+                        np.copyto(out[f][sl], cols[f], where=worse)
                 continue
             for f in arrays:
-                np.copyto(out[f][sl], cols[f])
+                one = _one(cols[f]) if worse is None and lo == 0 else _NONE
+                if one is not _NONE:
+                    same[f] = one  # the first value
+                elif _keeps(same, f, cols[f], out[f], sl.start):
+                    np.copyto(out[f][sl], cols[f])
+    for f, v in same.items():
+        if v is not _NONE:  # one number for every point: a read-only view of it (as api.results.Block.full)
+            out[f] = np.broadcast_to(np.asarray(v, dtype=out[f].dtype), (n,))
     return out
+
+
+_NONE = object()  # a column written point by point (:func:`evaluate`)
+
+
+def _keeps(same: dict, f: str, v, column, upto: int) -> bool:
+    """For :func:`evaluate`: False where ``v`` is the one number column ``f`` has held so far (nothing to write),
+    else True, after writing that number into ``column`` up to ``upto`` (the points it stands for) and marking
+    the column as written point by point."""
+    held = same[f]
+    if held is _NONE:
+        return True
+    one = _one(v)
+    if one is not _NONE and one == held:
+        return False
+    column[:upto] = held
+    same[f] = _NONE
+    return True
+
+
+def _one(v):
+    """The number ``v`` holds at every point where it is one (a scalar, or one value broadcast), else ``_NONE``."""
+    import numpy as np
+
+    if np.ndim(v) == 0:
+        return v
+    if np.ndim(v) == 1 and v.strides[0] == 0 and v.size:
+        return v[0]
+    return _NONE
 
 
 def _single(v) -> bool:
@@ -190,10 +230,15 @@ def amp_casts_freed(arch, split, recompute, stage_layers, tp, a):
 def _reserved(allocated, overhead, arch=None, framework="hf", recompute="none"):
     """What the allocator reserves for ``allocated`` bytes, plus the memory outside it (``peak_reserved_bytes``):
     ``ALLOCATOR_RESERVE`` and, for the step's layout, ``train_memory.fragmentation``."""
+    import numpy as np
+
     from aicalc.core import train_memory as tm
 
     frag = 1.0 if arch is None else tm.fragmentation(arch, framework, recompute)
-    return allocated * (1.0 + tm.ALLOCATOR_RESERVE) * frag + overhead
+    reserved = allocated * (1.0 + tm.ALLOCATOR_RESERVE)
+    if not (np.ndim(frag) == 0 and frag == 1.0):  # x · 1 is x
+        reserved = reserved * frag
+    return reserved + overhead
 
 
 def _evaluate(arch, o, g: dict):
@@ -248,7 +293,9 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     cp = g.get("cp", 1.0)
     # Context parallelism: every rank holds S/cp tokens of each sequence (activations), the same parameters
     # as its CP peers, and ZeRO / the distributed optimizer shard over dp·cp (see tm.shard_states).
-    S_loc = np.asarray(S, dtype=np.float64) / cp
+    S_loc = np.asarray(S, dtype=np.float64)
+    if not (np.ndim(cp) == 0 and cp == 1):  # S / 1 is S
+        S_loc = S_loc / cp
     shard = dp * cp
     recompute = g.get("recompute", o.recompute)
     split = tm.split_params(arch)
@@ -494,7 +541,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             # FSDP2 (zero 3) runs its layers in bf16: no casts
             casts = _pick(fsdp, 0.0, amp_casts_freed(arch, split, recompute, stage_layers, tp, a))
         live = {"loss": _plus(activ, held, loss_t, kept, f_loss, -casts),
-                "backward": _plus(np.maximum(_plus(activ, -freed), 0.0),
+                "backward": _plus(_nonnegative(activ) if np.ndim(freed) == 0 and freed == 0 else
+                                  np.maximum(activ - freed, 0.0),
                                   np.where(persistent, grads, np.where(fsdp, 0.0, head)), workspace, gather),
                 "gradients": _plus(grads, np.where(fsdp, f_grads, wg)),
                 "optimizer": grads + step_t}
@@ -516,9 +564,15 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     top, transient, at = live[names[0]], phase_t[names[0]], code[0]  # search keeps millions); the API names it
     for i, k in enumerate(names[1:], 1):  # the first phase wins ties, as argmax would
         more = live[k] > top
+        if np.ndim(more) and not more.any():  # this phase is nowhere higher: nothing changes (NaN aside)
+            if np.ndim(live[k]) or np.isnan(live[k]):
+                top = np.maximum(top, live[k])
+            continue
         top, transient, at = np.maximum(top, live[k]), np.where(more, phase_t[k], transient), np.where(more, code[i], at)
     allocated = weights + optimizer + top
     shape = np.shape(allocated)
+    if any(transient is v for v in (loss_t, wg, step_t)):  # another column's array: this column has its own
+        transient = np.array(transient, dtype=np.float64)
     transient = np.broadcast_to(transient, shape)
     peak_phase = np.broadcast_to(np.asarray(at, dtype=np.int8), shape)
     full = (lambda x: x) if lean else (lambda x: x + 0.0 * allocated)
@@ -537,6 +591,16 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         "host_bytes": host,
         "states_bytes_per_param": (weights + grads + optimizer + host) / n_dev,
     }
+
+
+def _nonnegative(x):
+    """``np.maximum(x, 0.0)``, without the pass where no value is below zero (activations with nothing freed from
+    them: a reduction is faster than numpy's maximum against a scalar)."""
+    import numpy as np
+
+    if np.ndim(x) and x.size and x.min() >= 0:
+        return x
+    return np.maximum(x, 0.0)
 
 
 def _plus(x, *ys):
