@@ -93,6 +93,18 @@ def test_tpu_serving_rows(results):
     assert all(c["why_not"] for c, _ in rows if not c["scored"])
 
 
+def test_tpu_training_rows(results):
+    """Published MaxText training rows on TPU (validation/cases/training.yaml group tpu, the TPU rows of group moe and
+    of moe-training.yaml: v4, v5e, v5p, v6e and TPU7x), all held out but the six calibration rows: 44 scored now,
+    geometric-mean error 13.5 %, held at 15 % (the 15 % goal). aicalc is faster than 11 of the 16 TPU7x rows, which
+    have no GEMM plateau of their own (docs/validation-train.md says what is left). The int8 (AQT) rows, which
+    train_time does not price, say why they are not scored."""
+    rows = [(c, e) for c, _, _, e in results if c["api"] == "train_time" and c["args"]["chip"].startswith("tpu")]
+    held = [e for c, e in rows if c["scored"] and not c["calibration"]]
+    assert len(held) >= 40 and geomean(held) <= 0.15
+    assert all(c["why_not"] for c, _ in rows if not c["scored"])
+
+
 def test_ideal_is_optimistic(results):
     """The bare roofline is a bound: faster than the measurement for every throughput/latency row, except where
     the case assumes per-query-head K/V reads at long generation (an assumption about the kernel, not a bound)."""
