@@ -171,6 +171,11 @@ GEMM_PLATEAU = {
                          "median 0.71; fp8 0.53-0.69 of 1979, median 0.65"},
     "TPU v6e (Trillium)": {"16bit": 0.69, "source": "no GEMM measurement: fitted on TP-11 and TP-12 (MaxText Llama "
                                                     "3.1 8B / 70B on v6e-256, validation/cases/training.yaml)"},
+    "TPU7x (Ironwood)": {"16bit": 0.80, "8bit": 0.72,
+                         "source": "no GEMM measurement: fitted on TP-14 and TP-15 (MaxText Llama 3.1 70B bf16 and "
+                                   "fp8_full on 64 TPU7x chips, tpu-recipes training/ironwood/README.md; "
+                                   "validation/calibrate.py); held out: the other rows of that table (TP-16..TP-21, "
+                                   "MO-41..MO-48)"},
 }
 
 
