@@ -89,6 +89,9 @@ class Efficiency(NamedTuple):
     # fraction of the link bandwidth a training step's large collectives reach (NCCL bus bandwidth of large
     # messages; fitted on validation/cases/calibration-training.yaml); 0: link
     train_link: float = 0.825
+    # fraction of datasheet bandwidth the attention core's KV-cache reads reach (paged-attention kernels that gather
+    # the cache page by page; presets/classes give it where a chip's kernels fall short of streaming); 0: bandwidth
+    attention_bandwidth: float = 0.0
 
     def with_overrides(self, overrides: dict[str, float]) -> "Efficiency":
         """These factors replaced, each checked against its range (:data:`FACTOR_RANGES`)."""
@@ -158,6 +161,7 @@ FACTOR_RANGES: dict[str, Range] = {
     "train_attention_efficiency": Range(0.0, 1.0, False, _OFF),
     "tp_overlap": Range(0.0, 1.0, False, _OFF),
     "train_link": Range(0.0, 1.0, False, _OFF),
+    "attention_bandwidth": Range(0.0, 1.0, False, _OFF),
 }
 
 

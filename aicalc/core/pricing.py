@@ -110,10 +110,11 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
         t_c = op.flop / (peak * g)
         if q and eff.dequant_ops_per_weight:
             t_c = t_c + eff.dequant_ops_per_weight * op.weight_bytes / (op.bytes_per_weight * vec)
+        sb = stream_bandwidth(eff, op.kind)
         if np.ndim(op.weight_bytes) == 0 and op.weight_bytes == 0:  # no weights: the same, two passes fewer
-            t_m = op.bytes / (bw * eff.bandwidth)
+            t_m = op.bytes / (bw * sb)
         else:
-            t_m = op.weight_bytes / (bw * wq) + (op.bytes - op.weight_bytes) / (bw * eff.bandwidth)
+            t_m = op.weight_bytes / (bw * wq) + (op.bytes - op.weight_bytes) / (bw * sb)
     t_est = combine(t_c, t_m, eff.overlap_p) + op.kernels * eff.kernel_overhead_s
     if op.kind == "alltoall":  # comm_bytes: one copy of the device's tokens; dims: the EP group
         t_ideal = t_ideal + alltoall_seconds(roofs, op)
@@ -125,6 +126,12 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
         t_est = t_est + tp_collective_seconds(roofs, op.comm_bytes, tp, eff.link) \
             + op.collectives * eff.collective_latency_s
     return t_ideal, t_est
+
+
+def stream_bandwidth(eff: Efficiency, kind: str) -> float:
+    """The share of datasheet bandwidth an op's activation and cache bytes stream at: ``attention_bandwidth`` for the
+    attention core where a profile sets it (the KV cache read page by page), else ``bandwidth``."""
+    return eff.attention_bandwidth if kind == "attention" and eff.attention_bandwidth > 0 else eff.bandwidth
 
 
 def price(ops, roofs: Roofs, eff: Efficiency, tp, quantized: bool) -> None:
@@ -242,7 +249,7 @@ def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool, lo: float = 
         alpha = fx / (peak * g) if fx else 0.0
         delta = eff.dequant_ops_per_weight * W / (op.bytes_per_weight * vec) if q and eff.dequant_ops_per_weight \
             else 0.0
-        parts = (fx / peak, bx / bw, W / bw, alpha, shift, delta, gemv, bx / (bw * eff.bandwidth),
+        parts = (fx / peak, bx / bw, W / bw, alpha, shift, delta, gemv, bx / (bw * stream_bandwidth(eff, op.kind)),
                  W / (bw * (eff.quant_bandwidth if q else eff.bandwidth)))
     except ZeroDivisionError:
         return None
