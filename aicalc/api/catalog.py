@@ -146,8 +146,16 @@ def weight_format(spec, dtype: str | None) -> WeightFormat:
         if ck is not None and ck.bytes_by_class.get("linear", 0) > 0:
             return weight_format(spec, "checkpoint")
         rel = getattr(spec, "release", None)
-        if rel is None:
-            return WeightFormat("bf16")
+        if rel is None:  # a model read from its config alone: what its quantization_config declares
+            from aicalc.catalog.checkpoint import release_format
+
+            declared = release_format(getattr(spec, "config", None))
+            if declared is None:
+                return WeightFormat("bf16")
+            base, experts = declared
+            if experts is not None and getattr(spec.arch, "moe", None) is None:
+                return WeightFormat(experts)  # the expert format names every linear where there are no experts
+            return WeightFormat(base, experts=experts)
         return WeightFormat(rel.dtype, experts=rel.experts if getattr(spec.arch, "moe", None) else None)
     if dtype != "checkpoint":
         base, experts = split_label(dtype)

@@ -84,6 +84,55 @@ def from_tensors(tensors: dict, source: str, config: dict | None = None) -> Chec
                       method, kv_format(config or {}))
 
 
+def release_format(config) -> tuple[str, str | None] | None:
+    """``(dtype, experts)`` of the weights a config's ``quantization_config`` declares, for a model read from its
+    config alone (no safetensors headers to count): ``fp8`` for the block-scaled FP8 releases (``quant_method``
+    fp8: DeepSeek-V3/R1, Kimi K2, MiniMax-M2, Qwen3 FP8; every block linear e4m3 with an fp32 scale per 128 × 128
+    block, embeddings, head, norms and routers 16-bit), ``("bf16", "mxfp4")`` for gpt-oss (``mxfp4``: the routed
+    experts in MXFP4, the rest bf16), ModelOpt's ``quant_algo`` (FP8, NVFP4), GPTQ/AWQ ``bits`` (4, 8),
+    compressed-tensors' weight scheme (8-bit float or int, 4-bit int or float), the last two over the routed
+    experts only where their ``ignore`` list keeps the attention out and bitsandbytes (nf4, int8). None where it declares none or a scheme not listed: the
+    model is then taken as bf16, as before, and ``--dtype`` says otherwise."""
+    qc = config.get("quantization_config") if isinstance(config, dict) else None
+    if not isinstance(qc, dict):
+        return None
+    method = str(qc.get("quant_method") or "").lower()
+    if method == "fp8":
+        return "fp8", None
+    if method == "mxfp4":
+        return "bf16", "mxfp4"
+    if method == "modelopt":
+        inner = qc.get("quantization") if isinstance(qc.get("quantization"), dict) else qc
+        name = {"FP8": "fp8", "NVFP4": "fp4"}.get(str(inner.get("quant_algo") or "").upper())
+        return None if name is None else _coverage(name, qc.get("ignore") or inner.get("exclude_modules"))
+    if method in ("gptq", "awq"):
+        return {4: ("int4", None), 8: ("int8", None)}.get(qc.get("bits"))
+    if method == "bitsandbytes":
+        if qc.get("load_in_4bit"):
+            return "nf4", None
+        return ("int8", None) if qc.get("load_in_8bit") else None
+    if method == "compressed-tensors":
+        groups = qc.get("config_groups")
+        weights = next((g.get("weights") for g in groups.values() if isinstance(g, dict)), None) \
+            if isinstance(groups, dict) else None
+        if not isinstance(weights, dict):
+            return None
+        kind = str(weights.get("type") or "int")
+        name = {(8, "float"): "fp8", (8, "int"): "int8", (4, "int"): "int4", (4, "float"): "fp4"}.get(
+            (weights.get("num_bits"), kind))
+        if name is None:
+            return None
+        return _coverage(name, qc.get("ignore"))
+    return None
+
+
+def _coverage(name: str, ignore) -> tuple[str, str | None]:
+    """A format over every block linear, or over the routed experts only where the ``ignore`` list keeps the
+    attention projections out of it (NVIDIA's NVFP4 MoE releases, Kimi K2 Thinking's INT4 experts)."""
+    keeps_attention = isinstance(ignore, list) and any("self_attn" in str(x) for x in ignore)
+    return ("bf16", name) if keeps_attention else (name, None)
+
+
 def kv_format(config: dict) -> str | None:
     """The KV cache format a checkpoint's config asks for: fp8 where ``quantization_config`` quantizes the cache
     (compressed-tensors ``kv_cache_scheme``, ModelOpt ``kv_cache_quant_algo``, fp8 ``kv_cache_dtype``)."""
