@@ -430,7 +430,8 @@ RECORDS = {"chip": ChipRecord, "node": NodeRecord, "model": Record}
 # The built-in catalog compiled once into a JSON index in the user's cache folder (rebuilt when a built-in
 # file, the schema or this module changes): a one-off query reads it instead of parsing YAML and building
 # pydantic schemas. The test suite validates every built-in preset against the schema.
-INDEX_FORMAT = 2  # 2: a checksum line before the JSON body
+INDEX_FORMAT = 3  # 2: a checksum line before the JSON body; 3: a JSON line per entry, parsed when it is used
+SECTIONS = ("files", "chip", "node")
 
 
 def _stamp(root: Path) -> list:
@@ -485,10 +486,7 @@ def _catalog() -> dict:
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
-        import json
-
-        body = json.dumps(index).encode("utf-8")
-        tmp.write_bytes(f"{_crc(body)}\n".encode() + body)
+        tmp.write_bytes(_index_bytes(index))
         os.replace(tmp, cache_file)
     except OSError:  # a read-only home: compile in memory on every run
         pass
@@ -516,13 +514,65 @@ def _read_index(cache_file: Path, stamp: list) -> dict | None:
         head, _, body = raw.partition(b"\n")
         if head.decode("ascii", "replace") != _crc(body):
             return None
-        index = _loads(body)
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not (isinstance(index, dict) and index.get("format") == INDEX_FORMAT and index.get("stamp") == stamp and stamp
-            and all(isinstance(index.get(k), dict) for k in ("files", "chip", "node"))):
+        first, *lines = body.split(b"\n")
+        index = _loads(first)
+        if not (isinstance(index, dict) and index.get("format") == INDEX_FORMAT and index.get("stamp") == stamp
+                and stamp and set(index) == {"format", "stamp"}):
+            return None
+        # a section's entries held as their JSON lines, each parsed the first time it is asked for: a one-off
+        # query reads a model, a chip or two and a few profiles of the ~130 entries (parsing them all cost ~8 M
+        # instructions)
+        index.update((k, _Lazy()) for k in SECTIONS)
+        for line in lines:
+            section, key, value = line.split(b"\t", 2)
+            index[section.decode("ascii")].raw[key.decode("utf-8")] = value
+    except (OSError, ValueError, RecursionError, KeyError, UnicodeDecodeError):
         return None
     return index  # the checksum only catches accidents (anyone can recompute it): _record checks each record it reads
+
+
+class _Lazy(dict):
+    """One section of the cached index: ``get`` parses an entry's JSON line the first time it is asked for;
+    a line that is not JSON (the checksum only catches accidents) is an entry that is not there."""
+
+    def __init__(self):
+        super().__init__()
+        self.raw: dict[str, bytes] = {}
+
+    def get(self, key, default=None):
+        if key not in self and key in self.raw:
+            try:
+                self[key] = _loads(self.raw[key])
+            except (ValueError, RecursionError):
+                return default
+        return super().get(key, default)
+
+
+def _index_bytes(index: dict) -> bytes:
+    """The index file: the checksum of the body, then the body: a JSON line of the format and stamp, then a line
+    per entry, ``section<TAB>key<TAB>JSON`` (an entry whose key holds a tab or a line break is left out: it is
+    read from its preset file)."""
+    import json
+
+    lines = [json.dumps({"format": index["format"], "stamp": index["stamp"]})]
+    for section in SECTIONS:
+        for key, entry in plain(index)[section].items():
+            if "\t" not in key and "\n" not in key and "\r" not in key:
+                lines.append(f"{section}\t{key}\t{json.dumps(entry)}")
+    body = "\n".join(lines).encode("utf-8")
+    return f"{_crc(body)}\n".encode() + body
+
+
+def plain(index: dict) -> dict:
+    """The index with every entry parsed (a section read from the cache parses its entries when used)."""
+    out = dict(index)
+    for section in SECTIONS:
+        part = index[section]
+        if isinstance(part, _Lazy):
+            part = {k: part.get(k) for k in part.raw}
+            part = {k: v for k, v in part.items() if v is not None}
+        out[section] = part
+    return out
 
 
 # The fields of a chip and a node record as the schema (aicalc/catalog/schema.py) dumps them: "s" a text, "i" an
