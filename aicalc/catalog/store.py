@@ -547,6 +547,16 @@ class _Lazy(dict):
                 return default
         return super().get(key, default)
 
+    def fresh(self, key):
+        """A new copy of an entry, its line parsed again (a fifth of the work of ``copy.deepcopy``); None where
+        there is none or its line is not JSON."""
+        if key not in self.raw:
+            return None
+        try:
+            return _loads(self.raw[key])
+        except (ValueError, RecursionError):
+            return None
+
 
 def _index_bytes(index: dict) -> bytes:
     """The index file: the checksum of the body, then the body: a JSON line of the format and stamp, then a line
@@ -695,16 +705,34 @@ def _compile(root: Path, stamp: list) -> dict:
     return index
 
 
+def _builtin_rel(path: Path) -> str | None:
+    """``path``'s relative POSIX path under the built-in root (lexically, as ``Path.relative_to``), or None where
+    it is relative or elsewhere: string operations on the paths' text (a query asks for a dozen files)."""
+    if not path.is_absolute():
+        return None
+    text, root = str(path), str(builtin_root())
+    if not text.startswith(root):
+        return None
+    rest = text[len(root):]
+    if not rest.startswith(os.sep) or rest == os.sep:
+        return None
+    return rest[1:].replace(os.sep, "/")
+
+
 def _builtin_file(path: Path):
     """A built-in preset file's data from the index (a fresh copy), or None for any other file."""
-    root = builtin_root()
-    if not path.is_absolute() or not path.is_relative_to(root):
+    rel = _builtin_rel(path)
+    if rel is None:
         return None
-    entry = _catalog()["files"].get(path.relative_to(root).as_posix())
+    files = _catalog()["files"]
+    lazy = isinstance(files, _Lazy)  # read from the cache: a fresh copy is its line parsed again (the C scanner)
+    entry = files.fresh(rel) if lazy else files.get(rel)
     if entry is None:
         return None
     if "error" in entry:
         raise AicalcError(entry["error"])
+    if lazy:
+        return entry["data"]
     import copy
 
     return copy.deepcopy(entry["data"])
@@ -731,12 +759,26 @@ def _key(name: str) -> str:
 def canonical(kind: str, name: str) -> str | None:
     """The preset id of ``kind`` that ``name`` spells, ignoring case and ``_``/``-`` (``H100-SXM`` →
     ``h100-sxm``); None when there is none."""
-    index = _index(kind)
-    if name in index:
+    if name in _index(kind):
         return name
-    key = _key(name)
-    found = [i for i in index if _key(i) == key]
+    found = _keys(kind).get(_key(name), ())
     return found[0] if len(found) == 1 else None
+
+
+_KEYS: dict[str, tuple[dict, dict]] = {}  # kind → (the index they were worked out from, its keys)
+
+
+def _keys(kind: str) -> dict[str, tuple[str, ...]]:
+    """:func:`_key` of each preset id of ``kind`` → those ids, in the index's order: worked out once per index
+    (:func:`_index`, anew whenever it is), where each lookup went through every id."""
+    index = _index(kind)
+    held = _KEYS.get(kind)
+    if held is None or held[0] is not index:
+        out: dict[str, tuple[str, ...]] = {}
+        for i in index:
+            out[_key(i)] = (*out.get(_key(i), ()), i)
+        held = _KEYS[kind] = (index, out)
+    return held[1]
 
 
 def load(kind: str, preset_id: str):
@@ -881,8 +923,9 @@ def resolve_model(name: str) -> ModelSpec:
 
 def resolve_chip(name: str):
     """``(chip, count)``: a chip id gives one chip, a node id (``dgx-h100``) its chips."""
-    chip, node = canonical("chip", name), canonical("node", name)
-    if node is not None and chip is None:
+    chip = canonical("chip", name)
+    node = canonical("node", name) if chip is None else None  # a chip id is a chip, whatever a node is called
+    if node is not None:
         node = load("node", node)
         return load("chip", node.chip), node.count
     if chip is None:
