@@ -54,15 +54,36 @@ def _roots() -> list[Path]:
 @cache
 def _index(kind: str) -> dict[str, Path]:
     """id → file, later roots overriding earlier ones. Reads only the folder listings."""
-    found: dict[str, Path] = {}
+    found = _Files()
     for root in _roots():
         folder = root / f"{kind}s"
         if folder.is_dir():
             # the listing's names, sorted: what sorted(folder.glob("*.yaml")) gives, without pathlib's glob
             for name in sorted(e.name for e in os.scandir(folder) if e.name.endswith(".yaml")):
-                f = folder / name
-                found[f.stem] = f
+                dot = name.rfind(".")  # Path(name).stem
+                found[name[:dot] if 0 < dot < len(name) - 1 else name] = (folder, name)
     return found
+
+
+class _Files(dict):
+    """Preset id → its file, each path formed the first time it is asked for (a query asks for a few of the
+    ~80; forming them all cost ~1 M instructions)."""
+
+    def __getitem__(self, key) -> Path:
+        f = super().__getitem__(key)
+        if type(f) is tuple:
+            f = f[0] / f[1]
+            super().__setitem__(key, f)
+        return f
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def values(self):
+        return [self[k] for k in self]
+
+    def items(self):
+        return [(k, self[k]) for k in self]
 
 
 def ids(kind: str) -> list[str]:
