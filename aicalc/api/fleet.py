@@ -156,7 +156,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
             if key not in setups:
                 setups[key] = cost_setup(spec, lay.chip, lay.dtype, lay.kv_dtype, tp_needs_link=lay.tp > 1,
                                          engine=engine)
-            rep = replica(spec, lay, engine=engine, policy=policy, longest=longest, cs=setups[key])
+            rep = replica(spec, lay, engine=engine, policy=policy, longest=longest, cs=setups[key], need=longest)
         except AicalcError as e:  # e.g. no math for this dtype on this chip
             warnings.append(f"{lay.chip} TP {lay.tp}{f' PP {lay.pp}' if lay.pp > 1 else ''} {lay.dtype}: {e}")
             continue
