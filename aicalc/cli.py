@@ -837,7 +837,7 @@ def _build(group: typer.Typer):
 
     def once(func):
         if func not in seen:
-            seen[func] = read(func)
+            seen[func] = _declared_params(func) or read(func)
         return seen[func]
 
     typer_main.get_params_from_function = once
@@ -845,6 +845,49 @@ def _build(group: typer.Typer):
         return typer_main.get_command(group)
     finally:
         typer_main.get_params_from_function = read
+
+
+def _declared_params(func) -> dict | None:
+    """What typer 0.28's ``get_params_from_function`` makes of a function whose every parameter is declared
+    ``name: Annotated[T, typer.Option(…) or typer.Argument(…)] = default`` (every command of this module): per
+    parameter a ``ParamMeta`` of T and a copy of the declaration holding the default, read from the function's
+    own annotations and defaults instead of through ``inspect.signature`` and ``typing.get_type_hints`` (which
+    rebuild every annotation); None for any other function or typer, which typer reads itself."""
+    import typing
+
+    import typer.models as tm
+
+    if not typer.__version__.startswith("0.28."):
+        return None
+    code = func.__code__
+    if code.co_kwonlyargcount or code.co_posonlyargcount or code.co_flags & 0x0C:  # *args, **kwargs
+        return None
+    names = code.co_varnames[:code.co_argcount]
+    defaults = func.__defaults__ or ()
+    first = len(names) - len(defaults)
+    notes = getattr(func, "__annotations__", {})
+    params = {}
+    for i, name in enumerate(names):
+        a = notes.get(name)
+        if typing.get_origin(a) is not typing.Annotated or isinstance(a, str):
+            return None
+        base, *extras = typing.get_args(a)
+        infos = [x for x in extras if isinstance(x, tm.ParameterInfo)]
+        default = defaults[i - first] if i >= first else ...  # ...: none given (a required argument)
+        if len(infos) != 1 or isinstance(default, tm.ParameterInfo) or infos[0].default_factory:
+            return None
+        info = infos[0]
+        copied = info.__class__.__new__(info.__class__)
+        copied.__dict__.update(info.__dict__)
+        if isinstance(copied, tm.OptionInfo) and copied.default is not ...:
+            copied.param_decls = (copied.default, *(copied.param_decls or ()))
+            copied.default = ...
+        if copied.default is not ...:
+            return None  # typer's error to raise
+        if i >= first:
+            copied.default = default
+        params[name] = tm.ParamMeta(name=name, default=copied, annotation=base)
+    return params
 
 
 def _main(args: list[str], debug: bool, env: Env) -> int:

@@ -616,8 +616,7 @@ def fit_columns(rows: list[dict], cols: list[str], width: int | None,
     shown, constant = list(cols), []
     if len(rows) > 1:
         for k in cols:
-            vals = {human(k, r.get(k)) for r in rows}
-            if len(vals) == 1 and len(shown) > 2:
+            if len(shown) > 2 and _same(k, rows):
                 constant.append(k)
                 shown.remove(k)
     dropped: list[str] = []
@@ -633,6 +632,13 @@ def fit_columns(rows: list[dict], cols: list[str], width: int | None,
             shown.remove(give[-1])
             dropped.insert(0, give[-1])
     return shown, constant, dropped
+
+
+def _same(key: str, rows: list[dict]) -> bool:
+    """Whether every row shows the same text for ``key``: up to the first that differs (a column that varies
+    costs two cells, not all)."""
+    first = human(key, rows[0].get(key))
+    return all(human(key, r.get(key)) == first for r in rows[1:])
 
 
 FAIL = "fail: "  # a warning line that reports a failure (check), printed as it is rather than as "warning: …"

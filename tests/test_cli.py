@@ -547,3 +547,27 @@ def test_unicode_format_characters_are_escaped_like_controls(tmp_path):
     assert code == 2 and "\u202e" not in err.getvalue() and "\u200b" not in err.getvalue()
     assert "cfg?nosj??.json" in err.getvalue()
     assert _printable("naïve 中文 e\u0301") == "naïve 中文 e\u0301"  # letters and combining marks stay
+
+
+def test_declared_params_read_as_typer_reads_them():
+    """cli._declared_params reads a command's option declarations without typer's signature and type-hint pass;
+    for every command function (and the root callback) it must give what typer's own reader gives: the same
+    names in order, annotations and declarations field by field (None, typer's reader, on another typer)."""
+    import typer
+    from typer.utils import get_params_from_function
+
+    from aicalc import cli
+
+    functions = [c.callback for c in cli.app.registered_commands] + [cli.app.registered_callback.callback]
+    functions += [c.callback for g in cli.app.registered_groups for c in g.typer_instance.registered_commands]
+    assert len(functions) >= 9
+    for f in functions:
+        ours, theirs = cli._declared_params(f), get_params_from_function(f)
+        if not typer.__version__.startswith("0.28."):
+            assert ours is None
+            continue
+        assert list(ours) == list(theirs), f.__name__
+        for name, meta in theirs.items():
+            mine = ours[name]
+            assert (mine.name, mine.annotation, type(mine.default)) == (meta.name, meta.annotation, type(meta.default))
+            assert vars(mine.default) == vars(meta.default), (f.__name__, name)

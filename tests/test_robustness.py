@@ -584,12 +584,10 @@ def test_an_edited_index_is_rebuilt_not_trusted(fresh_catalog, tmp_path):
 
     def edit(path):
         store._catalog.cache_clear()
-        index = store._catalog()
-        index = js.loads(js.dumps(index))
+        index = js.loads(js.dumps(store.plain(store._catalog())))
         index["chip"]["h100-sxm"]["data"]["dense_tflops"]["bf16"] = 0
-        index["files"] = []
-        body = js.dumps(index).encode()
-        path.write_bytes(b"00000000\n" + body)
+        index["files"] = {"models/llama-3.1-8b.yaml": {"data": []}}
+        path.write_bytes(b"00000000\n" + store._index_bytes(index).partition(b"\n")[2])
 
     _hostile_index(tmp_path, edit)
     assert store.load("chip", "h100-sxm").peak_flop_per_s("bf16") == 989.4e12
@@ -611,10 +609,9 @@ def test_a_forged_index_with_a_recomputed_checksum_is_rebuilt(fresh_catalog, tmp
 
     def forge(path):
         store._catalog.cache_clear()
-        index = js.loads(js.dumps(store._catalog()))
+        index = js.loads(js.dumps(store.plain(store._catalog())))
         index["chip"]["h100-sxm"]["data"][field] = value
-        body = js.dumps(index).encode()
-        path.write_bytes(store._crc(body).encode() + b"\n" + body)
+        path.write_bytes(store._index_bytes(index))
 
     _hostile_index(tmp_path, forge)
     assert store.load("chip", "h100-sxm").memory_bandwidth_bytes_per_s == 3350e9

@@ -39,11 +39,12 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
         try:
             # Megatron's memory model (sequence parallelism, selective recompute, ZeRO): the framework the
             # training time below assumes, and the one that lays a model out over many chips
-            res = search_layouts(model, chip, n, seq=seq, framework="megatron", sp=True, attention="flash")
+            res = search_layouts(model, chip, n, seq=seq, framework="megatron", sp=True, attention="flash",
+                                 closest=False)
         except AicalcError as e:
             warnings.append(f"no training estimate on {chip.id}: {e}")
             return row | {"fits": False, "chips_needed": None, "memory_bytes": None}
-        fitting = [r for r in res.rows() if r["fits"]]  # where none fits, search_layouts shows the closest
+        fitting = [r for r in res.rows() if r["fits"]]  # where none fits, no row (closest=False)
         rows = [r for r in fitting if r["tp"] <= 8] or fitting
         if rows:
             best = rows[0]
@@ -89,7 +90,7 @@ def fewest_possible(model, chip) -> int:
 
 def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings: list[str],
                engine: str | None = None) -> dict:
-    from aicalc.api.roofline import SRAM_KINDS, roofline
+    from aicalc.api.roofline import SRAM_KINDS, ridge_batch, roofline
     from aicalc.api.serving import serve
     from aicalc.catalog import profiles
     from aicalc.core.geometry import check_tp
@@ -136,8 +137,7 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
             best = max(ok, key=lambda r: r["output_tokens_per_s"])
             if dt != dtype:
                 warnings.append(f"{arch.family} model fits {chip.id} only at {dt} weights")
-            ridge = roofline(model, chip, 1, prompt, gen, dtype=dt, kv_dtype=kv_dtype, tp=tp,
-                             engine=engine).compute_bound_batch[0]
+            ridge = ridge_batch(model, chip, prompt, gen, dtype=dt, kv_dtype=kv_dtype, tp=tp, engine=engine)
             return row | {
                 "fits": True, "chips_needed": tp, "precision": dt,
                 "layout": ON_DEVICE_LAYOUT if on_device else f"TP {tp}", "batch": best["concurrency"],

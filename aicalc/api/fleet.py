@@ -156,7 +156,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
             if key not in setups:
                 setups[key] = cost_setup(spec, lay.chip, lay.dtype, lay.kv_dtype, tp_needs_link=lay.tp > 1,
                                          engine=engine)
-            rep = replica(spec, lay, engine=engine, policy=policy, longest=longest, cs=setups[key])
+            rep = replica(spec, lay, engine=engine, policy=policy, longest=longest, cs=setups[key], need=longest)
         except AicalcError as e:  # e.g. no math for this dtype on this chip
             warnings.append(f"{lay.chip} TP {lay.tp}{f' PP {lay.pp}' if lay.pp > 1 else ''} {lay.dtype}: {e}")
             continue
@@ -316,6 +316,21 @@ class _Search:
         self.count = 0
         self.skipped: set = set()  # (pool, layout) not simulated: its floor costs more than the best found
         self.cheapest = cheapest  # only the cheapest fleet is wanted: a tie with the best found is no use either
+        self._memo: dict = {}  # (what, id(replica)) → its floor or its idle p99s, computed once per replica
+
+    def _once(self, what: str, rep, f):
+        key = (what, id(rep))
+        if key not in self._memo:
+            self._memo[key] = (rep, f(rep))  # the replica kept alive with it: its id is not reused meanwhile
+        return self._memo[key][1]
+
+    def _means(self) -> tuple[float, float]:
+        """(mean prompt, mean gen) of the traffic, as floats."""
+        if "means" not in self._memo:
+            import numpy as np
+
+            self._memo["means"] = (float(np.mean(self.P)), float(np.mean(self.G)))
+        return self._memo["means"]
 
     def _beaten(self, cost: float) -> bool:
         """Whether a fleet costing ``cost`` (a floor) is no use: dearer than the best found, or (``cheapest``)
@@ -328,12 +343,13 @@ class _Search:
     def _decode_floor(self, rep) -> float:
         """Replicas a decode load needs at the least: every output token at the cheapest decode step per
         sequence (the largest batch the cache holds, at the shortest context)."""
+        return self._once("decode_floor", rep, self._decode_floor_of)
+
+    def _decode_floor_of(self, rep) -> float:
         import bisect
 
-        import numpy as np
-
         c = rep.cost
-        p, g = float(np.mean(self.P)), float(np.mean(self.G))
+        p, g = self._means()
         top = max(1, min(rep.max_seqs, len(c.decode_s) - 1, int(rep.capacity_tokens // (p + g))))
         j = min(bisect.bisect_left(c.context_bins, min(self.P)), len(c.context_bins) - 1)
         per_token = min(c.decode_s[b][j] / b for b in range(1, top + 1))
@@ -341,10 +357,13 @@ class _Search:
 
     def _prefill_floor(self, rep) -> float:
         """Replicas a prefill load needs at the least: every prompt token at the marginal cost of a full step."""
+        return self._once("prefill_floor", rep, self._prefill_floor_of)
+
+    def _prefill_floor_of(self, rep) -> float:
         import numpy as np
 
         c = rep.cost
-        p = float(np.mean(self.P))
+        p = self._means()[0]
         k = max(1.0, rep.token_budget // p)
         per_prompt = min(c.prefill_s_per_token * p, float(np.interp(k * p, c.prefill_tokens, c.prefill_s)) / k)
         return self.lam * per_prompt
@@ -400,14 +419,19 @@ class _Search:
 
     def _alone(self, rep):
         """(p99 TTFT, p99 TPOT) of requests that meet an idle replica: no replica count does better."""
-        import bisect
+        return self._once("alone", rep, self._alone_of)
 
+    def _alone_of(self, rep):
         import numpy as np
 
         c = rep.cost
-        pre = np.interp(self.P, c.prefill_tokens, c.prefill_s)
-        ctx = [p + g / 2 for p, g in zip(self.P, self.G, strict=True)]
-        dec = [c.decode_s[1][min(bisect.bisect_left(c.context_bins, x), len(c.context_bins) - 1)] for x in ctx]
+        if "PG" not in self._memo:
+            P = np.asarray(self.P, dtype=np.float64)
+            self._memo["PG"] = (P, P + np.asarray(self.G, dtype=np.float64) / 2)  # prompts, mid-generation contexts
+        P, ctx = self._memo["PG"]
+        pre = np.interp(P, c.prefill_tokens, c.prefill_s)
+        bins = np.asarray(c.context_bins, dtype=np.float64)  # bisect_left, the last bin past the end
+        dec = np.asarray(c.decode_s[1], dtype=np.float64)[np.minimum(np.searchsorted(bins, ctx), bins.size - 1)]
         return _percentile(pre, 99), _percentile(dec, 99)
 
     def _start(self, rep) -> int:
@@ -415,10 +439,9 @@ class _Search:
         import bisect
         import math
 
-        import numpy as np
 
         c = rep.cost
-        p, g = float(np.mean(self.P)), float(np.mean(self.G))
+        p, g = self._means()
         b = max(1, min(rep.max_seqs, len(c.decode_s) - 1, int(rep.capacity_tokens // (p + g))))
         j = min(bisect.bisect_left(c.context_bins, p + g / 2), len(c.context_bins) - 1)
         per_request = g * c.decode_s[b][j] / b + p * c.prefill_s_per_token
@@ -461,14 +484,13 @@ class _Search:
         import bisect
         import math
 
-        import numpy as np
-
         from aicalc.core.simulate import StepCost
 
         rows = []
         ones = [1] * len(self.P)
         p99_prompt = _percentile(self.P, 99)
-        mid = float(np.mean(self.P) + np.mean(self.G) / 2)
+        p_mean, g_mean = self._means()
+        mid = p_mean + g_mean / 2
         formats = {(lay.dtype, lay.kv_dtype) for lay in reps}
         for dt, kvd in sorted(formats):
             group = [rep for lay, rep in reps.items() if (lay.dtype, lay.kv_dtype) == (dt, kvd)
@@ -555,7 +577,7 @@ class _Search:
         import numpy as np
 
         c = rep.cost
-        p = float(np.mean(self.P))
+        p = self._means()[0]
         k = max(1.0, rep.token_budget // p)
         return max(1, math.ceil(self.lam * float(np.interp(k * p, c.prefill_tokens, c.prefill_s)) / k))
 

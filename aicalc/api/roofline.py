@@ -230,6 +230,24 @@ def efficiency_of(efficiency):
     return Efficiency().with_overrides(dict(efficiency))
 
 
+def ridge_batch(model, chip, prompt: int, gen: int, *, dtype: str | None = "release", kv_dtype: str = "bf16",
+                tp: int = 1, engine: str | None = None) -> float:
+    """``roofline(model, chip, 1, prompt, gen, dtype=…, kv_dtype=…, tp=tp, engine=…).compute_bound_batch[0]``
+    (:func:`aicalc.core.latency.compute_bound_batch` at decode's mean context, ``prompt + gen/2``) without the
+    rest of that table: the same setup and the same call on the same numbers."""
+    import numpy as np
+
+    from aicalc.api import inputs
+    from aicalc.core import latency
+
+    tp = inputs.positive("tp", tp, whole=True)
+    cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=float(tp) > 1, engine=engine)
+    S = inputs.positive("prompt", prompt, whole=True)
+    G = inputs.positive("gen", gen, whole=True)
+    return float(latency.compute_bound_batch(cs.shape, cs.roofs, cs.formats, S + G / 2.0, np.float64(float(tp)),
+                                             latency.Par(1.0, 1.0, 0.0)))
+
+
 def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str | None = "release",
              kv_dtype: str = "bf16",
              tp=None, compute_dtype: str | None = None, group_size: int | None = None, attention: str = "flash",

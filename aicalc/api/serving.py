@@ -157,13 +157,14 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     spec = draft_setup(draft, cs, tp, draft_tokens, acceptance)
     sram = _sram_chips(cs, weights * tp, per_rep, P, G, tp)  # SRAM-only chips: a replica spans what the bytes fill
     out = {}
-    for name, eff in (("est", cs.efficiency), ("ideal", IDEAL)):
+    models = (("est", cs.efficiency), ("ideal", IDEAL))
+    # one attention group of the replica (all of it without attention DP): its chips and its share of the work
+    pres = latency.phases(cs.shape, cs.roofs, cs.formats, [e for _, e in models], k / D, P - cached, cached, tp / D,
+                          logits_tokens=1.0, chips=1.0 if sram is None else sram, par=par)
+    decs = latency.phases(cs.shape, cs.roofs, cs.formats, [e for _, e in models], per_mb / D, 1.0, P + G / 2.0,
+                          tp / D, chips=1.0 if sram is None else sram, par=par)
+    for (name, eff), pre, dec in zip(models, pres, decs, strict=True):
         pick = (lambda ph: ph.t_est) if name == "est" else (lambda ph: ph.t_ideal)
-        # one attention group of the replica (all of it without attention DP): its chips and its share of the work
-        pre = latency.phase(cs.shape, cs.roofs, cs.formats, eff, k / D, P - cached, cached, tp / D, logits_tokens=1.0,
-                            chips=1.0 if sram is None else sram, par=par)
-        dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, per_mb / D, 1.0, P + G / 2.0, tp / D,
-                            chips=1.0 if sram is None else sram, par=par)
         t_pre, t_dec = pick(pre), pick(dec)
         if pp > 1:  # a micro-batch passes every stage at the slowest one's pace, its hidden states hopping between
             t_pre = pipelined(cs, eff, pp, tp, t_pre, k * (P - cached))

@@ -313,7 +313,7 @@ def policy_of(engine: str | None, policy: str | None = None) -> str:
 
 
 def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 256, token_budget: int = 8192,
-            utilization=0.9, longest: int = 2048, cs=None) -> Replica:
+            utilization=0.9, longest: int = 2048, cs=None, need: int | None = None) -> Replica:
     """A replica of ``layout`` for the simulation: step-time tables up to ``longest`` tokens of context, and the
     KV blocks of 16 tokens vLLM's budget leaves beside weights and overhead (``utilization`` of memory).
 
@@ -323,7 +323,10 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     ``pp`` micro-batches in flight, each with the engine's token budget (vLLM V1's batch queue of
     ``pipeline_parallel_size`` scheduled batches, each of up to ``max_num_batched_tokens``; SGLang's PP event loop
     likewise keeps a micro-batch per stage in flight), and ``max_seqs`` still caps its running sequences: one
-    simulated step is one round of the pipeline (:func:`_step_cost`), with ``pp`` × ``token_budget`` tokens."""
+    simulated step is one round of the pipeline (:func:`_step_cost`), with ``pp`` × ``token_budget`` tokens.
+
+    ``need``: a replica whose KV cache holds fewer tokens than that (``capacity_tokens``) comes without its step
+    tables (``cost`` None), for a caller that drops it."""
     from aicalc.api import inputs
     from aicalc.api.catalog import resident_weights
     from aicalc.api.roofline import cost_setup
@@ -353,6 +356,10 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     block_bytes = block * float(kv_bytes_per_token_layer(arch, cs.kv_dtype, tp // adp)) * arch.layers \
         * stage_share(arch, pp)
     kv_blocks = int(max(budget, 0.0) // block_bytes) * adp
+    if need is not None:  # the caller drops a replica without room: its step tables would go unused
+        rep = Replica(layout, cs, None, kv_blocks, block, int(max_seqs), int(token_budget) * pp, "chunked")
+        if rep.capacity_tokens < need:
+            return rep._replace(policy=policy_of(engine, policy), reserve=eng_opts.get("kv_reserve", "live"))
     cost = _step_cost(cs, tp, int(max_seqs), int(token_budget), int(longest), ep, adp, pp)
     return Replica(layout, cs, cost, kv_blocks, block, int(max_seqs), int(token_budget) * pp, policy_of(engine, policy),
                    eng_opts.get("kv_reserve", "live"))
@@ -590,6 +597,44 @@ def _percentile(x, q: float) -> float:
     return float(a[lo] + (a[hi] - a[lo]) * (i - lo)) if a[hi] != a[lo] else float(a[lo])
 
 
+_TABLES: dict = {}  # (id of a CostSetup, the tables' arguments) → (that CostSetup, its tables)
+
+
+def _step_tables(cs, tp: int, max_seqs: int, token_budget: int, longest: int, ep: int, adp: int):
+    """(context bins, decode step times by batch and bin, prefill tokens, prefill pass times, a prefill token's
+    marginal cost) of one pipeline stage's pass, as :func:`_step_cost` prices them: worked out once for the
+    replicas that differ only in their pipeline (a fleet search's TP group over 1, 2 and 4 domains); the arrays
+    are only read."""
+    import numpy as np
+
+    from aicalc.api import inputs
+    from aicalc.core import latency
+
+    key = (id(cs), tp, max_seqs, token_budget, longest, ep, adp)
+    held = _TABLES.get(key)
+    if held is not None and held[0] is cs:
+        return held[1]
+    eff = cs.efficiency
+    bins = np.array(inputs.distinct(np.ceil(np.geomspace(16, max(longest, 32), 24))))
+    B, C = np.meshgrid(np.arange(1, max_seqs + 1, dtype=np.float64), bins, indexing="ij")
+    par, D = latency.Par(float(ep), float(adp)), float(adp)
+    dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, B.ravel() / D, 1.0, C.ravel(), tp / D,
+                        par=par).t_est.reshape(B.shape)
+    dec = np.vstack([np.zeros((1, bins.size)), dec])
+    tokens = np.array(inputs.distinct(np.ceil(np.geomspace(1, max(token_budget, longest), 40))))
+    t = latency.phase(cs.shape, cs.roofs, cs.formats, eff, 1.0 / D, tokens, 0.0, tp / D, logits_tokens=1.0,
+                      par=par).t_est
+    half = np.searchsorted(tokens, token_budget / 2.0)
+    full = np.searchsorted(tokens, token_budget)
+    per_token = float((t[full] - t[half]) / (tokens[full] - tokens[half]))
+    for a in (bins, dec, tokens, t):
+        a.flags.writeable = False  # shared by the replicas that ask for the same tables
+    if len(_TABLES) >= 16:
+        _TABLES.clear()
+    _TABLES[key] = (cs, (bins, dec, tokens, t, per_token))
+    return bins, dec, tokens, t, per_token
+
+
 def _step_cost(cs, tp: int, max_seqs: int, token_budget: int, longest: int, ep: int = 1, adp: int = 1, pp: int = 1):
     """Step-time tables from the cost model: decode at every batch size over geometric context bins, and the
     marginal and fixed cost of prefill tokens in a batched pass. With attention DP (``adp`` groups) a step's
@@ -613,24 +658,11 @@ def _step_cost(cs, tp: int, max_seqs: int, token_budget: int, longest: int, ep: 
     request run on different stages at once); the fill and drain inside a round are not modelled."""
     import numpy as np
 
-    from aicalc.api import inputs
     from aicalc.api.serving import pipelined
-    from aicalc.core import latency
     from aicalc.core.simulate import StepCost
 
     eff = cs.efficiency
-    bins = np.array(inputs.distinct(np.ceil(np.geomspace(16, max(longest, 32), 24))))
-    B, C = np.meshgrid(np.arange(1, max_seqs + 1, dtype=np.float64), bins, indexing="ij")
-    par, D = latency.Par(float(ep), float(adp)), float(adp)
-    dec = latency.phase(cs.shape, cs.roofs, cs.formats, eff, B.ravel() / D, 1.0, C.ravel(), tp / D,
-                        par=par).t_est.reshape(B.shape)
-    dec = np.vstack([np.zeros((1, bins.size)), dec])
-    tokens = np.array(inputs.distinct(np.ceil(np.geomspace(1, max(token_budget, longest), 40))))
-    t = latency.phase(cs.shape, cs.roofs, cs.formats, eff, 1.0 / D, tokens, 0.0, tp / D, logits_tokens=1.0,
-                      par=par).t_est
-    half = np.searchsorted(tokens, token_budget / 2.0)
-    full = np.searchsorted(tokens, token_budget)
-    per_token = float((t[full] - t[half]) / (tokens[full] - tokens[half]))
+    bins, dec, tokens, t, per_token = _step_tables(cs, tp, max_seqs, token_budget, longest, ep, adp)
     if pp == 1:
         return StepCost(dec.tolist(), bins.tolist(), per_token, [0.0, *tokens.tolist()], [0.0, *t.tolist()])
     mb = np.ceil(np.arange(max_seqs + 1) / pp)  # the decodes of a round's heaviest micro-batch

@@ -271,10 +271,11 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
 
 
 def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, seq=2048, max_batch: int = 1, cp=1,
-                   top: int = 20, progress=None, **setup) -> TrainMemory:
+                   top: int = 20, progress=None, closest: bool = True, **setup) -> TrainMemory:
     """The layouts of ``chips`` devices (TP × PP × CP × DP × ZeRO × micro-batch ≤ ``max_batch`` × recompute)
     whose peak fits ``chip``'s memory (or ``limit`` bytes, the smaller of the two), ranked by headroom. A node id
-    for ``chip`` means all its chips. ``progress(done, total)`` is called between slices."""
+    for ``chip`` means all its chips. ``progress(done, total)`` is called between slices. Where none fits, the
+    closest are shown (``closest`` False: no row, for a caller that wants only what fits)."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -317,9 +318,12 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
                              f"recompute modes; a search is limited to {layout_search.MAX_LAYOUTS:,} layouts "
                              "(give fewer {seq} values, a smaller micro-batch or fewer {cp} degrees)")
     sel, fit, n = layout_search.search(spec.arch, st, chips, lim, seqs, max_batch, cps, recomputes,
-                                       inputs.whole("top", top), progress, xla)
+                                       inputs.whole("top", top), progress, xla, closest)
     if sel is None:
         raise ParameterError("chips", chips, "admits no TP × PP × CP layout of this model")
+    if not sel:  # none fits, and the closest were not asked for
+        return TrainMemory({}, [], model=spec, chip=chip_obj, setup=st, chips=int(chips), limit=lim, layouts_fit=0,
+                           layouts=n, cps=cps)
     sel["peak_phase"] = phase_names(sel["peak_phase"])
     for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero", "stage", "stage_layers"):
         sel[k] = sel[k].astype(np.int64)

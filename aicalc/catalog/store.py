@@ -54,15 +54,36 @@ def _roots() -> list[Path]:
 @cache
 def _index(kind: str) -> dict[str, Path]:
     """id → file, later roots overriding earlier ones. Reads only the folder listings."""
-    found: dict[str, Path] = {}
+    found = _Files()
     for root in _roots():
         folder = root / f"{kind}s"
         if folder.is_dir():
             # the listing's names, sorted: what sorted(folder.glob("*.yaml")) gives, without pathlib's glob
             for name in sorted(e.name for e in os.scandir(folder) if e.name.endswith(".yaml")):
-                f = folder / name
-                found[f.stem] = f
+                dot = name.rfind(".")  # Path(name).stem
+                found[name[:dot] if 0 < dot < len(name) - 1 else name] = (folder, name)
     return found
+
+
+class _Files(dict):
+    """Preset id → its file, each path formed the first time it is asked for (a query asks for a few of the
+    ~80; forming them all cost ~1 M instructions)."""
+
+    def __getitem__(self, key) -> Path:
+        f = super().__getitem__(key)
+        if type(f) is tuple:
+            f = f[0] / f[1]
+            super().__setitem__(key, f)
+        return f
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def values(self):
+        return [self[k] for k in self]
+
+    def items(self):
+        return [(k, self[k]) for k in self]
 
 
 def ids(kind: str) -> list[str]:
@@ -430,7 +451,8 @@ RECORDS = {"chip": ChipRecord, "node": NodeRecord, "model": Record}
 # The built-in catalog compiled once into a JSON index in the user's cache folder (rebuilt when a built-in
 # file, the schema or this module changes): a one-off query reads it instead of parsing YAML and building
 # pydantic schemas. The test suite validates every built-in preset against the schema.
-INDEX_FORMAT = 2  # 2: a checksum line before the JSON body
+INDEX_FORMAT = 3  # 2: a checksum line before the JSON body; 3: a JSON line per entry, parsed when it is used
+SECTIONS = ("files", "chip", "node")
 
 
 def _stamp(root: Path) -> list:
@@ -485,10 +507,7 @@ def _catalog() -> dict:
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
-        import json
-
-        body = json.dumps(index).encode("utf-8")
-        tmp.write_bytes(f"{_crc(body)}\n".encode() + body)
+        tmp.write_bytes(_index_bytes(index))
         os.replace(tmp, cache_file)
     except OSError:  # a read-only home: compile in memory on every run
         pass
@@ -516,13 +535,75 @@ def _read_index(cache_file: Path, stamp: list) -> dict | None:
         head, _, body = raw.partition(b"\n")
         if head.decode("ascii", "replace") != _crc(body):
             return None
-        index = _loads(body)
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not (isinstance(index, dict) and index.get("format") == INDEX_FORMAT and index.get("stamp") == stamp and stamp
-            and all(isinstance(index.get(k), dict) for k in ("files", "chip", "node"))):
+        first, *lines = body.split(b"\n")
+        index = _loads(first)
+        if not (isinstance(index, dict) and index.get("format") == INDEX_FORMAT and index.get("stamp") == stamp
+                and stamp and set(index) == {"format", "stamp"}):
+            return None
+        # a section's entries held as their JSON lines, each parsed the first time it is asked for: a one-off
+        # query reads a model, a chip or two and a few profiles of the ~130 entries (parsing them all cost ~8 M
+        # instructions)
+        index.update((k, _Lazy()) for k in SECTIONS)
+        for line in lines:
+            section, key, value = line.split(b"\t", 2)
+            index[section.decode("ascii")].raw[key.decode("utf-8")] = value
+    except (OSError, ValueError, RecursionError, KeyError, UnicodeDecodeError):
         return None
     return index  # the checksum only catches accidents (anyone can recompute it): _record checks each record it reads
+
+
+class _Lazy(dict):
+    """One section of the cached index: ``get`` parses an entry's JSON line the first time it is asked for;
+    a line that is not JSON (the checksum only catches accidents) is an entry that is not there."""
+
+    def __init__(self):
+        super().__init__()
+        self.raw: dict[str, bytes] = {}
+
+    def get(self, key, default=None):
+        if key not in self and key in self.raw:
+            try:
+                self[key] = _loads(self.raw[key])
+            except (ValueError, RecursionError):
+                return default
+        return super().get(key, default)
+
+    def fresh(self, key):
+        """A new copy of an entry, its line parsed again (a fifth of the work of ``copy.deepcopy``); None where
+        there is none or its line is not JSON."""
+        if key not in self.raw:
+            return None
+        try:
+            return _loads(self.raw[key])
+        except (ValueError, RecursionError):
+            return None
+
+
+def _index_bytes(index: dict) -> bytes:
+    """The index file: the checksum of the body, then the body: a JSON line of the format and stamp, then a line
+    per entry, ``section<TAB>key<TAB>JSON`` (an entry whose key holds a tab or a line break is left out: it is
+    read from its preset file)."""
+    import json
+
+    lines = [json.dumps({"format": index["format"], "stamp": index["stamp"]})]
+    for section in SECTIONS:
+        for key, entry in plain(index)[section].items():
+            if "\t" not in key and "\n" not in key and "\r" not in key:
+                lines.append(f"{section}\t{key}\t{json.dumps(entry)}")
+    body = "\n".join(lines).encode("utf-8")
+    return f"{_crc(body)}\n".encode() + body
+
+
+def plain(index: dict) -> dict:
+    """The index with every entry parsed (a section read from the cache parses its entries when used)."""
+    out = dict(index)
+    for section in SECTIONS:
+        part = index[section]
+        if isinstance(part, _Lazy):
+            part = {k: part.get(k) for k in part.raw}
+            part = {k: v for k, v in part.items() if v is not None}
+        out[section] = part
+    return out
 
 
 # The fields of a chip and a node record as the schema (aicalc/catalog/schema.py) dumps them: "s" a text, "i" an
@@ -645,16 +726,34 @@ def _compile(root: Path, stamp: list) -> dict:
     return index
 
 
+def _builtin_rel(path: Path) -> str | None:
+    """``path``'s relative POSIX path under the built-in root (lexically, as ``Path.relative_to``), or None where
+    it is relative or elsewhere: string operations on the paths' text (a query asks for a dozen files)."""
+    if not path.is_absolute():
+        return None
+    text, root = str(path), str(builtin_root())
+    if not text.startswith(root):
+        return None
+    rest = text[len(root):]
+    if not rest.startswith(os.sep) or rest == os.sep:
+        return None
+    return rest[1:].replace(os.sep, "/")
+
+
 def _builtin_file(path: Path):
     """A built-in preset file's data from the index (a fresh copy), or None for any other file."""
-    root = builtin_root()
-    if not path.is_absolute() or not path.is_relative_to(root):
+    rel = _builtin_rel(path)
+    if rel is None:
         return None
-    entry = _catalog()["files"].get(path.relative_to(root).as_posix())
+    files = _catalog()["files"]
+    lazy = isinstance(files, _Lazy)  # read from the cache: a fresh copy is its line parsed again (the C scanner)
+    entry = files.fresh(rel) if lazy else files.get(rel)
     if entry is None:
         return None
     if "error" in entry:
         raise AicalcError(entry["error"])
+    if lazy:
+        return entry["data"]
     import copy
 
     return copy.deepcopy(entry["data"])
@@ -681,12 +780,26 @@ def _key(name: str) -> str:
 def canonical(kind: str, name: str) -> str | None:
     """The preset id of ``kind`` that ``name`` spells, ignoring case and ``_``/``-`` (``H100-SXM`` →
     ``h100-sxm``); None when there is none."""
-    index = _index(kind)
-    if name in index:
+    if name in _index(kind):
         return name
-    key = _key(name)
-    found = [i for i in index if _key(i) == key]
+    found = _keys(kind).get(_key(name), ())
     return found[0] if len(found) == 1 else None
+
+
+_KEYS: dict[str, tuple[dict, dict]] = {}  # kind → (the index they were worked out from, its keys)
+
+
+def _keys(kind: str) -> dict[str, tuple[str, ...]]:
+    """:func:`_key` of each preset id of ``kind`` → those ids, in the index's order: worked out once per index
+    (:func:`_index`, anew whenever it is), where each lookup went through every id."""
+    index = _index(kind)
+    held = _KEYS.get(kind)
+    if held is None or held[0] is not index:
+        out: dict[str, tuple[str, ...]] = {}
+        for i in index:
+            out[_key(i)] = (*out.get(_key(i), ()), i)
+        held = _KEYS[kind] = (index, out)
+    return held[1]
 
 
 def load(kind: str, preset_id: str):
@@ -831,8 +944,9 @@ def resolve_model(name: str) -> ModelSpec:
 
 def resolve_chip(name: str):
     """``(chip, count)``: a chip id gives one chip, a node id (``dgx-h100``) its chips."""
-    chip, node = canonical("chip", name), canonical("node", name)
-    if node is not None and chip is None:
+    chip = canonical("chip", name)
+    node = canonical("node", name) if chip is None else None  # a chip id is a chip, whatever a node is called
+    if node is not None:
         node = load("node", node)
         return load("chip", node.chip), node.count
     if chip is None:

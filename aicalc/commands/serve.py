@@ -77,12 +77,17 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
 
     prompts, gens = int_sweep(prompt, "--prompt"), int_sweep(gen, "--gen")
     tp = int(tp)
+    spec = model  # the model read once where the KV budget is asked for first (it reads the model first)
+    if concurrency is None or str(concurrency).strip().lower() == "max":
+        from aicalc.api.catalog import load_model
+
+        spec = load_model(model)
     if str(concurrency).strip().lower() == "max":  # as many requests as the KV cache holds
-        conc = [float(max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompts, gen=gens, dtype=dtype,
+        conc = [float(max(1, max_concurrency(spec, chip, tp=tp, chips=chips, prompt=prompts, gen=gens, dtype=dtype,
                                              kv_dtype=kv_dtype, engine=engine, ep=ep, attention_dp=attention_dp,
                                              redundant_experts=redundant_experts, pp=pp)))]
     elif concurrency is None:
-        conc = concurrency_ladder(max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompts, gen=gens,
+        conc = concurrency_ladder(max_concurrency(spec, chip, tp=tp, chips=chips, prompt=prompts, gen=gens,
                                                   dtype=dtype, kv_dtype=kv_dtype, engine=engine, ep=ep,
                                                   attention_dp=attention_dp, redundant_experts=redundant_experts,
                                                   pp=pp),
@@ -90,7 +95,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     else:
         conc = int_sweep(concurrency, "--concurrency")
     g = grid(concurrency=conc, prompt=prompts, gen=gens)
-    r = serve(model, chip, g["concurrency"], g["prompt"], g["gen"], tp=tp, chips=chips, dtype=dtype,
+    r = serve(spec, chip, g["concurrency"], g["prompt"], g["gen"], tp=tp, chips=chips, dtype=dtype,
               kv_dtype=kv_dtype, max_ttft=max_ttft, max_tpot=max_tpot, price=price_per_hour(price), engine=engine,
               draft=draft,
               draft_tokens=int(draft_tokens), acceptance=acceptance, prefix_hit=_share(prefix_hit), ep=ep,

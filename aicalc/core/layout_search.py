@@ -49,9 +49,10 @@ def pipeline_degrees(layers: int, candidates, vp: int = 1, first=None, last=None
 
 
 def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,), recomputes=("none", "full"),
-           top: int = 20, progress=None, xla: bool = False):
+           top: int = 20, progress=None, xla: bool = False, closest: bool = True):
     """(columns of the ``top`` fitting layouts by headroom, layouts that fit, layouts evaluated). Where none
-    fits, the ``top`` closest to fitting (smallest shortfall), with ``fits`` false and their ``shortfall_bytes``.
+    fits, the ``top`` closest to fitting (smallest shortfall), with ``fits`` false and their ``shortfall_bytes``
+    (``closest`` False: none, the columns ``{}``).
 
     The layouts are numbered recompute mode × (tp, pp, cp, dp) × ZeRO stage × micro-batch × sequence, row-major,
     and ranked by headroom, ties in that order. They are evaluated a block at a time, one recompute mode and one
@@ -119,6 +120,8 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
                     done += headroom.size
                     if progress:
                         progress(done, total)
+    if not fit_n and not closest:  # none fits and the closest are not wanted: none is evaluated in full
+        return {}, 0, valid_n
     sel = _columns(arch, setup, lay, mbs, seqs, shape, recomputes, best_i, xla)
     room = limit - sel["peak_reserved_bytes"]
     keep = room >= 0 if fit_n else np.ones(room.shape, dtype=bool)

@@ -97,6 +97,30 @@ def qk_norm_params(arch: Arch) -> int:
     return 2 * _norm(arch, arch.head_dim)
 
 
+def per_arch(f):
+    """``f(arch)`` worked out once per architecture (a pure function of its fields; ``extra`` is left out of an
+    Arch's ``==`` and is no input of the counts): a layout search asks for the same counts for every layout
+    block. Keyed by the fields and their types (an np.int64 field gives np.int64 counts); an Arch that cannot be
+    hashed (a list where a tuple belongs) is counted each time."""
+    memo: dict = {}
+
+    def once(arch):
+        try:
+            key = (arch, tuple(map(type, arch)))
+            hit = memo.get(key)
+        except TypeError:
+            return f(arch)
+        if hit is None:
+            if len(memo) >= 64:
+                memo.clear()
+            hit = memo[key] = f(arch)
+        return hit
+
+    once.__doc__, once.__name__, once.__wrapped__ = f.__doc__, f.__name__, f
+    return once
+
+
+@per_arch
 def count_params(arch: Arch) -> ParamCount:
     H, V, L = arch.hidden, arch.vocab, arch.layers
     embedding = V * H + arch.learned_positions * H + (_norm(arch, H) if arch.embedding_norm else 0)

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from aicalc.catalog.arch import Arch
 from aicalc.core.dtypes import qlora_bytes_per_param
+from aicalc.core.params import per_arch
 from aicalc.errors import ParameterError, check_choice
 
 PRECISIONS = ("fp32", "bf16", "bf16-mixed", "fp16-mixed", "fp8-mixed")
@@ -196,6 +197,7 @@ class ParamSplit(NamedTuple):
     linear: float  # weights of the decoder layers' linear layers (what QLoRA quantizes)
 
 
+@per_arch
 def split_params(arch: Arch) -> ParamSplit:
     from aicalc.core.params import count_params, mlp_params
 
