@@ -147,9 +147,12 @@ def weight_format(spec, dtype: str | None) -> WeightFormat:
             return weight_format(spec, "checkpoint")
         rel = getattr(spec, "release", None)
         if rel is None:  # a model read from its config alone: what its quantization_config declares
+            cfg = getattr(spec, "config", None)  # (a preset's config leaves quantization_config out)
+            if not (isinstance(cfg, dict) and "quantization_config" in cfg):
+                return WeightFormat("bf16")
             from aicalc.catalog.checkpoint import release_format
 
-            declared = release_format(getattr(spec, "config", None))
+            declared = release_format(cfg)
             if declared is None:
                 return WeightFormat("bf16")
             base, experts = declared
