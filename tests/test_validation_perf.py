@@ -48,6 +48,8 @@ def evaluate(c):
     if ideal is None:  # tokens/s per chip or step time: the ideal bound through the ideal total time
         ratio = float(r["ideal_total_time_s"][0]) / float(r["total_time_s"][0])
         ideal_v = est * ratio if c["metric"] in ("step_s", "chip_hours") else est / ratio
+    elif "ideal_args" in c:  # a simulated benchmark run (trtllm-bench's requests at once): the steady state's bound
+        ideal_v = read(c, float(aicalc.serve(**c["ideal_args"])[ideal][0]))
     else:
         ideal_v = read(c, float(r[ideal][0]))
     return est, ideal_v, abs(est / c["measured"] - 1.0)
@@ -132,12 +134,13 @@ def test_committed_table_and_data_are_current():
 
 
 @pytest.mark.parametrize("collection, kind, bound", [("moe-serving", "inference", 0.25), ("moe-training", "training", 0.35),
-                                                     ("trtllm-1x", "inference", 0.20)])
+                                                     ("trtllm-1x", "inference", 0.16)])
 def test_moe_era_measurements(results, collection, kind, bound):
     """Published MoE serving (TensorRT-LLM 1.x, SGLang, llama.cpp, MLX, Cerebras) and MoE pre-training
     (Megatron-Bridge, MaxText) rows of validation/cases/moe-*.yaml, with their dense companions, and the rest of
     TensorRT-LLM 1.x's overview (trtllm-1x.yaml, all held out): the held-out rows' geometric-mean error as of the
-    grouped-GEMM model (moe-serving 22 %, moe-training 32 %, trtllm-1x 16 %; the goal is 15 %,
+    grouped-GEMM model (moe-serving 22 %, moe-training 32 %; trtllm-1x 16 % priced as a steady state, 13.5 % as
+    the benchmark ran: its stated number of requests queued at once, simulated; the goal is 15 %,
     docs/validation-perf.md and docs/validation-train.md say what is left). Refused layouts are reported, never
     silently dropped: they are the rows that are not scored."""
     rows = [(c, e) for c, _, _, e in results if c.get("collection") == collection]

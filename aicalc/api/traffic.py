@@ -375,7 +375,8 @@ def _rate_text(rate):
 def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, gen=256, num_requests: int = 1000,
              tp: int | None = None, chips: int | None = None, dtype: str = "release", kv_dtype: str = "bf16", engine=None,
              max_ttft=None, max_tpot=None, max_seqs: int = 256, token_budget: int = 8192, utilization=0.9,
-             seed: int = 0, policy: str | None = None, ep: int = 1, attention_dp: int = 1, pp: int = 1) -> Traffic:
+             seed: int = 0, policy: str | None = None, ep: int = 1, attention_dp: int = 1, pp: int = 1,
+             efficiency=None) -> Traffic:
     """Requests arriving at ``rate`` per second (Poisson; an array sweeps it) over the whole deployment, spread
     evenly over its replicas, with ``prompt`` / ``gen`` tokens each, or a trace (``requests``: a CSV/JSONL path,
     or a dict of ``prompt``, ``gen`` and optional ``arrival_s`` lists; a trace with its own arrival times takes
@@ -384,7 +385,8 @@ def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, g
     default: the engine's). ``ep`` / ``attention_dp``: expert and attention-data parallelism inside each replica
     (a replica's attention groups hold their own sequences' cache and step together). ``pp``: pipeline stages per
     replica of ``tp·pp`` chips (vLLM ``--pipeline-parallel-size``, SGLang ``--pp-size``), run with ``pp``
-    micro-batches in flight (:func:`replica`, :func:`_step_cost`).
+    micro-batches in flight (:func:`replica`, :func:`_step_cost`). ``efficiency``: factor overrides, as
+    :func:`aicalc.api.roofline.roofline` takes them.
 
     Bounded before any work (docs/robustness.md): at most :data:`MAX_REQUESTS` requests and
     :data:`MAX_SIMULATED` over all rates; every request's prompt + gen within one replica's KV cache (a bigger
@@ -408,7 +410,7 @@ def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, g
         raise ParameterError("chips", chips, f"is not a positive multiple of tp={tp}" + (f" × pp={pp}" if pp > 1
                                                                                         else ""))
     replicas = chips // (tp * pp)
-    cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=tp > 1, engine=engine)
+    cs = cost_setup(model, chip, dtype, kv_dtype, tp_needs_link=tp > 1, engine=engine, efficiency=efficiency)
     ep, attention_dp = inputs.whole("ep", ep), inputs.whole("attention_dp", attention_dp)
     check_parallel(cs.model.arch, tp, ep, attention_dp)
     check_pipeline(cs, pp)
