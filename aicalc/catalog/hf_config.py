@@ -444,12 +444,7 @@ def _deepseek_v2(r):
     if r.get("mlp_bias", default=False, kind=bool):
         raise AicalcError(f"{r.origin}: mlp_bias true is not supported for model_type 'deepseek_v2' (the routed "
                           "experts have no biases while the dense and shared FFNs would)")
-    q_lora = r.cfg["q_lora_rank"] if "q_lora_rank" in r.cfg else 1536
-    mla = MLA(
-        q_lora_rank=_positive_or_none(r, "q_lora_rank", q_lora), kv_lora_rank=r.get("kv_lora_rank", default=512),
-        qk_nope_head_dim=r.get("qk_nope_head_dim", default=128), qk_rope_head_dim=r.get("qk_rope_head_dim", default=64),
-        v_head_dim=r.get("v_head_dim", default=128),
-    )
+    mla = _mla_with_defaults(r, q_lora=1536, nope=128, v=128)
     L = r.get("num_hidden_layers", default=32)
     A = r.get("num_attention_heads", default=32)
     dense = r.get("first_k_dense_replace", default=0, minimum=0)
@@ -561,12 +556,7 @@ def _glm4_moe_lite(r):
                               "glm4_moe_lite builds layer 0 dense and the rest MoE regardless; give mlp_layer_types")
     if not isinstance(kinds, list) or len(kinds) != L or any(k not in ("dense", "sparse") for k in kinds):
         raise AicalcError(f"{r.origin}: field 'mlp_layer_types' must list 'dense' or 'sparse' for each of the {L} layers")
-    q_lora = r.cfg["q_lora_rank"] if "q_lora_rank" in r.cfg else 768
-    mla = MLA(
-        q_lora_rank=_positive_or_none(r, "q_lora_rank", q_lora), kv_lora_rank=r.get("kv_lora_rank", default=512),
-        qk_nope_head_dim=r.get("qk_nope_head_dim", default=192), qk_rope_head_dim=r.get("qk_rope_head_dim", default=64),
-        v_head_dim=r.get("v_head_dim", default=256),
-    )
+    mla = _mla_with_defaults(r, q_lora=768, nope=192, v=256)
     experts = r.get("n_routed_experts", "num_local_experts", default=64)
     k = r.get("num_experts_per_tok", default=4)
     moe = MoE(experts=experts, experts_per_token=k, expert_ffn=r.get("moe_intermediate_size", default=1536),
@@ -611,6 +601,16 @@ def _minimax_m2(r):
         max_context=r.get("max_position_embeddings", default=196608), qk_norm=True, qk_norm_full=True,
         activation=r.get("hidden_act", default="silu", kind=str), moe=moe,
     )
+
+
+def _mla_with_defaults(r: _Reader, q_lora: int, nope: int, v: int) -> MLA:
+    """The MLA fields of a config class whose keys all have defaults (DeepSeek-V2's, GLM-4.7-Flash's): an explicit
+    ``q_lora_rank`` null means q is projected straight from H; the cache's latent and RoPE widths default to
+    512 and 64 in both classes."""
+    q = r.cfg["q_lora_rank"] if "q_lora_rank" in r.cfg else q_lora
+    return MLA(q_lora_rank=_positive_or_none(r, "q_lora_rank", q), kv_lora_rank=r.get("kv_lora_rank", default=512),
+               qk_nope_head_dim=r.get("qk_nope_head_dim", default=nope),
+               qk_rope_head_dim=r.get("qk_rope_head_dim", default=64), v_head_dim=r.get("v_head_dim", default=v))
 
 
 def _positive_or_none(r: _Reader, key: str, value: Any) -> int | None:
