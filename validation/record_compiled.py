@@ -92,30 +92,27 @@ def layer_bytes_per_token(config: dict[str, Any], precision: str, compiled: bool
     return sum(seen.values()) / (B * S)
 
 
+def _record(name: str, config: dict[str, Any], precision: str, lora: dict[str, Any] | None = None) -> dict:
+    """One record: what the second layer saves per token, eager and compiled (``lora`` in it where given)."""
+    rec = {"name": name, "precision": precision, "config": config, **({"lora": lora} if lora else {}),
+           "eager_bytes_per_token": layer_bytes_per_token(config, precision, False, lora),
+           "compiled_bytes_per_token": layer_bytes_per_token(config, precision, True, lora)}
+    print(f"  {name}: eager {rec['eager_bytes_per_token']:.0f} B/token, compiled "
+          f"{rec['compiled_bytes_per_token']:.0f}", flush=True)
+    return rec
+
+
+def _shape(change: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in change.items()) or "base"
+
+
 def compute_records() -> list[dict[str, Any]]:
-    records = []
-    for family, precision in CASES:
-        for change in VARIED:
-            dims = {**BASE, **change}
-            config = _config(family, dims)
-            rec = {"name": f"{family}/{precision}/" + (",".join(f"{k}={v}" for k, v in change.items()) or "base"),
-                   "precision": precision, "config": config,
-                   "eager_bytes_per_token": layer_bytes_per_token(config, precision, False),
-                   "compiled_bytes_per_token": layer_bytes_per_token(config, precision, True)}
-            records.append(rec)
-            print(f"  {rec['name']}: eager {rec['eager_bytes_per_token']:.0f} B/token, compiled "
-                  f"{rec['compiled_bytes_per_token']:.0f}", flush=True)
+    records = [_record(f"{family}/{precision}/{_shape(change)}", _config(family, {**BASE, **change}), precision)
+               for family, precision in CASES for change in VARIED]
     for family, precision, adapters, rank, targets, change in LORA:
-        config = _config(family, {**BASE, **change})
         lora = {"rank": rank, "targets": list(targets), "adapter_dtype": adapters}
-        shape = ",".join(f"{k}={v}" for k, v in change.items()) or "base"
-        rec = {"name": f"{family}/{precision}/lora-{','.join(targets)}/{adapters}-r{rank}/{shape}",
-               "precision": precision, "config": config, "lora": lora,
-               "eager_bytes_per_token": layer_bytes_per_token(config, precision, False, lora),
-               "compiled_bytes_per_token": layer_bytes_per_token(config, precision, True, lora)}
-        records.append(rec)
-        print(f"  {rec['name']}: eager {rec['eager_bytes_per_token']:.0f} B/token, compiled "
-              f"{rec['compiled_bytes_per_token']:.0f}", flush=True)
+        records.append(_record(f"{family}/{precision}/lora-{','.join(targets)}/{adapters}-r{rank}/{_shape(change)}",
+                               _config(family, {**BASE, **change}), precision, lora))
     return records
 
 
