@@ -44,3 +44,14 @@ def test_nothing_fits_takes_the_largest_and_says_no(capsys):
     code = main(["serve", "deepseek-r1", "--chip", "h100-sxm", "--chips", "8"])
     out = capsys.readouterr()
     assert code != 0 and "TP 8: the largest" in out.out + out.err
+
+
+def test_the_eight_gpu_nodes_users_rent_are_nodes():
+    """8x H200 and AMD's 8-GPU platforms as nodes: a node is one TP group of its chips, its memory 8 chips' worth."""
+    from aicalc.api.catalog import load_node_or_chip
+
+    for node, chip in (("dgx-h200", "h200"), ("mi300x-platform", "mi300x"), ("mi325x-platform", "mi325x"),
+                       ("mi355x-platform", "mi355x")):
+        c, n = load_node_or_chip(node)
+        assert (c.id, n) == (chip, 8)
+        assert int(aicalc.serve("llama-3.1-8b", node)["tp"][0]) == 8
