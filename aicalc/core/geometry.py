@@ -31,6 +31,9 @@ def check_tp(arch: Arch, tp: int) -> None:
         raise ParameterError("tp", tp, f"does not divide the {arch.heads} attention heads")
     if arch.mla is None and arch.kv_heads % tp and tp % arch.kv_heads:
         raise ParameterError("tp", tp, f"neither divides the {arch.kv_heads} kv heads nor is a multiple of them")
+    la = arch.linear_attention
+    if la is not None and arch.linear_layers and la.key_heads % tp:  # vLLM splits the DeltaNet heads, never copies
+        raise ParameterError("tp", tp, f"does not divide the {la.key_heads} linear-attention key heads")
 
 
 def check_parallel(arch: Arch, tp: int, ep: int = 1, attention_dp: int = 1, redundant: int = 0) -> None:

@@ -48,23 +48,20 @@ def in_proj_width(arch: Arch) -> int:
     return 2 * la.key_dim + 2 * la.value_dim + 2 * la.value_heads
 
 
-ENGINES_STATE = {  # (conv taps kept beyond the kernel's, conv bytes per element, recurrent bytes per element)
-    "hf": (0, None, 4.0),  # conv state of w taps in the activations' dtype; recurrent state float32
-    "vllm": (-1, None, None),  # w − 1 taps; both in the model's dtype
-}
-
-
 def state_bytes(arch: Arch, tp=1, engine: str = "vllm", act_bytes: float = 2.0):
     """Bytes of one sequence's state over all linear-attention layers, on one device of ``tp`` (heads and conv
-    channels split): conv state C_w·(w or w − 1) plus recurrent state h_v·d_k·d_v per layer (module doc for the
-    dtypes each engine keeps them in). 0 for a model without linear attention."""
+    channels split): per layer a conv state of C_w channels and a recurrent state of h_v·d_k·d_v. ``hf``
+    (transformers' cache): w conv taps in the activations' dtype, the recurrent state in float32; ``vllm``: w − 1
+    taps, both in the model's dtype (``act_bytes``; module doc). 0 for a model without linear attention."""
     la = arch.linear_attention
     if la is None or not arch.linear_layers:
         return 0.0
-    extra, conv_b, rec_b = ENGINES_STATE[engine]
-    conv = la.conv_dim * (la.conv_kernel + extra) * (act_bytes if conv_b is None else conv_b)
-    rec = la.value_heads * la.key_head_dim * la.value_head_dim * (act_bytes if rec_b is None else rec_b)
-    return arch.linear_layers * (conv + rec) / tp
+    recurrent = la.value_heads * la.key_head_dim * la.value_head_dim
+    if engine == "hf":
+        per_layer = la.conv_dim * la.conv_kernel * act_bytes + recurrent * 4.0
+    else:
+        per_layer = (la.conv_dim * (la.conv_kernel - 1) + recurrent) * act_bytes
+    return arch.linear_layers * per_layer / tp
 
 
 def recurrent_flop_per_token(arch: Arch) -> float:
@@ -90,3 +87,30 @@ def conv_flop_per_token(arch: Arch) -> float:
     """The causal depthwise convolution: a multiply-add per tap and channel, 2·w·C_w."""
     la = arch.linear_attention
     return 2.0 * la.conv_kernel * la.conv_dim
+
+
+def saved_bytes(B, S, arch: Arch, a, t=1):
+    """Bytes one linear-attention layer keeps for backward (beyond its input norm's output, which the norm term
+    counts), as the fused kernels training runs with save them, per token on one of ``t`` TP ranks (heads split):
+
+    * the causal conv (``causal_conv1d_fn``, Dao-AILab causal-conv1d) saves its input, q/k/v before the conv:
+      a·C_w; its output stays alive as the delta rule's saved v and the input of the q/k L2 norms: a·C_w;
+    * flash-linear-attention's ``ChunkGatedDeltaRuleFunction.forward`` (``fla/ops/gated_delta_rule/chunk.py``,
+      ``use_qk_l2norm_in_kernel``) saves the L2-normalized q and k (a·2·K_w) and their fp32 rstd (4·2·h_k), v
+      (the conv output above), the gate's chunk-local cumsum g (fp32, 4·h_v), β (a·h_v, also the sigmoid's saved
+      output) and the UT-transform matrix A of each chunk (a·h_v·C: ``A = torch.zeros(B, T, HV, BT,
+      dtype=k.dtype)``); the gate's own softplus input and output in fp32 (transformers' ``-A_log.exp() *
+      softplus(a.float() + dt_bias)``): 8·h_v;
+    * the gated RMSNorm (``FusedRMSNormGated``) saves the delta rule's output and the gate z (a·2·V_w) and its
+      fp32 rstd (4·h_v), and ``out_proj`` its input (a·V_w).
+
+    transformers' torch fallback (``torch_chunk_gated_delta_rule``, used when flash-linear-attention is not
+    installed) keeps its per-chunk intermediates in fp32 and saves about four times as much (docs/catalog.md);
+    it is not what a training run uses, so it is not modelled."""
+    import numpy as np
+
+    la = arch.linear_attention
+    B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
+    per_token = (a * (2 * la.conv_dim + 2 * la.key_dim + la.value_heads * (1 + CHUNK) + 3 * la.value_dim)
+                 + 4.0 * (2 * la.key_heads + 4 * la.value_heads)) / t
+    return B * S * per_token
