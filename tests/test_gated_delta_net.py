@@ -249,3 +249,18 @@ def test_sequences_that_fit_pay_their_state():
     assert float(r.state_bytes_per_device[0]) == 64 * state
     assert int(r.max_batch[0]) == math.floor(budget / (12 * 32000 * 1024 + state))
     assert float(r.max_context[0]) == math.floor((budget - 64 * state) / (64 * 12 * 1024))
+
+
+def test_megatron_layers_trade_attentions_block_for_the_kernels_tensors():
+    """Korthikanti et al. 2022 Table 2 count Q, K, V and the output projection's input (8·sbh/t) and, unfused, the
+    5·a·s²·b/t scores for each layer's attention; a DeltaNet layer keeps the fused kernels' 70,336 bytes per token
+    instead (Qwen3-Next, bf16); with full recompute a layer keeps its input alone, whatever its kind."""
+    from aicalc.catalog import store
+    from aicalc.core.linear_attention import korthikanti_delta
+
+    arch = store.resolve_model("qwen3-next-80b-a3b").arch
+    s, b, t, H = 4096, 1, 8, 2048
+    assert float(korthikanti_delta(s, b, arch, t, "none", True)) == s * b * (70336 - 8 * H) / t
+    assert float(korthikanti_delta(s, b, arch, t, "none", False)) == s * b * (70336 - 8 * H) / t - 5 * 16 * s * s * b / t
+    assert float(korthikanti_delta(s, b, arch, t, "selective", False)) == s * b * (70336 - 8 * H) / t
+    assert float(korthikanti_delta(s, b, arch, t, "full", False)) == 0.0

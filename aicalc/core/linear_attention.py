@@ -114,3 +114,20 @@ def saved_bytes(B, S, arch: Arch, a, t=1):
     per_token = (a * (2 * la.conv_dim + 2 * la.key_dim + la.value_heads * (1 + CHUNK) + 3 * la.value_dim)
                  + 4.0 * (2 * la.key_heads + 4 * la.value_heads)) / t
     return B * S * per_token
+
+
+def korthikanti_delta(s, b, arch: Arch, t=1, recompute="none", flash=False):
+    """Bytes one linear-attention layer saves beyond the attention block Korthikanti et al. 2022 (Table 2) count for
+    every layer of the Megatron model (:func:`aicalc.core.activations.korthikanti_layer`), on one of ``t`` TP ranks:
+    :func:`saved_bytes` (Megatron-LM's GatedDeltaNet runs the same causal-conv1d and flash-linear-attention kernels)
+    in place of the block's Q, K, V and output-projection input (8·sbh/t) and, without flash attention or selective
+    recompute, its 5·a·s²·b/t scores. The block's input (the norm output) and its dropout mask stay in both. 0 with
+    full recompute (a layer keeps only its input)."""
+    import numpy as np
+
+    s, b, t = (np.asarray(x, dtype=np.float64) for x in (s, b, t))
+    recompute = np.asarray(recompute)
+    core = np.where(np.asarray(flash, dtype=bool) | (recompute == "selective"), 0.0,
+                    5.0 * arch.heads * s * s * b / t)
+    delta = saved_bytes(b, s, arch, 2.0, t) - 8.0 * s * b * arch.hidden / t - core
+    return np.where(recompute == "full", 0.0, delta)
