@@ -4,7 +4,9 @@ Per token and layer (IM-01): ``2 · K · d · bytes`` for MHA/GQA/MQA, with d th
 MLA (IM-06, DeepSeek-V2 §2.1): one latent of ``kv_lora_rank + qk_rope_head_dim`` elements, no ×2.
 A sliding-window layer holds at most its window of tokens (IM-09); the others hold the whole
 context. Paged allocation (vLLM, IM-10/IM-11) rounds every sequence up to whole blocks of
-``block_size`` tokens per layer. Everything broadcasts over numpy arrays of batch and context.
+``block_size`` tokens per layer. A linear-attention layer (Gated DeltaNet: Qwen3-Next, Qwen3.5) caches no
+tokens: it holds a fixed state per sequence, conv + recurrent (:func:`aicalc.core.linear_attention.state_bytes`),
+counted beside the KV bytes as ``state_bytes``. Everything broadcasts over numpy arrays of batch and context.
 """
 
 from typing import NamedTuple
@@ -20,6 +22,7 @@ class KVShape(NamedTuple):
     full_layers: int
     sliding_layers: int
     window: int  # tokens a sliding layer keeps at most (0 when none)
+    state_bytes: float = 0.0  # one sequence's linear-attention state over all such layers, one device
 
     @property
     def bytes_per_token(self) -> float:
@@ -46,11 +49,17 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vll
     per_layer = kv_bytes_per_token_layer(arch, kv_dtype, tp)
     sliding = arch.sliding_layers
     keep = arch.sliding_window - (1 if engine == "hf" else 0) if sliding else 0
-    return KVShape(per_layer, arch.layers - sliding, sliding, keep)
+    state = 0.0
+    if arch.linear_layers:
+        from aicalc.core.linear_attention import state_bytes
+
+        state = state_bytes(arch, tp, engine)
+    return KVShape(per_layer, arch.attention_layers - sliding, sliding, keep, state)
 
 
 def kv_bytes_per_token(arch: Arch, kv_dtype: str = "bf16") -> float:
-    """All layers, one sequence, one device without TP, no window cap (the presets' figure)."""
+    """All layers, one sequence, one device without TP, no window cap (the presets' figure; a linear-attention
+    layer's fixed state is not per token and not in it)."""
     return kv_shape(arch, kv_dtype, 1).bytes_per_token
 
 
@@ -91,15 +100,20 @@ def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None
 
 
 def kv_cache_bytes(shape: KVShape, batch, context, block_size: int | None = None):
-    """Bytes per device for ``batch`` sequences of ``context`` tokens; paged when ``block_size``."""
+    """Bytes per device for ``batch`` sequences of ``context`` tokens, linear-attention states included; paged
+    when ``block_size``."""
     return bytes_of(shape, batch, held_tokens(shape, context, block_size))
 
 
 def bytes_of(shape: KVShape, batch, held, out=None):
-    """Bytes per device for ``batch`` sequences each holding ``held`` tokens over all layers (:func:`held_tokens`);
-    into ``out`` when given (``held`` itself, say, when the caller has no more use for it)."""
+    """Bytes per device for ``batch`` sequences each holding ``held`` tokens over all layers (:func:`held_tokens`)
+    and each its linear-attention state (``shape.state_bytes``); into ``out`` when given (``held`` itself, say, when
+    the caller has no more use for it)."""
     import numpy as np
 
-    out = np.multiply(np.asarray(batch, dtype=np.float64), held, out=out)
+    B = np.asarray(batch, dtype=np.float64)
+    out = np.multiply(B, held, out=out)
     out *= shape.bytes_per_token_layer
+    if shape.state_bytes:
+        out += B * shape.state_bytes
     return out
