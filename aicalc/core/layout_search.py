@@ -178,9 +178,13 @@ def _columns(arch, setup, lay, mbs, seqs, shape, recomputes, nums, xla: bool) ->
 
     size = int(np.prod(shape))
     rcs, (li, zi, mi, si) = nums // size, np.unravel_index(nums % size, shape)
+    # Megatron's step is one phase whatever the recompute mode (train_peak._stage), so its modes are evaluated
+    # together, the mode a column of the grid (the same numbers, one evaluation instead of one per mode); the hf
+    # loop's phases depend on the mode (autocast's cached casts), so each mode has its own
+    joint = setup.framework == "megatron" and nums.size > 0
     parts, where = [], []
-    for r, rc in enumerate(recomputes):
-        at = np.flatnonzero(rcs == r)
+    for r, rc in ((None, None),) if joint else enumerate(recomputes):
+        at = np.arange(nums.size) if joint else np.flatnonzero(rcs == r)
         if r and not at.size:
             continue  # the first mode is evaluated even on no layout: it says which columns there are
         mb, sq = mbs[mi[at]], seqs[si[at]]
@@ -188,9 +192,12 @@ def _columns(arch, setup, lay, mbs, seqs, shape, recomputes, nums, xla: bool) ->
              "dp": lay[li[at], 3], "zero": zi[at].astype(np.float64)}
         # sequence parallelism pads each CP rank's tokens to a multiple of tp (train_memory.padded_seq)
         run = {**g, "seq": padded_seq(sq, g["tp"], g["cp"])} if setup.sp and not xla else g
-        cols = evaluate(arch, setup._replace(recompute=rc), run)
+        if joint:
+            run = {**run, "recompute": np.asarray(recomputes)[rcs]}
+        cols = evaluate(arch, setup if joint else setup._replace(recompute=rc), run)
         cols["seq"] = sq
-        cols["recompute"] = np.asarray(rc, dtype=np.asarray(recomputes).dtype)  # one string width for every mode
+        # one string width for every mode
+        cols["recompute"] = np.asarray(recomputes)[rcs] if joint else np.asarray(rc, dtype=np.asarray(recomputes).dtype)
         parts.append({k: np.broadcast_to(np.asarray(v), mb.shape) for k, v in cols.items()})
         where.append(at)
     order = np.argsort(np.concatenate(where), kind="stable")
