@@ -44,6 +44,8 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
     warnings, code = list(res.warnings), ExitCode.OK
     columns = ["batch", "context", "kv_per_sequence_bytes", "kv_cache_bytes_per_device", "weights_bytes_per_device",
                "total_bytes_per_device"]
+    if "indexer_cache_bytes_per_device" in cols:  # a DSA model: the indexer keys' part of the cache, on its own
+        columns.insert(4, "indexer_cache_bytes_per_device")
     chip_obj = m["chip"]
     if "chips_needed" in cols:  # SRAM-only chips: the deployment spans as many chips as the bytes fill
         columns += ["chips_needed", "max_batch"]
@@ -103,6 +105,9 @@ def _notes(shape, block_size) -> list[str]:
 
     notes = [f"KV per token per device: {fmt_bytes(shape.bytes_per_token)} "
              f"({shape.full_layers} full + {shape.sliding_layers} sliding layers × {shape.bytes_per_token_layer:g} B)"]
+    if shape.indexer_bytes_per_token:
+        notes.append(f"of which the sparse-attention indexer's keys: {fmt_bytes(shape.indexer_bytes_per_token)} per "
+                     "token per device (fp8 + fp32 scales as vLLM/SGLang keep them; --engine hf: transformers' bf16)")
     if shape.sliding_layers:
         notes.append(f"sliding-window layers keep at most {shape.window:,} tokens")
     if block_size:

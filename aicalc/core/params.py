@@ -125,6 +125,10 @@ def count_params(arch: Arch) -> ParamCount:
     H, V, L = arch.hidden, arch.vocab, arch.layers
     embedding = V * H + arch.learned_positions * H + (_norm(arch, H) if arch.embedding_norm else 0)
     attention = L * attention_params(arch)
+    if arch.indexer is not None:  # DSA's lightning indexers, inside ``self_attn`` (aicalc.core.indexer)
+        from aicalc.core.indexer import indexer_params
+
+        attention += indexer_params(arch)
     dense_ffn = mlp_params(arch, arch.ffn)
     ffn = 0
     active_ffn = 0
