@@ -186,3 +186,92 @@ def test_cli_shows_the_indexer_cache(cli):
     text = cli("kv-cache", DATA / "configs" / "deepseek-v3.2", "--context", "1024").out
     assert "indexer" in text
 
+
+# --- serving cost ------------------------------------------------------------------------------------------------
+
+
+def _decode_ops(P, B=4.0, tp=1.0):
+    from aicalc.core.forward import formats, forward_ops, shape_of
+
+    arch = arch_from_config(_config("deepseek-v3.2"))
+    return arch, {o.name: o for o in forward_ops(shape_of(arch), formats("bf16", "bf16"), B, 1.0, P, tp)}
+
+
+@pytest.mark.parametrize("P", [1000.0, 2047.0, 5000.0, 100_000.0])
+def test_decode_mla_reads_at_most_topk_latents_and_the_indexer_reads_every_key(P):
+    """The tech report's split (§2.1): MLA attends to min(S, topk) tokens, the indexer scores all S. A decode step at
+    P cached tokens (S = P + 1 with its own): MLA's two products read min(S, 2048) latents of 1152 B per layer and
+    write one, besides reading q (128 heads × 576) and writing the output (128 × 512) in bf16; the indexer reads S
+    keys of 132 B per layer, writes one, and does 2·64·128 + 3·64 FLOPs per key."""
+    B, L = 4.0, 61
+    arch, ops = _decode_ops(P, B)
+    S = P + 1
+    mla = ops["attn_score"].bytes + ops["attn_value"].bytes
+    q_io = B * L * 128 * (576 + 512) * 2
+    assert mla == pytest.approx(B * L * (min(S, 2048) + 1) * 1152 + q_io, rel=1e-12)
+    assert ops["attn_score"].flop == pytest.approx(B * L * min(S, 2048) * 2 * 128 * 576, rel=1e-12)
+    assert ops["attn_value"].flop == pytest.approx(B * L * min(S, 2048) * 2 * 128 * 512, rel=1e-12)
+    ix = ops["attn_indexer"]
+    assert ix.flop == pytest.approx(B * L * S * (2 * 64 * 128 + 3 * 64), rel=1e-12)
+    cache_reads = B * L * (S + 1) * 132  # the S keys read, the new one written
+    assert cache_reads < ix.bytes < cache_reads * 1.2  # plus q, the fp32 logits and the top-k indices
+    assert ix.compute == "fp8"
+
+
+def test_the_indexer_is_replicated_over_tensor_parallelism():
+    """vLLM and SGLang build the indexer of ReplicatedLinear layers: under TP 8 each rank still scores every key and
+    runs the whole indexer projections, while MLA's heads split 8 ways."""
+    _, one = _decode_ops(50_000.0, tp=1.0)
+    _, eight = _decode_ops(50_000.0, tp=8.0)
+    assert eight["attn_indexer"].flop == one["attn_indexer"].flop
+    assert float(eight["indexer_q"].weight_bytes) == float(one["indexer_q"].weight_bytes)
+    assert eight["attn_score"].flop == pytest.approx(one["attn_score"].flop / 8, rel=1e-12)
+
+
+def test_long_prompt_prefill_is_cheaper_than_dense_mla_and_short_one_is_not():
+    """The report's Figure 3: at 128K tokens DSA's prefill costs a fraction of dense MLA's; at short prompts (below
+    topk, where every key is selected) the indexer is pure overhead. Same weights and layout (data-parallel attention,
+    as vLLM's recipe runs it), the file read with and without its indexer."""
+    import aicalc
+
+    cfg = _config("deepseek-v3.2")
+    dense = {k: v for k, v in cfg.items() if not k.startswith("index_")} | {"model_type": "deepseek_v3"}
+    kw = dict(tp=8, ep=8, attention_dp=8, gen=1)
+    long_sparse = aicalc.roofline(cfg, "h200", 1, 131072, **kw)
+    long_dense = aicalc.roofline(dense, "h200", 1, 131072, **kw)
+    assert float(long_sparse.ttft_s[0]) < 0.6 * float(long_dense.ttft_s[0])
+    short_sparse = aicalc.roofline(cfg, "h200", 1, 1024, **kw)
+    short_dense = aicalc.roofline(dense, "h200", 1, 1024, **kw)
+    assert float(short_sparse.ttft_s[0]) > float(short_dense.ttft_s[0])
+
+
+# --- training ------------------------------------------------------------------------------------------------------
+
+
+def test_training_flops_per_token_sparse_stage():
+    """FLOPs per token (TT-01 with the report's sparse attention): MLA's products over Σ min(i, topk)/S keys in MQA
+    mode (576 + 512 per head) instead of (S + 1)/2 keys, plus the indexer's matmuls (6 per weight) and its scores
+    over (S + 1)/2 keys (3 × 16,576 per key: forward and backward)."""
+    from aicalc.core.forward import shape_of
+    from aicalc.core.train_time import flops_per_token
+
+    arch = arch_from_config(_config("deepseek-v3.2"))
+    dense = arch_from_config({**_config("deepseek-v3.2"), "model_type": "deepseek_v3"})
+    S = 131072.0
+    k = 2048.0
+    sparse_keys = (k * (k + 1) / 2 + (S - k) * k) / S  # Σ_{i=1..S} min(i, 2048) / S
+    idx_weights = 61 * (1536 * 64 * 128 + 7168 * (128 + 64))
+    model, _ = flops_per_token(shape_of(arch), S, attention_flops="causal")
+    base, _ = flops_per_token(shape_of(dense), S, attention_flops="causal")
+    dense_attn = 3 * 2 * 61 * (S / 2) * 128 * (192 + 128)  # DeepSeek-V3's causal convention: S/2 keys, MHA widths
+    expected = (base - dense_attn + 6 * idx_weights + 3 * 2 * 61 * sparse_keys * 128 * (576 + 512)
+                + 3 * 61 * (S + 1) / 2 * (2 * 64 * 128 + 3 * 64))
+    assert model == pytest.approx(expected, rel=1e-12)
+    # at 128K the sparse stage trains with fewer FLOPs per token than dense MLA
+    assert model < 0.8 * base
+
+
+def test_train_time_says_it_is_the_sparse_stage(cli):
+    out = cli("train-time", "deepseek-v3.2", "--chip", "h100-sxm", "--chips", "2048", "--tokens", "1e12",
+              "--seq", "32768").out
+    assert "sparse training stage" in out and "dense warm-up" in out
