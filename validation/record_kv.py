@@ -4,7 +4,10 @@ For each model preset and each ``tests/data/configs/*/config.json`` this builds 
 ``AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)`` inside ``FakeTensorMode`` (shapes and dtypes
 are exact, no memory is allocated), runs ``model(input_ids, use_cache=True)`` on ``input_ids`` of shape
 ``(batch, seq)`` and sums ``numel() * element_size()`` of every ``keys`` and ``values`` tensor in the returned
-``past_key_values.layers``. One decode step (one more token) is then run on the same cache and measured again.
+``past_key_values.layers``; a linear-attention layer (Qwen3-Next, Qwen3.5: ``LinearAttentionLayer``) holds no
+keys or values but a conv state and a recurrent state, whose bytes are recorded apart as ``state_bytes`` with
+their shapes and dtypes (``state_groups``). One decode step (one more token) is then run on the same cache and
+measured again.
 
 Recorded per case: ``kv_bytes`` (the logical bytes of the cached key/value tensors), ``per_layer_seq``
 (dim -2 of each layer's keys), ``per_layer_bytes``, ``layer_groups`` (runs of layers with the same cache class,
@@ -228,6 +231,18 @@ CROSSCHECK_CONFIGS: dict[str, dict[str, Any]] = {
     },
     # QK-norm over the whole q/k projection; post-attention and post-feedforward norms
     "olmo2": {"model_type": "olmo2", **_TINY_LLAMA},
+    # Gated DeltaNet hybrids: layers 0-2 linear attention, layer 3 full; linear heads 2 key / 4 value of 16
+    "qwen3_next": {"model_type": "qwen3_next", **_TINY_LLAMA, "num_hidden_layers": 4, "head_dim": 16,
+                   "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+                   "linear_value_head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                   "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32},
+    "qwen3_5": {"model_type": "qwen3_5", "text_config": {**_TINY_LLAMA, "num_hidden_layers": 4, "head_dim": 16,
+                                                         "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                                                         "linear_key_head_dim": 16, "linear_value_head_dim": 16}},
+    "qwen3_5_moe": {"model_type": "qwen3_5_moe", "text_config": {
+        **_TINY_LLAMA, "num_hidden_layers": 4, "head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+        "linear_key_head_dim": 16, "linear_value_head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32}},
     # Llama layout with scalar multipliers (no shape changes)
     "granite": {
         "model_type": "granite",
@@ -328,17 +343,43 @@ def _layer_plan(cfg) -> list[tuple[str, int | None]]:
     return [(t, kw.get("sliding_window")) for t, kw in zip(types, kwargs, strict=True)]
 
 
+def _states(layer) -> list[tuple[str, Any]]:
+    """The fixed-size states a linear-attention cache layer holds (transformers ``LinearAttentionCacheLayerMixin``:
+    ``conv_states`` and ``recurrent_states``, dicts of state index to tensor), as (kind, tensor)."""
+    out = []
+    for kind in ("conv_states", "recurrent_states"):
+        held = getattr(layer, kind, None)
+        if isinstance(held, dict):
+            out += [(kind, t) for _, t in sorted(held.items()) if t is not None]
+    return out
+
+
 def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str, Any]:
-    """Shapes and bytes of every key/value tensor held by a transformers Cache (``cache.layers``)."""
+    """Shapes and bytes of every key/value tensor held by a transformers Cache (``cache.layers``); where a layer
+    holds linear-attention states instead (Qwen3-Next, Qwen3.5), their shapes, dtypes and bytes too
+    (``state_bytes``, ``state_groups``), and a DSA model's indexer keys (``indexer_bytes``), kept apart from
+    ``kv_bytes``."""
     per_seq: list[int] = []
     per_bytes: list[int] = []
     rows: list[dict[str, Any]] = []
     storages: dict[int, int] = {}
     indexer: list[int] = []  # DSA caches (DynamicIndexedLayer): bytes of each layer's indexer_keys (0: none kept)
+    state_rows: list[dict[str, Any]] = []
     for i, layer in enumerate(cache.layers):
         if hasattr(layer, "indexer_keys"):
             ik = layer.indexer_keys
             indexer.append(0 if ik is None else int(ik.numel() * ik.element_size()))
+        states = _states(layer)
+        if states:
+            row = {"class": type(layer).__name__, "bytes_per_layer": sum(int(t.numel() * t.element_size())
+                                                                         for _, t in states),
+                   **{f"{kind}_shape": [int(x) for x in t.shape] for kind, t in states},
+                   **{f"{kind}_dtype": str(t.dtype).removeprefix("torch.") for kind, t in states}}
+            if state_rows and all(state_rows[-1].get(k) == v for k, v in row.items()):
+                state_rows[-1]["count"] += 1
+                state_rows[-1]["layers"][1] = i
+            else:
+                state_rows.append({**row, "layers": [i, i], "count": 1})
         k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
         ltype, window = plan[i] if plan and i < len(plan) else (None, None)
         if k is None or v is None or k.dim() < 2:
@@ -378,7 +419,7 @@ def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str,
     extra: dict[str, Any] = {}
     if indexer:  # a sparse-attention model: the indexer key cache beside the K/V (layers with and without one)
         extra = {"indexer_bytes": int(sum(indexer)), "indexer_per_layer_bytes": indexer}
-    return {
+    out = {
         **extra,
         "cache_class": type(cache).__name__,
         "kv_bytes": int(sum(per_bytes)),
@@ -387,6 +428,10 @@ def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str,
         "layer_groups": groups,
         "kv_storage_bytes": int(sum(storages.values())),
     }
+    if state_rows:
+        out["state_bytes"] = sum(r["bytes_per_layer"] * r["count"] for r in state_rows)
+        out["state_groups"] = state_rows
+    return out
 
 
 _MODELS: dict[tuple[str, str, str | None], tuple[Any, Any]] = {}
@@ -459,7 +504,7 @@ def run_case(
             after = inspect_cache(pkv, plan)
             res[f"after_decode_{decode_steps}"] = {
                 k: after[k] for k in ("kv_bytes", "per_layer_seq", "per_layer_bytes", "kv_storage_bytes",
-                                      "indexer_bytes") if k in after
+                                      "indexer_bytes", "state_bytes") if k in after
             }
     return res
 
@@ -531,6 +576,12 @@ def _notes(config: dict[str, Any], seq: int, res: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------------------------------
 
 
+def _linear(config: dict[str, Any]) -> bool:
+    """Whether the model has linear-attention layers (their keys name them: ``linear_num_value_heads``)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return "linear_num_value_heads" in text or config.get("model_type") in ("qwen3_next", "qwen3_5", "qwen3_5_moe")
+
+
 def _max_window(config: dict[str, Any]) -> int | None:
     windows = [w for _, w in _layer_plan(rp.build_config(config)) if w]
     return max(windows) if windows else None
@@ -598,7 +649,8 @@ def compute_records(only: list[str] | None = None) -> list[dict[str, Any]]:
         if only and c["name"] not in only:
             continue
         t0 = time.perf_counter()
-        decode = 1 if _max_window(c["config"]) is not None else 0  # informative only where a window slides
+        # informative only where a window slides, or where a linear-attention state must stay the same size
+        decode = 1 if _max_window(c["config"]) is not None or _linear(c["config"]) else 0
         try:
             res = run_case(
                 c["config"],

@@ -14,7 +14,9 @@ class KVCache(Table):
     ``memory_bytes``, ``kv_budget_bytes_per_device``, ``max_batch``, ``max_concurrency``, ``fits``,
     ``headroom_bytes`` (what is left, never negative), ``shortfall_bytes`` (what is missing) and, when asked,
     ``max_context``; on a chip whose only memory is on-chip SRAM also ``chips_needed`` (the per-device columns
-    are then shares of those chips). ``kv_per_sequence_bytes`` is one sequence's cache on one device."""
+    are then shares of those chips). ``kv_per_sequence_bytes`` is one sequence's cache on one device. A model with
+    linear-attention layers (Qwen3-Next, Qwen3.5) also has ``state_bytes`` and ``state_bytes_per_device``: the
+    fixed conv + recurrent state those layers keep per sequence, part of the cache columns above."""
 
 
 def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str = "release", tp: int | None = None,
@@ -70,6 +72,9 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
             "kv_cache_bytes": fl.row(), "kv_cache_bytes_per_device": fl.row(), "kv_per_sequence_bytes": fl.row(),
             "paging_waste_bytes_per_device": fl.row(), "weights_bytes_per_device": fl.full(weights),
             "runtime_overhead_bytes": fl.full(over), "total_bytes_per_device": fl.row()}
+    if shape.state_bytes:  # linear-attention layers: a fixed state per sequence, reported on its own
+        cols["state_bytes_per_device"] = np.multiply(B, shape.state_bytes, out=fl.row())
+        cols["state_bytes"] = np.multiply(cols["state_bytes_per_device"], tp, out=fl.row())
     room = None
     if chip_obj is not None and not sram:
         room = capacity.room_bytes(chip_obj.usable_memory_bytes, utilization, weights, over)  # one number: no array
@@ -83,8 +88,10 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
         _fill({k: v[sl] for k, v in cols.items() if isinstance(v, np.ndarray) and v.strides[0]}, shape, B[sl], S[sl],
               block_size, tp, weights + over, room)
     if arch.indexer is not None:  # the indexer keys' share of the cache (DSA has no sliding layers: one ratio)
-        cols["indexer_cache_bytes_per_device"] = cols["kv_cache_bytes_per_device"] * (
-            shape.indexer_bytes_per_token / shape.bytes_per_token)
+        tokens = cols["kv_cache_bytes_per_device"]
+        if shape.state_bytes:  # of the tokens' bytes only: a linear-attention state is per sequence
+            tokens = tokens - cols["state_bytes_per_device"]
+        cols["indexer_cache_bytes_per_device"] = tokens * (shape.indexer_bytes_per_token / shape.bytes_per_token)
     warnings = []
     longest = float(S.max())
     if longest > arch.max_context:
@@ -127,6 +134,9 @@ def _fill(rows: dict, shape, B, S, block_size, tp, fixed, room) -> None:
     exact = held_tokens(shape, S, None, out=rows["paging_waste_bytes_per_device"], each=shape.bytes_per_token_layer)
     exact = np.multiply(B, exact, out=exact)
     per_seq = held_tokens(shape, S, block_size, out=rows["kv_per_sequence_bytes"], each=shape.bytes_per_token_layer)
+    if shape.state_bytes:  # every sequence's linear-attention state (the same in the exact and the paged count)
+        per_seq += shape.state_bytes
+        exact += B * shape.state_bytes
     paged = np.multiply(B, per_seq, out=rows["kv_cache_bytes_per_device"])
     np.multiply(paged, tp, out=rows["kv_cache_bytes"])
     np.subtract(paged, exact, out=exact)  # the paging waste

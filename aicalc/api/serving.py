@@ -67,6 +67,41 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
     return fit * attention_dp * replicas
 
 
+def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, dtype: str = "release",
+               kv_dtype: str = "bf16", utilization=0.9, engine: str | None = None, ep: int = 1, attention_dp: int = 1,
+               redundant_experts: int = 0, pp: int = 1) -> int:
+    """The tensor-parallel degree a deployment of ``chips`` chips gets when none is given: the smallest divisor
+    of ``chips / pp`` whose replicas hold ``concurrency`` requests of the longest ``prompt + gen`` in their KV
+    budget (:func:`max_concurrency`; ``"max"``: one request) with the layout valid (``ep``, ``attention_dp``,
+    heads: :func:`aicalc.core.geometry.check_parallel`) — the way an engine user picks ``--tensor-parallel-size``:
+    as many replicas as fit, each as small as holds the weights and the load (vLLM's data-parallel deployment
+    guide). None holds it: the largest valid one, whose ``fits`` column then says no. No valid one: 1 (the
+    layout's own error follows)."""
+    import numpy as np
+
+    from aicalc.api import inputs
+    from aicalc.api.catalog import load_model
+    from aicalc.core.geometry import check_parallel
+    from aicalc.errors import ParameterError
+
+    spec = load_model(model)
+    n, pp = inputs.whole("chips", chips), inputs.whole("pp", pp)
+    need = 1.0 if isinstance(concurrency, str) else float(np.max(inputs.positive("concurrency", concurrency,
+                                                                                  whole=True)))
+    valid = []
+    for t in (d for d in range(1, n // pp + 1) if (n // pp) % d == 0):
+        try:
+            check_parallel(spec.arch, t, ep, attention_dp, redundant_experts)
+        except ParameterError:
+            continue
+        valid.append(t)
+        if max_concurrency(spec, chip, tp=t, chips=n // pp * pp, prompt=prompt, gen=gen, dtype=dtype,
+                           kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
+                           attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp) >= need:
+            return t
+    return valid[-1] if valid else 1
+
+
 def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: int | None = None, chips: int | None = None,
           dtype: str = "release", kv_dtype: str = "bf16", max_ttft=None, max_tpot=None, price=None,
           utilization=0.9, engine: str | None = None, efficiency=None, draft=None, draft_tokens: int = 4,
@@ -94,7 +129,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import node_split
+    from aicalc.api.catalog import node_count, node_split
     from aicalc.api.roofline import cost_setup, draft_setup
     from aicalc.core import capacity, cost, latency, speculative
     from aicalc.core.efficiency import IDEAL
@@ -104,6 +139,10 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     from aicalc.errors import ParameterError
 
     given_chips = chips
+    if tp is None and chips is not None and node_count(chip) == 1:  # chips given, no TP: the smallest that holds it
+        tp = fitting_tp(model, chip, chips, prompt=prompt, gen=gen, concurrency=concurrency, dtype=dtype,
+                        kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep, attention_dp=attention_dp,
+                        redundant_experts=redundant_experts, pp=pp)
     tp, chips = node_split(chip, tp, chips)
     tp = inputs.whole("tp", tp)
     pp = inputs.whole("pp", pp)

@@ -59,6 +59,33 @@ class Indexer(NamedTuple):
     layers: tuple[bool, ...] = ()
 
 
+class LinearAttention(NamedTuple):
+    """Gated DeltaNet linear attention (Yang et al. 2024, arXiv:2412.06464) as Qwen3-Next and Qwen3.5 build it
+    (transformers ``Qwen3NextGatedDeltaNet``): per token, q and k over ``key_heads`` heads of ``key_head_dim``, v and
+    the output gate z over ``value_heads`` heads of ``value_head_dim``, a causal depthwise convolution of
+    ``conv_kernel`` taps over the q/k/v channels, and per value head a recurrent state of key_head_dim ×
+    value_head_dim in place of a KV cache."""
+
+    key_heads: int  # linear_num_key_heads
+    value_heads: int  # linear_num_value_heads
+    key_head_dim: int  # linear_key_head_dim
+    value_head_dim: int  # linear_value_head_dim
+    conv_kernel: int  # linear_conv_kernel_dim
+
+    @property
+    def key_dim(self) -> int:
+        return self.key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the convolution: q, k and v concatenated."""
+        return 2 * self.key_dim + self.value_dim
+
+
 class _ArchFields(NamedTuple):
     """The fields of :class:`Arch`, in order."""
 
@@ -89,17 +116,21 @@ class _ArchFields(NamedTuple):
     attention_sinks: bool = False  # one learned sink logit per query head and layer (gpt-oss ``self_attn.sinks``)
     activation: str = "silu"
     sliding_window: int | None = None
-    layer_types: tuple[str, ...] = ()  # per layer: "full_attention" or "sliding_attention"
+    layer_types: tuple[str, ...] = ()  # per layer: "full_attention", "sliding_attention" or "linear_attention"
     moe: MoE | None = None
     moe_layers: tuple[bool, ...] = ()  # per layer: True where the FFN is a routed MoE
     mla: MLA | None = None
+    # softmax attention output gated per channel by sigmoid(x·W_g), W_g packed into q_proj (twice as wide)
+    # (Qwen3-Next / Qwen3.5 ``Qwen3NextAttention``)
+    attention_gate: bool = False
+    linear_attention: LinearAttention | None = None  # the "linear_attention" layers' shape
     indexer: Indexer | None = None  # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5); None: dense attention
     extra: dict | None = None  # notes beside the shape (None: {}); left out of == and hash
 
 
 class Arch(_ArchFields):
     """A transformer's shape as every estimator reads it, in aicalc's notation (module docstring). A named tuple
-    (``_replace`` for a copy with other fields) compared and hashed without ``extra``: a frozen dataclass of its 33
+    (``_replace`` for a copy with other fields) compared and hashed without ``extra``: a frozen dataclass of its 35
     fields compiled its generated methods at import, ~10 M instructions of every query (docs/robustness.md)."""
 
     __slots__ = ()
@@ -135,6 +166,16 @@ class Arch(_ArchFields):
     @property
     def sliding_layers(self) -> int:
         return sum(t == "sliding_attention" for t in self.layer_types)
+
+    @property
+    def linear_layers(self) -> int:
+        """Layers whose token mixer is linear attention (no KV cache)."""
+        return sum(t == "linear_attention" for t in self.layer_types)
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers with softmax attention (full or sliding): the ones that hold a KV cache."""
+        return self.layers - self.linear_layers
 
     @property
     def n_moe_layers(self) -> int:

@@ -46,6 +46,8 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
                "total_bytes_per_device"]
     if "indexer_cache_bytes_per_device" in cols:  # a DSA model: the indexer keys' part of the cache, on its own
         columns.insert(4, "indexer_cache_bytes_per_device")
+    if "state_bytes_per_device" in cols:  # linear-attention layers' fixed state, part of the cache column
+        columns.insert(4, "state_bytes_per_device")
     chip_obj = m["chip"]
     if "chips_needed" in cols:  # SRAM-only chips: the deployment spans as many chips as the bytes fill
         columns += ["chips_needed", "max_batch"]
@@ -83,7 +85,7 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
                     title=f"{spec.name}: KV cache ({kv_dtype}, {spec.arch.attention_kind}, TP {m['tp']}"
                           + (f"; weights {m['dtype']})" if chip_obj else ")")
                           + (f" on {chip_obj.name}" if chip_obj else ""),
-                    columns=columns, notes=_notes(shape, block_size))
+                    columns=columns, notes=_notes(shape, block_size, spec.arch))
     if len(batches) == 1 and len(contexts) > 1 and not solve:
         from aicalc.chart import bars
         from aicalc.units import fmt_bytes
@@ -100,7 +102,7 @@ def _gib(x: float) -> str:
     return fmt_bytes(float(x))
 
 
-def _notes(shape, block_size) -> list[str]:
+def _notes(shape, block_size, arch=None) -> list[str]:
     from aicalc.units import fmt_bytes
 
     notes = [f"KV per token per device: {fmt_bytes(shape.bytes_per_token)} "
@@ -108,6 +110,10 @@ def _notes(shape, block_size) -> list[str]:
     if shape.indexer_bytes_per_token:
         notes.append(f"of which the sparse-attention indexer's keys: {fmt_bytes(shape.indexer_bytes_per_token)} per "
                      "token per device (fp8 + fp32 scales as vLLM/SGLang keep them; --engine hf: transformers' bf16)")
+    if shape.state_bytes and arch is not None:
+        notes.append(f"{arch.linear_layers} linear-attention (Gated DeltaNet) layers cache no tokens: they hold a "
+                     f"fixed conv + recurrent state of {fmt_bytes(shape.state_bytes)} per sequence per device "
+                     "(state_bytes, included in the cache columns)")
     if shape.sliding_layers:
         notes.append(f"sliding-window layers keep at most {shape.window:,} tokens")
     if block_size:

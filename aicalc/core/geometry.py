@@ -31,6 +31,9 @@ def check_tp(arch: Arch, tp: int) -> None:
         raise ParameterError("tp", tp, f"does not divide the {arch.heads} attention heads")
     if arch.mla is None and arch.kv_heads % tp and tp % arch.kv_heads:
         raise ParameterError("tp", tp, f"neither divides the {arch.kv_heads} kv heads nor is a multiple of them")
+    la = arch.linear_attention
+    if la is not None and arch.linear_layers and la.key_heads % tp:  # vLLM splits the DeltaNet heads, never copies
+        raise ParameterError("tp", tp, f"does not divide the {la.key_heads} linear-attention key heads")
 
 
 def check_parallel(arch: Arch, tp: int, ep: int = 1, attention_dp: int = 1, redundant: int = 0) -> None:
@@ -92,14 +95,14 @@ def kv_bytes_per_token_layer(arch: Arch, kv_dtype: str = "bf16", tp=1):
 
 def cache_bytes_per_token_layer(arch: Arch, kv_dtype: str = "bf16", tp=1, engine: str = "vllm"):
     """Everything an engine caches per token and layer on one device: the KV (:func:`kv_bytes_per_token_layer`)
-    plus, for a DSA model, the lightning indexer's keys spread over the layers (Li/L of
+    plus, for a DSA model, the lightning indexer's keys spread over the softmax-attention layers (Li/La of
     :func:`aicalc.core.indexer.indexer_key_bytes`: whole on every device, the indexer is replicated over TP)."""
     kv = kv_bytes_per_token_layer(arch, kv_dtype, tp)
     if arch.indexer is None:
         return kv
     from aicalc.core.indexer import indexer_cache_bytes_per_token
 
-    return kv + indexer_cache_bytes_per_token(arch, engine) / arch.layers
+    return kv + indexer_cache_bytes_per_token(arch, engine) / arch.attention_layers
 
 
 def tokens_held(full_layers: int, sliding_layers: int, window: int, context):
@@ -169,6 +172,17 @@ def _indexer_params(arch: Arch) -> int:
     return indexer_params(arch)
 
 
+def mixer_params_per_device(arch: Arch, tp=1):
+    """All layers' token mixers on one device: the softmax-attention layers' (:func:`attention_params_per_device`)
+    and the linear-attention layers' (:func:`aicalc.core.linear_attention.layer_params_per_device`)."""
+    total = arch.attention_layers * attention_params_per_device(arch, tp)
+    if arch.linear_layers:
+        from aicalc.core.linear_attention import layer_params_per_device
+
+        total = total + arch.linear_layers * layer_params_per_device(arch, tp)
+    return total
+
+
 class WeightBytes(NamedTuple):
     """Resident weight bytes on one device, per tensor class (arrays where ``tp`` is one)."""
 
@@ -207,7 +221,7 @@ def weight_bytes(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float |
     qe = q if expert_bpp is None else expert_bpp
     ta = tp / attention_dp if not (isinstance(attention_dp, int) and attention_dp == 1) else tp
     return WeightBytes(embedding=n.embedding / ta * edge, lm_head=n.lm_head / ta * edge,
-                       attention=(arch.layers * attention_params_per_device(arch, ta) + _indexer_params(arch)) * q,
+                       attention=(mixer_params_per_device(arch, ta) + _indexer_params(arch)) * q,
                        ffn=(n.ffn - routed) / ta * q + slots / tp * qe,
                        norms=n.norms * norm_bytes_per_param(dtype))
 

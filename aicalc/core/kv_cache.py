@@ -6,7 +6,9 @@ MLA (IM-06, DeepSeek-V2 §2.1): one latent of ``kv_lora_rank + qk_rope_head_dim`
 (:mod:`aicalc.core.indexer`), counted in the per-layer bytes and reported on its own as ``indexer_bytes_per_token``.
 A sliding-window layer holds at most its window of tokens (IM-09); the others hold the whole
 context. Paged allocation (vLLM, IM-10/IM-11) rounds every sequence up to whole blocks of
-``block_size`` tokens per layer. Everything broadcasts over numpy arrays of batch and context.
+``block_size`` tokens per layer. A linear-attention layer (Gated DeltaNet: Qwen3-Next, Qwen3.5) caches no
+tokens: it holds a fixed state per sequence, conv + recurrent (:func:`aicalc.core.linear_attention.state_bytes`),
+counted beside the KV bytes as ``state_bytes``. Everything broadcasts over numpy arrays of batch and context.
 """
 
 from typing import NamedTuple
@@ -23,8 +25,9 @@ class KVShape(NamedTuple):
     sliding_layers: int
     window: int  # tokens a sliding layer keeps at most (0 when none)
     # of bytes_per_token: a DSA model's indexer keys, one token over all layers, one device (already in the per-layer
-    # bytes, spread over the layers; 0 without an indexer)
+    # bytes, spread over the softmax-attention layers; 0 without an indexer)
     indexer_bytes_per_token: float = 0.0
+    state_bytes: float = 0.0  # one sequence's linear-attention state over all such layers, one device
 
     @property
     def bytes_per_token(self) -> float:
@@ -53,15 +56,22 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vll
     per_layer = cache_bytes_per_token_layer(arch, kv_dtype, tp, engine)
     sliding = arch.sliding_layers
     keep = arch.sliding_window - (1 if engine == "hf" else 0) if sliding else 0
-    if arch.indexer is None:
-        return KVShape(per_layer, arch.layers - sliding, sliding, keep)
-    from aicalc.core.indexer import indexer_cache_bytes_per_token
+    index = 0.0
+    if arch.indexer is not None:
+        from aicalc.core.indexer import indexer_cache_bytes_per_token
 
-    return KVShape(per_layer, arch.layers - sliding, sliding, keep, indexer_cache_bytes_per_token(arch, engine))
+        index = indexer_cache_bytes_per_token(arch, engine)
+    state = 0.0
+    if arch.linear_layers:
+        from aicalc.core.linear_attention import state_bytes
+
+        state = state_bytes(arch, tp, engine)
+    return KVShape(per_layer, arch.attention_layers - sliding, sliding, keep, index, state)
 
 
 def kv_bytes_per_token(arch: Arch, kv_dtype: str = "bf16") -> float:
-    """All layers, one sequence, one device without TP, no window cap (the presets' figure)."""
+    """All layers, one sequence, one device without TP, no window cap (the presets' figure; a linear-attention
+    layer's fixed state is not per token and not in it)."""
     return kv_shape(arch, kv_dtype, 1).bytes_per_token
 
 
@@ -102,15 +112,20 @@ def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None
 
 
 def kv_cache_bytes(shape: KVShape, batch, context, block_size: int | None = None):
-    """Bytes per device for ``batch`` sequences of ``context`` tokens; paged when ``block_size``."""
+    """Bytes per device for ``batch`` sequences of ``context`` tokens, linear-attention states included; paged
+    when ``block_size``."""
     return bytes_of(shape, batch, held_tokens(shape, context, block_size))
 
 
 def bytes_of(shape: KVShape, batch, held, out=None):
-    """Bytes per device for ``batch`` sequences each holding ``held`` tokens over all layers (:func:`held_tokens`);
-    into ``out`` when given (``held`` itself, say, when the caller has no more use for it)."""
+    """Bytes per device for ``batch`` sequences each holding ``held`` tokens over all layers (:func:`held_tokens`)
+    and each its linear-attention state (``shape.state_bytes``); into ``out`` when given (``held`` itself, say, when
+    the caller has no more use for it)."""
     import numpy as np
 
-    out = np.multiply(np.asarray(batch, dtype=np.float64), held, out=out)
+    B = np.asarray(batch, dtype=np.float64)
+    out = np.multiply(B, held, out=out)
     out *= shape.bytes_per_token_layer
+    if shape.state_bytes:
+        out += B * shape.state_bytes
     return out

@@ -365,6 +365,12 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         cap = inflight_cap if o.microbatches is None else np.minimum(inflight_cap, o.microbatches)
         activ = act.korthikanti_first_stage(S_loc, B, arch.hidden, arch.heads, stage_layers * pp, tp, pp, o.sp,
                                             recompute, o.attention != "eager", o.virtual_stages, cap, fp8)
+        if arch.linear_layers:  # a hybrid's linear-attention layers, their share of the stage's layers in flight
+            from aicalc.core.linear_attention import korthikanti_delta
+
+            delta = korthikanti_delta(S_loc, B, arch, tp, recompute, o.attention != "eager")
+            held = stage_layers * np.minimum(pp, cap) * act.interleave_factor(pp, o.virtual_stages)  # as first_stage
+            activ = activ + held * arch.linear_layers / arch.layers * delta
         if fp8:
             weights = weights + tm.fp8_weight_cache_bytes(split.linear * frac)
         # TM-17 outside the layers: the embedding term on the first stage; the final norm, output layer input and

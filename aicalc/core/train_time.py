@@ -50,11 +50,22 @@ OPTIMIZER_BYTES_PER_PARAM = 34.0  # Adam, mixed precision: read master/m/v/grad 
 
 
 def matmul_params_per_layer(s: Shape) -> float:
-    """Average matmul weights per layer touched per token (MoE: k routed + shared experts + router)."""
+    """Average matmul weights per layer touched per token (MoE: k routed + shared experts + router; a hybrid's
+    linear-attention layers their input and output projections in place of attention's)."""
     dense = s.H * (s.ffn_in + s.ffn)
     moe = s.H * (s.experts_per_token * (s.expert_in + s.expert_ffn) + s.shared_in + s.shared_ffn + s.experts)
     ffn = (s.dense_layers * dense + s.moe_layers * moe) / s.L
-    return s.attn_in_params + s.attn_out_params + ffn
+    if not s.linear_layers:
+        return s.attn_in_params + s.attn_out_params + ffn
+    La = s.full_layers + s.sliding_layers
+    mixer = (La * (s.attn_in_params + s.attn_out_params) + s.linear_layers * s.H * (s.linear_in + s.linear_out)) / s.L
+    return mixer + ffn
+
+
+def linear_flops_per_token(s: Shape) -> float:
+    """Forward FLOPs per token of a hybrid's linear-attention layers beyond their projections: the depthwise conv
+    and the chunked delta rule (:mod:`aicalc.core.linear_attention`; training runs the chunked kernel)."""
+    return s.linear_layers * (s.linear_chunk_flop + s.linear_conv_flop)
 
 
 def _attn_keys(s: Shape, seq):
@@ -83,8 +94,11 @@ def flops_per_token(s: Shape, seq, recompute: str = "none", attention_flops: str
 
         params, idx_keys, sparse = dsa.training_terms(s.arch, seq, attention_flops == "causal")
         n_mm = n_mm + params
-        attn = 2.0 * s.L * sparse * s.A * (s.qk_dim + s.v_dim) + float(dsa.indexer_layers(s.arch)) * idx_keys \
+        La = s.full_layers + s.sliding_layers  # the softmax-attention layers (all of a DSA model's)
+        attn = 2.0 * La * sparse * s.A * (s.qk_dim + s.v_dim) + float(dsa.indexer_layers(s.arch)) * idx_keys \
             * dsa.score_flop_per_key(s.arch)
+    if s.linear_layers:  # the delta rule and conv: forward and two backward passes, like a matmul's
+        attn = attn + linear_flops_per_token(s)
     model = 6.0 * n_mm + 3.0 * attn + 6.0 * s.V * s.H
     if recompute == "full":
         return model, model + 2.0 * n_mm + attn
@@ -137,7 +151,7 @@ def op_sac_recomputed_params(s: Shape) -> float:
     attn_in = shares["qkv_proj"] * s.attn_in_params + shares["o_proj"] * s.attn_out_params
     ffn_dense = s.H * (shares["mlp_up"] * s.ffn_in + shares["mlp_down"] * s.ffn)
     ffn_moe = s.H * (s.experts_per_token * (s.expert_in + s.expert_ffn) + s.shared_in + s.shared_ffn + s.experts)
-    return s.L * attn_in + s.dense_layers * ffn_dense + s.moe_layers * ffn_moe
+    return (s.full_layers + s.sliding_layers) * attn_in + s.dense_layers * ffn_dense + s.moe_layers * ffn_moe
 
 
 def time_from_rate(tokens, flops_per_token_counted, chips, achieved_flop_per_s_per_chip):
@@ -306,6 +320,9 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
             t_head = 3.0 * op.t_est  # forward + backward, never recomputed
         elif op.name.startswith("attn_"):
             t_layers = t_layers + attn_passes * op.t_est
+            t_fwd = t_fwd + op.t_est
+        elif op.name in ("linear_core", "linear_conv"):  # a hybrid's delta rule and conv: backward twice the forward
+            t_layers = t_layers + passes * op.t_est
             t_fwd = t_fwd + op.t_est
         elif op.kind == "gemm":
             n = passes + (again.get(op.name, 1.0) if again else 0.0)
