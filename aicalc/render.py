@@ -41,7 +41,7 @@ SHORT = {
     "tokens_per_s_per_sequence": "tok/s/seq", "tokens_per_s": "tok/s", "tokens_per_s_per_chip": "tok/s/chip",
     "usd_per_million_output_tokens": "$/M tok", "usd_per_request": "$/req", "cost_usd": "cost",
     "training_cost_usd": "train cost", "annual_inference_cost_usd": "$/year",
-    "total_bytes_per_device": "mem/dev", "kv_cache_bytes_per_device": "KV/dev", "weights_bytes_per_device": "weights/dev",
+    "total_bytes_per_device": "mem/dev", "kv_cache_bytes_per_device": "KV/dev", "indexer_cache_bytes_per_device": "of it indexer/dev", "weights_bytes_per_device": "weights/dev",
     "kv_per_sequence_bytes": "KV/seq/dev", "memory_bytes": "memory", "peak_bytes": "peak", "headroom_bytes": "headroom", "shortfall_bytes": "short",
     "weights_bytes": "weights", "gradients_bytes": "grads", "optimizer_bytes": "optimizer", "peak_reserved_bytes": "reserved",
     "activations_bytes": "activations", "transient_bytes": "transient",

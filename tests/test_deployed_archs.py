@@ -111,7 +111,7 @@ def test_cli_kv_cache_on_the_file_equals_transformers_cache(cli, name):
     "cfg, message",
     [
         ({"model_type": "minimax"}, "'minimax' \\(lightning \\(linear\\) attention, not represented;"),
-        ({"model_type": "deepseek_v32"}, "'deepseek_v32' \\(sparse-attention indexer, not"),
+        ({"model_type": "deepseek_v4"}, "'deepseek_v4' \\(compressed sparse attention"),
         ({"model_type": "kimi_linear"}, "unsupported model_type 'kimi_linear'"),
         ({"model_type": "minimax_m2", "attn_type_list": [0, 1]}, "linear \\(lightning\\) attention layers are not"),
         ({"model_type": "glm4_moe", "n_routed_experts": 160, "n_group": 3}, "n_group \\(3\\) does not divide"),

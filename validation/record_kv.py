@@ -282,6 +282,12 @@ CROSSCHECK_CONFIGS: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2,
         "rotary_dim": 16,
     },
+    # DeepSeek Sparse Attention: MLA latent cache plus one indexer key per token and layer (index_topk 4 < seq)
+    "deepseek_v32": {**_TINY_MLA, "model_type": "deepseek_v32", "q_lora_rank": 48, "index_n_heads": 2,
+                     "index_head_dim": 16, "index_topk": 4, "n_group": 1, "topk_group": 1},
+    # GLM-5: the same, with "shared" layers that reuse the previous layer's top-k and cache no indexer keys
+    "glm_moe_dsa": {**_TINY_MLA, "model_type": "glm_moe_dsa", "q_lora_rank": 48, "index_n_heads": 2,
+                    "index_head_dim": 16, "index_topk": 4, "indexer_types": ["full", "shared", "full"]},
     # three sliding layers (window 8) per full one (sliding_window_pattern 4)
     "cohere2": {
         "model_type": "cohere2",
@@ -308,6 +314,12 @@ MODEL_TYPE_NOTES: dict[str, str] = {
     ),
     "glm4_moe_lite": _MLA_NOTE.replace("DeepseekV3Attention", "Glm4MoeLiteAttention"),
     "kimi_k2": _MLA_NOTE + " model_type kimi_k2 is built as deepseek_v3 (transformers' own mapping).",
+    "deepseek_v32": _MLA_NOTE.replace("DeepseekV3Attention", "DeepseekV32Attention") + (
+        " DSA: each layer's DynamicIndexedLayer also keeps indexer_keys [batch, seq, index_head_dim] in the model "
+        "dtype (indexer_bytes; not part of kv_bytes)."),
+    "glm_moe_dsa": _MLA_NOTE.replace("DeepseekV3Attention", "GlmMoeDsaAttention") + (
+        " DSA: indexer_keys [batch, seq, index_head_dim] on the 'full' indexer layers only; 'shared' layers "
+        "(indexer_types) reuse the previous top-k and keep none (indexer_bytes; not part of kv_bytes)."),
     "gemma3": "Gemma-3 text model (record of the text_config model; the SigLIP vision tower is not built).",
     "deepseek_v3": (
         "MLA: transformers caches the compressed latent, not per-head K/V. layer.keys = "
@@ -345,13 +357,18 @@ def _states(layer) -> list[tuple[str, Any]]:
 def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str, Any]:
     """Shapes and bytes of every key/value tensor held by a transformers Cache (``cache.layers``); where a layer
     holds linear-attention states instead (Qwen3-Next, Qwen3.5), their shapes, dtypes and bytes too
-    (``state_bytes``, ``state_groups``), kept apart from ``kv_bytes``."""
+    (``state_bytes``, ``state_groups``), and a DSA model's indexer keys (``indexer_bytes``), kept apart from
+    ``kv_bytes``."""
     per_seq: list[int] = []
     per_bytes: list[int] = []
     rows: list[dict[str, Any]] = []
     storages: dict[int, int] = {}
+    indexer: list[int] = []  # DSA caches (DynamicIndexedLayer): bytes of each layer's indexer_keys (0: none kept)
     state_rows: list[dict[str, Any]] = []
     for i, layer in enumerate(cache.layers):
+        if hasattr(layer, "indexer_keys"):
+            ik = layer.indexer_keys
+            indexer.append(0 if ik is None else int(ik.numel() * ik.element_size()))
         states = _states(layer)
         if states:
             row = {"class": type(layer).__name__, "bytes_per_layer": sum(int(t.numel() * t.element_size())
@@ -399,7 +416,11 @@ def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str,
         {"layers": [r["first"], r["last"]], **{k: v for k, v in r.items() if k not in ("first", "last")}}
         for r in rows
     ]
+    extra: dict[str, Any] = {}
+    if indexer:  # a sparse-attention model: the indexer key cache beside the K/V (layers with and without one)
+        extra = {"indexer_bytes": int(sum(indexer)), "indexer_per_layer_bytes": indexer}
     out = {
+        **extra,
         "cache_class": type(cache).__name__,
         "kv_bytes": int(sum(per_bytes)),
         "per_layer_seq": per_seq,
@@ -483,7 +504,7 @@ def run_case(
             after = inspect_cache(pkv, plan)
             res[f"after_decode_{decode_steps}"] = {
                 k: after[k] for k in ("kv_bytes", "per_layer_seq", "per_layer_bytes", "kv_storage_bytes",
-                                      "state_bytes") if k in after
+                                      "indexer_bytes", "state_bytes") if k in after
             }
     return res
 

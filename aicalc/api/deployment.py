@@ -31,7 +31,7 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
     from aicalc.api.roofline import cost_setup
     from aicalc.api.serving import max_concurrency
     from aicalc.core import latency
-    from aicalc.core.geometry import check_tp, kv_bytes_per_token_layer
+    from aicalc.core.geometry import cache_bytes_per_token_layer, check_tp
     from aicalc.core.kv_cache import kv_shape
     from aicalc.core.serving import TOKEN_BUDGET
 
@@ -58,7 +58,7 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
     up = (ic.per_direction_bytes_per_s if ic else None) or 32e9
     out = (pre.chip.scale_out_gbs or 25.0) * 1e9
     # (a hybrid's linear-attention layers ship their fixed state instead of tokens)
-    kv_bytes = float(kv_bytes_per_token_layer(arch, kv_dtype, 1)) * arch.attention_layers * P + \
+    kv_bytes = float(cache_bytes_per_token_layer(arch, kv_dtype, 1)) * arch.attention_layers * P + \
         kv_shape(arch, kv_dtype).state_bytes
     # decode: the largest batch that fits and meets the TPOT target
     top = max(1, max_concurrency(model, chip, tp=decode_tp, prompt=P, gen=G, dtype=dtype, kv_dtype=kv_dtype,

@@ -6,8 +6,10 @@ from aicalc.api.results import Block, Table
 
 
 class KVCache(Table):
-    """Columns: ``batch``, ``context``, ``kv_bytes_per_token`` (all devices), ``kv_cache_bytes`` (all
-    devices), ``kv_cache_bytes_per_device``, ``kv_per_sequence_bytes``, ``paging_waste_bytes_per_device``,
+    """Columns: ``batch``, ``context``, ``kv_bytes_per_token`` (all devices; a DSA model's indexer keys included, and
+    shown on their own as ``indexer_bytes_per_token``), ``kv_cache_bytes`` (all
+    devices), ``kv_cache_bytes_per_device`` (for a DSA model with ``indexer_cache_bytes_per_device``, the indexer keys'
+    part of it), ``kv_per_sequence_bytes``, ``paging_waste_bytes_per_device``,
     ``weights_bytes_per_device``, ``runtime_overhead_bytes``, ``total_bytes_per_device``; with a chip also
     ``memory_bytes``, ``kv_budget_bytes_per_device``, ``max_batch``, ``max_concurrency``, ``fits``,
     ``headroom_bytes`` (what is left, never negative), ``shortfall_bytes`` (what is missing) and, when asked,
@@ -66,6 +68,7 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     fl, ints = Block(B.size, 16), Block(B.size, 4, np.int64)  # the columns, written in place (out=)
     sram = chip_obj is not None and chip_obj.kind in SRAM_KINDS
     cols = {"batch": ints.row(), "context": ints.row(), "kv_bytes_per_token": fl.full(shape.bytes_per_token * tp),
+            **({"indexer_bytes_per_token": fl.full(shape.indexer_bytes_per_token * tp)} if arch.indexer else {}),
             "kv_cache_bytes": fl.row(), "kv_cache_bytes_per_device": fl.row(), "kv_per_sequence_bytes": fl.row(),
             "paging_waste_bytes_per_device": fl.row(), "weights_bytes_per_device": fl.full(weights),
             "runtime_overhead_bytes": fl.full(over), "total_bytes_per_device": fl.row()}
@@ -84,6 +87,11 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
         sl = slice(lo, lo + CHUNK)
         _fill({k: v[sl] for k, v in cols.items() if isinstance(v, np.ndarray) and v.strides[0]}, shape, B[sl], S[sl],
               block_size, tp, weights + over, room)
+    if arch.indexer is not None:  # the indexer keys' share of the cache (DSA has no sliding layers: one ratio)
+        tokens = cols["kv_cache_bytes_per_device"]
+        if shape.state_bytes:  # of the tokens' bytes only: a linear-attention state is per sequence
+            tokens = tokens - cols["state_bytes_per_device"]
+        cols["indexer_cache_bytes_per_device"] = tokens * (shape.indexer_bytes_per_token / shape.bytes_per_token)
     warnings = []
     longest = float(S.max())
     if longest > arch.max_context:

@@ -174,8 +174,10 @@ def cost_setup(model, chip="h100-sxm", dtype: str | None = "release", kv_dtype: 
         warnings.append(f"{chip_obj.id} has no interconnect figure; TP collectives use PCIe Gen4 x16 "
                         f"({PCIE_FALLBACK_BYTES_PER_S / 1e9:.0f} GB/s per direction)")
         link = PCIE_FALLBACK_BYTES_PER_S
-    peaks = tuple((d, chip_obj.peak_flop_per_s(d)) for d in dict.fromkeys((fm.expert_compute, fm.attention_compute))
-                  if d)
+    # DSA's indexer scores in fp8 where the chip has fp8 math (aicalc.core.indexer.score_op), else in the pass's format
+    dsa = ("fp8",) if spec.arch.indexer is not None and chip_obj.peak_flop_per_s("fp8") else ()
+    peaks = tuple((d, chip_obj.peak_flop_per_s(d)) for d in dict.fromkeys((fm.expert_compute, fm.attention_compute)
+                                                                          + dsa) if d)
     # a TP group wider than the scale-up domain reduces across domains over the scale-out NIC (as train-time:
     # the chip's scale_out_gbs, else the default)
     from aicalc.core.collectives import DEFAULT_SCALE_OUT_BYTES_PER_S

@@ -332,7 +332,7 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     from aicalc.api.roofline import cost_setup
     from aicalc.api.serving import check_pipeline, stage_share
     from aicalc.core import capacity
-    from aicalc.core.geometry import check_parallel, kv_bytes_per_token_layer
+    from aicalc.core.geometry import cache_bytes_per_token_layer, check_parallel
     from aicalc.errors import ParameterError
 
     for name, v, most in (("max_seqs", max_seqs, MAX_SEQS), ("token_budget", token_budget, MAX_TOKENS)):
@@ -353,7 +353,7 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     block = 16
     # with attention DP each group's chips hold the cache of its own sequences: the replica's blocks are the groups';
     # with a pipeline each device holds its stage's layers of a block (the fullest stage's bound the replica's)
-    block_bytes = block * float(kv_bytes_per_token_layer(arch, cs.kv_dtype, tp // adp)) * arch.attention_layers \
+    block_bytes = block * float(cache_bytes_per_token_layer(arch, cs.kv_dtype, tp // adp)) * arch.attention_layers \
         * stage_share(arch, pp)
     if arch.linear_layers:  # a hybrid: every running sequence's linear-attention state comes off the block budget
         from aicalc.core.kv_cache import kv_shape

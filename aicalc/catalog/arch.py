@@ -44,6 +44,21 @@ class MLA(NamedTuple):
     v_head_dim: int
 
 
+class Indexer(NamedTuple):
+    """DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2 tech report, arXiv 2512.02556, §2.1; transformers
+    ``DeepseekV32Indexer``): per layer its own small q projection from MLA's q latent (``wq_b``, q_rank → heads ·
+    head_dim), one shared key per token (``wk`` H → head_dim, ``k_norm`` a LayerNorm) and per-head weights
+    (``weights_proj`` H → heads); it scores every cached token and the layer's MLA attends to the ``topk`` best."""
+
+    heads: int  # index_n_heads
+    head_dim: int  # index_head_dim (the width of the one cached indexer key per token)
+    topk: int  # index_topk, tokens each query's MLA attends to
+    q_rank: int  # input width of wq_b: MLA's q_lora_rank
+    # per layer: True where the layer runs (and caches keys for) its own indexer; GLM-MoE-DSA's "shared" layers
+    # reuse the previous full layer's top-k (transformers ``indexer_types``); () means every layer
+    layers: tuple[bool, ...] = ()
+
+
 class LinearAttention(NamedTuple):
     """Gated DeltaNet linear attention (Yang et al. 2024, arXiv:2412.06464) as Qwen3-Next and Qwen3.5 build it
     (transformers ``Qwen3NextGatedDeltaNet``): per token, q and k over ``key_heads`` heads of ``key_head_dim``, v and
@@ -109,6 +124,7 @@ class _ArchFields(NamedTuple):
     # (Qwen3-Next / Qwen3.5 ``Qwen3NextAttention``)
     attention_gate: bool = False
     linear_attention: LinearAttention | None = None  # the "linear_attention" layers' shape
+    indexer: Indexer | None = None  # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5); None: dense attention
     extra: dict | None = None  # notes beside the shape (None: {}); left out of == and hash
 
 

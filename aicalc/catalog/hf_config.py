@@ -3,12 +3,12 @@
 Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2,
 gemma3_text, gemma3 (image-text wrapper: the language model in ``text_config`` is sized), phi3, gpt2, falcon,
 bloom, deepseek_v2, deepseek_v3, kimi_k2 (Kimi K2: DeepSeek-V3's architecture), glm4_moe (GLM-4.5/4.6/4.7),
-glm4_moe_lite (GLM-4.7-Flash), minimax_m2, gpt_oss, llama4_text, llama4 (wrapper: ``text_config``), olmo2, granite,
-cohere, cohere2, qwen3_next (Qwen3-Next), qwen3_5_text and qwen3_5_moe_text (Qwen3.5 dense and MoE) with their
-image-text wrappers qwen3_5 and qwen3_5_moe (``text_config`` sized): Gated DeltaNet linear-attention layers between
-gated softmax-attention layers.
+glm4_moe_lite (GLM-4.7-Flash), deepseek_v32 (DeepSeek-V3.2, -Exp), glm_moe_dsa (GLM-5), minimax_m2, gpt_oss, llama4_text,
+llama4 (wrapper: ``text_config``), olmo2, granite, cohere, cohere2, qwen3_next (Qwen3-Next), qwen3_5_text and
+qwen3_5_moe_text (Qwen3.5 dense and MoE) with their image-text wrappers qwen3_5 and qwen3_5_moe (``text_config``
+sized): Gated DeltaNet linear-attention layers between gated softmax-attention layers.
 Types whose layers aicalc's cost model does not represent are refused with the rest (:data:`NOT_REPRESENTED`
-names them: linear or gated-delta-net attention, sparse-attention indexers, state-space layers). Keys that a real
+names them: other linear attentions, DeepSeek-V4's compressed sparse attention, state-space layers). Keys that a real
 config.json may leave out take the defaults of the transformers configuration class of that family (e.g.
 Gemma-2 ties embeddings, Falcon's FFN is 4·H, DeepSeek-V2's q_lora_rank is 1536 unless set to null); keys no
 default exists for must be present, and a missing one is reported by name.
@@ -18,20 +18,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from aicalc.catalog.arch import MLA, Arch, LinearAttention, MoE
+from aicalc.catalog.arch import MLA, Arch, Indexer, LinearAttention, MoE
 from aicalc.errors import AicalcError
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gemma3",
              "phi3", "gpt2", "falcon", "bloom", "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe", "glm4_moe_lite",
-             "minimax_m2", "gpt_oss", "llama4_text", "llama4", "olmo2", "granite", "cohere", "cohere2", "qwen3_next",
-             "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+             "deepseek_v32", "glm_moe_dsa", "minimax_m2", "gpt_oss", "llama4_text", "llama4", "olmo2", "granite", "cohere",
+             "cohere2", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 # Deployed model types whose layers aicalc does not represent (no cost-model terms for them), named in the refusal so
-# that the reason is plain: other linear attentions (Kimi Linear, MiniMax-M1/Text-01), sparse-attention indexers
-# (DeepSeek-V3.2, DeepSeek-V4, GLM-5's glm_moe_dsa) and Mamba/state-space hybrids.
+# that the reason is plain: other linear attentions (Kimi Linear, MiniMax-M1/Text-01), DeepSeek-V4's compressed sparse
+# attention and Mamba/state-space hybrids. (Gated DeltaNet is represented: Arch.linear_attention; so is DeepSeek-V3.2's
+# and GLM-5's sparse-attention indexer: Arch.indexer.)
 NOT_REPRESENTED = {
-    "kimi_linear": "Kimi delta attention (linear)",
-    "minimax": "lightning (linear) attention", "deepseek_v32": "sparse-attention indexer",
-    "deepseek_v4": "sparse-attention indexer", "glm_moe_dsa": "sparse-attention indexer",
+    "kimi_linear": "Kimi delta attention (linear)", "minimax": "lightning (linear) attention",
+    "deepseek_v4": "compressed sparse attention (hybrid CSA/HCA layers, hyper-connections)",
     "mamba": "state-space layers", "mamba2": "state-space layers", "jamba": "Mamba layers",
     "falcon_h1": "Mamba layers", "nemotron_h": "Mamba layers", "granitemoehybrid": "Mamba layers",
 }
@@ -48,7 +48,8 @@ MAX_DIM = {
     "hidden_size": _WIDTH, "n_embd": _WIDTH, "n_embed": _WIDTH, "q_lora_rank": _WIDTH, "kv_lora_rank": _WIDTH,
     "num_attention_heads": _HEADS, "n_head": _HEADS, "num_key_value_heads": _HEADS, "num_kv_heads": _HEADS,
     "n_head_kv": _HEADS, "head_dim": _HEADS, "qk_nope_head_dim": _HEADS, "qk_rope_head_dim": _HEADS,
-    "v_head_dim": _HEADS, "num_ln_in_parallel_attn": 16,
+    "v_head_dim": _HEADS, "num_ln_in_parallel_attn": 16, "index_n_heads": _HEADS, "index_head_dim": _HEADS,
+    "index_topk": _TOKENS,
     "intermediate_size": _FFN, "n_inner": _FFN, "ffn_hidden_size": _FFN, "moe_intermediate_size": _FFN,
     "shared_expert_intermediate_size": _FFN, "vocab_size": 2**24,
     "num_local_experts": _EXPERTS, "num_experts": _EXPERTS, "n_routed_experts": _EXPERTS,
@@ -585,6 +586,94 @@ def _glm4_moe_lite(r):
     )
 
 
+def _mlp_layer_types(r: _Reader, L: int, dense_default: int) -> tuple[bool, ...]:
+    """Which layers are MoE: ``mlp_layer_types`` ("dense"/"sparse") when given, else the first
+    ``first_k_dense_replace`` layers dense (the DeepseekV32Config / GlmMoeDsaConfig ``__post_init__``)."""
+    kinds = r.cfg.get("mlp_layer_types")
+    if kinds is None:
+        dense = min(r.get("first_k_dense_replace", default=dense_default, minimum=0), L)
+        return tuple(i >= dense for i in range(L))
+    if not isinstance(kinds, list) or len(kinds) != L or any(k not in ("dense", "sparse") for k in kinds):
+        raise AicalcError(f"{r.origin}: field 'mlp_layer_types' must list 'dense' or 'sparse' for each of the {L} layers")
+    return tuple(kind == "sparse" for kind in kinds)
+
+
+def _dsa(r: _Reader, family: str, *, defaults: dict, index_heads: int, indexer_layers: tuple[bool, ...] = ()) -> Arch:
+    """DeepSeek Sparse Attention models (``DeepseekV32Config`` / ``GlmMoeDsaConfig``, transformers
+    ``modeling_deepseek_v32.py`` / ``modeling_glm_moe_dsa.py``): DeepSeek-V3's MLA with a q LoRA (the indexer's
+    ``wq_b`` reads its q latent, so ``q_lora_rank`` null is refused) and MoE (routed experts, shared experts, a
+    bias-free router whose ``e_score_correction_bias`` is a buffer), plus a lightning indexer of ``index_n_heads`` ×
+    ``index_head_dim`` keeping the ``index_topk`` best tokens per query (:class:`aicalc.catalog.arch.Indexer`). The
+    MTP layer of the released files (``num_nextn_predict_layers``) is not built by transformers and not counted.
+    Omitted keys take the class defaults ``defaults``."""
+    L = r.get("num_hidden_layers", default=defaults["layers"])
+    if "q_lora_rank" in r.cfg and r.cfg["q_lora_rank"] is None:
+        raise AicalcError(f"{r.origin}: q_lora_rank null is not supported for model_type '{family}' (the sparse-"
+                          "attention indexer projects its queries from MLA's q latent)")
+    mla = _mla_with_defaults(r, q_lora=defaults["q_lora"], nope=defaults["nope"], v=defaults["v"])
+    experts = r.get("n_routed_experts", "num_local_experts", default=defaults["experts"])
+    k = r.get("num_experts_per_tok", default=8)
+    moe = MoE(experts=experts, experts_per_token=k, expert_ffn=r.get("moe_intermediate_size", default=2048),
+              shared_experts=r.get("n_shared_experts", default=1, minimum=0),
+              **_expert_groups(r, experts, r.get("n_group", default=defaults["n_group"]),
+                               r.get("topk_group", default=defaults["topk_group"]), k))
+    indexer = Indexer(heads=r.get("index_n_heads", default=index_heads), head_dim=r.get("index_head_dim", default=128),
+                      topk=r.get("index_topk", default=2048), q_rank=mla.q_lora_rank,
+                      layers=indexer_layers or (True,) * L)
+    if indexer.head_dim < mla.qk_rope_head_dim:
+        raise AicalcError(f"{r.origin}: index_head_dim ({indexer.head_dim}) is smaller than qk_rope_head_dim "
+                          f"({mla.qk_rope_head_dim}): the indexer applies RoPE to its first qk_rope_head_dim channels")
+    A = r.get("num_attention_heads", default=defaults["heads"])
+    bias = r.get("attention_bias", default=False, kind=bool)
+    return Arch(
+        family=family, hidden=r.get("hidden_size", default=defaults["hidden"]), layers=L, heads=A, kv_heads=A,
+        head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim,
+        ffn=r.get("intermediate_size", default=defaults["ffn"]), gated_ffn=True,
+        vocab=r.get("vocab_size", default=defaults["vocab"]),
+        tied_embeddings=r.get("tie_word_embeddings", default=False, kind=bool),
+        max_context=r.get("max_position_embeddings", default=defaults["context"]), qkv_bias=bias, o_bias=bias,
+        activation=r.get("hidden_act", default="silu", kind=str), moe=moe,
+        moe_layers=_mlp_layer_types(r, L, 3), mla=mla, indexer=indexer,
+    )
+
+
+_V32 = {"layers": 61, "q_lora": 1536, "nope": 128, "v": 128, "experts": 256, "n_group": 8, "topk_group": 4,
+        "heads": 128, "hidden": 7168, "ffn": 18432, "vocab": 129280, "context": 163840}
+_GLM_DSA = {**_V32, "layers": 78, "q_lora": 2048, "nope": 192, "v": 256, "n_group": 1, "topk_group": 1, "heads": 64,
+            "hidden": 6144, "ffn": 12288, "vocab": 154880, "context": 202752}
+
+
+def _deepseek_v32(r):
+    """DeepSeek-V3.2 / V3.2-Exp (``DeepseekV32Config``): an indexer on every layer (64 heads by default)."""
+    return _dsa(r, "deepseek_v32", defaults=_V32, index_heads=64)
+
+
+def _glm_moe_dsa(r):
+    """GLM-5 (``GlmMoeDsaConfig``): DeepSeek-V3.2's layout with GLM's defaults (32 indexer heads) and cross-layer
+    top-k sharing: ``indexer_types`` ("full" runs the layer's own indexer, "shared" reuses the previous full layer's
+    top-k and has no indexer), else ``index_topk_pattern`` ("F"/"S" per layer), else layer i is full when
+    max(i − ``index_skip_topk_offset`` + 1, 0) is a multiple of ``index_topk_freq`` (defaults 2 and 1: every layer
+    full), as ``GlmMoeDsaConfig.__post_init__`` derives it."""
+    L = r.get("num_hidden_layers", default=_GLM_DSA["layers"])
+    kinds = r.cfg.get("indexer_types")
+    if kinds is None:
+        pattern = r.cfg.get("index_topk_pattern")
+        if pattern is not None:
+            if not isinstance(pattern, str) or any(c not in "FS" for c in pattern):
+                raise AicalcError(f"{r.origin}: field 'index_topk_pattern' must be a text of 'F' and 'S' per layer")
+            kinds = ["full" if c == "F" else "shared" for c in pattern]
+        else:
+            freq = r.get("index_topk_freq", default=1)
+            offset = r.get("index_skip_topk_offset", default=2, minimum=0)
+            kinds = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(L)]
+    if not isinstance(kinds, list) or len(kinds) != L or any(k not in ("full", "shared") for k in kinds):
+        raise AicalcError(f"{r.origin}: field 'indexer_types' must list 'full' or 'shared' for each of the {L} layers")
+    if kinds[0] != "full":
+        raise AicalcError(f"{r.origin}: layer 0's indexer is 'shared', with no earlier layer's top-k to reuse")
+    return _dsa(r, "glm_moe_dsa", defaults=_GLM_DSA, index_heads=32,
+                indexer_layers=tuple(k == "full" for k in kinds))
+
+
 def _minimax_m2(r):
     """MiniMax-M2 (``MiniMaxM2Config``/``modeling_minimax_m2.py``): GQA without biases, ``head_dim`` 128 by default
     (A·d = 6144 while H = 3072), QK-norm over the whole projection (``MiniMaxM2RMSNorm(num_attention_heads *
@@ -711,7 +800,8 @@ _READERS = {
     "falcon": _falcon, "bloom": _bloom, "deepseek_v2": _deepseek_v2, "deepseek_v3": _deepseek_v3,
     # Kimi K2's files name model_type kimi_k2 for its custom code, a copy of DeepSeek-V3's (architectures
     # DeepseekV3ForCausalLM); transformers reads a kimi_k2 config as deepseek_v3 (Kimi_K25Config.__post_init__)
-    "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe, "glm4_moe_lite": _glm4_moe_lite, "minimax_m2": _minimax_m2, "gpt_oss": _gpt_oss,
+    "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe, "glm4_moe_lite": _glm4_moe_lite, "minimax_m2": _minimax_m2,
+    "deepseek_v32": _deepseek_v32, "glm_moe_dsa": _glm_moe_dsa, "gpt_oss": _gpt_oss,
     "llama4_text": _llama4_text, "olmo2": _olmo2, "granite": _granite, "cohere": _cohere, "cohere2": _cohere2,
     "qwen3_next": _qwen3_next, "qwen3_5_text": _qwen3_5_text, "qwen3_5_moe_text": _qwen3_5_moe_text,
 }

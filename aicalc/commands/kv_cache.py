@@ -44,6 +44,8 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
     warnings, code = list(res.warnings), ExitCode.OK
     columns = ["batch", "context", "kv_per_sequence_bytes", "kv_cache_bytes_per_device", "weights_bytes_per_device",
                "total_bytes_per_device"]
+    if "indexer_cache_bytes_per_device" in cols:  # a DSA model: the indexer keys' part of the cache, on its own
+        columns.insert(4, "indexer_cache_bytes_per_device")
     if "state_bytes_per_device" in cols:  # linear-attention layers' fixed state, part of the cache column
         columns.insert(4, "state_bytes_per_device")
     chip_obj = m["chip"]
@@ -105,6 +107,9 @@ def _notes(shape, block_size, arch=None) -> list[str]:
 
     notes = [f"KV per token per device: {fmt_bytes(shape.bytes_per_token)} "
              f"({shape.full_layers} full + {shape.sliding_layers} sliding layers × {shape.bytes_per_token_layer:g} B)"]
+    if shape.indexer_bytes_per_token:
+        notes.append(f"of which the sparse-attention indexer's keys: {fmt_bytes(shape.indexer_bytes_per_token)} per "
+                     "token per device (fp8 + fp32 scales as vLLM/SGLang keep them; --engine hf: transformers' bf16)")
     if shape.state_bytes and arch is not None:
         notes.append(f"{arch.linear_layers} linear-attention (Gated DeltaNet) layers cache no tokens: they hold a "
                      f"fixed conv + recurrent state of {fmt_bytes(shape.state_bytes)} per sequence per device "

@@ -36,6 +36,9 @@ def model_row(spec) -> dict:
     if a.mla:
         row |= {"q_lora_rank": a.mla.q_lora_rank, "kv_lora_rank": a.mla.kv_lora_rank,
                 "qk_rope_head_dim": a.mla.qk_rope_head_dim, "v_head_dim": a.mla.v_head_dim}
+    if a.indexer:  # DeepSeek Sparse Attention's lightning indexer
+        row |= {"index_heads": a.indexer.heads, "index_head_dim": a.indexer.head_dim, "index_topk": a.indexer.topk,
+                "indexer_layers": sum(a.indexer.layers)}
     return row | {"source": spec.source}
 
 

@@ -80,6 +80,10 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
              f"peak {tc.peak_flop_per_s / 1e12:,.1f} TFLOP/s dense {precision} per chip; DP network "
              f"{tc.dp_bytes_per_s / 1e9:,.0f} GB/s per chip per direction (--dp-bandwidth)",
              cost_note(chip_obj, m["price"], price is not None)]
+    if spec.arch.indexer is not None:  # DSA: the continued pre-training's sparse stage (aicalc.core.indexer)
+        notes.append(f"sparse attention (DSA): the estimate is of the sparse training stage, every layer's attention "
+                     f"over the top {spec.arch.indexer.topk:,} tokens plus the lightning indexer over all of them; "
+                     "the dense warm-up stage that trains the indexer alone is not modelled (docs/catalog.md)")
     fw = profiles.load("framework", framework)
     gen = fw.options["by_generation"].get(chip_obj.generation or "", ({}, {}))[0]
     releases = profiles.families("framework").get(fw.options["family"], ()) if fw.options.get("family") else ()

@@ -23,6 +23,8 @@ Sources of the terms:
 - MoE layers: :mod:`aicalc.core.moe` (experts reached, grouped GEMMs by tokens per expert, routing, permutation,
   load imbalance, dispatch and combine under expert and attention-data parallelism).
 - TP all-reduce: two per layer (Megatron-LM, Shoeybi et al. 2019 §3) of the ``B·T·H`` activation.
+- DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): :mod:`aicalc.core.indexer` (the lightning indexer's
+  projections and fp8 scoring over all P + T keys; MLA in its MQA mode over each query's min(P + i + 1, topk) keys).
 - Linear-attention (Gated DeltaNet) layers of a hybrid (Qwen3-Next, Qwen3.5): the attention projections, core
   and KV traffic above run on the softmax-attention layers only; each linear layer runs its input and output
   projections (GEMMs), the depthwise conv, and the delta rule, whose FLOPs per token and state traffic per
@@ -87,6 +89,9 @@ def shape_of(arch: Arch) -> Shape:
         m = arch.mla
         out = arch.heads * m.v_head_dim * H + (H if arch.o_bias else 0)
         qk, vd = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+        if arch.indexer is not None:  # DSA runs MLA in its MQA mode: every head scores the 576-wide latent + RoPE
+            #                           key and reads the 512-wide latent as value (DeepSeek-V3.2 report §2.1)
+            qk, vd = m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank
     else:
         out = arch.q_dim * H + (H if arch.o_bias else 0)
         qk, vd = arch.head_dim, arch.head_dim
@@ -295,6 +300,12 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
         else:  # a materialized score matrix is the full T × keys rectangle over the cache, masked afterwards
             keys = T * geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)
         cached = geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)
+        if arch.indexer is not None and fm.flash:  # DSA: each query attends to its top-k only (aicalc.core.indexer)
+            from aicalc.core.indexer import sparse_keys
+
+            keys = s.full_layers * sparse_keys(arch, P, T)
+            # the selected latents: read once per pass, at most all P + T of them, at most top-k per query
+            cached = s.full_layers * np.minimum(P + T, T * float(arch.indexer.topk))
         heads = geo.kv_heads_per_device(arch, tp)
         if not fm.kv_shared and arch.mla is None:  # K/V read once per query head instead of once per kv head
             cached = cached * (A / tp) / heads
@@ -360,6 +371,15 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     else:
         stream("elementwise", M, lambda m: m * (2.0 * s.attn_in_params / H / tp + 6.0 * H) * ab * L, 3.0 * L,
                layers=L)
+    if arch.indexer is not None:  # DSA's lightning indexer: its projections per token, its scoring per sequence
+        from aicalc.core import indexer as dsa
+
+        ix, Li = arch.indexer, float(dsa.indexer_layers(arch))
+        # replicated over TP (vLLM / SGLang ReplicatedLinear): whole weights and columns on every device
+        gemm("indexer_q", M, ix.heads * ix.head_dim, ix.q_rank, Li, Li * ix.q_rank * ix.heads * ix.head_dim * wb)
+        gemm("indexer_k", M, ix.head_dim + ix.heads, H, Li, Li * H * (ix.head_dim + ix.heads) * wb)
+        if attention_core:
+            ops.append(dsa.score_op(arch, B, T, P, zero))
     if attention_core:
         attention()
     gemm("o_proj", M, H, o_params / H, La, La * o_params * wb)

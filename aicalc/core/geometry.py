@@ -93,6 +93,18 @@ def kv_bytes_per_token_layer(arch: Arch, kv_dtype: str = "bf16", tp=1):
     return kv_heads_per_device(arch, tp) * kv_vector_bytes(arch, kv_dtype)
 
 
+def cache_bytes_per_token_layer(arch: Arch, kv_dtype: str = "bf16", tp=1, engine: str = "vllm"):
+    """Everything an engine caches per token and layer on one device: the KV (:func:`kv_bytes_per_token_layer`)
+    plus, for a DSA model, the lightning indexer's keys spread over the softmax-attention layers (Li/La of
+    :func:`aicalc.core.indexer.indexer_key_bytes`: whole on every device, the indexer is replicated over TP)."""
+    kv = kv_bytes_per_token_layer(arch, kv_dtype, tp)
+    if arch.indexer is None:
+        return kv
+    from aicalc.core.indexer import indexer_cache_bytes_per_token
+
+    return kv + indexer_cache_bytes_per_token(arch, engine) / arch.attention_layers
+
+
 def tokens_held(full_layers: int, sliding_layers: int, window: int, context):
     """Σ over layers of the tokens a layer holds (or one query attends to) at ``context`` tokens: full layers
     all of them, sliding-window layers at most the window (IM-09)."""
@@ -150,6 +162,16 @@ def attention_params_per_device(arch: Arch, tp=1):
     return (total - kv) / tp + kv * kv_heads_per_device(arch, tp) / arch.kv_heads
 
 
+def _indexer_params(arch: Arch) -> int:
+    """DSA's indexer weights, whole on every device: vLLM and SGLang build ``wq_b``, ``wk`` and ``weights_proj`` as
+    ``ReplicatedLinear`` (:mod:`aicalc.core.indexer`)."""
+    if arch.indexer is None:
+        return 0
+    from aicalc.core.indexer import indexer_params
+
+    return indexer_params(arch)
+
+
 def mixer_params_per_device(arch: Arch, tp=1):
     """All layers' token mixers on one device: the softmax-attention layers' (:func:`attention_params_per_device`)
     and the linear-attention layers' (:func:`aicalc.core.linear_attention.layer_params_per_device`)."""
@@ -199,7 +221,7 @@ def weight_bytes(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float |
     qe = q if expert_bpp is None else expert_bpp
     ta = tp / attention_dp if not (isinstance(attention_dp, int) and attention_dp == 1) else tp
     return WeightBytes(embedding=n.embedding / ta * edge, lm_head=n.lm_head / ta * edge,
-                       attention=mixer_params_per_device(arch, ta) * q,
+                       attention=(mixer_params_per_device(arch, ta) + _indexer_params(arch)) * q,
                        ffn=(n.ffn - routed) / ta * q + slots / tp * qe,
                        norms=n.norms * norm_bytes_per_param(dtype))
 

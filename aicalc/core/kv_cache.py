@@ -1,7 +1,9 @@
 """KV-cache bytes for batches of sequences: exact per layer kind, per device, paged or not.
 
 Per token and layer (IM-01): ``2 · K · d · bytes`` for MHA/GQA/MQA, with d the explicit head_dim;
-MLA (IM-06, DeepSeek-V2 §2.1): one latent of ``kv_lora_rank + qk_rope_head_dim`` elements, no ×2.
+MLA (IM-06, DeepSeek-V2 §2.1): one latent of ``kv_lora_rank + qk_rope_head_dim`` elements, no ×2; a DSA model
+(DeepSeek-V3.2, GLM-5) also caches its lightning indexer's key per token and indexer layer
+(:mod:`aicalc.core.indexer`), counted in the per-layer bytes and reported on its own as ``indexer_bytes_per_token``.
 A sliding-window layer holds at most its window of tokens (IM-09); the others hold the whole
 context. Paged allocation (vLLM, IM-10/IM-11) rounds every sequence up to whole blocks of
 ``block_size`` tokens per layer. A linear-attention layer (Gated DeltaNet: Qwen3-Next, Qwen3.5) caches no
@@ -12,7 +14,7 @@ counted beside the KV bytes as ``state_bytes``. Everything broadcasts over numpy
 from typing import NamedTuple
 
 from aicalc.catalog.arch import Arch
-from aicalc.core.geometry import kv_bytes_per_token_layer, tokens_held
+from aicalc.core.geometry import cache_bytes_per_token_layer, tokens_held
 
 
 class KVShape(NamedTuple):
@@ -22,6 +24,9 @@ class KVShape(NamedTuple):
     full_layers: int
     sliding_layers: int
     window: int  # tokens a sliding layer keeps at most (0 when none)
+    # of bytes_per_token: a DSA model's indexer keys, one token over all layers, one device (already in the per-layer
+    # bytes, spread over the softmax-attention layers; 0 without an indexer)
+    indexer_bytes_per_token: float = 0.0
     state_bytes: float = 0.0  # one sequence's linear-attention state over all such layers, one device
 
     @property
@@ -40,21 +45,28 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vll
     ``hf``, transformers' default DynamicCache: a sliding layer keeps W − 1 tokens after a forward
     (the new token attends to W − 1 cached ones), and Falcon's new decoder architecture caches K/V
     broadcast to all A query heads (``torch.broadcast_to`` in ``FalconAttention``), not its K kv heads.
+    A DSA indexer's keys: fp8 with fp32 block scales under ``vllm`` (the serving engines), the model dtype under
+    ``hf`` (:func:`aicalc.core.indexer.indexer_key_bytes`).
     """
     from aicalc.errors import check_choice
 
     check_choice("engine", engine, ENGINES)
     if engine == "hf" and arch.family == "falcon" and arch.kv_heads not in (1, arch.heads):
         arch = arch._replace(kv_heads=arch.heads)
-    per_layer = kv_bytes_per_token_layer(arch, kv_dtype, tp)
+    per_layer = cache_bytes_per_token_layer(arch, kv_dtype, tp, engine)
     sliding = arch.sliding_layers
     keep = arch.sliding_window - (1 if engine == "hf" else 0) if sliding else 0
+    index = 0.0
+    if arch.indexer is not None:
+        from aicalc.core.indexer import indexer_cache_bytes_per_token
+
+        index = indexer_cache_bytes_per_token(arch, engine)
     state = 0.0
     if arch.linear_layers:
         from aicalc.core.linear_attention import state_bytes
 
         state = state_bytes(arch, tp, engine)
-    return KVShape(per_layer, arch.attention_layers - sliding, sliding, keep, state)
+    return KVShape(per_layer, arch.attention_layers - sliding, sliding, keep, index, state)
 
 
 def kv_bytes_per_token(arch: Arch, kv_dtype: str = "bf16") -> float:

@@ -131,6 +131,10 @@ def count_params(arch: Arch) -> ParamCount:
         from aicalc.core.linear_attention import layer_params
 
         attention += arch.linear_layers * layer_params(arch)
+    if arch.indexer is not None:  # DSA's lightning indexers, inside ``self_attn`` (aicalc.core.indexer)
+        from aicalc.core.indexer import indexer_params
+
+        attention += indexer_params(arch)
     dense_ffn = mlp_params(arch, arch.ffn)
     ffn = 0
     active_ffn = 0

@@ -89,6 +89,14 @@ def flops_per_token(s: Shape, seq, recompute: str = "none", attention_flops: str
     if attention_flops == "causal":
         keys = keys / 2.0
     attn = 2.0 * keys * s.A * (s.qk_dim + s.v_dim)  # forward: score + value, per token
+    if s.arch.indexer is not None:  # DSA, sparse stage: MLA over the top-k, plus the indexer (aicalc.core.indexer)
+        from aicalc.core import indexer as dsa
+
+        params, idx_keys, sparse = dsa.training_terms(s.arch, seq, attention_flops == "causal")
+        n_mm = n_mm + params
+        La = s.full_layers + s.sliding_layers  # the softmax-attention layers (all of a DSA model's)
+        attn = 2.0 * La * sparse * s.A * (s.qk_dim + s.v_dim) + float(dsa.indexer_layers(s.arch)) * idx_keys \
+            * dsa.score_flop_per_key(s.arch)
     if s.linear_layers:  # the delta rule and conv: forward and two backward passes, like a matmul's
         attn = attn + linear_flops_per_token(s)
     model = 6.0 * n_mm + 3.0 * attn + 6.0 * s.V * s.H
