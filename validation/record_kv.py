@@ -6,7 +6,8 @@ are exact, no memory is allocated), runs ``model(input_ids, use_cache=True)`` on
 ``(batch, seq)`` and sums ``numel() * element_size()`` of every ``keys`` and ``values`` tensor in the returned
 ``past_key_values.layers``. One decode step (one more token) is then run on the same cache and measured again.
 
-Recorded per case: ``kv_bytes`` (the logical bytes of the cached key/value tensors), ``per_layer_seq``
+Recorded per case: ``kv_bytes`` (the logical bytes of the cached key/value tensors), for Mamba layers
+``conv_state_bytes`` and ``ssm_state_bytes`` (the bytes of their ``conv_states`` and ``recurrent_states``), ``per_layer_seq``
 (dim -2 of each layer's keys), ``per_layer_bytes``, ``layer_groups`` (runs of layers with the same cache class,
 tensor shapes and dtype: the exact shapes that are cached), ``kv_storage_bytes`` (bytes of the distinct tensor
 storages those tensors keep alive; larger than ``kv_bytes`` where a cached tensor is a slice of a bigger
@@ -267,6 +268,28 @@ CROSSCHECK_CONFIGS: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2,
         "rotary_dim": 16,
     },
+    # Nemotron-H: one mixer per block, Mamba-2 (M), MoE (E), attention (*), dense MLP (-); the Mamba blocks keep a
+    # conv state and an SSM state per sequence, the attention blocks K/V
+    "nemotron_h": {
+        "model_type": "nemotron_h",
+        "hidden_size": 64,
+        "hybrid_override_pattern": "ME*-M*",
+        "intermediate_size": 96,
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 16,
+        "ssm_state_size": 16,
+        "n_groups": 2,
+        "chunk_size": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "moe_shared_expert_intermediate_size": 48,
+        "vocab_size": 512,
+        "max_position_embeddings": 256,
+    },
     # three sliding layers (window 8) per full one (sliding_window_pattern 4)
     "cohere2": {
         "model_type": "cohere2",
@@ -277,6 +300,9 @@ CROSSCHECK_CONFIGS: dict[str, dict[str, Any]] = {
     },
 }
 CROSSCHECK_SEQS = (6, 7, 8, 9, 12)
+# model types whose cache keeps a per-sequence state (Mamba conv + SSM) beside K/V: recorded also at 2 x 300 tokens
+# and after a decode step
+STATEFUL = ("nemotron_h",)
 
 _MLA_NOTE = (
     "MLA: transformers caches the compressed latent, not per-head K/V. layer.keys = "
@@ -322,6 +348,7 @@ def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str,
     per_bytes: list[int] = []
     rows: list[dict[str, Any]] = []
     storages: dict[int, int] = {}
+    state_bytes: dict[str, int] = {}
     for i, layer in enumerate(cache.layers):
         k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
         ltype, window = plan[i] if plan and i < len(plan) else (None, None)
@@ -346,6 +373,14 @@ def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str,
             for t in (k, v):
                 st = t.untyped_storage()
                 storages[st._cdata] = int(st.nbytes())
+        for kind in ("conv_states", "recurrent_states"):  # Mamba / linear-attention layers: per-sequence state
+            states = [t for t in (getattr(layer, kind, None) or {}).values() if t is not None]
+            if states:
+                row[kind] = [[int(x) for x in t.shape] for t in states]
+                row[kind + "_dtype"] = str(states[0].dtype).removeprefix("torch.")
+                nbytes = sum(int(t.numel() * t.element_size()) for t in states)
+                state_bytes[kind] = state_bytes.get(kind, 0) + nbytes
+                row[kind + "_bytes"] = nbytes
         row["layer_type"] = ltype
         row["sliding_window"] = window
         row["bytes_per_layer"] = per_bytes[-1]
@@ -359,7 +394,7 @@ def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str,
         {"layers": [r["first"], r["last"]], **{k: v for k, v in r.items() if k not in ("first", "last")}}
         for r in rows
     ]
-    return {
+    out = {
         "cache_class": type(cache).__name__,
         "kv_bytes": int(sum(per_bytes)),
         "per_layer_seq": per_seq,
@@ -367,6 +402,10 @@ def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str,
         "layer_groups": groups,
         "kv_storage_bytes": int(sum(storages.values())),
     }
+    if state_bytes:  # conv and SSM (recurrent) state of the Mamba layers, beside the key/value bytes
+        out["conv_state_bytes"] = state_bytes.get("conv_states", 0)
+        out["ssm_state_bytes"] = state_bytes.get("recurrent_states", 0)
+    return out
 
 
 _MODELS: dict[tuple[str, str, str | None], tuple[Any, Any]] = {}
@@ -438,7 +477,8 @@ def run_case(
                 ).past_key_values
             after = inspect_cache(pkv, plan)
             res[f"after_decode_{decode_steps}"] = {
-                k: after[k] for k in ("kv_bytes", "per_layer_seq", "per_layer_bytes", "kv_storage_bytes")
+                k: after[k] for k in ("kv_bytes", "per_layer_seq", "per_layer_bytes", "kv_storage_bytes",
+                                      "conv_state_bytes", "ssm_state_bytes") if k in after
             }
     return res
 
@@ -532,6 +572,8 @@ def build_cases(sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
         w = _max_window(src["config"])
         if w is not None:
             cases.append({**base, "batch": 1, "seq": w + 100})
+        if src["config"].get("model_type") in STATEFUL:  # a prompt of several SSD chunks, two sequences
+            cases.append({**base, "batch": 2, "seq": 300})
     for extra in EXTRA_CASES:
         src = by_name.get(extra["name"])
         if src is None:
@@ -577,7 +619,8 @@ def compute_records(only: list[str] | None = None) -> list[dict[str, Any]]:
         if only and c["name"] not in only:
             continue
         t0 = time.perf_counter()
-        decode = 1 if _max_window(c["config"]) is not None else 0  # informative only where a window slides
+        # informative only where a window slides or a per-sequence state is kept
+        decode = 1 if _max_window(c["config"]) is not None or c["config"].get("model_type") in STATEFUL else 0
         try:
             res = run_case(
                 c["config"],

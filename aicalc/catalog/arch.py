@@ -2,6 +2,14 @@
 
 Notation (used throughout aicalc): H hidden, L layers, A attention heads, K kv heads, d head_dim,
 F ffn size, V vocab, E experts, k experts per token.
+
+A layer is an attention block and an FFN unless its per-layer fields say otherwise. Hybrid models whose blocks
+hold ONE mixer each (Nemotron-H: a Mamba-2 mixer, an attention, a dense MLP or an MoE, chosen per block) say so
+with two per-layer fields: ``layer_types`` names the sequence mixer of each layer ("full_attention",
+"sliding_attention", "mamba" for a Mamba-2 mixer, "none" for a block without one) and ``ffn_layers`` is False
+where a layer has no FFN (``moe_layers`` True where the FFN it has is an MoE). A Nemotron-H "M" block is
+("mamba", no FFN), "*" ("full_attention", no FFN), "-" ("none", dense FFN), "E" ("none", MoE FFN). Unset, every
+layer has both, so every pre-existing model reads as before.
 """
 
 from typing import NamedTuple
@@ -22,6 +30,9 @@ class MoE(NamedTuple):
     # (transformers ``n_group`` / ``topk_group``); 1 / 1: no limit
     n_group: int = 1
     topk_group: int = 1
+    # latent MoE (Nemotron 3 Super, transformers ``moe_latent_size``): the routed experts run on a width-``latent``
+    # projection of H (``fc1_latent_proj`` H→latent before, ``fc2_latent_proj`` latent→H after); None: on H
+    latent: int | None = None
 
     @property
     def group_limited(self) -> bool:
@@ -42,6 +53,34 @@ class MLA(NamedTuple):
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+
+
+class Mamba(NamedTuple):
+    """A Mamba-2 (SSD) mixer (Dao & Gu 2024, arXiv:2405.21060; transformers ``NemotronHMamba2Mixer``): ``heads``
+    heads of ``head_dim`` channels (inner width I = heads·head_dim), B and C of ``state`` channels shared by each of
+    ``groups`` head groups, a depthwise causal conv of ``conv_kernel`` taps over x, B and C, and the SSD scan in
+    chunks of ``chunk`` tokens. Per sequence it keeps a conv state of (I + 2·G·N)·(conv_kernel) values and an SSM
+    state of heads·head_dim·N values, whatever the context."""
+
+    heads: int  # nh
+    head_dim: int  # P
+    state: int  # N, ssm_state_size
+    groups: int  # G, n_groups
+    conv_kernel: int  # d_conv
+    chunk: int = 128  # SSD chunk size
+    conv_bias: bool = True  # use_conv_bias
+    proj_bias: bool = False  # in_proj / out_proj biases (Nemotron-H ``use_bias``)
+    ssm_dtype: str = "fp32"  # the dtype the SSM state is cached in (``mamba_ssm_cache_dtype``)
+
+    @property
+    def inner(self) -> int:
+        """I = heads·head_dim, the width of x, z and the SSD output."""
+        return self.heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the depthwise conv: x, B and C, I + 2·G·N."""
+        return self.inner + 2 * self.groups * self.state
 
 
 class _ArchFields(NamedTuple):
@@ -74,27 +113,30 @@ class _ArchFields(NamedTuple):
     attention_sinks: bool = False  # one learned sink logit per query head and layer (gpt-oss ``self_attn.sinks``)
     activation: str = "silu"
     sliding_window: int | None = None
-    layer_types: tuple[str, ...] = ()  # per layer: "full_attention" or "sliding_attention"
+    layer_types: tuple[str, ...] = ()  # per layer: "full_attention", "sliding_attention", "mamba" or "none"
     moe: MoE | None = None
     moe_layers: tuple[bool, ...] = ()  # per layer: True where the FFN is a routed MoE
     mla: MLA | None = None
+    ffn_layers: tuple[bool, ...] = ()  # per layer: False where the layer has no FFN (hybrid one-mixer blocks)
+    mamba: Mamba | None = None  # the Mamba-2 mixer of the "mamba" layers
     extra: dict | None = None  # notes beside the shape (None: {}); left out of == and hash
 
 
 class Arch(_ArchFields):
     """A transformer's shape as every estimator reads it, in aicalc's notation (module docstring). A named tuple
-    (``_replace`` for a copy with other fields) compared and hashed without ``extra``: a frozen dataclass of its 33
+    (``_replace`` for a copy with other fields) compared and hashed without ``extra``: a frozen dataclass of its 35
     fields compiled its generated methods at import, ~10 M instructions of every query (docs/robustness.md)."""
 
     __slots__ = ()
 
     def __new__(cls, *args, **kw):
         self = super().__new__(cls, *args, **kw)
-        if self.layer_types and self.moe_layers and self.extra is not None:
+        if self.layer_types and self.moe_layers and self.ffn_layers and self.extra is not None:
             return self
-        # Unset per-layer patterns mean the plain case: every layer full attention, every FFN dense.
+        # Unset per-layer patterns mean the plain case: every layer full attention and an FFN, every FFN dense.
         return self._replace(layer_types=self.layer_types or ("full_attention",) * self.layers,
                              moe_layers=self.moe_layers or (self.moe is not None,) * self.layers,
+                             ffn_layers=self.ffn_layers or (True,) * self.layers,
                              extra={} if self.extra is None else self.extra)
 
     def __eq__(self, other):
@@ -123,6 +165,31 @@ class Arch(_ArchFields):
     @property
     def n_moe_layers(self) -> int:
         return sum(self.moe_layers)
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers with an attention block (full or sliding)."""
+        return sum(t in ("full_attention", "sliding_attention") for t in self.layer_types)
+
+    @property
+    def mamba_layers(self) -> int:
+        """Layers whose mixer is a Mamba-2 block."""
+        return sum(t == "mamba" for t in self.layer_types)
+
+    @property
+    def n_ffn_layers(self) -> int:
+        """Layers with an FFN (dense or MoE)."""
+        return sum(self.ffn_layers)
+
+    @property
+    def dense_ffn_layers(self) -> int:
+        """Layers with a dense FFN."""
+        return sum(f and not m for f, m in zip(self.ffn_layers, self.moe_layers, strict=False))
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether some layer lacks an attention block or an FFN (a one-mixer-per-block hybrid such as Nemotron-H)."""
+        return self.mamba is not None or not all(self.ffn_layers) or self.attention_layers != self.layers
 
     @property
     def attention_kind(self) -> str:

@@ -44,6 +44,8 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
     warnings, code = list(res.warnings), ExitCode.OK
     columns = ["batch", "context", "kv_per_sequence_bytes", "kv_cache_bytes_per_device", "weights_bytes_per_device",
                "total_bytes_per_device"]
+    if "state_bytes_per_device" in cols:  # Mamba layers' conv + SSM state, its own column beside the cache
+        columns[4:4] = ["state_bytes_per_device"]
     chip_obj = m["chip"]
     if "chips_needed" in cols:  # SRAM-only chips: the deployment spans as many chips as the bytes fill
         columns += ["chips_needed", "max_batch"]
@@ -105,6 +107,9 @@ def _notes(shape, block_size) -> list[str]:
              f"({shape.full_layers} full + {shape.sliding_layers} sliding layers × {shape.bytes_per_token_layer:g} B)"]
     if shape.sliding_layers:
         notes.append(f"sliding-window layers keep at most {shape.window:,} tokens")
+    if shape.state_bytes:
+        notes.append(f"Mamba state per sequence per device: {fmt_bytes(shape.state_bytes)} (conv + SSM state of every "
+                     "Mamba layer, constant in the context); layers without attention hold no K/V")
     if block_size:
         notes.append(f"paged in blocks of {block_size} tokens (vLLM); --block-size 1 gives the exact, unpaged size")
     return notes

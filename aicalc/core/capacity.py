@@ -87,6 +87,8 @@ def fit_of_bytes(shape: KVShape, budget, per_seq, block_size: int | None, out=No
     import numpy as np
 
     budget = np.maximum(np.asarray(budget, dtype=np.float64), 0)
+    if shape.state_bytes:  # a Mamba state per sequence beside its cache (a hybrid model's layers without K/V)
+        per_seq = np.add(per_seq, shape.state_bytes)
     if block_size:
         block_bytes = block_size * shape.bytes_per_token_layer * (shape.full_layers + shape.sliding_layers)
         concurrency = np.divide(per_seq, block_bytes, out=into)  # blocks per sequence, a new array or ``into``
@@ -103,11 +105,14 @@ def max_context(shape: KVShape, budget, batch, block_size: int | None):
     """Longest context (whole blocks) for which ``batch`` sequences fit in ``budget``.
 
     Inverts ``kv_cache_bytes``: full layers grow with S, sliding layers stop at the window W.
-    Returns inf where the cache stops growing (every layer sliding) and the window fits.
+    Returns inf where the cache stops growing (every layer sliding) and the window fits. The sequences' Mamba
+    state (``shape.state_bytes`` each) comes off the budget first.
     """
     import numpy as np
 
     per_tok = np.asarray(batch, dtype=np.float64) * shape.bytes_per_token_layer
+    if shape.state_bytes:
+        budget = np.asarray(budget, dtype=np.float64) - np.asarray(batch, dtype=np.float64) * shape.state_bytes
     avail = np.maximum(np.asarray(budget, dtype=np.float64), 0) / per_tok  # layer-tokens affordable
     full, slide, W = shape.full_layers, shape.sliding_layers, shape.window
     b = block_size or 1

@@ -31,6 +31,10 @@ def check_tp(arch: Arch, tp: int) -> None:
         raise ParameterError("tp", tp, f"does not divide the {arch.heads} attention heads")
     if arch.mla is None and arch.kv_heads % tp and tp % arch.kv_heads:
         raise ParameterError("tp", tp, f"neither divides the {arch.kv_heads} kv heads nor is a multiple of them")
+    m = arch.mamba
+    if m is not None and arch.mamba_layers and (m.heads % tp or m.groups % tp):
+        # Megatron's and vLLM's Mamba mixer split heads and B/C groups evenly over the TP ranks
+        raise ParameterError("tp", tp, f"does not divide the {m.heads} Mamba heads and their {m.groups} groups")
 
 
 def check_parallel(arch: Arch, tp: int, ep: int = 1, attention_dp: int = 1, redundant: int = 0) -> None:

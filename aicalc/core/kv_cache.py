@@ -3,7 +3,9 @@
 Per token and layer (IM-01): ``2 · K · d · bytes`` for MHA/GQA/MQA, with d the explicit head_dim;
 MLA (IM-06, DeepSeek-V2 §2.1): one latent of ``kv_lora_rank + qk_rope_head_dim`` elements, no ×2.
 A sliding-window layer holds at most its window of tokens (IM-09); the others hold the whole
-context. Paged allocation (vLLM, IM-10/IM-11) rounds every sequence up to whole blocks of
+context; a layer without attention (a Mamba-2 or MLP/MoE-only block of a hybrid) holds no K/V. A Mamba
+layer keeps instead a per-sequence state of constant size (:mod:`aicalc.core.mamba`), reported beside the
+cache as ``state_bytes`` (``KVShape.state_bytes`` per sequence and device). Paged allocation (vLLM, IM-10/IM-11) rounds every sequence up to whole blocks of
 ``block_size`` tokens per layer. Everything broadcasts over numpy arrays of batch and context.
 """
 
@@ -20,6 +22,7 @@ class KVShape(NamedTuple):
     full_layers: int
     sliding_layers: int
     window: int  # tokens a sliding layer keeps at most (0 when none)
+    state_bytes: float = 0.0  # one sequence's Mamba conv + SSM state, all layers, one device (0: no Mamba layers)
 
     @property
     def bytes_per_token(self) -> float:
@@ -37,6 +40,11 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vll
     ``hf``, transformers' default DynamicCache: a sliding layer keeps W − 1 tokens after a forward
     (the new token attends to W − 1 cached ones), and Falcon's new decoder architecture caches K/V
     broadcast to all A query heads (``torch.broadcast_to`` in ``FalconAttention``), not its K kv heads.
+
+    Mamba layers' state: the conv state in the activations' 16 bits (transformers' ``conv_states`` and vLLM's
+    take the model dtype), the SSM state in the model's ``ssm_dtype`` (vLLM's ``mamba_ssm_cache_dtype``) under
+    ``vllm`` and in fp32 under ``hf`` (transformers' chunk scan upcasts and caches its fp32 final state whatever
+    the config says).
     """
     from aicalc.errors import check_choice
 
@@ -46,7 +54,12 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vll
     per_layer = kv_bytes_per_token_layer(arch, kv_dtype, tp)
     sliding = arch.sliding_layers
     keep = arch.sliding_window - (1 if engine == "hf" else 0) if sliding else 0
-    return KVShape(per_layer, arch.layers - sliding, sliding, keep)
+    if arch.mamba is None:
+        return KVShape(per_layer, arch.layers - sliding, sliding, keep)
+    from aicalc.core.mamba import state_bytes_per_sequence
+
+    state = state_bytes_per_sequence(arch, 2.0, 4.0 if engine == "hf" else None, tp)
+    return KVShape(per_layer, arch.attention_layers - sliding, sliding, keep, state)
 
 
 def kv_bytes_per_token(arch: Arch, kv_dtype: str = "bf16") -> float:
@@ -103,3 +116,10 @@ def bytes_of(shape: KVShape, batch, held, out=None):
     out = np.multiply(np.asarray(batch, dtype=np.float64), held, out=out)
     out *= shape.bytes_per_token_layer
     return out
+
+
+def state_bytes(shape: KVShape, batch):
+    """Bytes per device of the Mamba state of ``batch`` sequences (constant in the context; 0 without Mamba)."""
+    import numpy as np
+
+    return np.multiply(np.asarray(batch, dtype=np.float64), shape.state_bytes)
