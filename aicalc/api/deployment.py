@@ -56,7 +56,7 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
     domain = (ic.domain if ic else None) or 8
     up = (ic.per_direction_bytes_per_s if ic else None) or 32e9
     out = (pre.chip.scale_out_gbs or 25.0) * 1e9
-    kv_bytes = float(kv_bytes_per_token_layer(arch, kv_dtype, 1)) * arch.layers * P
+    kv_bytes = float(kv_bytes_per_token_layer(arch, kv_dtype, 1)) * arch.attention_layers * P
     # decode: the largest batch that fits and meets the TPOT target
     top = max(1, max_concurrency(model, chip, tp=decode_tp, prompt=P, gen=G, dtype=dtype, kv_dtype=kv_dtype,
                                  utilization=utilization))

@@ -597,7 +597,7 @@ def _transfer_s(rep, prompt: float) -> float:
     from aicalc.core.geometry import kv_bytes_per_token_layer
 
     arch = rep.setup.model.arch
-    kv = float(kv_bytes_per_token_layer(arch, rep.setup.kv_dtype, 1)) * arch.layers * prompt
+    kv = float(kv_bytes_per_token_layer(arch, rep.setup.kv_dtype, 1)) * arch.attention_layers * prompt
     return kv / (rep.layout.tp * (rep.setup.chip.scale_out_gbs or 25.0) * 1e9)
 
 

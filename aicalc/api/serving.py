@@ -185,6 +185,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     held = held_context(P, G, eng_opts.get("kv_reserve", "live"))
     kv_dev = kv_cache_bytes(shape_kv, np.ceil(per_rep / D), held - cached, BLOCK) + \
         kv_cache_bytes(shape_kv, np.where(cached > 0, 1.0, 0.0), cached, BLOCK)  # the shared prefix, once
+    if shape_kv.state_bytes:  # Mamba layers: each running sequence's conv + SSM state
+        kv_dev = kv_dev + np.ceil(per_rep / D) * shape_kv.state_bytes
     if pp > 1:  # a device holds its stage's layers of every sequence's cache
         kv_dev = kv_dev * stage
     if spec is not None:

@@ -353,7 +353,7 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     block = 16
     # with attention DP each group's chips hold the cache of its own sequences: the replica's blocks are the groups';
     # with a pipeline each device holds its stage's layers of a block (the fullest stage's bound the replica's)
-    block_bytes = block * float(kv_bytes_per_token_layer(arch, cs.kv_dtype, tp // adp)) * arch.layers \
+    block_bytes = block * float(kv_bytes_per_token_layer(arch, cs.kv_dtype, tp // adp)) * arch.attention_layers \
         * stage_share(arch, pp)
     kv_blocks = int(max(budget, 0.0) // block_bytes) * adp
     if need is not None:  # the caller drops a replica without room: its step tables would go unused

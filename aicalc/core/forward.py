@@ -23,6 +23,10 @@ Sources of the terms:
 - MoE layers: :mod:`aicalc.core.moe` (experts reached, grouped GEMMs by tokens per expert, routing, permutation,
   load imbalance, dispatch and combine under expert and attention-data parallelism).
 - TP all-reduce: two per layer (Megatron-LM, Shoeybi et al. 2019 §3) of the ``B·T·H`` activation.
+- Hybrid one-mixer blocks (Nemotron-H, :class:`aicalc.catalog.arch.Arch`): attention ops run on the layers that
+  have attention, FFN ops on those with an FFN, Mamba-2 mixers (:func:`aicalc.core.mamba.mamba_ops`) on the
+  Mamba layers; norms, residual adds and TP all-reduces once per sub-block (a plain layer has two: attention
+  and FFN).
 """
 
 from typing import NamedTuple
@@ -63,6 +67,14 @@ class Shape(NamedTuple):
     norm_params: int
     total_params: int
     active_params: int
+    attn_layers: int = 0  # layers with attention (a plain model: L)
+    mamba_layers: int = 0  # layers whose mixer is a Mamba-2 block
+
+    @property
+    def pairs(self) -> float:
+        """Sub-blocks (attention, FFN, Mamba mixer) counted in pairs: a plain layer is one pair (L for a plain
+        model), a one-mixer hybrid block half of one. Norms, residual adds and TP all-reduces scale with it."""
+        return (self.attn_layers + self.dense_layers + self.moe_layers + self.mamba_layers) / 2.0
 
 
 def shape_of(arch: Arch) -> Shape:
@@ -84,13 +96,15 @@ def shape_of(arch: Arch) -> Shape:
     return Shape(
         arch=arch, H=H, L=arch.layers, A=arch.heads, V=arch.vocab, qk_dim=qk, v_dim=vd,
         attn_in_params=attn - out, attn_out_params=out,
-        ffn_in=g * arch.ffn, ffn=arch.ffn, dense_layers=arch.layers - n_moe, moe_layers=n_moe,
+        ffn_in=g * arch.ffn, ffn=arch.ffn, dense_layers=arch.dense_ffn_layers if arch.hybrid else arch.layers - n_moe,
+        moe_layers=n_moe,
         experts=e.experts if e else 0, experts_per_token=e.experts_per_token if e else 0,
         expert_in=g * e.expert_ffn if e else 0, expert_ffn=e.expert_ffn if e else 0,
         shared_in=g * e.shared_ffn if e else 0, shared_ffn=e.shared_ffn if e else 0,
-        full_layers=arch.layers - arch.sliding_layers, sliding_layers=arch.sliding_layers,
+        full_layers=arch.attention_layers - arch.sliding_layers, sliding_layers=arch.sliding_layers,
         window=(arch.sliding_window or 0) if arch.sliding_layers else 0,
         embedding_params=pc.embedding, norm_params=pc.norms, total_params=pc.total, active_params=pc.active,
+        attn_layers=arch.attention_layers, mamba_layers=arch.mamba_layers,
     )
 
 
@@ -214,7 +228,9 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     f64 = np.float64
     B, T, P, tp = (np.asarray(x, dtype=f64) for x in (batch, new_tokens, past, tp))
     arch, wb, ab = s.arch, fm.weight_bytes, ACT_BYTES
-    H, L, A = float(s.H), float(s.L), float(s.A)
+    H, A = float(s.H), float(s.A)
+    # attention layers, and sub-blocks in pairs (norms, residuals, TP all-reduces): both L for a plain model
+    L, Lp = float(s.attn_layers), s.pairs
     zero = 0.0 if lean else 0.0 * (B + T + P + tp)  # the common shape
     if lean:  # the same numbers (x·1 and x + 0 are x), without the copies
         M = B if T.ndim == 0 and T == 1.0 else B * T
@@ -305,14 +321,21 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     attn_weights = (L * geo.attention_params_per_device(arch, tp) - L * o_params) * wb
 
     stream("embedding", M, lambda m: m * H * (fm.edge_bytes + ab), 1.0)  # gather one row per token, write it
-    stream("norms", M, lambda m: m * 4.0 * H * ab * L, 2.0 * L, flop=lambda m: m * 8.0 * H * L,
-           weights=s.norm_params * fm.norm_bytes, layers=L)  # the norm weights: once per pass, on every device
-    gemm("qkv_proj", M, s.attn_in_params / H / tp, H, L, attn_weights)
-    # rope on q/k and the two residual adds
-    stream("elementwise", M, lambda m: m * (2.0 * s.attn_in_params / H / tp + 6.0 * H) * ab * L, 3.0 * L, layers=L)
-    if attention_core:
+    stream("norms", M, lambda m: m * 4.0 * H * ab * Lp, 2.0 * Lp, flop=lambda m: m * 8.0 * H * Lp,
+           weights=s.norm_params * fm.norm_bytes, layers=Lp)  # the norm weights: once per pass, on every device
+    if L:
+        gemm("qkv_proj", M, s.attn_in_params / H / tp, H, L, attn_weights)
+    # rope on q/k and the two residual adds (a hybrid: rope on its attention layers, a residual add per sub-block)
+    rope = 2.0 * s.attn_in_params / H / tp * (L / Lp)
+    stream("elementwise", M, lambda m: m * (rope + 6.0 * H) * ab * Lp, 3.0 * Lp, layers=Lp)
+    if attention_core and L:
         attention()
-    gemm("o_proj", M, H, o_params / H, L, L * o_params * wb)
+    if L:
+        gemm("o_proj", M, H, o_params / H, L, L * o_params * wb)
+    if s.mamba_layers:
+        from aicalc.core.mamba import mamba_ops
+
+        ops += mamba_ops(s, fm, M, B, T, P, tp, zero, gemm, stream, attention_core)
 
     if s.dense_layers:
         Ld = float(s.dense_layers)
@@ -330,10 +353,11 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     on = np.where(tp > 1, 1.0, 0.0)
     if affine(M, on):
         ops.append(Op("tp_allreduce", "collective", None, None, 0.0, 0.0, comm_bytes=None,
-                      collectives=float(on) * 2.0 * L, layers=L, affine=(M, 0.0, 0.0, float(on) * 2.0 * L * H * ab)))
+                      collectives=float(on) * 2.0 * Lp, layers=Lp,
+                      affine=(M, 0.0, 0.0, float(on) * 2.0 * Lp * H * ab)))
     else:
-        ops.append(Op("tp_allreduce", "collective", zero, zero, zero, zero, comm_bytes=M * on * 2.0 * L * H * ab,
-                      collectives=on * 2.0 * L + zero, layers=L))
+        ops.append(Op("tp_allreduce", "collective", zero, zero, zero, zero, comm_bytes=M * on * 2.0 * Lp * H * ab,
+                      collectives=on * 2.0 * Lp + zero, layers=Lp))
     stream("final_norm", Mlog, lambda m: m * 2.0 * H * ab, 1.0, per="logit")
     gemm("lm_head", Mlog, s.V / tp, H, 1.0, s.V * H / tp * fm.edge_bytes, bpw=fm.edge_bytes, per="logit")
     return ops
