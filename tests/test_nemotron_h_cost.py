@@ -91,3 +91,18 @@ def test_training_rows_are_held_out_and_scored():
     assert len(cases) == 11 and {r["split"] for r in cases} == {"held-out"}
     calib = (ROOT / "validation" / "cases" / "calibration-training.yaml").read_text()
     assert not any(r["id"] in calib for r in cases)
+
+
+def test_serve_holds_one_state_per_running_sequence(cli):
+    """serve's cache per device grows per running sequence by its K/V (whole 16-token blocks of the 6 attention
+    blocks' bytes per token, as transformers' cache grows) plus one Mamba state (transformers' conv + SSM state of a
+    sequence): 64 more sequences, 64 states."""
+    rec = next(r for r in KV if r["name"] == "nemotron-3-nano-30b-a3b" and r["case"] == "b2-s300")
+    state = (rec["conv_state_bytes"] + rec["ssm_state_bytes"]) / rec["batch"]
+    per_token = rec["kv_bytes"] / (rec["batch"] * rec["seq"])
+    rows = cli("serve", "nemotron-3-nano-30b-a3b", "--chip", "h100-sxm", "--concurrency", "1,65", "--prompt", "1000",
+               "--gen", "1000", "--json").json["rows"]
+    per_seq = (rows[1]["kv_cache_bytes_per_device"] - rows[0]["kv_cache_bytes_per_device"]) / 64
+    tokens = (per_seq - state) / per_token
+    assert tokens == round(tokens) and round(tokens) % 16 == 0 and 1000 <= tokens <= 2000
+    assert rows[0]["kv_cache_bytes_per_device"] == pytest.approx(state + tokens * per_token)
