@@ -110,7 +110,7 @@ def test_cli_kv_cache_on_the_file_equals_transformers_cache(cli, name):
 @pytest.mark.parametrize(
     "cfg, message",
     [
-        ({"model_type": "qwen3_next", "hidden_size": 64}, "'qwen3_next' \\(gated delta-net linear attention, not represented;"),
+        ({"model_type": "minimax"}, "'minimax' \\(lightning \\(linear\\) attention, not represented;"),
         ({"model_type": "deepseek_v32"}, "'deepseek_v32' \\(sparse-attention indexer, not"),
         ({"model_type": "kimi_linear"}, "unsupported model_type 'kimi_linear'"),
         ({"model_type": "minimax_m2", "attn_type_list": [0, 1]}, "linear \\(lightning\\) attention layers are not"),

@@ -1,5 +1,6 @@
 """KV bytes equal transformers' own cache, exactly (records of validation/record_kv.py: a forward pass with
-use_cache=True on fake tensors, summing the bytes of every cached key/value tensor; versions in the file)."""
+use_cache=True on fake tensors, summing the bytes of every cached key/value tensor, and of the conv and recurrent
+states of linear-attention and Mamba layers, ``state_bytes``; versions in the file)."""
 
 import json
 
@@ -20,7 +21,8 @@ ENGINE = {"DynamicCache": "hf", "StaticCache": "vllm"}
 def test_kv_bytes_equal_transformers_cache(rec):
     arch = arch_from_config(rec["config"])
     shape = kv_shape(arch, "bf16", 1, engine=ENGINE[rec["cache_class"]])
-    assert kv_cache_bytes(shape, rec["batch"], rec["seq"]) == rec["kv_bytes"]
+    assert kv_cache_bytes(shape, rec["batch"], rec["seq"]) == rec["kv_bytes"] + rec.get("state_bytes", 0)
+    assert shape.state_bytes * rec["batch"] == rec.get("state_bytes", 0)
 
 
 def test_records_cover_sliding_windows_below_and_above_and_mla():

@@ -186,6 +186,18 @@ def test_searches_consider_uneven_stages_and_folded_ep():
     assert 1 in set(int(x) for x in t["etp"]) and any(int(x) > 1 for x in t["ep"])
 
 
+def test_a_moe_search_lists_each_layout_once():
+    """Every row of the training layout search is a different layout (tp, pp, dp, ep, etp, micro-batch, recompute,
+    ZeRO): an unset expert TP and expert TP 1 are the same layout, and were listed twice."""
+    from aicalc.api.train_time import search_train_layouts
+
+    for model, chips in (("deepseek-v3", 1024), ("qwen3-30b-a3b", 16)):
+        t = search_train_layouts(model, "h100-sxm", chips, 1e12, seq=4096, global_batch=1024, top=40)
+        keys = [tuple(str(t[k][i]) for k in ("tp", "pp", "dp", "ep", "etp", "micro_batch", "recompute", "zero"))
+                for i in range(len(t))]
+        assert len(keys) > 10 and len(set(keys)) == len(keys), model
+
+
 def test_check_takes_the_layout_options(tmp_path, capsys):
     f = tmp_path / "budget.yaml"
     f.write_text("version: 1\nchecks:\n"

@@ -109,7 +109,8 @@ def test_bad_files_are_refused(change, message):
 
 
 def test_other_families_keep_a_full_block_per_layer():
-    """Every preset still reads as attention + FFN on every layer (the hybrid fields at their defaults)."""
+    """Every other preset still reads as a token mixer + FFN on every layer (the one-mixer fields at their
+    defaults)."""
     from aicalc.catalog.store import resolve_model
 
     for path in (ROOT / "presets" / "models").glob("*.yaml"):
@@ -117,7 +118,8 @@ def test_other_families_keep_a_full_block_per_layer():
         if arch.family == "nemotron_h":
             continue
         assert all(arch.ffn_layers) and arch.mamba is None and not arch.hybrid, path.stem
-        assert arch.attention_layers == arch.layers
+        # every layer a token mixer: attention, or Gated DeltaNet linear attention (Qwen3-Next)
+        assert arch.attention_layers + arch.linear_layers == arch.layers
 
 
 KV = [r for r in json.loads((DATA / "validation" / "kv_cache.json").read_text())["records"]
@@ -129,18 +131,18 @@ def test_kv_and_state_equal_transformers_cache(rec):
     """After a prefill transformers' cache holds K/V for the attention blocks only and, for each Mamba block, a conv
     state (bf16) and an SSM state (fp32) per sequence, whatever the prompt: aicalc's "hf" engine counts the same
     bytes; one decode step later the state has not grown."""
-    from aicalc.core.kv_cache import kv_cache_bytes, kv_shape, state_bytes
+    from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
 
     arch = arch_from_config(rec["config"])
     shape = kv_shape(arch, "bf16", 1, engine="hf")
-    assert kv_cache_bytes(shape, rec["batch"], rec["seq"]) == rec["kv_bytes"]
-    assert state_bytes(shape, rec["batch"]) == rec["conv_state_bytes"] + rec["ssm_state_bytes"]
+    assert shape.state_bytes * rec["batch"] == rec["state_bytes"]
+    assert kv_cache_bytes(shape, rec["batch"], rec["seq"]) == rec["kv_bytes"] + rec["state_bytes"]
     after = rec["after_decode_1"]
-    assert (after["conv_state_bytes"], after["ssm_state_bytes"]) == (rec["conv_state_bytes"], rec["ssm_state_bytes"])
-    assert kv_cache_bytes(shape, rec["batch"], rec["seq"] + 1) == after["kv_bytes"]
-    mamba_groups = [g for g in rec["layer_groups"] if g.get("conv_states")]
-    assert {(g["conv_states_dtype"], g["recurrent_states_dtype"]) for g in mamba_groups} == {("bfloat16", "float32")}
-    assert sum(g["count"] for g in mamba_groups) == arch.mamba_layers
+    assert after["state_bytes"] == rec["state_bytes"]
+    assert kv_cache_bytes(shape, rec["batch"], rec["seq"] + 1) == after["kv_bytes"] + rec["state_bytes"]
+    groups = rec["state_groups"]
+    assert {(g["conv_states_dtype"], g["recurrent_states_dtype"]) for g in groups} == {("bfloat16", "float32")}
+    assert sum(g["count"] for g in groups) == arch.mamba_layers
 
 
 def test_kv_records_cover_both_fixtures_at_two_lengths():
@@ -148,8 +150,9 @@ def test_kv_records_cover_both_fixtures_at_two_lengths():
 
 
 def test_state_counts_in_what_fits(cli):
-    """The kv-cache command reports the state as its own column and counts it against the budget: a batch's state
-    is batch x the per-sequence figure, and the total is weights + overhead + KV + state."""
+    """The kv-cache command reports the state as its own column, part of the cache column, and counts it against the
+    budget: a batch's state is batch x the per-sequence figure, the cache is K/V + state and the total is weights +
+    overhead + cache."""
     out = cli("kv-cache", DATA / "configs" / "nemotron-3-nano-30b-a3b", "--batch", "4", "--context", "8192",
               "--chip", "h100-sxm", "--json").json["rows"][0]
     m = arch_from_config(_config("nemotron-3-nano-30b-a3b")).mamba
@@ -158,6 +161,8 @@ def test_state_counts_in_what_fits(cli):
     per_seq = 23 * ((4096 + 2 * 8 * 128) * 4 * 2 + 64 * 64 * 128 * 4)
     assert (m.inner, m.state) == (4096, 128)
     assert out["state_bytes_per_device"] == 4 * per_seq
+    # K/V of the 6 attention layers, 2 kv heads of 128 in bf16, over 8192 tokens paged in blocks of 16
+    assert out["kv_cache_bytes_per_device"] == 4 * (6 * 2 * 2 * 128 * 2 * 8192 + per_seq)
     assert out["total_bytes_per_device"] == pytest.approx(out["weights_bytes_per_device"] + out["runtime_overhead_bytes"]
-                                                          + out["kv_cache_bytes_per_device"] + 4 * per_seq)
+                                                          + out["kv_cache_bytes_per_device"])
 

@@ -45,7 +45,7 @@ def test_decode_reads_and_writes_the_state_prefill_writes_it():
     from aicalc.core.forward import formats, forward_ops, shape_of
 
     rec = next(r for r in KV if r["name"] == "nemotron-3-nano-30b-a3b" and r["case"] == "b2-s300")
-    state = (rec["conv_state_bytes"] + rec["ssm_state_bytes"]) / rec["batch"]  # per sequence, all Mamba layers
+    state = rec["state_bytes"] / rec["batch"]  # per sequence, all Mamba layers (conv + SSM)
     arch = arch_from_config(rec["config"])
     s = shape_of(arch)
     m = arch.mamba
@@ -98,7 +98,7 @@ def test_serve_holds_one_state_per_running_sequence(cli):
     blocks' bytes per token, as transformers' cache grows) plus one Mamba state (transformers' conv + SSM state of a
     sequence): 64 more sequences, 64 states."""
     rec = next(r for r in KV if r["name"] == "nemotron-3-nano-30b-a3b" and r["case"] == "b2-s300")
-    state = (rec["conv_state_bytes"] + rec["ssm_state_bytes"]) / rec["batch"]
+    state = rec["state_bytes"] / rec["batch"]
     per_token = rec["kv_bytes"] / (rec["batch"] * rec["seq"])
     rows = cli("serve", "nemotron-3-nano-30b-a3b", "--chip", "h100-sxm", "--concurrency", "1,65", "--prompt", "1000",
                "--gen", "1000", "--json").json["rows"]

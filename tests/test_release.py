@@ -67,11 +67,14 @@ def test_mxfp4_experts_run_against_mxfp8_activations_on_blackwell_and_are_dequan
     assert any("mxfp4" in w for w in h100.warnings)
 
 
-@pytest.mark.parametrize("model", ["gpt-oss-20b", "gpt-oss-120b"])
-def test_presets_show_states_the_release_and_its_bytes_match_the_published_size(cli, model):
+# checkpoint_bytes: gpt-oss's model card; Kimi K2's and MiniMax-M2.7's released tensor lists (shapes x dtype widths,
+# presets/models/kimi-k2.yaml and minimax-m2.7.yaml): FP8 linears with fp32 128x128 block scales, bf16 embeddings
+@pytest.mark.parametrize("model, label", [("gpt-oss-20b", "mxfp4-experts"), ("gpt-oss-120b", "mxfp4-experts"),
+                                          ("kimi-k2", "fp8"), ("minimax-m2.7", "fp8")])
+def test_presets_show_states_the_release_and_its_bytes_match_the_published_size(cli, model, label):
     r = cli("presets", "show", model, "--json")
     row = json.loads(r.out)["rows"][0]
-    assert row["release_dtype"] == "mxfp4-experts"
+    assert row["release_dtype"] == label
     assert row["release_weights_bytes"] == pytest.approx(row["release_checkpoint_bytes"], rel=0.01)
 
 

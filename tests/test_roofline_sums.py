@@ -22,6 +22,7 @@ SETUPS = [
     ("gemma-2-9b", "h100-sxm", {"attention": "materialized"}),
     ("gemma-2-9b", "tpu-v5e", {}),
     ("qwen3-30b-a3b", "h100-sxm", {"engine": "vllm"}),
+    ("qwen3-next-80b-a3b", "h100-sxm", {"engine": "vllm"}),  # Gated DeltaNet layers: the delta rule per sequence
     ("gpt-oss-20b", "b200", {}),
     ("deepseek-v3", "h100-sxm", {"dtype": "fp8", "engine": "sglang"}),
     ("mixtral-8x7b", "groq-lpu", {}),

@@ -4,10 +4,13 @@ For each model preset and each ``tests/data/configs/*/config.json`` this builds 
 ``AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)`` inside ``FakeTensorMode`` (shapes and dtypes
 are exact, no memory is allocated), runs ``model(input_ids, use_cache=True)`` on ``input_ids`` of shape
 ``(batch, seq)`` and sums ``numel() * element_size()`` of every ``keys`` and ``values`` tensor in the returned
-``past_key_values.layers``. One decode step (one more token) is then run on the same cache and measured again.
+``past_key_values.layers``; a linear-attention layer (Qwen3-Next, Qwen3.5: ``LinearAttentionLayer``) or a Mamba
+layer (Nemotron-H) holds no keys or values but a conv state and a recurrent (SSM) state, whose bytes are recorded
+apart as ``state_bytes`` with their shapes and dtypes (``state_groups``). One decode step (one more token) is then run on the same cache and
+measured again.
 
-Recorded per case: ``kv_bytes`` (the logical bytes of the cached key/value tensors), for Mamba layers
-``conv_state_bytes`` and ``ssm_state_bytes`` (the bytes of their ``conv_states`` and ``recurrent_states``), ``per_layer_seq``
+Recorded per case: ``kv_bytes`` (the logical bytes of the cached key/value tensors), for linear-attention and Mamba
+layers ``state_bytes`` and ``state_groups`` (their ``conv_states`` and ``recurrent_states``), ``per_layer_seq``
 (dim -2 of each layer's keys), ``per_layer_bytes``, ``layer_groups`` (runs of layers with the same cache class,
 tensor shapes and dtype: the exact shapes that are cached), ``kv_storage_bytes`` (bytes of the distinct tensor
 storages those tensors keep alive; larger than ``kv_bytes`` where a cached tensor is a slice of a bigger
@@ -229,6 +232,18 @@ CROSSCHECK_CONFIGS: dict[str, dict[str, Any]] = {
     },
     # QK-norm over the whole q/k projection; post-attention and post-feedforward norms
     "olmo2": {"model_type": "olmo2", **_TINY_LLAMA},
+    # Gated DeltaNet hybrids: layers 0-2 linear attention, layer 3 full; linear heads 2 key / 4 value of 16
+    "qwen3_next": {"model_type": "qwen3_next", **_TINY_LLAMA, "num_hidden_layers": 4, "head_dim": 16,
+                   "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+                   "linear_value_head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                   "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32},
+    "qwen3_5": {"model_type": "qwen3_5", "text_config": {**_TINY_LLAMA, "num_hidden_layers": 4, "head_dim": 16,
+                                                         "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                                                         "linear_key_head_dim": 16, "linear_value_head_dim": 16}},
+    "qwen3_5_moe": {"model_type": "qwen3_5_moe", "text_config": {
+        **_TINY_LLAMA, "num_hidden_layers": 4, "head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+        "linear_key_head_dim": 16, "linear_value_head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32}},
     # Llama layout with scalar multipliers (no shape changes)
     "granite": {
         "model_type": "granite",
@@ -300,8 +315,8 @@ CROSSCHECK_CONFIGS: dict[str, dict[str, Any]] = {
     },
 }
 CROSSCHECK_SEQS = (6, 7, 8, 9, 12)
-# model types whose cache keeps a per-sequence state (Mamba conv + SSM) beside K/V: recorded also at 2 x 300 tokens
-# and after a decode step
+# model types whose Mamba layers keep a per-sequence state (conv + SSM) beside K/V: recorded also at 2 x 300 tokens
+# (several SSD chunks) and, as linear-attention models, after a decode step
 STATEFUL = ("nemotron_h",)
 
 _MLA_NOTE = (
@@ -342,14 +357,38 @@ def _layer_plan(cfg) -> list[tuple[str, int | None]]:
     return [(t, kw.get("sliding_window")) for t, kw in zip(types, kwargs, strict=True)]
 
 
+def _states(layer) -> list[tuple[str, Any]]:
+    """The fixed-size states a linear-attention or Mamba cache layer holds (transformers ``LinearAttentionCacheLayerMixin``:
+    ``conv_states`` and ``recurrent_states``, dicts of state index to tensor), as (kind, tensor)."""
+    out = []
+    for kind in ("conv_states", "recurrent_states"):
+        held = getattr(layer, kind, None)
+        if isinstance(held, dict):
+            out += [(kind, t) for _, t in sorted(held.items()) if t is not None]
+    return out
+
+
 def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str, Any]:
-    """Shapes and bytes of every key/value tensor held by a transformers Cache (``cache.layers``)."""
+    """Shapes and bytes of every key/value tensor held by a transformers Cache (``cache.layers``); where a layer
+    holds linear-attention or Mamba states instead (Qwen3-Next, Qwen3.5, Nemotron-H), their shapes, dtypes and bytes too
+    (``state_bytes``, ``state_groups``), kept apart from ``kv_bytes``."""
     per_seq: list[int] = []
     per_bytes: list[int] = []
     rows: list[dict[str, Any]] = []
     storages: dict[int, int] = {}
-    state_bytes: dict[str, int] = {}
+    state_rows: list[dict[str, Any]] = []
     for i, layer in enumerate(cache.layers):
+        states = _states(layer)
+        if states:
+            row = {"class": type(layer).__name__, "bytes_per_layer": sum(int(t.numel() * t.element_size())
+                                                                         for _, t in states),
+                   **{f"{kind}_shape": [int(x) for x in t.shape] for kind, t in states},
+                   **{f"{kind}_dtype": str(t.dtype).removeprefix("torch.") for kind, t in states}}
+            if state_rows and all(state_rows[-1].get(k) == v for k, v in row.items()):
+                state_rows[-1]["count"] += 1
+                state_rows[-1]["layers"][1] = i
+            else:
+                state_rows.append({**row, "layers": [i, i], "count": 1})
         k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
         ltype, window = plan[i] if plan and i < len(plan) else (None, None)
         if k is None or v is None or k.dim() < 2:
@@ -373,14 +412,6 @@ def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str,
             for t in (k, v):
                 st = t.untyped_storage()
                 storages[st._cdata] = int(st.nbytes())
-        for kind in ("conv_states", "recurrent_states"):  # Mamba / linear-attention layers: per-sequence state
-            states = [t for t in (getattr(layer, kind, None) or {}).values() if t is not None]
-            if states:
-                row[kind] = [[int(x) for x in t.shape] for t in states]
-                row[kind + "_dtype"] = str(states[0].dtype).removeprefix("torch.")
-                nbytes = sum(int(t.numel() * t.element_size()) for t in states)
-                state_bytes[kind] = state_bytes.get(kind, 0) + nbytes
-                row[kind + "_bytes"] = nbytes
         row["layer_type"] = ltype
         row["sliding_window"] = window
         row["bytes_per_layer"] = per_bytes[-1]
@@ -402,9 +433,9 @@ def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str,
         "layer_groups": groups,
         "kv_storage_bytes": int(sum(storages.values())),
     }
-    if state_bytes:  # conv and SSM (recurrent) state of the Mamba layers, beside the key/value bytes
-        out["conv_state_bytes"] = state_bytes.get("conv_states", 0)
-        out["ssm_state_bytes"] = state_bytes.get("recurrent_states", 0)
+    if state_rows:
+        out["state_bytes"] = sum(r["bytes_per_layer"] * r["count"] for r in state_rows)
+        out["state_groups"] = state_rows
     return out
 
 
@@ -478,7 +509,7 @@ def run_case(
             after = inspect_cache(pkv, plan)
             res[f"after_decode_{decode_steps}"] = {
                 k: after[k] for k in ("kv_bytes", "per_layer_seq", "per_layer_bytes", "kv_storage_bytes",
-                                      "conv_state_bytes", "ssm_state_bytes") if k in after
+                                      "state_bytes") if k in after
             }
     return res
 
@@ -550,6 +581,14 @@ def _notes(config: dict[str, Any], seq: int, res: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------------------------------
 
 
+def _stateful(config: dict[str, Any]) -> bool:
+    """Whether the model keeps a per-sequence state: linear-attention layers (their keys name them:
+    ``linear_num_value_heads``) or Mamba layers (:data:`STATEFUL`)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return "linear_num_value_heads" in text or config.get("model_type") in ("qwen3_next", "qwen3_5", "qwen3_5_moe") \
+        or config.get("model_type") in STATEFUL
+
+
 def _max_window(config: dict[str, Any]) -> int | None:
     windows = [w for _, w in _layer_plan(rp.build_config(config)) if w]
     return max(windows) if windows else None
@@ -619,8 +658,8 @@ def compute_records(only: list[str] | None = None) -> list[dict[str, Any]]:
         if only and c["name"] not in only:
             continue
         t0 = time.perf_counter()
-        # informative only where a window slides or a per-sequence state is kept
-        decode = 1 if _max_window(c["config"]) is not None or c["config"].get("model_type") in STATEFUL else 0
+        # informative only where a window slides, or where a per-sequence state must stay the same size
+        decode = 1 if _max_window(c["config"]) is not None or _stateful(c["config"]) else 0
         try:
             res = run_case(
                 c["config"],

@@ -93,7 +93,7 @@ def load_sources() -> list[dict[str, Any]]:
 # Image-text wrappers: the record is of the language model, ``cfg.get_text_config(decoder=True)`` of the wrapper's
 # config, which ``AutoModelForCausalLM`` builds as the text-only causal LM (Gemma3ForCausalLM, Llama4ForCausalLM).
 # The vision tower and projector are not counted (aicalc sizes the text model of these wrappers).
-TEXT_ONLY_WRAPPERS = ("gemma3", "llama4")
+TEXT_ONLY_WRAPPERS = ("gemma3", "llama4", "qwen3_5", "qwen3_5_moe")
 
 # model_types a published file names that transformers has no config class for and reads as another: Kimi K2's
 # files say ``kimi_k2`` (their own copy of the DeepSeek-V3 code, ``architectures: DeepseekV3ForCausalLM``), and

@@ -32,6 +32,7 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
     from aicalc.api.serving import max_concurrency
     from aicalc.core import latency
     from aicalc.core.geometry import check_tp, kv_bytes_per_token_layer
+    from aicalc.core.kv_cache import kv_shape
     from aicalc.core.serving import TOKEN_BUDGET
 
     P = inputs.whole("prompt", prompt)
@@ -56,7 +57,9 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
     domain = (ic.domain if ic else None) or 8
     up = (ic.per_direction_bytes_per_s if ic else None) or 32e9
     out = (pre.chip.scale_out_gbs or 25.0) * 1e9
-    kv_bytes = float(kv_bytes_per_token_layer(arch, kv_dtype, 1)) * arch.attention_layers * P
+    # (a hybrid's recurrent layers, linear attention or Mamba, ship their fixed state instead of tokens)
+    kv_bytes = float(kv_bytes_per_token_layer(arch, kv_dtype, 1)) * arch.attention_layers * P + \
+        kv_shape(arch, kv_dtype).state_bytes
     # decode: the largest batch that fits and meets the TPOT target
     top = max(1, max_concurrency(model, chip, tp=decode_tp, prompt=P, gen=G, dtype=dtype, kv_dtype=kv_dtype,
                                  utilization=utilization))

@@ -595,9 +595,11 @@ def _transfer_s(rep, prompt: float) -> float:
     """Seconds to ship one request's KV cache (``prompt`` tokens) from a prefill replica over its chips'
     scale-out NICs (the pools sit on different nodes), each of the ``tp`` chips sending its share."""
     from aicalc.core.geometry import kv_bytes_per_token_layer
+    from aicalc.core.kv_cache import kv_shape
 
     arch = rep.setup.model.arch
-    kv = float(kv_bytes_per_token_layer(arch, rep.setup.kv_dtype, 1)) * arch.attention_layers * prompt
+    kv = float(kv_bytes_per_token_layer(arch, rep.setup.kv_dtype, 1)) * arch.attention_layers * prompt + \
+        kv_shape(arch, rep.setup.kv_dtype).state_bytes  # a hybrid's recurrent (linear attention, Mamba) state too
     return kv / (rep.layout.tp * (rep.setup.chip.scale_out_gbs or 25.0) * 1e9)
 
 

@@ -13,9 +13,9 @@ class KVCache(Table):
     ``headroom_bytes`` (what is left, never negative), ``shortfall_bytes`` (what is missing) and, when asked,
     ``max_context``; on a chip whose only memory is on-chip SRAM also ``chips_needed`` (the per-device columns
     are then shares of those chips). ``kv_per_sequence_bytes`` is one sequence's cache on one device. A model with
-    Mamba layers (Nemotron-H) adds ``state_bytes_per_sequence`` (one sequence's conv + SSM state on one device,
-    whatever the context), ``state_bytes_per_device`` and ``state_bytes`` (all devices); the total and what fits
-    count them beside the cache."""
+    recurrent layers, linear attention (Qwen3-Next, Qwen3.5) or Mamba-2 (Nemotron-H), also has ``state_bytes`` and
+    ``state_bytes_per_device``: the fixed conv + recurrent state those layers keep per sequence, whatever the
+    context, part of the cache columns above (and so of the total and of what fits)."""
 
 
 def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str = "release", tp: int | None = None,
@@ -70,9 +70,9 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
             "kv_cache_bytes": fl.row(), "kv_cache_bytes_per_device": fl.row(), "kv_per_sequence_bytes": fl.row(),
             "paging_waste_bytes_per_device": fl.row(), "weights_bytes_per_device": fl.full(weights),
             "runtime_overhead_bytes": fl.full(over), "total_bytes_per_device": fl.row()}
-    if shape.state_bytes:
-        cols |= {"state_bytes_per_sequence": fl.full(shape.state_bytes), "state_bytes_per_device": fl.row(),
-                 "state_bytes": fl.row()}
+    if shape.state_bytes:  # recurrent layers: a fixed state per sequence, reported on its own
+        cols["state_bytes_per_device"] = np.multiply(B, shape.state_bytes, out=fl.row())
+        cols["state_bytes"] = np.multiply(cols["state_bytes_per_device"], tp, out=fl.row())
     room = None
     if chip_obj is not None and not sram:
         room = capacity.room_bytes(chip_obj.usable_memory_bytes, utilization, weights, over)  # one number: no array
@@ -90,8 +90,7 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     if longest > arch.max_context:
         warnings.append(f"context {int(longest):,} exceeds the model's max_position_embeddings {arch.max_context:,}")
     if sram:
-        cache = bytes_of(shape, B, held_tokens(shape, S)) + (B * shape.state_bytes if shape.state_bytes else 0.0)
-        cols |= _sram_only(chip_obj, weights * tp, cache * tp, B)
+        cols |= _sram_only(chip_obj, weights * tp, bytes_of(shape, B, held_tokens(shape, S)) * tp, B)
         if max_context:  # more chips hold a longer cache: the model's own limit
             cols["max_context"] = np.full(B.shape, float(arch.max_context))
     elif chip_obj is not None:
@@ -128,15 +127,13 @@ def _fill(rows: dict, shape, B, S, block_size, tp, fixed, room) -> None:
     exact = held_tokens(shape, S, None, out=rows["paging_waste_bytes_per_device"], each=shape.bytes_per_token_layer)
     exact = np.multiply(B, exact, out=exact)
     per_seq = held_tokens(shape, S, block_size, out=rows["kv_per_sequence_bytes"], each=shape.bytes_per_token_layer)
+    if shape.state_bytes:  # every sequence's recurrent state (the same in the exact and the paged count)
+        per_seq += shape.state_bytes
+        exact += B * shape.state_bytes
     paged = np.multiply(B, per_seq, out=rows["kv_cache_bytes_per_device"])
     np.multiply(paged, tp, out=rows["kv_cache_bytes"])
     np.subtract(paged, exact, out=exact)  # the paging waste
     np.add(fixed, paged, out=rows["total_bytes_per_device"])
-    if shape.state_bytes:  # the Mamba layers' state, per sequence whatever the context
-        state = np.multiply(B, shape.state_bytes, out=rows["state_bytes_per_device"])
-        np.multiply(state, tp, out=rows["state_bytes"])
-        np.add(rows["total_bytes_per_device"], state, out=rows["total_bytes_per_device"])
-        paged = paged + state  # what the room must hold
     if room is None:
         return
     # the whole sequences a temporary: max_batch takes them as ints

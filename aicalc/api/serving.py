@@ -13,8 +13,8 @@ class Serving(Table):
     ``tokens_per_s_per_sequence``, ``ideal_ttft_s``, ``ideal_tpot_s``, ``ideal_output_tokens_per_s``,
     ``weights_bytes_per_device``, ``kv_cache_bytes_per_device``, ``total_bytes_per_device``, ``fits``,
     ``meets_slo``; with a price ``usd_per_million_output_tokens`` and ``usd_per_request``; with a TDP
-    ``joules_per_output_token``. For a model with Mamba layers ``kv_cache_bytes_per_device`` includes each running
-    sequence's conv + SSM state (``kv-cache`` shows it apart)."""
+    ``joules_per_output_token``. For a model with recurrent layers (linear attention, Mamba) ``kv_cache_bytes_per_device``
+    includes each running sequence's conv + recurrent state (``kv-cache`` shows it apart)."""
 
 
 def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024, gen=256,
@@ -68,6 +68,41 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
     return fit * attention_dp * replicas
 
 
+def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, dtype: str = "release",
+               kv_dtype: str = "bf16", utilization=0.9, engine: str | None = None, ep: int = 1, attention_dp: int = 1,
+               redundant_experts: int = 0, pp: int = 1) -> int:
+    """The tensor-parallel degree a deployment of ``chips`` chips gets when none is given: the smallest divisor
+    of ``chips / pp`` whose replicas hold ``concurrency`` requests of the longest ``prompt + gen`` in their KV
+    budget (:func:`max_concurrency`; ``"max"``: one request) with the layout valid (``ep``, ``attention_dp``,
+    heads: :func:`aicalc.core.geometry.check_parallel`) — the way an engine user picks ``--tensor-parallel-size``:
+    as many replicas as fit, each as small as holds the weights and the load (vLLM's data-parallel deployment
+    guide). None holds it: the largest valid one, whose ``fits`` column then says no. No valid one: 1 (the
+    layout's own error follows)."""
+    import numpy as np
+
+    from aicalc.api import inputs
+    from aicalc.api.catalog import load_model
+    from aicalc.core.geometry import check_parallel
+    from aicalc.errors import ParameterError
+
+    spec = load_model(model)
+    n, pp = inputs.whole("chips", chips), inputs.whole("pp", pp)
+    need = 1.0 if isinstance(concurrency, str) else float(np.max(inputs.positive("concurrency", concurrency,
+                                                                                  whole=True)))
+    valid = []
+    for t in (d for d in range(1, n // pp + 1) if (n // pp) % d == 0):
+        try:
+            check_parallel(spec.arch, t, ep, attention_dp, redundant_experts)
+        except ParameterError:
+            continue
+        valid.append(t)
+        if max_concurrency(spec, chip, tp=t, chips=n // pp * pp, prompt=prompt, gen=gen, dtype=dtype,
+                           kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
+                           attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp) >= need:
+            return t
+    return valid[-1] if valid else 1
+
+
 def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: int | None = None, chips: int | None = None,
           dtype: str = "release", kv_dtype: str = "bf16", max_ttft=None, max_tpot=None, price=None,
           utilization=0.9, engine: str | None = None, efficiency=None, draft=None, draft_tokens: int = 4,
@@ -95,7 +130,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import node_split
+    from aicalc.api.catalog import node_count, node_split
     from aicalc.api.roofline import cost_setup, draft_setup
     from aicalc.core import capacity, cost, latency, speculative
     from aicalc.core.efficiency import IDEAL
@@ -105,6 +140,10 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     from aicalc.errors import ParameterError
 
     given_chips = chips
+    if tp is None and chips is not None and node_count(chip) == 1:  # chips given, no TP: the smallest that holds it
+        tp = fitting_tp(model, chip, chips, prompt=prompt, gen=gen, concurrency=concurrency, dtype=dtype,
+                        kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep, attention_dp=attention_dp,
+                        redundant_experts=redundant_experts, pp=pp)
     tp, chips = node_split(chip, tp, chips)
     tp = inputs.whole("tp", tp)
     pp = inputs.whole("pp", pp)
@@ -186,8 +225,6 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     held = held_context(P, G, eng_opts.get("kv_reserve", "live"))
     kv_dev = kv_cache_bytes(shape_kv, np.ceil(per_rep / D), held - cached, BLOCK) + \
         kv_cache_bytes(shape_kv, np.where(cached > 0, 1.0, 0.0), cached, BLOCK)  # the shared prefix, once
-    if shape_kv.state_bytes:  # Mamba layers: each running sequence's conv + SSM state
-        kv_dev = kv_dev + np.ceil(per_rep / D) * shape_kv.state_bytes
     if pp > 1:  # a device holds its stage's layers of every sequence's cache
         kv_dev = kv_dev * stage
     if spec is not None:

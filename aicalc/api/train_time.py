@@ -300,16 +300,15 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
                              f"the global batch {gb}")
     tp_all, pp_all, dp_all, mb_all = (np.array(x, dtype=np.int64) for x in zip(*layouts, strict=True))
     # expert parallelism (MoE): EP degrees dividing the experts, folded over the tensor × data ranks (Megatron-Core
-    # MoE parallel folding): expert TP = tp (EP inside DP) or 1 (EP across the TP ranks too; the default)
+    # MoE parallel folding) with expert TP 1, the default of train_time and train_memory (and of Megatron-Bridge's
+    # MoE recipes); an EP group of ep ranks then divides tp × dp. (Expert TP = tp was also listed once, but both
+    # estimators read an unset expert TP as 1, so each such layout came out twice, identical.)
     eps = [1] + ([e for e in (2, 4, 8, 16, 32, 64, 128, 256) if arch.moe.experts % e == 0 and e <= n]
                  if arch.moe is not None else [])
     parts = []
     for ep in eps:
-        for etp in ([None] if ep == 1 else [None, 1]):
-            group = ep * (tp_all if etp is None else etp)
-            sel = (tp_all * dp_all) % group == 0
-            if etp is not None:
-                sel &= tp_all > 1  # with tp 1, expert TP 1 is the default already
+        for etp in ([None] if ep == 1 else [1]):
+            sel = (tp_all * dp_all) % ep == 0
             if not sel.any():
                 continue
             tp, pp, dp, mb = tp_all[sel], pp_all[sel], dp_all[sel], mb_all[sel]

@@ -6,10 +6,11 @@ F ffn size, V vocab, E experts, k experts per token.
 A layer is an attention block and an FFN unless its per-layer fields say otherwise. Hybrid models whose blocks
 hold ONE mixer each (Nemotron-H: a Mamba-2 mixer, an attention, a dense MLP or an MoE, chosen per block) say so
 with two per-layer fields: ``layer_types`` names the sequence mixer of each layer ("full_attention",
-"sliding_attention", "mamba" for a Mamba-2 mixer, "none" for a block without one) and ``ffn_layers`` is False
-where a layer has no FFN (``moe_layers`` True where the FFN it has is an MoE). A Nemotron-H "M" block is
-("mamba", no FFN), "*" ("full_attention", no FFN), "-" ("none", dense FFN), "E" ("none", MoE FFN). Unset, every
-layer has both, so every pre-existing model reads as before.
+"sliding_attention", "linear_attention" for Gated DeltaNet, "mamba" for a Mamba-2 mixer, "none" for a block without
+one) and ``ffn_layers`` is False where a layer has no FFN (``moe_layers`` True where the FFN it has is an MoE). A
+Nemotron-H "M" block is ("mamba", no FFN), "*" ("full_attention", no FFN), "-" ("none", dense FFN), "E" ("none", MoE
+FFN); a Gated DeltaNet hybrid's layers (Qwen3-Next) all keep their FFN. Unset, every layer has both, so every
+pre-existing model reads as before.
 """
 
 from typing import NamedTuple
@@ -83,6 +84,33 @@ class Mamba(NamedTuple):
         return self.inner + 2 * self.groups * self.state
 
 
+class LinearAttention(NamedTuple):
+    """Gated DeltaNet linear attention (Yang et al. 2024, arXiv:2412.06464) as Qwen3-Next and Qwen3.5 build it
+    (transformers ``Qwen3NextGatedDeltaNet``): per token, q and k over ``key_heads`` heads of ``key_head_dim``, v and
+    the output gate z over ``value_heads`` heads of ``value_head_dim``, a causal depthwise convolution of
+    ``conv_kernel`` taps over the q/k/v channels, and per value head a recurrent state of key_head_dim ×
+    value_head_dim in place of a KV cache."""
+
+    key_heads: int  # linear_num_key_heads
+    value_heads: int  # linear_num_value_heads
+    key_head_dim: int  # linear_key_head_dim
+    value_head_dim: int  # linear_value_head_dim
+    conv_kernel: int  # linear_conv_kernel_dim
+
+    @property
+    def key_dim(self) -> int:
+        return self.key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the convolution: q, k and v concatenated."""
+        return 2 * self.key_dim + self.value_dim
+
+
 class _ArchFields(NamedTuple):
     """The fields of :class:`Arch`, in order."""
 
@@ -113,10 +141,15 @@ class _ArchFields(NamedTuple):
     attention_sinks: bool = False  # one learned sink logit per query head and layer (gpt-oss ``self_attn.sinks``)
     activation: str = "silu"
     sliding_window: int | None = None
-    layer_types: tuple[str, ...] = ()  # per layer: "full_attention", "sliding_attention", "mamba" or "none"
+    # per layer: "full_attention", "sliding_attention", "linear_attention", "mamba" or "none"
+    layer_types: tuple[str, ...] = ()
     moe: MoE | None = None
     moe_layers: tuple[bool, ...] = ()  # per layer: True where the FFN is a routed MoE
     mla: MLA | None = None
+    # softmax attention output gated per channel by sigmoid(x·W_g), W_g packed into q_proj (twice as wide)
+    # (Qwen3-Next / Qwen3.5 ``Qwen3NextAttention``)
+    attention_gate: bool = False
+    linear_attention: LinearAttention | None = None  # the "linear_attention" layers' shape
     ffn_layers: tuple[bool, ...] = ()  # per layer: False where the layer has no FFN (hybrid one-mixer blocks)
     mamba: Mamba | None = None  # the Mamba-2 mixer of the "mamba" layers
     extra: dict | None = None  # notes beside the shape (None: {}); left out of == and hash
@@ -163,12 +196,17 @@ class Arch(_ArchFields):
         return sum(t == "sliding_attention" for t in self.layer_types)
 
     @property
+    def linear_layers(self) -> int:
+        """Layers whose token mixer is linear attention (no KV cache)."""
+        return sum(t == "linear_attention" for t in self.layer_types)
+
+    @property
     def n_moe_layers(self) -> int:
         return sum(self.moe_layers)
 
     @property
     def attention_layers(self) -> int:
-        """Layers with an attention block (full or sliding)."""
+        """Layers with softmax attention (full or sliding): the ones that hold a KV cache."""
         return sum(t in ("full_attention", "sliding_attention") for t in self.layer_types)
 
     @property
@@ -188,8 +226,10 @@ class Arch(_ArchFields):
 
     @property
     def hybrid(self) -> bool:
-        """Whether some layer lacks an attention block or an FFN (a one-mixer-per-block hybrid such as Nemotron-H)."""
-        return self.mamba is not None or not all(self.ffn_layers) or self.attention_layers != self.layers
+        """Whether some layer lacks a token mixer of attention or linear attention, or an FFN (a one-mixer-per-block
+        hybrid such as Nemotron-H; a Gated DeltaNet hybrid, every layer a mixer and an FFN, is not one)."""
+        return self.mamba is not None or not all(self.ffn_layers) or \
+            self.attention_layers + self.linear_layers != self.layers
 
     @property
     def attention_kind(self) -> str:

@@ -4,9 +4,11 @@ Supported ``model_type`` values: llama, mistral, mixtral, qwen2, qwen2_moe, qwen
 gemma3_text, gemma3 (image-text wrapper: the language model in ``text_config`` is sized), phi3, gpt2, falcon,
 bloom, deepseek_v2, deepseek_v3, kimi_k2 (Kimi K2: DeepSeek-V3's architecture), glm4_moe (GLM-4.5/4.6/4.7),
 glm4_moe_lite (GLM-4.7-Flash), minimax_m2, gpt_oss, llama4_text, llama4 (wrapper: ``text_config``), olmo2, granite,
-cohere, cohere2, nemotron_h (Nemotron-H / Nemotron 3: hybrid Mamba-2 blocks).
+cohere, cohere2, qwen3_next (Qwen3-Next), qwen3_5_text and qwen3_5_moe_text (Qwen3.5 dense and MoE) with their
+image-text wrappers qwen3_5 and qwen3_5_moe (``text_config`` sized): Gated DeltaNet linear-attention layers between
+gated softmax-attention layers; nemotron_h (Nemotron-H / Nemotron 3: hybrid Mamba-2 blocks).
 Types whose layers aicalc's cost model does not represent are refused with the rest (:data:`NOT_REPRESENTED`
-names them: linear or gated-delta-net attention, sparse-attention indexers, state-space layers). Keys that a real
+names them: other linear attentions, sparse-attention indexers, other state-space layers). Keys that a real
 config.json may leave out take the defaults of the transformers configuration class of that family (e.g.
 Gemma-2 ties embeddings, Falcon's FFN is 4·H, DeepSeek-V2's q_lora_rank is 1536 unless set to null); keys no
 default exists for must be present, and a missing one is reported by name.
@@ -16,18 +18,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from aicalc.catalog.arch import MLA, Arch, Mamba, MoE
+from aicalc.catalog.arch import MLA, Arch, LinearAttention, Mamba, MoE
 from aicalc.errors import AicalcError
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gemma3",
              "phi3", "gpt2", "falcon", "bloom", "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe", "glm4_moe_lite",
-             "minimax_m2", "gpt_oss", "llama4_text", "llama4", "olmo2", "granite", "cohere", "cohere2", "nemotron_h")
+             "minimax_m2", "gpt_oss", "llama4_text", "llama4", "olmo2", "granite", "cohere", "cohere2", "qwen3_next",
+             "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "nemotron_h")
 # Deployed model types whose layers aicalc does not represent (no cost-model terms for them), named in the refusal so
-# that the reason is plain: linear / gated-delta-net attention (Qwen3-Next, Qwen3.5, Kimi Linear, MiniMax-M1/Text-01),
-# sparse-attention indexers (DeepSeek-V3.2, DeepSeek-V4, GLM-5's glm_moe_dsa) and Mamba/state-space hybrids.
+# that the reason is plain: other linear attentions (Kimi Linear, MiniMax-M1/Text-01), sparse-attention indexers
+# (DeepSeek-V3.2, DeepSeek-V4, GLM-5's glm_moe_dsa) and the other Mamba/state-space hybrids.
 NOT_REPRESENTED = {
-    "qwen3_next": "gated delta-net linear attention", "qwen3_5": "gated delta-net linear attention",
-    "qwen3_5_moe": "gated delta-net linear attention", "kimi_linear": "Kimi delta attention (linear)",
+    "kimi_linear": "Kimi delta attention (linear)",
     "minimax": "lightning (linear) attention", "deepseek_v32": "sparse-attention indexer",
     "deepseek_v4": "sparse-attention indexer", "glm_moe_dsa": "sparse-attention indexer",
     "mamba": "state-space layers", "mamba2": "state-space layers", "jamba": "Mamba layers",
@@ -35,7 +37,8 @@ NOT_REPRESENTED = {
 }
 # Image-text wrappers whose language model sits in ``text_config``: aicalc sizes that model only (the vision tower
 # and projector are not counted), as transformers' ``AutoModelForCausalLM`` of the text config builds it.
-WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen3_5": "qwen3_5_text",
+            "qwen3_5_moe": "qwen3_5_moe_text"}
 
 # Caps on model dimensions (docs/robustness.md): ~30-100x the largest released models, so that a typo or a
 # hostile file is refused before any per-layer table is built or an estimate leaves exact arithmetic.
@@ -52,7 +55,9 @@ MAX_DIM = {
     "num_experts_per_tok": _EXPERTS, "n_shared_experts": _EXPERTS, "n_group": _EXPERTS, "topk_group": _EXPERTS,
     "max_position_embeddings": _TOKENS, "n_positions": _TOKENS, "seq_length": _TOKENS, "sliding_window": _TOKENS,
     "intermediate_size_mlp": _FFN, "interleave_moe_layer_step": _LAYERS, "no_rope_layer_interval": _LAYERS,
-    "attention_chunk_size": _TOKENS, "sliding_window_pattern": _LAYERS,
+    "attention_chunk_size": _TOKENS, "sliding_window_pattern": _LAYERS, "full_attention_interval": _LAYERS,
+    "linear_num_key_heads": _HEADS, "linear_num_value_heads": _HEADS, "linear_key_head_dim": _HEADS,
+    "linear_value_head_dim": _HEADS, "linear_conv_kernel_dim": 64,
     "mamba_num_heads": _HEADS, "mamba_head_dim": _HEADS, "ssm_state_size": _HEADS, "n_groups": _HEADS,
     "mamba_n_groups": _HEADS, "conv_kernel": 64, "mamba_d_conv": 64, "chunk_size": _TOKENS, "mamba_chunk_size": _TOKENS,
     "moe_shared_expert_intermediate_size": _FFN, "moe_latent_size": _WIDTH,
@@ -143,11 +148,16 @@ def _check_shapes(arch: Arch, origin: str) -> None:
     if arch.moe is not None and arch.moe.experts_per_token > arch.moe.experts:
         raise AicalcError(f"{origin}: {arch.moe.experts_per_token} experts per token exceed the "
                           f"{arch.moe.experts} experts")
+    la = arch.linear_attention
+    if la is not None and la.value_heads % la.key_heads:
+        raise AicalcError(f"{origin}: linear_num_value_heads ({la.value_heads}) is not a multiple of "
+                          f"linear_num_key_heads ({la.key_heads})")
     if arch.heads % arch.kv_heads:
         raise AicalcError(f"{origin}: num_attention_heads ({arch.heads}) is not a multiple of the kv heads ({arch.kv_heads})")
     if len(arch.layer_types) != arch.layers:
         raise AicalcError(f"{origin}: layer_types has {len(arch.layer_types)} entries for {arch.layers} layers")
-    kinds = {"full_attention", "sliding_attention"} | ({"mamba", "none"} if arch.family in _HYBRID else set())
+    kinds = {"full_attention", "sliding_attention"} | ({"mamba", "none"} if arch.family in _HYBRID else set()) | \
+        ({"linear_attention"} if arch.linear_attention is not None else set())
     bad = set(arch.layer_types) - kinds
     if bad:
         raise AicalcError(f"{origin}: layer_types holds unknown kinds {_show(sorted(bad))}")
@@ -702,6 +712,84 @@ def _nemotron_h(r):
     )
 
 
+def _gated_delta_net(r: _Reader, *, H: int, L: int, A: int, K: int, vocab: int, ffn: int, moe: MoE | None,
+                     moe_layers: tuple[bool, ...]) -> Arch:
+    """The layout Qwen3-Next and Qwen3.5 share (transformers ``Qwen3NextConfig``, ``Qwen3_5TextConfig``,
+    ``Qwen3_5MoeTextConfig``): ``layer_types`` names each layer "linear_attention" (Gated DeltaNet) or
+    "full_attention"; without it every ``full_attention_interval``-th layer (default 4) is full attention. The full
+    layers are GQA with a sigmoid output gate packed into q_proj (always built: Qwen3.5's ``attn_output_gate`` key is
+    not read by transformers), QK-norm over ``head_dim`` (default 256) and partial RoPE (``partial_rotary_factor``,
+    no shape). Zero-centred RMSNorms (``1 + weight``) count H weights like any RMSNorm. The MTP layer the releases
+    ship (``mtp_num_hidden_layers``, ``mtp.*`` weights) is not built by transformers and not counted."""
+    types = r.cfg.get("layer_types")
+    if types is None:
+        every = r.get("full_attention_interval", default=4)
+        types = ["linear_attention" if (i + 1) % every else "full_attention" for i in range(L)]
+    if not isinstance(types, list) or len(types) != L or any(t not in ("linear_attention", "full_attention")
+                                                              for t in types):
+        raise AicalcError(f"{r.origin}: field 'layer_types' must list 'linear_attention' or 'full_attention' for each "
+                          f"of the {L} layers")
+    la = LinearAttention(key_heads=r.get("linear_num_key_heads", default=16),
+                         value_heads=r.get("linear_num_value_heads", default=32),
+                         key_head_dim=r.get("linear_key_head_dim", default=128),
+                         value_head_dim=r.get("linear_value_head_dim", default=128),
+                         conv_kernel=r.get("linear_conv_kernel_dim", default=4))
+    bias = r.get("attention_bias", default=False, kind=bool)
+    return Arch(
+        family=r.cfg["model_type"], hidden=H, layers=L, heads=A, kv_heads=K, head_dim=r.get("head_dim", default=256),
+        ffn=ffn, gated_ffn=True, vocab=vocab, tied_embeddings=r.get("tie_word_embeddings", default=False, kind=bool),
+        max_context=r.get("max_position_embeddings", default=32768), qkv_bias=bias, o_bias=bias, qk_norm=True,
+        activation=r.get("hidden_act", default="silu", kind=str), layer_types=tuple(types), moe=moe,
+        moe_layers=moe_layers, attention_gate=True, linear_attention=la,
+    )
+
+
+def _qwen_shared_moe(r: _Reader, experts: int, k: int) -> MoE:
+    """Qwen3-Next / Qwen3.5-MoE sparse block: routed experts of ``moe_intermediate_size`` behind a bias-free router,
+    one shared expert of ``shared_expert_intermediate_size`` and its sigmoid gate (``shared_expert_gate``, H → 1,
+    built whatever the shared width)."""
+    shared = r.get("shared_expert_intermediate_size", default=512, minimum=0)
+    return MoE(experts=experts, experts_per_token=k, expert_ffn=r.get("moe_intermediate_size", default=512),
+               shared_experts=1 if shared else 0, shared_expert_ffn=shared or None, shared_gate=True)
+
+
+def _qwen3_next(r):
+    """Qwen3-Next (``Qwen3NextConfig``/``modeling_qwen3_next.py``): a layer's FFN is the sparse block
+    (:func:`_qwen_shared_moe`) when ``num_experts`` > 0, the layer is not in ``mlp_only_layers`` and sits on the
+    ``decoder_sparse_step`` grid, else a dense MLP of ``intermediate_size``. Class defaults for omitted keys
+    (shaped like Qwen3-Next-80B-A3B but for intermediate_size 5632 and max_position_embeddings 32768)."""
+    L = r.get("num_hidden_layers", default=48)
+    A = r.get("num_attention_heads", default=16)
+    experts = r.get("num_experts", default=512, minimum=0)
+    step = r.get("decoder_sparse_step", default=1)
+    dense = set(_index_list(r, "mlp_only_layers"))
+    moe_layers = tuple(experts > 0 and i not in dense and (i + 1) % step == 0 for i in range(L))
+    moe = _qwen_shared_moe(r, experts, r.get("num_experts_per_tok", default=10)) if experts else None
+    return _gated_delta_net(r, H=r.get("hidden_size", default=2048), L=L, A=A,
+                            K=r.get("num_key_value_heads", default=2), vocab=r.get("vocab_size", default=151936),
+                            ffn=r.get("intermediate_size", default=5632), moe=moe, moe_layers=moe_layers)
+
+
+def _qwen3_5_text(r):
+    """Qwen3.5 dense (``Qwen3_5TextConfig``/``modeling_qwen3_5.py``): a dense MLP of ``intermediate_size`` in every
+    layer. Class defaults for omitted keys."""
+    L = r.get("num_hidden_layers", default=32)
+    return _gated_delta_net(r, H=r.get("hidden_size", default=4096), L=L, A=r.get("num_attention_heads", default=16),
+                            K=r.get("num_key_value_heads", default=4), vocab=r.get("vocab_size", default=248320),
+                            ffn=r.get("intermediate_size", default=12288), moe=None, moe_layers=(False,) * L)
+
+
+def _qwen3_5_moe_text(r):
+    """Qwen3.5 MoE (``Qwen3_5MoeTextConfig``/``modeling_qwen3_5_moe.py``): every layer's FFN is the sparse block
+    (:func:`_qwen_shared_moe`; no dense layers, no ``mlp_only_layers``). Class defaults for omitted keys (shaped
+    like Qwen3.5-35B-A3B)."""
+    L = r.get("num_hidden_layers", default=40)
+    moe = _qwen_shared_moe(r, r.get("num_experts", default=256), r.get("num_experts_per_tok", default=8))
+    return _gated_delta_net(r, H=r.get("hidden_size", default=2048), L=L, A=r.get("num_attention_heads", default=16),
+                            K=r.get("num_key_value_heads", default=2), vocab=r.get("vocab_size", default=248320),
+                            ffn=moe.expert_ffn, moe=moe, moe_layers=(True,) * L)
+
+
 def _mla_with_defaults(r: _Reader, q_lora: int, nope: int, v: int) -> MLA:
     """The MLA fields of a config class whose keys all have defaults (DeepSeek-V2's, GLM-4.7-Flash's): an explicit
     ``q_lora_rank`` null means q is projected straight from H; the cache's latent and RoPE widths default to
@@ -724,5 +812,6 @@ _READERS = {
     # DeepseekV3ForCausalLM); transformers reads a kimi_k2 config as deepseek_v3 (Kimi_K25Config.__post_init__)
     "kimi_k2": _deepseek_v3, "glm4_moe": _glm4_moe, "glm4_moe_lite": _glm4_moe_lite, "minimax_m2": _minimax_m2, "gpt_oss": _gpt_oss,
     "llama4_text": _llama4_text, "olmo2": _olmo2, "granite": _granite, "cohere": _cohere, "cohere2": _cohere2,
+    "qwen3_next": _qwen3_next, "qwen3_5_text": _qwen3_5_text, "qwen3_5_moe_text": _qwen3_5_moe_text,
     "nemotron_h": _nemotron_h,
 }

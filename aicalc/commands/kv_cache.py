@@ -44,8 +44,8 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
     warnings, code = list(res.warnings), ExitCode.OK
     columns = ["batch", "context", "kv_per_sequence_bytes", "kv_cache_bytes_per_device", "weights_bytes_per_device",
                "total_bytes_per_device"]
-    if "state_bytes_per_device" in cols:  # Mamba layers' conv + SSM state, its own column beside the cache
-        columns[4:4] = ["state_bytes_per_device"]
+    if "state_bytes_per_device" in cols:  # recurrent layers' fixed state, part of the cache column
+        columns.insert(4, "state_bytes_per_device")
     chip_obj = m["chip"]
     if "chips_needed" in cols:  # SRAM-only chips: the deployment spans as many chips as the bytes fill
         columns += ["chips_needed", "max_batch"]
@@ -83,7 +83,7 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
                     title=f"{spec.name}: KV cache ({kv_dtype}, {spec.arch.attention_kind}, TP {m['tp']}"
                           + (f"; weights {m['dtype']})" if chip_obj else ")")
                           + (f" on {chip_obj.name}" if chip_obj else ""),
-                    columns=columns, notes=_notes(shape, block_size))
+                    columns=columns, notes=_notes(shape, block_size, spec.arch))
     if len(batches) == 1 and len(contexts) > 1 and not solve:
         from aicalc.chart import bars
         from aicalc.units import fmt_bytes
@@ -100,16 +100,19 @@ def _gib(x: float) -> str:
     return fmt_bytes(float(x))
 
 
-def _notes(shape, block_size) -> list[str]:
+def _notes(shape, block_size, arch=None) -> list[str]:
     from aicalc.units import fmt_bytes
 
     notes = [f"KV per token per device: {fmt_bytes(shape.bytes_per_token)} "
              f"({shape.full_layers} full + {shape.sliding_layers} sliding layers × {shape.bytes_per_token_layer:g} B)"]
+    if shape.state_bytes and arch is not None:
+        kinds = [f"{n} {kind}" for n, kind in ((arch.linear_layers, "linear-attention (Gated DeltaNet)"),
+                                               (arch.mamba_layers, "Mamba-2")) if n]
+        notes.append(f"{' and '.join(kinds)} layers cache no tokens: they hold a fixed conv + recurrent state of "
+                     f"{fmt_bytes(shape.state_bytes)} per sequence per device, whatever the context (state_bytes, "
+                     "included in the cache columns)")
     if shape.sliding_layers:
         notes.append(f"sliding-window layers keep at most {shape.window:,} tokens")
-    if shape.state_bytes:
-        notes.append(f"Mamba state per sequence per device: {fmt_bytes(shape.state_bytes)} (conv + SSM state of every "
-                     "Mamba layer, constant in the context); layers without attention hold no K/V")
     if block_size:
         notes.append(f"paged in blocks of {block_size} tokens (vLLM); --block-size 1 gives the exact, unpaged size")
     return notes

@@ -33,6 +33,13 @@ def model_row(spec) -> dict:
         row |= {"attention_layers": a.attention_layers, "mamba_layers": a.mamba_layers,
                 "mamba_heads": m.heads, "mamba_head_dim": m.head_dim, "ssm_state": m.state, "mamba_groups": m.groups,
                 "mamba_params": n.mamba, "state_bytes_per_sequence": kv_shape(a).state_bytes}
+    if a.linear_layers:  # Gated DeltaNet layers: no KV cache, a fixed state per sequence (16-bit, as vLLM keeps it)
+        from aicalc.core.kv_cache import kv_shape
+
+        la = a.linear_attention
+        row |= {"linear_attention_layers": a.linear_layers, "linear_key_heads": la.key_heads,
+                "linear_value_heads": la.value_heads, "linear_key_head_dim": la.key_head_dim,
+                "linear_value_head_dim": la.value_head_dim, "state_bytes_per_sequence": kv_shape(a).state_bytes}
     if a.mla:
         row |= {"q_lora_rank": a.mla.q_lora_rank, "kv_lora_rank": a.mla.kv_lora_rank,
                 "qk_rope_head_dim": a.mla.qk_rope_head_dim, "v_head_dim": a.mla.v_head_dim}

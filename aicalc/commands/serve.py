@@ -62,8 +62,19 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
             model, chip, chips, tp, prompt, gen, concurrency, max_ttft, max_tpot, d, kd, price, engine, draft,
             draft_tokens, acceptance, prefix_hit, rate, requests, num_requests, seed, policy=policy, ep=ep,
             attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp)))
-    from aicalc.api.catalog import node_split
+    from aicalc.api.catalog import node_count, node_split
 
+    chosen = None  # the TP picked for --chips on a chip without --tp (a note says so)
+    if tp is None and chips is not None and node_count(chip) == 1:
+        from aicalc.api.serving import fitting_tp
+        from aicalc.sweep import int_sweep
+
+        load = "max" if concurrency is None or str(concurrency).strip().lower() == "max" else \
+            int_sweep(concurrency, "--concurrency")
+        tp = chosen = fitting_tp(model, chip, int(chips), prompt=int_sweep(prompt, "--prompt"),
+                                 gen=int_sweep(gen, "--gen"), concurrency=load, dtype=dtype, kv_dtype=kv_dtype,
+                                 engine=engine, ep=ep, attention_dp=attention_dp,
+                                 redundant_experts=redundant_experts, pp=pp)
     tp, chips = node_split(chip, tp, chips)  # a node: its chips, one TP group unless --tp splits it
     if rate is not None or requests is not None:
         return _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate,
@@ -150,6 +161,12 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     if str(concurrency).strip().lower() == "max":
         notes.append(_admission(cs.engine_options))
     notes += links_note(cs, tp, pp, ep, attention_dp)
+    if chosen is not None:
+        held = "one request" if concurrency is None or str(concurrency).strip().lower() == "max" else "the requests"
+        notes.append(f"TP {tp}: the smallest tensor-parallel degree whose replicas hold the weights and {held} on "
+                     f"{int(m['chips'])} chips (--tp sets it)" if fits.all() else
+                     f"TP {tp}: the largest tensor-parallel degree {int(m['chips'])} chips allow; no replica of "
+                     f"them holds the weights and {held} (--tp sets it)")
     return Result("serve", inputs, Rows(r.columns), warnings=warnings, exit_code=exit_code, columns=columns,
                   notes=notes,
                   title=f"{cs.model.name} on {n_chips} × {cs.chip.name} (TP {tp}" + (f", PP {pp}" if pp > 1 else "")

@@ -245,6 +245,10 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     * residual dropout (GPT-2 ``resid_pdrop``) saves one mask of BSH per sub-block: 2·m·BSH.
     * MoE layers: the routed and shared experts' MLPs over :func:`token_ffn`, plus the routing's own saved
       tensors (:func:`moe_routing_saved`).
+    * a gated attention output (Qwen3-Next, Qwen3.5 ``attn_output * torch.sigmoid(gate)``): the sigmoid's output
+      and the product, 2·a·BS·Ad more; a hybrid's linear-attention layers save
+      :func:`aicalc.core.linear_attention.saved_bytes` in place of attention (the per-layer average over its
+      layers, as for MoE).
     * GPT-2's fused ``c_attn``: the saved q/k/v include one view of the whole 3·H-wide projection output
       plus two copies, 2·a·BSH more than the separate-projection count above (sdpa always; eager only at
       B = 1, where reshaping q for ``bmm`` is a view rather than a copy).
@@ -281,6 +285,15 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
         # reshapes q to [B·A, S, d] for ``bmm``, a copy unless B = 1, so there it only happens at B = 1.
         fused_view = (B == 1) if attention == "eager" else True
         attn = attn + np.where(fused_view, 2 * a * BS * Ad, 0.0)
+    if arch.attention_gate:  # sigmoid(gate) and the gated output (the o_proj input) beside the ungated output
+        attn = attn + 2 * a * BS * Ad
+    qk = qk_norm_saved(B, S, arch, a, t)
+    if arch.linear_layers:  # a hybrid: attention on its softmax layers, the delta rule on the others, averaged
+        from aicalc.core.linear_attention import saved_bytes
+
+        share = arch.attention_layers / arch.layers
+        attn = share * attn + (1.0 - share) * saved_bytes(B, S, arch, a, t)
+        qk = share * qk
     if arch.gated_ffn:
         mlp = 4 * a * BS * F / t
     elif arch.activation in _PYTHON_GELU:
@@ -290,7 +303,7 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     resid = 2 * mask_bytes * BS * H if dropout > 0 else 0.0
     if attention == "eager" and arch.extra.get("attn_logit_softcapping"):
         attn = attn + a * B * (A / t) * S * S  # the tanh output of the soft-capped scores (softcap_saved)
-    return norms + attn + mlp + resid + moe_routing_saved(B, S, arch, a) + qk_norm_saved(B, S, arch, a, t)
+    return norms + attn + mlp + resid + moe_routing_saved(B, S, arch, a) + qk
 
 
 def sdpa_math_path(arch: Arch, a) -> bool:

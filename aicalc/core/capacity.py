@@ -70,25 +70,26 @@ def max_batch(shape: KVShape, budget, context, block_size: int | None):
 
 def fit_of(shape: KVShape, budget, held, block_size: int | None, out=None):
     """:func:`max_batch` from the tokens one sequence holds over all layers, ``held``
-    (:func:`aicalc.core.kv_cache.held_tokens`, a new array this call may overwrite); the whole sequences into
-    ``out`` when given."""
+    (:func:`aicalc.core.kv_cache.held_tokens`, a new array this call may overwrite), and its recurrent
+    state; the whole sequences into ``out`` when given."""
     import numpy as np
 
     budget = np.asarray(budget, dtype=np.float64)
     # in place where held is an array of the result's shape (1 · held · bytes_per_token_layer: bytes_of's product)
     mine = isinstance(held, np.ndarray) and np.broadcast_shapes(budget.shape, held.shape) == held.shape
     per_seq = np.multiply(held, shape.bytes_per_token_layer, out=held if mine else None)
+    if shape.state_bytes:
+        per_seq += shape.state_bytes
     return fit_of_bytes(shape, budget, per_seq, block_size, out, per_seq if mine else None)
 
 
 def fit_of_bytes(shape: KVShape, budget, per_seq, block_size: int | None, out=None, into=None):
-    """:func:`fit_of` from one sequence's bytes, ``per_seq`` (held tokens · bytes_per_token_layer): (whole
+    """:func:`fit_of` from one sequence's bytes, ``per_seq`` (held tokens · bytes_per_token_layer, plus its
+    recurrent state; with ``block_size`` the state takes its share of blocks as bytes do): (whole
     sequences, into ``out`` when given; concurrency, into ``into`` when given, which may be ``per_seq`` itself)."""
     import numpy as np
 
     budget = np.maximum(np.asarray(budget, dtype=np.float64), 0)
-    if shape.state_bytes:  # a Mamba state per sequence beside its cache (a hybrid model's layers without K/V)
-        per_seq = np.add(per_seq, shape.state_bytes)
     if block_size:
         block_bytes = block_size * shape.bytes_per_token_layer * (shape.full_layers + shape.sliding_layers)
         concurrency = np.divide(per_seq, block_bytes, out=into)  # blocks per sequence, a new array or ``into``
@@ -104,16 +105,16 @@ def fit_of_bytes(shape: KVShape, budget, per_seq, block_size: int | None, out=No
 def max_context(shape: KVShape, budget, batch, block_size: int | None):
     """Longest context (whole blocks) for which ``batch`` sequences fit in ``budget``.
 
-    Inverts ``kv_cache_bytes``: full layers grow with S, sliding layers stop at the window W.
-    Returns inf where the cache stops growing (every layer sliding) and the window fits. The sequences' Mamba
-    state (``shape.state_bytes`` each) comes off the budget first.
+    Inverts ``kv_cache_bytes``: full layers grow with S, sliding layers stop at the window W; the sequences'
+    recurrent states (linear attention, Mamba) come off the budget first. Returns inf where the cache stops
+    growing (every layer sliding) and the window fits.
     """
     import numpy as np
 
-    per_tok = np.asarray(batch, dtype=np.float64) * shape.bytes_per_token_layer
-    if shape.state_bytes:
-        budget = np.asarray(budget, dtype=np.float64) - np.asarray(batch, dtype=np.float64) * shape.state_bytes
-    avail = np.maximum(np.asarray(budget, dtype=np.float64), 0) / per_tok  # layer-tokens affordable
+    B = np.asarray(batch, dtype=np.float64)
+    per_tok = B * shape.bytes_per_token_layer
+    room = np.asarray(budget, dtype=np.float64) - B * shape.state_bytes
+    avail = np.maximum(room, 0) / per_tok  # layer-tokens affordable
     full, slide, W = shape.full_layers, shape.sliding_layers, shape.window
     b = block_size or 1
     Wb = np.ceil(W / b) * b if slide else 0

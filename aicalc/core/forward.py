@@ -27,6 +27,10 @@ Sources of the terms:
   have attention, FFN ops on those with an FFN, Mamba-2 mixers (:func:`aicalc.core.mamba.mamba_ops`) on the
   Mamba layers; norms, residual adds and TP all-reduces once per sub-block (a plain layer has two: attention
   and FFN).
+- Linear-attention (Gated DeltaNet) layers of a hybrid (Qwen3-Next, Qwen3.5): the attention projections, core
+  and KV traffic above run on the softmax-attention layers only; each linear layer runs its input and output
+  projections (GEMMs), the depthwise conv, and the delta rule, whose FLOPs per token and state traffic per
+  sequence are :mod:`aicalc.core.linear_attention`'s (recurrent form for one new token, chunked otherwise).
 """
 
 from typing import NamedTuple
@@ -67,14 +71,24 @@ class Shape(NamedTuple):
     norm_params: int
     total_params: int
     active_params: int
-    attn_layers: int = 0  # layers with attention (a plain model: L)
+    attn_layers: int = 0  # layers with softmax attention (a plain model: L)
     mamba_layers: int = 0  # layers whose mixer is a Mamba-2 block
+    linear_layers: int = 0  # Gated DeltaNet layers (their token mixer replaces attention)
+    linear_in: int = 0  # per linear layer: columns of the input projections (q, k, v, z, β, α)
+    linear_out: int = 0  # per linear layer: rows of out_proj, V_w
+    linear_conv: int = 0  # per linear layer: conv channels C_w
+    linear_state: int = 0  # per linear layer and sequence: recurrent state elements h_v·d_k·d_v
+    linear_conv_state: int = 0  # per linear layer and sequence: conv state elements (w − 1)·C_w (vLLM)
+    linear_step_flop: float = 0.0  # per linear layer and token: the delta rule, recurrent form
+    linear_chunk_flop: float = 0.0  # per linear layer and token: the delta rule, chunked form
+    linear_conv_flop: float = 0.0  # per linear layer and token: the depthwise conv
 
     @property
     def pairs(self) -> float:
-        """Sub-blocks (attention, FFN, Mamba mixer) counted in pairs: a plain layer is one pair (L for a plain
-        model), a one-mixer hybrid block half of one. Norms, residual adds and TP all-reduces scale with it."""
-        return (self.attn_layers + self.dense_layers + self.moe_layers + self.mamba_layers) / 2.0
+        """Sub-blocks (attention or linear attention, FFN, Mamba mixer) counted in pairs: a plain layer is one pair
+        (L for a plain model or a Gated DeltaNet hybrid), a one-mixer hybrid block half of one. Norms, residual adds
+        and TP all-reduces scale with it."""
+        return (self.attn_layers + self.linear_layers + self.dense_layers + self.moe_layers + self.mamba_layers) / 2.0
 
 
 def shape_of(arch: Arch) -> Shape:
@@ -105,7 +119,21 @@ def shape_of(arch: Arch) -> Shape:
         window=(arch.sliding_window or 0) if arch.sliding_layers else 0,
         embedding_params=pc.embedding, norm_params=pc.norms, total_params=pc.total, active_params=pc.active,
         attn_layers=arch.attention_layers, mamba_layers=arch.mamba_layers,
+        **_linear_fields(arch),
     )
+
+
+def _linear_fields(arch: Arch) -> dict:
+    """The :class:`Shape` fields of a model's linear-attention layers (none: the defaults)."""
+    if not arch.linear_layers:
+        return {}
+    from aicalc.core import linear_attention as la
+
+    a = arch.linear_attention
+    return dict(linear_layers=arch.linear_layers, linear_in=la.in_proj_width(arch), linear_out=a.value_dim,
+                linear_conv=a.conv_dim, linear_state=a.value_heads * a.key_head_dim * a.value_head_dim,
+                linear_conv_state=(a.conv_kernel - 1) * a.conv_dim, linear_step_flop=la.recurrent_flop_per_token(arch),
+                linear_chunk_flop=la.chunk_flop_per_token(arch), linear_conv_flop=la.conv_flop_per_token(arch))
 
 
 class Formats(NamedTuple):
@@ -229,8 +257,8 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     B, T, P, tp = (np.asarray(x, dtype=f64) for x in (batch, new_tokens, past, tp))
     arch, wb, ab = s.arch, fm.weight_bytes, ACT_BYTES
     H, A = float(s.H), float(s.A)
-    # attention layers, and sub-blocks in pairs (norms, residuals, TP all-reduces): both L for a plain model
-    L, Lp = float(s.attn_layers), s.pairs
+    # softmax-attention layers, and sub-blocks in pairs (norms, residuals, TP all-reduces): both L for a plain model
+    La, Lp = float(s.attn_layers), s.pairs
     zero = 0.0 if lean else 0.0 * (B + T + P + tp)  # the common shape
     if lean:  # the same numbers (x·1 and x + 0 are x), without the copies
         M = B if T.ndim == 0 and T == 1.0 else B * T
@@ -288,54 +316,86 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
             cached = cached * (A / tp) / heads
         kvb = geo.kv_bytes_per_token_layer(arch, fm.kv_dtype, tp)
         if lean and fm.flash:  # the same products in the same order, into the temporaries (fewer fresh pages)
-            kv_io = _inplace(np.multiply, _inplace(np.multiply, cached + T * L, B), kvb)
+            kv_io = _inplace(np.multiply, _inplace(np.multiply, cached + T * La, B), kvb)
             Bk = _inplace(np.divide, _inplace(np.multiply, keys, B), tp)  # keys: a temporary here
             q_io = M / tp
-            for c in (A, s.qk_dim + s.v_dim, ab, L):
+            for c in (A, s.qk_dim + s.v_dim, ab, La):
                 q_io = _inplace(np.multiply, q_io, c)
             per_product = _inplace(np.divide, _inplace(np.add, kv_io, q_io), 2.0)
         else:
-            kv_io = B * (cached + T * L) * kvb
+            kv_io = B * (cached + T * La) * kvb
             Bk = B * keys / tp  # sequences × heads on this device × keys, per head
-            q_io = M / tp * A * (s.qk_dim + s.v_dim) * ab * L  # read q, write the attention output
+            q_io = M / tp * A * (s.qk_dim + s.v_dim) * ab * La  # read q, write the attention output
             per_product = (kv_io + q_io) / 2.0  # each of the two products carries half the traffic
         score_flop, value_flop = Bk * 2.0 * A * s.qk_dim, Bk * 2.0 * A * s.v_dim
         if fm.flash:
-            ops.append(Op("attn_score", "attention", score_flop, per_product, zero, L + zero, layers=L, per=seq,
+            ops.append(Op("attn_score", "attention", score_flop, per_product, zero, La + zero, layers=La, per=seq,
                           compute=fm.attention_compute))
-            ops.append(Op("attn_value", "attention", value_flop, per_product, zero, zero, layers=L, per=seq,
+            ops.append(Op("attn_value", "attention", value_flop, per_product, zero, zero, layers=La, per=seq,
                           compute=fm.attention_compute))
         else:
             # batched GEMMs per sequence and head: scores Q[T×d]·Kᵀ[d×keys], values P[T×keys]·V[keys×d]; the
             # score / probability matrix (all layers) is written and read back
             smat = Bk * A * ab
-            kq = keys / (L * np.maximum(T, 1.0))  # keys per query, averaged over layers
-            ops.append(Op("attn_score", "gemm", score_flop, per_product + smat, zero, L + zero,
-                          dims=(T + zero, kq, s.qk_dim + zero), layers=L, per=seq, compute=fm.attention_compute))
-            ops.append(Op("attn_softmax", "attention", Bk * 5.0 * A, 2.0 * smat, zero, L + zero, layers=L,
+            kq = keys / (La * np.maximum(T, 1.0))  # keys per query, averaged over layers
+            ops.append(Op("attn_score", "gemm", score_flop, per_product + smat, zero, La + zero,
+                          dims=(T + zero, kq, s.qk_dim + zero), layers=La, per=seq, compute=fm.attention_compute))
+            ops.append(Op("attn_softmax", "attention", Bk * 5.0 * A, 2.0 * smat, zero, La + zero, layers=La,
                           per=seq))
-            ops.append(Op("attn_value", "gemm", value_flop, per_product + smat, zero, L + zero,
-                          dims=(T + zero, s.v_dim + zero, kq), layers=L, per=seq, compute=fm.attention_compute))
+            ops.append(Op("attn_value", "gemm", value_flop, per_product + smat, zero, La + zero,
+                          dims=(T + zero, s.v_dim + zero, kq), layers=La, per=seq, compute=fm.attention_compute))
+
+    def delta_rule():
+        """The linear layers' delta rule, B times a cost per sequence: per token the recurrent form (one new token)
+        or the chunked one (a prompt), on the heads of this device; per sequence its state read and written once
+        (conv and recurrent, 16-bit as vLLM keeps them), and in the chunked kernel every chunk's state written and
+        read back (flash-linear-attention ``chunk_gated_delta_rule_fwd_h`` stores h per chunk for the output
+        kernel); the q, k, v, z inputs read and the output written."""
+        from aicalc.core.linear_attention import CHUNK
+
+        Ll = float(s.linear_layers)
+        per_token = np.where(T > 1.0, s.linear_chunk_flop, s.linear_step_flop)
+        state = (s.linear_state + s.linear_conv_state) / tp * ab
+        chunks = np.where(T > 1.0, np.ceil(T / CHUNK), 0.0) * 2.0 * s.linear_state / tp * ab
+        io = (s.linear_in + s.linear_out) / tp * ab  # q, k, v, z (β, α too) read, the output (V_w) written
+        ops.append(Op("linear_core", "stream", B * T * per_token / tp * Ll + zero,
+                      B * Ll * (2.0 * state + chunks) + M * io * Ll + zero, zero, Ll + zero, layers=Ll,
+                      per="sequence"))
 
     o_params = s.attn_out_params / tp
-    attn_weights = (L * geo.attention_params_per_device(arch, tp) - L * o_params) * wb
+    attn_weights = (La * geo.attention_params_per_device(arch, tp) - La * o_params) * wb
 
     stream("embedding", M, lambda m: m * H * (fm.edge_bytes + ab), 1.0)  # gather one row per token, write it
     stream("norms", M, lambda m: m * 4.0 * H * ab * Lp, 2.0 * Lp, flop=lambda m: m * 8.0 * H * Lp,
            weights=s.norm_params * fm.norm_bytes, layers=Lp)  # the norm weights: once per pass, on every device
-    if L:
-        gemm("qkv_proj", M, s.attn_in_params / H / tp, H, L, attn_weights)
-    # rope on q/k and the two residual adds (a hybrid: rope on its attention layers, a residual add per sub-block)
-    rope = 2.0 * s.attn_in_params / H / tp * (L / Lp)
-    stream("elementwise", M, lambda m: m * (rope + 6.0 * H) * ab * Lp, 3.0 * Lp, layers=Lp)
-    if attention_core and L:
+    if La:
+        gemm("qkv_proj", M, s.attn_in_params / H / tp, H, La, attn_weights)
+    # rope on q/k (attention layers) and the two residual adds (a one-mixer hybrid: a residual add per sub-block)
+    if s.linear_layers:
+        stream("elementwise", M, lambda m: m * (2.0 * s.attn_in_params / H / tp * La + 6.0 * H * Lp) * ab, 3.0 * Lp,
+               layers=Lp)
+    else:
+        rope = 2.0 * s.attn_in_params / H / tp * (La / Lp)
+        stream("elementwise", M, lambda m: m * (rope + 6.0 * H) * ab * Lp, 3.0 * Lp, layers=Lp)
+    if attention_core and La:
         attention()
-    if L:
-        gemm("o_proj", M, H, o_params / H, L, L * o_params * wb)
+    if La:
+        gemm("o_proj", M, H, o_params / H, La, La * o_params * wb)
     if s.mamba_layers:
         from aicalc.core.mamba import mamba_ops
 
         ops += mamba_ops(s, fm, M, B, T, P, tp, zero, gemm, stream, attention_core)
+    if s.linear_layers:
+        Ll = float(s.linear_layers)
+        from aicalc.core.linear_attention import layer_params_per_device
+
+        small = Ll * (layer_params_per_device(arch, tp) - (H * s.linear_in + s.linear_out * H) / tp)  # conv, A, dt, norm
+        gemm("linear_in_proj", M, s.linear_in / tp, H, Ll, Ll * H * s.linear_in / tp * wb)
+        stream("linear_conv", M, lambda m: m * 2.0 * s.linear_conv / tp * ab * Ll, Ll,
+               flop=lambda m: m * s.linear_conv_flop / tp * Ll, weights=small * wb, layers=Ll)
+        if attention_core:
+            delta_rule()
+        gemm("linear_out_proj", M, H, s.linear_out / tp, Ll, Ll * s.linear_out * H / tp * wb)
 
     if s.dense_layers:
         Ld = float(s.dense_layers)

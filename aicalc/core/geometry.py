@@ -35,6 +35,9 @@ def check_tp(arch: Arch, tp: int) -> None:
     if m is not None and arch.mamba_layers and (m.heads % tp or m.groups % tp):
         # Megatron's and vLLM's Mamba mixer split heads and B/C groups evenly over the TP ranks
         raise ParameterError("tp", tp, f"does not divide the {m.heads} Mamba heads and their {m.groups} groups")
+    la = arch.linear_attention
+    if la is not None and arch.linear_layers and la.key_heads % tp:  # vLLM splits the DeltaNet heads, never copies
+        raise ParameterError("tp", tp, f"does not divide the {la.key_heads} linear-attention key heads")
 
 
 def check_parallel(arch: Arch, tp: int, ep: int = 1, attention_dp: int = 1, redundant: int = 0) -> None:
@@ -151,6 +154,23 @@ def attention_params_per_device(arch: Arch, tp=1):
     return (total - kv) / tp + kv * kv_heads_per_device(arch, tp) / arch.kv_heads
 
 
+def mixer_params_per_device(arch: Arch, tp=1):
+    """All layers' token mixers on one device: the softmax-attention layers' (:func:`attention_params_per_device`),
+    the linear-attention layers' (:func:`aicalc.core.linear_attention.layer_params_per_device`) and the Mamba-2
+    layers' (:func:`aicalc.core.mamba.params`, every tensor split with the heads and groups, as Megatron's and vLLM's
+    mixer shard them: :func:`check_tp`)."""
+    total = arch.attention_layers * attention_params_per_device(arch, tp)
+    if arch.linear_layers:
+        from aicalc.core.linear_attention import layer_params_per_device
+
+        total = total + arch.linear_layers * layer_params_per_device(arch, tp)
+    if arch.mamba_layers:
+        from aicalc.core.mamba import params
+
+        total = total + params(arch) / tp
+    return total
+
+
 class WeightBytes(NamedTuple):
     """Resident weight bytes on one device, per tensor class (arrays where ``tp`` is one)."""
 
@@ -189,7 +209,7 @@ def weight_bytes(arch: Arch, dtype: str = "bf16", tp=1, bytes_per_param: float |
     qe = q if expert_bpp is None else expert_bpp
     ta = tp / attention_dp if not (isinstance(attention_dp, int) and attention_dp == 1) else tp
     return WeightBytes(embedding=n.embedding / ta * edge, lm_head=n.lm_head / ta * edge,
-                       attention=arch.layers * attention_params_per_device(arch, ta) * q,
+                       attention=mixer_params_per_device(arch, ta) * q,
                        ffn=(n.ffn - routed) / ta * q + slots / tp * qe,
                        norms=n.norms * norm_bytes_per_param(dtype))
 

@@ -3,10 +3,13 @@
 Per token and layer (IM-01): ``2 · K · d · bytes`` for MHA/GQA/MQA, with d the explicit head_dim;
 MLA (IM-06, DeepSeek-V2 §2.1): one latent of ``kv_lora_rank + qk_rope_head_dim`` elements, no ×2.
 A sliding-window layer holds at most its window of tokens (IM-09); the others hold the whole
-context; a layer without attention (a Mamba-2 or MLP/MoE-only block of a hybrid) holds no K/V. A Mamba
-layer keeps instead a per-sequence state of constant size (:mod:`aicalc.core.mamba`), reported beside the
-cache as ``state_bytes`` (``KVShape.state_bytes`` per sequence and device). Paged allocation (vLLM, IM-10/IM-11) rounds every sequence up to whole blocks of
-``block_size`` tokens per layer. Everything broadcasts over numpy arrays of batch and context.
+context; a layer without attention (a Mamba-2 or MLP/MoE-only block of a hybrid) holds no K/V. Paged allocation
+(vLLM, IM-10/IM-11) rounds every sequence up to whole blocks of ``block_size`` tokens per layer. A recurrent layer
+caches no tokens: it holds a fixed state per sequence, conv + recurrent, whatever the context: a linear-attention
+layer (Gated DeltaNet: Qwen3-Next, Qwen3.5; :func:`aicalc.core.linear_attention.state_bytes`) or a Mamba-2 layer
+(Nemotron-H; :func:`aicalc.core.mamba.state_bytes_per_sequence`). Their sum is ``KVShape.state_bytes`` (per
+sequence and device), counted with the KV bytes and reported beside them as ``state_bytes``. Everything
+broadcasts over numpy arrays of batch and context.
 """
 
 from typing import NamedTuple
@@ -22,7 +25,8 @@ class KVShape(NamedTuple):
     full_layers: int
     sliding_layers: int
     window: int  # tokens a sliding layer keeps at most (0 when none)
-    state_bytes: float = 0.0  # one sequence's Mamba conv + SSM state, all layers, one device (0: no Mamba layers)
+    # one sequence's recurrent state over all linear-attention and Mamba layers, one device (0: none)
+    state_bytes: float = 0.0
 
     @property
     def bytes_per_token(self) -> float:
@@ -54,16 +58,21 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vll
     per_layer = kv_bytes_per_token_layer(arch, kv_dtype, tp)
     sliding = arch.sliding_layers
     keep = arch.sliding_window - (1 if engine == "hf" else 0) if sliding else 0
-    if arch.mamba is None:
-        return KVShape(per_layer, arch.layers - sliding, sliding, keep)
-    from aicalc.core.mamba import state_bytes_per_sequence
+    state = 0.0
+    if arch.linear_layers:
+        from aicalc.core.linear_attention import state_bytes
 
-    state = state_bytes_per_sequence(arch, 2.0, 4.0 if engine == "hf" else None, tp)
+        state = state_bytes(arch, tp, engine)
+    if arch.mamba_layers:
+        from aicalc.core.mamba import state_bytes_per_sequence
+
+        state += state_bytes_per_sequence(arch, 2.0, 4.0 if engine == "hf" else None, tp)
     return KVShape(per_layer, arch.attention_layers - sliding, sliding, keep, state)
 
 
 def kv_bytes_per_token(arch: Arch, kv_dtype: str = "bf16") -> float:
-    """All layers, one sequence, one device without TP, no window cap (the presets' figure)."""
+    """All layers, one sequence, one device without TP, no window cap (the presets' figure; a recurrent
+    layer's fixed state is not per token and not in it)."""
     return kv_shape(arch, kv_dtype, 1).bytes_per_token
 
 
@@ -104,22 +113,20 @@ def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None
 
 
 def kv_cache_bytes(shape: KVShape, batch, context, block_size: int | None = None):
-    """Bytes per device for ``batch`` sequences of ``context`` tokens; paged when ``block_size``."""
+    """Bytes per device for ``batch`` sequences of ``context`` tokens, recurrent states included; paged
+    when ``block_size``."""
     return bytes_of(shape, batch, held_tokens(shape, context, block_size))
 
 
 def bytes_of(shape: KVShape, batch, held, out=None):
-    """Bytes per device for ``batch`` sequences each holding ``held`` tokens over all layers (:func:`held_tokens`);
-    into ``out`` when given (``held`` itself, say, when the caller has no more use for it)."""
+    """Bytes per device for ``batch`` sequences each holding ``held`` tokens over all layers (:func:`held_tokens`)
+    and each its recurrent state (``shape.state_bytes``); into ``out`` when given (``held`` itself, say, when
+    the caller has no more use for it)."""
     import numpy as np
 
-    out = np.multiply(np.asarray(batch, dtype=np.float64), held, out=out)
+    B = np.asarray(batch, dtype=np.float64)
+    out = np.multiply(B, held, out=out)
     out *= shape.bytes_per_token_layer
+    if shape.state_bytes:
+        out += B * shape.state_bytes
     return out
-
-
-def state_bytes(shape: KVShape, batch):
-    """Bytes per device of the Mamba state of ``batch`` sequences (constant in the context; 0 without Mamba)."""
-    import numpy as np
-
-    return np.multiply(np.asarray(batch, dtype=np.float64), shape.state_bytes)

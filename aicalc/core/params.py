@@ -37,9 +37,10 @@ def _norm(arch: Arch, width: int) -> int:
 
 
 def attention_params(arch: Arch) -> int:
-    """One layer's attention projections (and MLA's internal norms), plus ``A`` attention-sink logits where the model
-    has them: gpt-oss's ``self.sinks = nn.Parameter(torch.empty(config.num_attention_heads))`` in ``GptOssAttention``
-    (transformers ``modeling_gpt_oss.py``)."""
+    """One softmax-attention layer's projections (and MLA's internal norms), plus ``A`` attention-sink logits where
+    the model has them: gpt-oss's ``self.sinks = nn.Parameter(torch.empty(config.num_attention_heads))`` in
+    ``GptOssAttention`` (transformers ``modeling_gpt_oss.py``). A gated output (``attention_gate``) doubles q_proj:
+    ``nn.Linear(hidden_size, num_attention_heads * head_dim * 2)`` in ``Qwen3NextAttention``."""
     return _projection_params(arch) + (arch.heads if arch.attention_sinks else 0)
 
 
@@ -57,7 +58,8 @@ def _projection_params(arch: Arch) -> int:
         o = arch.heads * m.v_head_dim * H
         bias = (m.q_lora_rank or 0) + (m.kv_lora_rank + m.qk_rope_head_dim) if arch.qkv_bias else 0
         return q + kv + o + bias + (H if arch.o_bias else 0)
-    qkv = H * (arch.q_dim + 2 * arch.kv_dim) + ((arch.q_dim + 2 * arch.kv_dim) if arch.qkv_bias else 0)
+    q = arch.q_dim * (2 if arch.attention_gate else 1)  # a gated output: q_proj holds the gate's A·d columns too
+    qkv = H * (q + 2 * arch.kv_dim) + ((q + 2 * arch.kv_dim) if arch.qkv_bias else 0)
     o = arch.q_dim * H + (H if arch.o_bias else 0)
     return qkv + o
 
@@ -147,6 +149,10 @@ def count_params(arch: Arch) -> ParamCount:
     La = arch.attention_layers
     embedding = V * H + arch.learned_positions * H + (_norm(arch, H) if arch.embedding_norm else 0)
     attention = La * attention_params(arch)
+    if arch.linear_layers:  # Gated DeltaNet layers (Qwen3-Next, Qwen3.5): their whole token mixer
+        from aicalc.core.linear_attention import layer_params
+
+        attention += arch.linear_layers * layer_params(arch)
     dense_ffn = mlp_params(arch, arch.ffn)
     ffn = 0
     active_ffn = 0

@@ -371,6 +371,12 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             flash = o.attention != "eager"
             layer = layer * megatron_layer_ratio(arch, S_loc, tp, o.sp, "none", flash)
             activ = activ * megatron_layer_ratio(arch, S_loc, tp, o.sp, recompute, flash)
+        if arch.linear_layers:  # a hybrid's linear-attention layers, their share of the stage's layers in flight
+            from aicalc.core.linear_attention import korthikanti_delta
+
+            delta = korthikanti_delta(S_loc, B, arch, tp, recompute, o.attention != "eager")
+            held = stage_layers * np.minimum(pp, cap) * act.interleave_factor(pp, o.virtual_stages)  # as first_stage
+            activ = activ + held * arch.linear_layers / arch.layers * delta
         if fp8:
             weights = weights + tm.fp8_weight_cache_bytes(split.linear * frac)
         # TM-17 outside the layers: the embedding term on the first stage; the final norm, output layer input and

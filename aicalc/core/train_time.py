@@ -53,13 +53,19 @@ OPTIMIZER_BYTES_PER_PARAM = 34.0  # Adam, mixed precision: read master/m/v/grad 
 
 def matmul_params_per_layer(s: Shape) -> float:
     """Average matmul weights per layer touched per token (MoE: k routed + shared experts + router; a latent MoE's
-    experts on the latent width and its two projections; a hybrid's attention on its attention layers only and
-    its Mamba mixers' in and out projections)."""
+    experts on the latent width and its two projections; a Gated DeltaNet hybrid's linear-attention layers their
+    input and output projections in place of attention's; a one-mixer hybrid's attention on its attention layers
+    only and its Mamba mixers' in and out projections)."""
     dense = s.H * (s.ffn_in + s.ffn)
     moe = s.H * (s.experts_per_token * (s.expert_in + s.expert_ffn) + s.shared_in + s.shared_ffn + s.experts)
     if not s.arch.hybrid:
         ffn = (s.dense_layers * dense + s.moe_layers * moe) / s.L
-        return s.attn_in_params + s.attn_out_params + ffn
+        if not s.linear_layers:
+            return s.attn_in_params + s.attn_out_params + ffn
+        La = s.full_layers + s.sliding_layers
+        mixer = (La * (s.attn_in_params + s.attn_out_params)
+                 + s.linear_layers * s.H * (s.linear_in + s.linear_out)) / s.L
+        return mixer + ffn
     e = s.arch.moe
     if e is not None and e.latent:  # experts on the latent width, plus H → latent → H
         moe = s.experts_per_token * e.latent * (s.expert_in + s.expert_ffn) + s.H * (
@@ -68,6 +74,12 @@ def matmul_params_per_layer(s: Shape) -> float:
     mixer = s.H * (3 * m.inner + 2 * m.groups * m.state + m.heads) if m is not None else 0.0  # in_proj + out_proj
     return ((s.attn_in_params + s.attn_out_params) * s.attn_layers + s.dense_layers * dense + s.moe_layers * moe
             + s.mamba_layers * mixer) / s.L
+
+
+def linear_flops_per_token(s: Shape) -> float:
+    """Forward FLOPs per token of a hybrid's linear-attention layers beyond their projections: the depthwise conv
+    and the chunked delta rule (:mod:`aicalc.core.linear_attention`; training runs the chunked kernel)."""
+    return s.linear_layers * (s.linear_chunk_flop + s.linear_conv_flop)
 
 
 def _attn_keys(s: Shape, seq):
@@ -91,6 +103,8 @@ def flops_per_token(s: Shape, seq, recompute: str = "none", attention_flops: str
     if attention_flops == "causal":
         keys = keys / 2.0
     attn = 2.0 * keys * s.A * (s.qk_dim + s.v_dim)  # forward: score + value, per token
+    if s.linear_layers:  # the delta rule and conv: forward and two backward passes, like a matmul's
+        attn = attn + linear_flops_per_token(s)
     model = 6.0 * n_mm + 3.0 * attn + 6.0 * s.V * s.H
     if s.mamba_layers:  # a Mamba hybrid: model FLOPs as Megatron-Bridge counts them; the hardware does the scan too
         from aicalc.core.mamba import megatron_hybrid_flops, scan_flops_per_token
@@ -152,7 +166,7 @@ def op_sac_recomputed_params(s: Shape) -> float:
     attn_in = shares["qkv_proj"] * s.attn_in_params + shares["o_proj"] * s.attn_out_params
     ffn_dense = s.H * (shares["mlp_up"] * s.ffn_in + shares["mlp_down"] * s.ffn)
     ffn_moe = s.H * (s.experts_per_token * (s.expert_in + s.expert_ffn) + s.shared_in + s.shared_ffn + s.experts)
-    return s.L * attn_in + s.dense_layers * ffn_dense + s.moe_layers * ffn_moe
+    return (s.full_layers + s.sliding_layers) * attn_in + s.dense_layers * ffn_dense + s.moe_layers * ffn_moe
 
 
 def time_from_rate(tokens, flops_per_token_counted, chips, achieved_flop_per_s_per_chip):
@@ -329,6 +343,8 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
             t_fwd = t_fwd + op.t_est
         elif op.name in MAMBA_STREAMS:  # the conv and the gated norm of Mamba layers, in every pass
             t_layers = t_layers + elem_passes * op.t_est
+        elif op.name in ("linear_core", "linear_conv"):  # a hybrid's delta rule and conv: backward twice the forward
+            t_layers = t_layers + passes * op.t_est
             t_fwd = t_fwd + op.t_est
         elif op.kind == "gemm":
             n = passes + (again.get(op.name, 1.0) if again else 0.0)
