@@ -422,20 +422,24 @@ def _train_time(Format, Json, Columns, Model, Chip, Price):
         tokens: Annotated[str, typer.Option("--tokens", help="training tokens, e.g. 300B, 1.4T")] = "1T",
         seq: Annotated[str, typer.Option("--seq", help="sequence length (sweepable)")] = "4096",
         global_batch: Annotated[str, typer.Option("--global-batch", help="sequences per optimizer step (sweepable)")] = "1024",
-        micro_batch: Annotated[str, typer.Option("--micro-batch", help="sequences per micro-batch per device "
-                                                                     "(sweepable)")] = "1",
-        tp: Annotated[str, typer.Option("--tp", help="tensor parallel (sweepable)")] = "1",
-        pp: Annotated[str, typer.Option("--pp", help="pipeline parallel (sweepable)")] = "1",
+        micro_batch: Annotated[str | None, typer.Option("--micro-batch", help="sequences per micro-batch per device "
+                                                                            "(sweepable; default 1)")] = None,
+        tp: Annotated[str | None, typer.Option("--tp", help="tensor parallel (sweepable; default 1, or with --chips "
+                                                             "and no layout option, --search's fastest layout where "
+                                                             "TP 1 does not fit)")] = None,
+        pp: Annotated[str | None, typer.Option("--pp", help="pipeline parallel (sweepable; default 1)")] = None,
         dp: Annotated[str | None, typer.Option("--dp", help="data parallel (sweepable)")] = None,
         mfu: Annotated[str, typer.Option("--mfu", help="model FLOPs utilisation (0.4, 40%) or auto")] = "auto",
         achieved: Annotated[str | None, typer.Option("--achieved", help="achieved FLOP/s per chip as counted with recompute, e.g. 144TFLOPS")] = None,
-        recompute: Annotated[str, typer.Option("--recompute", help="none | selective | full | selective-op (torchtitan's op-level SAC)")] = "selective",
+        recompute: Annotated[str | None, typer.Option("--recompute", help="none | selective | full | selective-op "
+                                                      "(torchtitan's op-level SAC); default selective")] = None,
         attention: Annotated[str, typer.Option("--attention", help="eager | sdpa | flash | materialized (eager = materialized "
                                                                       "scores; sdpa = a fused kernel, as flash)")] = "flash",
         sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp",
                                                         help="Megatron sequence parallelism")] = True,
-        interleave: Annotated[int, typer.Option("--virtual-stages", "--interleave",
-                                                help="virtual pipeline stages per device (interleaved 1F1B)")] = 1,
+        interleave: Annotated[int | None, typer.Option("--virtual-stages", "--interleave",
+                                                       help="virtual pipeline stages per device (interleaved 1F1B; "
+                                                            "default 1)")] = None,
         zero: Annotated[str | None, typer.Option("--zero", help="ZeRO stage 0-3 (sweepable: 0,3; default: the "
                                                                 "framework's, megatron 1, fsdp 3, deepspeed 1)")] = None,
         precision: Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8 | fp4 (math dtype of the linear "
@@ -446,10 +450,10 @@ def _train_time(Format, Json, Columns, Model, Chip, Price):
         framework: Annotated[str, typer.Option("--framework", help="megatron | fsdp | deepspeed | torchtitan: overlap profile "
                                                                    "(presets/frameworks/; megatron is the 26.06+ "
                                                                    "release, megatron-26.04 the earlier)")] = "megatron",
-        cp: Annotated[int, typer.Option("--cp", help="context parallel: the sequence split over N ranks (chips = "
-                                                     "tp·pp·cp·dp)")] = 1,
-        ep: Annotated[int, typer.Option("--ep", help="expert parallel (MoE): experts split over N ranks folded over "
-                                                     "tp·cp·dp (with --etp)")] = 1,
+        cp: Annotated[int | None, typer.Option("--cp", help="context parallel: the sequence split over N ranks "
+                                                            "(chips = tp·pp·cp·dp; default 1)")] = None,
+        ep: Annotated[int | None, typer.Option("--ep", help="expert parallel (MoE): experts split over N ranks folded "
+                                                            "over tp·cp·dp (with --etp; default 1)")] = None,
         etp: Annotated[int | None, typer.Option("--etp", help="expert tensor parallel (MoE parallel folding; default: "
                                                               "1 with --ep > 1, as MoE recipes run, else --tp); ep·etp "
                                                               "divides tp·cp·dp")] = None,

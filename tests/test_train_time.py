@@ -493,3 +493,20 @@ def test_fp8_all_gather_halves_the_block_gathers():
     assert 0.6 * bf16 < fp8 < 0.9 * bf16  # the fp32 reduce-scatters (4 B) and the root's bf16 gathers remain
     with pytest.raises(ParameterError, match="precision fp8"):
         aicalc.train_time("llama-3.1-8b", "h100-sxm", fp8_all_gather=True, **kw)
+
+
+def test_no_layout_and_a_default_that_does_not_fit_takes_the_searchs_fastest(cli):
+    """Llama-3.1-70B on 64 H100s: TP 1 × DP 64 cannot hold 70B parameters' weights, gradients and states with
+    ZeRO-1 (16 + 2 + 12/64 bytes a parameter: ~1.3 TB before activations, on 80 GB chips); with no layout given
+    the answer is the layout --search ranks first, which fits. An explicit --tp 1 keeps the layout asked for."""
+    assert 70e9 * (2 + 2 + 12 / 64) > 80e9  # weights + gradients + sharded states of TP 1 exceed one chip
+    default = cli("train-time", "llama-3.1-70b", "--chip", "h100-sxm", "--chips", "64", "--tokens", "1T", "--json")
+    search = cli("train-time", "llama-3.1-70b", "--chip", "h100-sxm", "--chips", "64", "--tokens", "1T", "--search",
+                 "--json")
+    row, best = default.json["rows"][0], search.json["rows"][0]
+    assert default.code == 0 and row["fits"] is True
+    assert (row["tp"], row["pp"], row["dp"]) == (best["tp"], best["pp"], best["dp"])
+    assert row["total_time_s"] == pytest.approx(best["total_time_s"], rel=1e-9)
+    asked = cli("train-time", "llama-3.1-70b", "--chip", "h100-sxm", "--chips", "64", "--tokens", "1T", "--tp", "1",
+                "--json")
+    assert asked.code == 1 and asked.json["rows"][0]["tp"] == 1 and asked.json["rows"][0]["fits"] is False

@@ -6,13 +6,22 @@ from aicalc.errors import ExitCode, ParameterError
 from aicalc.result import Result
 
 
-def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024", micro_batch="1", tp="1", pp="1",
-        dp=None, chips=None, mfu="auto", achieved=None, recompute: str = "selective", attention: str = "flash",
-        sequence_parallel: bool = True, interleave: int = 1, zero=None, precision: str = "bf16",
-        dp_bandwidth=None, eff=None, framework: str = "megatron", search: bool = False, top: int = 10, cp: int = 1,
-        ep: int = 1, goodput="1", price=None, etp=None, first_stage_layers=None, last_stage_layers=None,
-        attention_flops: str = "causal") -> Result:
+def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024", micro_batch=None, tp=None, pp=None,
+        dp=None, chips=None, mfu="auto", achieved=None, recompute: str | None = None, attention: str = "flash",
+        sequence_parallel: bool = True, interleave: int | None = None, zero=None, precision: str = "bf16",
+        dp_bandwidth=None, eff=None, framework: str = "megatron", search: bool = False, top: int = 10,
+        cp: int | None = None, ep: int | None = None, goodput="1", price=None, etp=None, first_stage_layers=None,
+        last_stage_layers=None, attention_flops: str = "causal") -> Result:
+    """A layout option left unset (None) takes its default (micro-batch 1, TP 1, PP 1, selective recompute, no
+    interleave, CP 1, EP 1, the framework's ZeRO stage); with ``chips`` and none of them set, a default that does
+    not fit gives way to the fastest layout that does (``--search``'s first row)."""
     import numpy as np
+
+    laid_out = any(v is not None for v in (micro_batch, tp, pp, dp, recompute, interleave, zero, cp, ep, etp,
+                                           first_stage_layers, last_stage_layers))
+    micro_batch, tp, pp = micro_batch or "1", tp or "1", pp or "1"
+    recompute = recompute or "selective"
+    interleave, cp, ep = interleave or 1, cp or 1, ep or 1
 
     from aicalc.api.train_time import train_time
     from aicalc.commands.options import cost_note, efficiency_overrides, price_per_hour, time_attention
@@ -128,6 +137,22 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                        *(k for k in columns[5:] if k not in ("fits", "peak_reserved_bytes"))]
             title_note = (" — does not fit: its time, MFU and cost are of a run that cannot start" if not fits.any()
                           else f" — {int((~fits).sum())} of {fits.size} layouts do not fit")
+            if not laid_out and chips is not None and len(rows) == 1:
+                best = _fastest_fitting(model, chip, tokens, seq, global_batch, chips, precision, dp_bandwidth,
+                                        framework, price)
+                if best is not None:  # no layout asked for and the default does not fit: the search's fastest
+                    r2 = run(model, chip, tokens, seq, global_batch, str(best["micro_batch"]), str(best["tp"]),
+                             str(best["pp"]), None, chips, mfu, achieved, best["recompute"], attention,
+                             sequence_parallel, 1, best["zero"], precision, dp_bandwidth, eff, framework, False, top,
+                             1, best["ep"], goodput, price, best["etp"] if best["ep"] > 1 else None,
+                             attention_flops=attention_flops)
+                    r2.notes.append(
+                        f"layout: none was given and the default (TP 1 × DP {int(c['dp'][0])}, ZeRO-{int(zero)}, "
+                        f"recompute {recompute}) does not fit {chip_obj.id}; this is the fastest that fits (TP "
+                        f"{best['tp']} × PP {best['pp']}" + (f", EP {best['ep']}" if best["ep"] > 1 else "")
+                        + f", ZeRO-{best['zero']}, recompute {best['recompute']}, micro-batch {best['micro_batch']}"
+                        "; train-time --search lists the others, --tp, --pp, --ep, --zero, --recompute set one)")
+                    return r2
     else:
         notes.append("fits: not judged (train-mem models selective recompute for Megatron only)")
     if np.any(r.columns["ideal_mfu"] > 1.0):
@@ -135,6 +160,30 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                      "PaLM's convention), while a causal kernel computes about half of the scores")
     return Result("train-time", inputs, rows, warnings=warnings, title=f"{spec.id} on {chip_obj.id}{title_note}",
                   notes=notes, columns=columns, exit_code=code)
+
+
+def _fastest_fitting(model, chip, tokens, seq, global_batch, chips, precision, dp_bandwidth, framework, price):
+    """The fastest layout of ``--chips`` that fits (``--search``'s first row) as plain values, or None when none
+    fits or the search cannot run (a sweep of seq or batch, a layout-less chip count)."""
+    from aicalc.api.train_time import search_train_layouts
+    from aicalc.commands.options import price_per_hour
+    from aicalc.errors import AicalcError
+    from aicalc.sweep import int_sweep
+    from aicalc.units import parse_count, parse_int
+
+    try:
+        seqs, batches = int_sweep(seq, "--seq"), int_sweep(global_batch, "--global-batch")
+        if len(seqs) != 1 or len(batches) != 1:
+            return None
+        r = search_train_layouts(model, chip, parse_int(str(chips), "--chips"), parse_count(str(tokens), "--tokens"),
+                                 seq=seqs[0], global_batch=batches[0], precision=precision,
+                                 dp_bandwidth=dp_bandwidth, framework=framework, top=1, price=price_per_hour(price))
+    except AicalcError:
+        return None
+    if not len(r) or not bool(r["fits"][0]):
+        return None
+    return {k: (str(r[k][0]) if k == "recompute" else int(r[k][0]))
+            for k in ("tp", "pp", "ep", "etp", "micro_batch", "recompute", "zero")}
 
 
 def profiles_class(chip_obj) -> str:

@@ -1,5 +1,5 @@
 """The training layouts a number of devices admits: TP × PP × CP × DP × ZeRO × micro-batch × recompute, their
-peaks evaluated a block at a time (:func:`aicalc.core.train_peak.peak_reserved`), those that fit ranked by memory
+peaks evaluated a block at a time (:func:`aicalc.core.train_peak.peak_reserved_staged`), those that fit ranked by memory
 headroom and the best evaluated in full (:func:`aicalc.core.train_peak.evaluate`)."""
 
 from __future__ import annotations
@@ -55,15 +55,16 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
     (``closest`` False: none, the columns ``{}``).
 
     The layouts are numbered recompute mode × (tp, pp, cp, dp) × ZeRO stage × micro-batch × sequence, row-major,
-    and ranked by headroom, ties in that order. They are evaluated a block at a time, one recompute mode and one
-    pipeline depth per block, each axis on its own dimension (:func:`aicalc.core.train_peak.peak_reserved`: a
-    term that depends on a few axes is computed once per value of those), only the peak; the running ``top``
+    and ranked by headroom, ties in that order. They are evaluated a block at a time, one recompute mode per block,
+    every pipeline depth and its candidate stages in it (:func:`_stage_table`), each axis on its own dimension
+    (:func:`aicalc.core.train_peak.peak_reserved_staged`: a term that depends on a few axes is computed once per
+    value of those), only the peak; the running ``top``
     by headroom is kept (with the counts), so memory does not grow with the search, and the layouts that make
     the top are evaluated in full at the end (:func:`aicalc.core.train_peak.evaluate`, the same numbers)."""
     import numpy as np
 
     from aicalc.core.train_memory import padded_seq
-    from aicalc.core.train_peak import peak_reserved
+    from aicalc.core.train_peak import peak_reserved_staged
 
     lay = np.asarray(layouts(arch, chips, cps, setup.virtual_stages, setup.first_stage_layers,
                              setup.last_stage_layers), dtype=np.float64)
@@ -75,25 +76,32 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
     size = int(np.prod(shape))
     zeros = np.arange(4.0).reshape(1, 4, 1, 1)
     batch = mbs.reshape(1, 1, -1, 1)
-    # a block: layouts of one pipeline depth × every ZeRO stage and micro-batch × a run of sequences, ≈ SLICE
+    # a block: layouts of any pipeline depth × their candidate stages × every ZeRO stage and micro-batch × a run of
+    # sequences, ≈ SLICE points
     run_s = max(1, min(len(seqs), SLICE // (4 * len(mbs))))
-    run_l = max(1, SLICE // (4 * len(mbs) * run_s))
+    stages, needed = _stage_table(arch, setup, lay[:, 1])  # (stage, rank / layers / MoE layers, layout)
+    most = int(needed.max())
+    if len(lay) * most * 4 * len(mbs) * run_s <= SLICE:  # a short search: every layout in one block
+        groups = [(most, np.arange(len(lay)))]
+    else:  # a long one: the layouts with as many stages together, so that no stage is evaluated twice
+        groups = [(k, np.flatnonzero(needed == k)) for k in range(1, most + 1) if np.any(needed == k)]
     best_h, best_i = np.empty(0), np.empty(0, dtype=np.int64)  # the running top: headroom, layout number
     fit_n = valid_n = done = 0
     total = size * len(recomputes)
     for r, rc in enumerate(recomputes):
         oo = setup._replace(recompute=rc)
-        for p in sorted(set(lay[:, 1].tolist())):
-            rows = np.flatnonzero(lay[:, 1] == p)
+        for k, rows in groups:
+            run_l = max(1, SLICE // (k * 4 * len(mbs) * run_s))
             for lo in range(0, len(rows), run_l):
                 li = rows[lo:lo + run_l]
-                tp, cp, dp = (lay[li, c].reshape(-1, 1, 1, 1) for c in (0, 2, 3))
+                tp, pp, cp, dp = (lay[li, c].reshape(-1, 1, 1, 1) for c in range(4))
+                rank, layers, moe = (stages[:k, c, li].reshape(k, -1, 1, 1, 1) for c in range(3))
                 for so in range(0, len(seqs), run_s):
                     sq = seqs[so:so + run_s].reshape(1, 1, 1, -1)
-                    g = {"batch": batch, "seq": sq, "tp": tp, "pp": np.float64(p), "cp": cp, "dp": dp, "zero": zeros}
+                    g = {"batch": batch, "seq": sq, "tp": tp, "pp": pp, "cp": cp, "dp": dp, "zero": zeros}
                     if setup.sp and not xla:  # each CP rank's tokens padded to a multiple of tp (padded_seq)
                         g["seq"] = padded_seq(sq, tp, cp)
-                    headroom = limit - peak_reserved(arch, oo, g)  # what is reserved must fit
+                    headroom = limit - peak_reserved_staged(arch, oo, g, rank, layers, moe)  # what is reserved must fit
                     # a CP degree must split each sequence into 2·cp chunks; EP × expert TP must divide tp·cp·dp
                     valid = (sq % (2 * cp) == 0) | (cp == 1)
                     if setup.ep > 1:
@@ -132,6 +140,34 @@ def search(arch, setup, chips: int, limit: float, seqs, max_batch: int, cps=(1,)
     return sel, fit_n, valid_n
 
 
+STAGES = ("first", "last", "middle")  # the pipeline ranks whose peak can be the highest, in the order compared
+
+
+def _stage_table(arch, setup, pps):
+    """For the pipeline depths ``pps``: (stage, rank / layers / MoE layers, layout), the first, last and fullest
+    middle rank (:func:`aicalc.core.stages.stage_candidates`), and how many of those each depth has. A stage a
+    depth does not have (no last rank at PP 1, no middle rank at PP ≤ 2 or one that holds no more layers than
+    the first) repeats the first, whose peak it then cannot beat (:func:`aicalc.core.train_peak.peak_reserved_staged`);
+    the stages a depth has come first (a middle rank only where there is a last)."""
+    import numpy as np
+
+    from aicalc.core.stages import stage_candidates
+
+    moe = tuple(arch.moe_layers) if arch.moe is not None else None
+    out, needed = np.empty((len(STAGES), 3, len(pps))), np.empty(len(pps), dtype=np.int64)
+    for p in sorted(set(pps.tolist())):
+        c = stage_candidates(arch.layers, int(p), setup.virtual_stages, setup.first_stage_layers,
+                             setup.last_stage_layers, moe)
+        first = c["first"]
+        use = {"first": first, "last": c["last"] if p > 1 else None,
+               "middle": c["middle"] if p > 2 and c["middle"][1] > first[1] else None}
+        at = pps == p
+        needed[at] = sum(v is not None for v in use.values())
+        for k, name in enumerate(STAGES):
+            out[k, :, at] = use[name] or first
+    return out, needed
+
+
 def _columns(arch, setup, lay, mbs, seqs, shape, recomputes, nums, xla: bool) -> dict:
     """Every column of :func:`aicalc.core.train_peak.evaluate` for the layouts numbered ``nums`` (as
     :func:`search` numbers them), in that order."""
@@ -142,9 +178,13 @@ def _columns(arch, setup, lay, mbs, seqs, shape, recomputes, nums, xla: bool) ->
 
     size = int(np.prod(shape))
     rcs, (li, zi, mi, si) = nums // size, np.unravel_index(nums % size, shape)
+    # Megatron's step is one phase whatever the recompute mode (train_peak._stage), so its modes are evaluated
+    # together, the mode a column of the grid (the same numbers, one evaluation instead of one per mode); the hf
+    # loop's phases depend on the mode (autocast's cached casts), so each mode has its own
+    joint = setup.framework == "megatron" and nums.size > 0
     parts, where = [], []
-    for r, rc in enumerate(recomputes):
-        at = np.flatnonzero(rcs == r)
+    for r, rc in ((None, None),) if joint else enumerate(recomputes):
+        at = np.arange(nums.size) if joint else np.flatnonzero(rcs == r)
         if r and not at.size:
             continue  # the first mode is evaluated even on no layout: it says which columns there are
         mb, sq = mbs[mi[at]], seqs[si[at]]
@@ -152,9 +192,12 @@ def _columns(arch, setup, lay, mbs, seqs, shape, recomputes, nums, xla: bool) ->
              "dp": lay[li[at], 3], "zero": zi[at].astype(np.float64)}
         # sequence parallelism pads each CP rank's tokens to a multiple of tp (train_memory.padded_seq)
         run = {**g, "seq": padded_seq(sq, g["tp"], g["cp"])} if setup.sp and not xla else g
-        cols = evaluate(arch, setup._replace(recompute=rc), run)
+        if joint:
+            run = {**run, "recompute": np.asarray(recomputes)[rcs]}
+        cols = evaluate(arch, setup if joint else setup._replace(recompute=rc), run)
         cols["seq"] = sq
-        cols["recompute"] = np.asarray(rc, dtype=np.asarray(recomputes).dtype)  # one string width for every mode
+        # one string width for every mode
+        cols["recompute"] = np.asarray(recomputes)[rcs] if joint else np.asarray(rc, dtype=np.asarray(recomputes).dtype)
         parts.append({k: np.broadcast_to(np.asarray(v), mb.shape) for k, v in cols.items()})
         where.append(at)
     order = np.argsort(np.concatenate(where), kind="stable")

@@ -352,6 +352,8 @@ def _quiet_steps(step, clock, ctx_sum, b, free, crossings, next_end, next_arriva
     if g == 0:  # no sequence takes a block (reserved up front): nothing but the clock and the context change
         return m, dt
     cycles, left = divmod(free, g)  # blocks: g for every `block` steps, then the first steps of a cycle
+    if m <= cycles * block:  # the whole cycles alone outlast the m steps: the part of a cycle cannot bind
+        return m, dt
     part = 0
     while part < block and crossings[(step + part) % block] <= left:
         left -= crossings[(step + part) % block]

@@ -168,10 +168,10 @@ def _single(v) -> bool:
 GRID = ("batch", "seq", "dp", "tp", "pp", "cp", "zero")
 
 
-def _stages(arch, o, g: dict, peak_only: bool = False):
+def _stages(arch, o, g: dict):
     """For ``g`` whose ``pp`` is one number: (columns, where they beat the stages before, the highest peak so far)
     for the first stage (None: everywhere), then the last and the fullest middle stage where they exist; the
-    columns are scalars where they depend on no array of ``g`` (``peak_only``: the peak and the overhead alone)."""
+    columns are scalars where they depend on no array of ``g``."""
     import numpy as np
 
     from aicalc.core.stages import stage_candidates
@@ -180,26 +180,35 @@ def _stages(arch, o, g: dict, peak_only: bool = False):
     moe = tuple(arch.moe_layers) if arch.moe is not None else None
     c = stage_candidates(arch.layers, int(p), o.virtual_stages, o.first_stage_layers, o.last_stage_layers, moe)
     first = [np.float64(x) for x in c["first"]]
-    best = _stage(arch, o, g, *first, np.float64(p), lean=True, peak_only=peak_only)
+    best = _stage(arch, o, g, *first, np.float64(p), lean=True)
     peak = best["peak_allocated_bytes"]
     yield best, None, peak
     for k in ("last", "middle"):
         r, n, m = (np.float64(x) for x in c.get(k, c["first"]))
         if not (p > 1 if k == "last" else p > 2 and n > first[1]):
             continue
-        cols = _stage(arch, o, g, r, n, m, np.float64(p), lean=True, peak_only=peak_only)
+        cols = _stage(arch, o, g, r, n, m, np.float64(p), lean=True)
         worse = cols["peak_allocated_bytes"] > peak
         peak = np.where(worse, cols["peak_allocated_bytes"], peak)
         yield cols, worse, peak
 
 
-def peak_reserved(arch, o, g: dict):
-    """The ``peak_reserved_bytes`` column of :func:`evaluate` alone, for ``g`` whose ``pp`` is one number and whose
-    other entries are arrays that broadcast together (a layout search passes each axis on its own dimension, so a
-    term that depends on a few axes is computed once per value of those and broadcast): the same operations on
-    each point as :func:`evaluate`, so the same numbers. The highest of the stages :func:`_stages` yields,
-    the first winning ties."""
-    *_, (cols, _, peak) = _stages(arch, o, g, peak_only=True)  # the last stage's overhead: the same on each
+def peak_reserved_staged(arch, o, g: dict, rank, stage_layers, stage_moe):
+    """The ``peak_reserved_bytes`` column of :func:`evaluate` alone, for a layout search's block: ``g``'s entries
+    are arrays that broadcast together (each axis on its own dimension, so a term that depends on a few axes is
+    computed once per value of those), ``pp`` among them, and ``rank``, ``stage_layers``, ``stage_moe`` hold the
+    candidate stages along a leading axis (first, last, middle, as :func:`_stages` yields them; a stage a layout
+    lacks repeats the first). Every stage of every layout in one evaluation, the same operations on each point as
+    :func:`evaluate`, so the same numbers: the highest peak over the stages, compared in :func:`_stages`' order
+    (the first winning ties)."""
+    import numpy as np
+
+    cols = _stage(arch, o, g, rank, stage_layers, stage_moe, g["pp"], lean=True, peak_only=True)
+    alloc = cols["peak_allocated_bytes"]
+    alloc = np.broadcast_to(alloc, np.broadcast_shapes(np.shape(alloc), np.shape(rank)))
+    peak = alloc[0]
+    for k in range(1, len(alloc)):
+        peak = np.where(alloc[k] > peak, alloc[k], peak)
     return _reserved(peak, cols["overhead_bytes"], arch, o.framework, g.get("recompute", o.recompute))
 
 
