@@ -50,17 +50,18 @@ def test_moe_decode_reads_every_expert_once_the_batch_is_large():
 def test_decode_kv_traffic_equals_the_kv_cache(model, kv_dtype):
     """A decode step at P cached tokens reads the cache of P + 1 tokens (its own token included, flash
     attention) and writes one token per attention layer: what ``kv_cache`` holds at context P + 1, plus the
-    write; a hybrid's linear-attention layers read and write their state instead (the cache's ``state_bytes``)."""
+    write; a hybrid's recurrent layers (linear attention, Mamba) read and write their state instead (the cache's
+    ``state_bytes``), in the delta rule's or the SSD scan's op, not the attention core's."""
     spec = store.resolve_model(model)
     arch, s = spec.arch, shape_of(spec.arch)
     B, P = 4.0, 5000.0
     La = arch.attention_layers
     ops = forward_ops(s, formats("bf16", kv_dtype), B, 1.0, P, 1.0)
-    attn = sum(float(o.bytes) for o in ops if o.kind == "attention")
+    attn = sum(float(o.bytes) for o in ops if o.name.startswith("attn_"))
     q_io = B * s.A * (s.qk_dim + s.v_dim) * ACT_BYTES * La
     writes = B * La * kv_bytes_per_token_layer(arch, kv_dtype, 1)
     cache = aicalc.kv_cache(spec, batch=B, context=P + 1, kv_dtype=kv_dtype, block_size=None)
-    state = float(cache.state_bytes_per_device[0]) if arch.linear_layers else 0.0
+    state = float(cache.state_bytes_per_device[0]) if arch.linear_layers or arch.mamba_layers else 0.0
     assert attn - q_io - writes == pytest.approx(float(cache.kv_cache_bytes_per_device[0]) - state, rel=1e-12)
     if arch.linear_layers:  # read and written once per step, besides the delta rule's q, k, v, z in and output out
         core = next(o for o in ops if o.name == "linear_core")

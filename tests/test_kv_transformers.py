@@ -1,6 +1,6 @@
 """KV bytes equal transformers' own cache, exactly (records of validation/record_kv.py: a forward pass with
 use_cache=True on fake tensors, summing the bytes of every cached key/value tensor, and of the conv and recurrent
-states of linear-attention layers, ``state_bytes``; versions in the file)."""
+states of linear-attention and Mamba layers, ``state_bytes``; versions in the file)."""
 
 import json
 

@@ -4,12 +4,13 @@ For each model preset and each ``tests/data/configs/*/config.json`` this builds 
 ``AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)`` inside ``FakeTensorMode`` (shapes and dtypes
 are exact, no memory is allocated), runs ``model(input_ids, use_cache=True)`` on ``input_ids`` of shape
 ``(batch, seq)`` and sums ``numel() * element_size()`` of every ``keys`` and ``values`` tensor in the returned
-``past_key_values.layers``; a linear-attention layer (Qwen3-Next, Qwen3.5: ``LinearAttentionLayer``) holds no
-keys or values but a conv state and a recurrent state, whose bytes are recorded apart as ``state_bytes`` with
-their shapes and dtypes (``state_groups``). One decode step (one more token) is then run on the same cache and
+``past_key_values.layers``; a linear-attention layer (Qwen3-Next, Qwen3.5: ``LinearAttentionLayer``) or a Mamba
+layer (Nemotron-H) holds no keys or values but a conv state and a recurrent (SSM) state, whose bytes are recorded
+apart as ``state_bytes`` with their shapes and dtypes (``state_groups``). One decode step (one more token) is then run on the same cache and
 measured again.
 
-Recorded per case: ``kv_bytes`` (the logical bytes of the cached key/value tensors), ``per_layer_seq``
+Recorded per case: ``kv_bytes`` (the logical bytes of the cached key/value tensors), for linear-attention and Mamba
+layers ``state_bytes`` and ``state_groups`` (their ``conv_states`` and ``recurrent_states``), ``per_layer_seq``
 (dim -2 of each layer's keys), ``per_layer_bytes``, ``layer_groups`` (runs of layers with the same cache class,
 tensor shapes and dtype: the exact shapes that are cached), ``kv_storage_bytes`` (bytes of the distinct tensor
 storages those tensors keep alive; larger than ``kv_bytes`` where a cached tensor is a slice of a bigger
@@ -288,6 +289,28 @@ CROSSCHECK_CONFIGS: dict[str, dict[str, Any]] = {
     # GLM-5: the same, with "shared" layers that reuse the previous layer's top-k and cache no indexer keys
     "glm_moe_dsa": {**_TINY_MLA, "model_type": "glm_moe_dsa", "q_lora_rank": 48, "index_n_heads": 2,
                     "index_head_dim": 16, "index_topk": 4, "indexer_types": ["full", "shared", "full"]},
+    # Nemotron-H: one mixer per block, Mamba-2 (M), MoE (E), attention (*), dense MLP (-); the Mamba blocks keep a
+    # conv state and an SSM state per sequence, the attention blocks K/V
+    "nemotron_h": {
+        "model_type": "nemotron_h",
+        "hidden_size": 64,
+        "hybrid_override_pattern": "ME*-M*",
+        "intermediate_size": 96,
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 16,
+        "ssm_state_size": 16,
+        "n_groups": 2,
+        "chunk_size": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "moe_shared_expert_intermediate_size": 48,
+        "vocab_size": 512,
+        "max_position_embeddings": 256,
+    },
     # three sliding layers (window 8) per full one (sliding_window_pattern 4)
     "cohere2": {
         "model_type": "cohere2",
@@ -298,6 +321,9 @@ CROSSCHECK_CONFIGS: dict[str, dict[str, Any]] = {
     },
 }
 CROSSCHECK_SEQS = (6, 7, 8, 9, 12)
+# model types whose Mamba layers keep a per-sequence state (conv + SSM) beside K/V: recorded also at 2 x 300 tokens
+# (several SSD chunks) and, as linear-attention models, after a decode step
+STATEFUL = ("nemotron_h",)
 
 _MLA_NOTE = (
     "MLA: transformers caches the compressed latent, not per-head K/V. layer.keys = "
@@ -344,7 +370,7 @@ def _layer_plan(cfg) -> list[tuple[str, int | None]]:
 
 
 def _states(layer) -> list[tuple[str, Any]]:
-    """The fixed-size states a linear-attention cache layer holds (transformers ``LinearAttentionCacheLayerMixin``:
+    """The fixed-size states a linear-attention or Mamba cache layer holds (transformers ``LinearAttentionCacheLayerMixin``:
     ``conv_states`` and ``recurrent_states``, dicts of state index to tensor), as (kind, tensor)."""
     out = []
     for kind in ("conv_states", "recurrent_states"):
@@ -356,8 +382,8 @@ def _states(layer) -> list[tuple[str, Any]]:
 
 def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str, Any]:
     """Shapes and bytes of every key/value tensor held by a transformers Cache (``cache.layers``); where a layer
-    holds linear-attention states instead (Qwen3-Next, Qwen3.5), their shapes, dtypes and bytes too
-    (``state_bytes``, ``state_groups``), and a DSA model's indexer keys (``indexer_bytes``), kept apart from
+    holds linear-attention or Mamba states instead (Qwen3-Next, Qwen3.5, Nemotron-H), their shapes, dtypes and bytes
+    too (``state_bytes``, ``state_groups``), and a DSA model's indexer keys (``indexer_bytes``), kept apart from
     ``kv_bytes``."""
     per_seq: list[int] = []
     per_bytes: list[int] = []
@@ -576,10 +602,12 @@ def _notes(config: dict[str, Any], seq: int, res: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _linear(config: dict[str, Any]) -> bool:
-    """Whether the model has linear-attention layers (their keys name them: ``linear_num_value_heads``)."""
+def _stateful(config: dict[str, Any]) -> bool:
+    """Whether the model keeps a per-sequence state: linear-attention layers (their keys name them:
+    ``linear_num_value_heads``) or Mamba layers (:data:`STATEFUL`)."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    return "linear_num_value_heads" in text or config.get("model_type") in ("qwen3_next", "qwen3_5", "qwen3_5_moe")
+    return "linear_num_value_heads" in text or config.get("model_type") in ("qwen3_next", "qwen3_5", "qwen3_5_moe") \
+        or config.get("model_type") in STATEFUL
 
 
 def _max_window(config: dict[str, Any]) -> int | None:
@@ -604,6 +632,8 @@ def build_cases(sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
         w = _max_window(src["config"])
         if w is not None:
             cases.append({**base, "batch": 1, "seq": w + 100})
+        if src["config"].get("model_type") in STATEFUL:  # a prompt of several SSD chunks, two sequences
+            cases.append({**base, "batch": 2, "seq": 300})
     for extra in EXTRA_CASES:
         src = by_name.get(extra["name"])
         if src is None:
@@ -649,8 +679,8 @@ def compute_records(only: list[str] | None = None) -> list[dict[str, Any]]:
         if only and c["name"] not in only:
             continue
         t0 = time.perf_counter()
-        # informative only where a window slides, or where a linear-attention state must stay the same size
-        decode = 1 if _max_window(c["config"]) is not None or _linear(c["config"]) else 0
+        # informative only where a window slides, or where a per-sequence state must stay the same size
+        decode = 1 if _max_window(c["config"]) is not None or _stateful(c["config"]) else 0
         try:
             res = run_case(
                 c["config"],

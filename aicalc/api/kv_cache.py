@@ -15,8 +15,9 @@ class KVCache(Table):
     ``headroom_bytes`` (what is left, never negative), ``shortfall_bytes`` (what is missing) and, when asked,
     ``max_context``; on a chip whose only memory is on-chip SRAM also ``chips_needed`` (the per-device columns
     are then shares of those chips). ``kv_per_sequence_bytes`` is one sequence's cache on one device. A model with
-    linear-attention layers (Qwen3-Next, Qwen3.5) also has ``state_bytes`` and ``state_bytes_per_device``: the
-    fixed conv + recurrent state those layers keep per sequence, part of the cache columns above."""
+    recurrent layers, linear attention (Qwen3-Next, Qwen3.5) or Mamba-2 (Nemotron-H), also has ``state_bytes`` and
+    ``state_bytes_per_device``: the fixed conv + recurrent state those layers keep per sequence, whatever the
+    context, part of the cache columns above (and so of the total and of what fits)."""
 
 
 def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str = "release", tp: int | None = None,
@@ -72,7 +73,7 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
             "kv_cache_bytes": fl.row(), "kv_cache_bytes_per_device": fl.row(), "kv_per_sequence_bytes": fl.row(),
             "paging_waste_bytes_per_device": fl.row(), "weights_bytes_per_device": fl.full(weights),
             "runtime_overhead_bytes": fl.full(over), "total_bytes_per_device": fl.row()}
-    if shape.state_bytes:  # linear-attention layers: a fixed state per sequence, reported on its own
+    if shape.state_bytes:  # recurrent layers: a fixed state per sequence, reported on its own
         cols["state_bytes_per_device"] = np.multiply(B, shape.state_bytes, out=fl.row())
         cols["state_bytes"] = np.multiply(cols["state_bytes_per_device"], tp, out=fl.row())
     room = None
@@ -134,7 +135,7 @@ def _fill(rows: dict, shape, B, S, block_size, tp, fixed, room) -> None:
     exact = held_tokens(shape, S, None, out=rows["paging_waste_bytes_per_device"], each=shape.bytes_per_token_layer)
     exact = np.multiply(B, exact, out=exact)
     per_seq = held_tokens(shape, S, block_size, out=rows["kv_per_sequence_bytes"], each=shape.bytes_per_token_layer)
-    if shape.state_bytes:  # every sequence's linear-attention state (the same in the exact and the paged count)
+    if shape.state_bytes:  # every sequence's recurrent state (the same in the exact and the paged count)
         per_seq += shape.state_bytes
         exact += B * shape.state_bytes
     paged = np.multiply(B, per_seq, out=rows["kv_cache_bytes_per_device"])

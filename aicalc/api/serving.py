@@ -13,7 +13,8 @@ class Serving(Table):
     ``tokens_per_s_per_sequence``, ``ideal_ttft_s``, ``ideal_tpot_s``, ``ideal_output_tokens_per_s``,
     ``weights_bytes_per_device``, ``kv_cache_bytes_per_device``, ``total_bytes_per_device``, ``fits``,
     ``meets_slo``; with a price ``usd_per_million_output_tokens`` and ``usd_per_request``; with a TDP
-    ``joules_per_output_token``."""
+    ``joules_per_output_token``. For a model with recurrent layers (linear attention, Mamba) ``kv_cache_bytes_per_device``
+    includes each running sequence's conv + recurrent state (``kv-cache`` shows it apart)."""
 
 
 def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024, gen=256,

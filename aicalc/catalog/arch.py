@@ -2,6 +2,15 @@
 
 Notation (used throughout aicalc): H hidden, L layers, A attention heads, K kv heads, d head_dim,
 F ffn size, V vocab, E experts, k experts per token.
+
+A layer is an attention block and an FFN unless its per-layer fields say otherwise. Hybrid models whose blocks
+hold ONE mixer each (Nemotron-H: a Mamba-2 mixer, an attention, a dense MLP or an MoE, chosen per block) say so
+with two per-layer fields: ``layer_types`` names the sequence mixer of each layer ("full_attention",
+"sliding_attention", "linear_attention" for Gated DeltaNet, "mamba" for a Mamba-2 mixer, "none" for a block without
+one) and ``ffn_layers`` is False where a layer has no FFN (``moe_layers`` True where the FFN it has is an MoE). A
+Nemotron-H "M" block is ("mamba", no FFN), "*" ("full_attention", no FFN), "-" ("none", dense FFN), "E" ("none", MoE
+FFN); a Gated DeltaNet hybrid's layers (Qwen3-Next) all keep their FFN. Unset, every layer has both, so every
+pre-existing model reads as before.
 """
 
 from typing import NamedTuple
@@ -22,6 +31,9 @@ class MoE(NamedTuple):
     # (transformers ``n_group`` / ``topk_group``); 1 / 1: no limit
     n_group: int = 1
     topk_group: int = 1
+    # latent MoE (Nemotron 3 Super, transformers ``moe_latent_size``): the routed experts run on a width-``latent``
+    # projection of H (``fc1_latent_proj`` H→latent before, ``fc2_latent_proj`` latent→H after); None: on H
+    latent: int | None = None
 
     @property
     def group_limited(self) -> bool:
@@ -57,6 +69,32 @@ class Indexer(NamedTuple):
     # per layer: True where the layer runs (and caches keys for) its own indexer; GLM-MoE-DSA's "shared" layers
     # reuse the previous full layer's top-k (transformers ``indexer_types``); () means every layer
     layers: tuple[bool, ...] = ()
+class Mamba(NamedTuple):
+    """A Mamba-2 (SSD) mixer (Dao & Gu 2024, arXiv:2405.21060; transformers ``NemotronHMamba2Mixer``): ``heads``
+    heads of ``head_dim`` channels (inner width I = heads·head_dim), B and C of ``state`` channels shared by each of
+    ``groups`` head groups, a depthwise causal conv of ``conv_kernel`` taps over x, B and C, and the SSD scan in
+    chunks of ``chunk`` tokens. Per sequence it keeps a conv state of (I + 2·G·N)·(conv_kernel) values and an SSM
+    state of heads·head_dim·N values, whatever the context."""
+
+    heads: int  # nh
+    head_dim: int  # P
+    state: int  # N, ssm_state_size
+    groups: int  # G, n_groups
+    conv_kernel: int  # d_conv
+    chunk: int = 128  # SSD chunk size
+    conv_bias: bool = True  # use_conv_bias
+    proj_bias: bool = False  # in_proj / out_proj biases (Nemotron-H ``use_bias``)
+    ssm_dtype: str = "fp32"  # the dtype the SSM state is cached in (``mamba_ssm_cache_dtype``)
+
+    @property
+    def inner(self) -> int:
+        """I = heads·head_dim, the width of x, z and the SSD output."""
+        return self.heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the depthwise conv: x, B and C, I + 2·G·N."""
+        return self.inner + 2 * self.groups * self.state
 
 
 class LinearAttention(NamedTuple):
@@ -116,7 +154,8 @@ class _ArchFields(NamedTuple):
     attention_sinks: bool = False  # one learned sink logit per query head and layer (gpt-oss ``self_attn.sinks``)
     activation: str = "silu"
     sliding_window: int | None = None
-    layer_types: tuple[str, ...] = ()  # per layer: "full_attention", "sliding_attention" or "linear_attention"
+    # per layer: "full_attention", "sliding_attention", "linear_attention", "mamba" or "none"
+    layer_types: tuple[str, ...] = ()
     moe: MoE | None = None
     moe_layers: tuple[bool, ...] = ()  # per layer: True where the FFN is a routed MoE
     mla: MLA | None = None
@@ -125,6 +164,8 @@ class _ArchFields(NamedTuple):
     attention_gate: bool = False
     linear_attention: LinearAttention | None = None  # the "linear_attention" layers' shape
     indexer: Indexer | None = None  # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5); None: dense attention
+    ffn_layers: tuple[bool, ...] = ()  # per layer: False where the layer has no FFN (hybrid one-mixer blocks)
+    mamba: Mamba | None = None  # the Mamba-2 mixer of the "mamba" layers
     extra: dict | None = None  # notes beside the shape (None: {}); left out of == and hash
 
 
@@ -137,11 +178,12 @@ class Arch(_ArchFields):
 
     def __new__(cls, *args, **kw):
         self = super().__new__(cls, *args, **kw)
-        if self.layer_types and self.moe_layers and self.extra is not None:
+        if self.layer_types and self.moe_layers and self.ffn_layers and self.extra is not None:
             return self
-        # Unset per-layer patterns mean the plain case: every layer full attention, every FFN dense.
+        # Unset per-layer patterns mean the plain case: every layer full attention and an FFN, every FFN dense.
         return self._replace(layer_types=self.layer_types or ("full_attention",) * self.layers,
                              moe_layers=self.moe_layers or (self.moe is not None,) * self.layers,
+                             ffn_layers=self.ffn_layers or (True,) * self.layers,
                              extra={} if self.extra is None else self.extra)
 
     def __eq__(self, other):
@@ -173,13 +215,35 @@ class Arch(_ArchFields):
         return sum(t == "linear_attention" for t in self.layer_types)
 
     @property
-    def attention_layers(self) -> int:
-        """Layers with softmax attention (full or sliding): the ones that hold a KV cache."""
-        return self.layers - self.linear_layers
-
-    @property
     def n_moe_layers(self) -> int:
         return sum(self.moe_layers)
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers with softmax attention (full or sliding): the ones that hold a KV cache."""
+        return sum(t in ("full_attention", "sliding_attention") for t in self.layer_types)
+
+    @property
+    def mamba_layers(self) -> int:
+        """Layers whose mixer is a Mamba-2 block."""
+        return sum(t == "mamba" for t in self.layer_types)
+
+    @property
+    def n_ffn_layers(self) -> int:
+        """Layers with an FFN (dense or MoE)."""
+        return sum(self.ffn_layers)
+
+    @property
+    def dense_ffn_layers(self) -> int:
+        """Layers with a dense FFN."""
+        return sum(f and not m for f, m in zip(self.ffn_layers, self.moe_layers, strict=False))
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether some layer lacks a token mixer of attention or linear attention, or an FFN (a one-mixer-per-block
+        hybrid such as Nemotron-H; a Gated DeltaNet hybrid, every layer a mixer and an FFN, is not one)."""
+        return self.mamba is not None or not all(self.ffn_layers) or \
+            self.attention_layers + self.linear_layers != self.layers
 
     @property
     def attention_kind(self) -> str:

@@ -6,9 +6,10 @@ bloom, deepseek_v2, deepseek_v3, kimi_k2 (Kimi K2: DeepSeek-V3's architecture), 
 glm4_moe_lite (GLM-4.7-Flash), deepseek_v32 (DeepSeek-V3.2, -Exp), glm_moe_dsa (GLM-5), minimax_m2, gpt_oss, llama4_text,
 llama4 (wrapper: ``text_config``), olmo2, granite, cohere, cohere2, qwen3_next (Qwen3-Next), qwen3_5_text and
 qwen3_5_moe_text (Qwen3.5 dense and MoE) with their image-text wrappers qwen3_5 and qwen3_5_moe (``text_config``
-sized): Gated DeltaNet linear-attention layers between gated softmax-attention layers.
+sized): Gated DeltaNet linear-attention layers between gated softmax-attention layers; nemotron_h (Nemotron-H /
+Nemotron 3: hybrid Mamba-2 blocks).
 Types whose layers aicalc's cost model does not represent are refused with the rest (:data:`NOT_REPRESENTED`
-names them: other linear attentions, DeepSeek-V4's compressed sparse attention, state-space layers). Keys that a real
+names them: other linear attentions, DeepSeek-V4's compressed sparse attention, other state-space layers). Keys that a real
 config.json may leave out take the defaults of the transformers configuration class of that family (e.g.
 Gemma-2 ties embeddings, Falcon's FFN is 4·H, DeepSeek-V2's q_lora_rank is 1536 unless set to null); keys no
 default exists for must be present, and a missing one is reported by name.
@@ -18,22 +19,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from aicalc.catalog.arch import MLA, Arch, Indexer, LinearAttention, MoE
+from aicalc.catalog.arch import MLA, Arch, Indexer, LinearAttention, Mamba, MoE
 from aicalc.errors import AicalcError
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gemma3",
              "phi3", "gpt2", "falcon", "bloom", "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe", "glm4_moe_lite",
              "deepseek_v32", "glm_moe_dsa", "minimax_m2", "gpt_oss", "llama4_text", "llama4", "olmo2", "granite", "cohere",
-             "cohere2", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+             "cohere2", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "nemotron_h")
 # Deployed model types whose layers aicalc does not represent (no cost-model terms for them), named in the refusal so
 # that the reason is plain: other linear attentions (Kimi Linear, MiniMax-M1/Text-01), DeepSeek-V4's compressed sparse
-# attention and Mamba/state-space hybrids. (Gated DeltaNet is represented: Arch.linear_attention; so is DeepSeek-V3.2's
-# and GLM-5's sparse-attention indexer: Arch.indexer.)
+# attention and the other Mamba/state-space hybrids. (Gated DeltaNet is represented: Arch.linear_attention; so is
+# DeepSeek-V3.2's and GLM-5's sparse-attention indexer: Arch.indexer; and Nemotron-H's Mamba-2 blocks: Arch.mamba.)
 NOT_REPRESENTED = {
     "kimi_linear": "Kimi delta attention (linear)", "minimax": "lightning (linear) attention",
     "deepseek_v4": "compressed sparse attention (hybrid CSA/HCA layers, hyper-connections)",
     "mamba": "state-space layers", "mamba2": "state-space layers", "jamba": "Mamba layers",
-    "falcon_h1": "Mamba layers", "nemotron_h": "Mamba layers", "granitemoehybrid": "Mamba layers",
+    "falcon_h1": "Mamba layers", "granitemoehybrid": "Mamba layers",
 }
 # Image-text wrappers whose language model sits in ``text_config``: aicalc sizes that model only (the vision tower
 # and projector are not counted), as transformers' ``AutoModelForCausalLM`` of the text config builds it.
@@ -59,6 +60,9 @@ MAX_DIM = {
     "attention_chunk_size": _TOKENS, "sliding_window_pattern": _LAYERS, "full_attention_interval": _LAYERS,
     "linear_num_key_heads": _HEADS, "linear_num_value_heads": _HEADS, "linear_key_head_dim": _HEADS,
     "linear_value_head_dim": _HEADS, "linear_conv_kernel_dim": 64,
+    "mamba_num_heads": _HEADS, "mamba_head_dim": _HEADS, "ssm_state_size": _HEADS, "n_groups": _HEADS,
+    "mamba_n_groups": _HEADS, "conv_kernel": 64, "mamba_d_conv": 64, "chunk_size": _TOKENS, "mamba_chunk_size": _TOKENS,
+    "moe_shared_expert_intermediate_size": _FFN, "moe_latent_size": _WIDTH,
 }
 MAX_OTHER = 2**30  # any other integer field
 MAX_PARAMS = 10**15  # parameters of the whole model (the largest released: ~2·10^12)
@@ -154,12 +158,27 @@ def _check_shapes(arch: Arch, origin: str) -> None:
         raise AicalcError(f"{origin}: num_attention_heads ({arch.heads}) is not a multiple of the kv heads ({arch.kv_heads})")
     if len(arch.layer_types) != arch.layers:
         raise AicalcError(f"{origin}: layer_types has {len(arch.layer_types)} entries for {arch.layers} layers")
-    bad = set(arch.layer_types) - {"full_attention", "sliding_attention"} - \
+    kinds = {"full_attention", "sliding_attention"} | ({"mamba", "none"} if arch.family in _HYBRID else set()) | \
         ({"linear_attention"} if arch.linear_attention is not None else set())
+    bad = set(arch.layer_types) - kinds
     if bad:
         raise AicalcError(f"{origin}: layer_types holds unknown kinds {_show(sorted(bad))}")
     if arch.sliding_layers and not arch.sliding_window:
         raise AicalcError(f"{origin}: layer_types names sliding layers but sliding_window is not set")
+    _check_hybrid(arch, origin)
+
+
+def _check_hybrid(arch: Arch, origin: str) -> None:
+    """Per-layer fields of a one-mixer-per-block hybrid agree: every layer has a mixer or an FFN, an MoE layer has
+    an FFN, Mamba layers come with their mixer's shape."""
+    if len(arch.ffn_layers) != arch.layers or len(arch.moe_layers) != arch.layers:
+        raise AicalcError(f"{origin}: per-layer FFN kinds cover {len(arch.ffn_layers)} of {arch.layers} layers")
+    if any(t == "none" and not f for t, f in zip(arch.layer_types, arch.ffn_layers, strict=True)):
+        raise AicalcError(f"{origin}: a layer has neither a mixer nor an FFN")
+    if any(m and not f for m, f in zip(arch.moe_layers, arch.ffn_layers, strict=True)):
+        raise AicalcError(f"{origin}: an MoE layer without an FFN")
+    if arch.mamba_layers and arch.mamba is None:
+        raise AicalcError(f"{origin}: Mamba layers without the Mamba mixer's shape")
 
 
 def _layer_types(r: _Reader, layers: int, window: int | None, default_pattern) -> tuple[str, ...]:
@@ -702,6 +721,87 @@ def _minimax_m2(r):
     )
 
 
+# Nemotron-H block kinds: the letters of ``hybrid_override_pattern`` and the names of ``layers_block_type`` (the
+# current names and the legacy ones transformers remaps, ``_LEGACY_LAYER_TYPE_REMAP``), as aicalc's per-layer
+# (mixer, has an FFN, the FFN is MoE)
+_NEMOTRON_H_BLOCKS = {"M": ("mamba", False, False), "*": ("full_attention", False, False), "-": ("none", True, False),
+                      "E": ("none", True, True)}
+_NEMOTRON_H_NAMES = {"linear_attention": "M", "mamba": "M", "full_attention": "*", "attention": "*", "mlp": "-",
+                     "moe": "E"}
+_HYBRID = ("nemotron_h",)
+
+
+def _nemotron_h_blocks(r: _Reader) -> str:
+    """The block pattern as ``NemotronHConfig`` resolves it: ``layers_block_type`` (alias ``layer_types``) when
+    given, else ``hybrid_override_pattern``, else the class default "M", "E", "*", "-"; ``num_hidden_layers`` is
+    ignored (the class derives it from the pattern)."""
+    listed = r.cfg.get("layers_block_type", r.cfg.get("layer_types"))
+    if listed is not None:
+        if not isinstance(listed, list) or not all(isinstance(t, str) and t in _NEMOTRON_H_NAMES for t in listed):
+            raise AicalcError(f"{r.origin}: field 'layers_block_type' must list block kinds among "
+                              f"{', '.join(_NEMOTRON_H_NAMES)}")
+        pattern = "".join(_NEMOTRON_H_NAMES[t] for t in listed)
+    else:
+        pattern = r.get("hybrid_override_pattern", default="ME*-", kind=str)
+        if any(c not in _NEMOTRON_H_BLOCKS for c in pattern):
+            raise AicalcError(f"{r.origin}: field 'hybrid_override_pattern' may only hold M, *, - and E, got "
+                              f"{_show(pattern)}")
+    if not pattern or len(pattern) > _LAYERS:
+        raise AicalcError(f"{r.origin}: the block pattern must have 1 to {_LAYERS} blocks, got {len(pattern)}")
+    return pattern
+
+
+def _nemotron_h(r):
+    """Nemotron-H and Nemotron 3 (``NemotronHConfig``/``modeling_nemotron_h.py``): each block is one RMS pre-norm and
+    ONE mixer chosen by the block pattern: a Mamba-2 mixer (M), GQA attention without biases or positional encoding
+    (*; ``JambaAttention``: q/k/v/o without bias whatever ``attention_bias`` says), a plain MLP up/down with squared
+    ReLU (-), or an MoE (E: ``n_routed_experts`` plain MLP experts without biases, a sigmoid router of E·H weights
+    whose ``e_score_correction_bias`` is a buffer, one shared MLP of ``moe_shared_expert_intermediate_size``, and with
+    ``moe_latent_size`` the experts on a latent width between two projections). The lm_head is never tied
+    (``_tied_weights_keys = {}``). The ``num_nextn_predict_layers`` MTP blocks are not built by transformers and not
+    counted. Class defaults for omitted keys; the ``mamba_*`` spellings (``mamba_n_groups``, ``mamba_d_conv``,
+    ``mamba_chunk_size``, ``mamba_conv_bias``) win over the plain ones, as ``NemotronHConfig.__post_init__`` reads
+    them."""
+    if r.get("mlp_bias", default=False, kind=bool):
+        raise AicalcError(f"{r.origin}: mlp_bias true is not supported for model_type 'nemotron_h' (the routed experts "
+                          "have no biases while the MLPs would)")
+    pattern = _nemotron_h_blocks(r)
+    kinds = [_NEMOTRON_H_BLOCKS[c] for c in pattern]
+    H = r.get("hidden_size", default=4096)
+    A = r.get("num_attention_heads", default=32)
+    # NemotronHConfig: 8 kv heads by default; an explicit null means as many as query heads
+    K = A if "num_key_value_heads" in r.cfg and r.cfg["num_key_value_heads"] is None else \
+        r.get("num_key_value_heads", default=8)
+    dtype = r.get("mamba_ssm_cache_dtype", default="float32", kind=str)
+    ssm_dtype = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype)
+    if ssm_dtype is None:
+        raise AicalcError(f"{r.origin}: mamba_ssm_cache_dtype must be float32, bfloat16 or float16, got {_show(dtype)}")
+    mamba = Mamba(heads=r.get("mamba_num_heads", default=128), head_dim=r.get("mamba_head_dim", default=64),
+                  state=r.get("ssm_state_size", default=128), groups=r.get("mamba_n_groups", "n_groups", default=8),
+                  conv_kernel=r.get("mamba_d_conv", "conv_kernel", default=4),
+                  chunk=r.get("mamba_chunk_size", "chunk_size", default=128),
+                  conv_bias=r.get("mamba_conv_bias", "use_conv_bias", default=True, kind=bool),
+                  proj_bias=r.get("use_bias", default=False, kind=bool), ssm_dtype=ssm_dtype)
+    if mamba.heads % mamba.groups:
+        raise AicalcError(f"{r.origin}: n_groups ({mamba.groups}) does not divide the {mamba.heads} Mamba heads")
+    moe = None
+    if "E" in pattern:
+        experts = r.get("n_routed_experts", "num_local_experts", default=8)
+        k = r.get("num_experts_per_tok", default=2)
+        moe = MoE(experts=experts, experts_per_token=k, expert_ffn=r.get("moe_intermediate_size", default=7688),
+                  shared_experts=1, shared_expert_ffn=r.get("moe_shared_expert_intermediate_size", default=7688),
+                  latent=r.get("moe_latent_size", default=None),
+                  **_expert_groups(r, experts, r.get("n_group", default=1), r.get("topk_group", default=1), k))
+    return Arch(
+        family="nemotron_h", hidden=H, layers=len(pattern), heads=A, kv_heads=K,
+        head_dim=r.get("head_dim", default=128), ffn=r.get("intermediate_size", default=21504), gated_ffn=False,
+        vocab=r.get("vocab_size", default=131072), tied_embeddings=False,
+        max_context=r.get("max_position_embeddings", default=4096), norms_per_layer=1,
+        activation=r.get("mlp_hidden_act", default="relu2", kind=str), layer_types=tuple(t for t, _, _ in kinds),
+        moe=moe, moe_layers=tuple(m for _, _, m in kinds), ffn_layers=tuple(f for _, f, _ in kinds), mamba=mamba,
+    )
+
+
 def _gated_delta_net(r: _Reader, *, H: int, L: int, A: int, K: int, vocab: int, ffn: int, moe: MoE | None,
                      moe_layers: tuple[bool, ...]) -> Arch:
     """The layout Qwen3-Next and Qwen3.5 share (transformers ``Qwen3NextConfig``, ``Qwen3_5TextConfig``,
@@ -804,4 +904,5 @@ _READERS = {
     "deepseek_v32": _deepseek_v32, "glm_moe_dsa": _glm_moe_dsa, "gpt_oss": _gpt_oss,
     "llama4_text": _llama4_text, "olmo2": _olmo2, "granite": _granite, "cohere": _cohere, "cohere2": _cohere2,
     "qwen3_next": _qwen3_next, "qwen3_5_text": _qwen3_5_text, "qwen3_5_moe_text": _qwen3_5_moe_text,
+    "nemotron_h": _nemotron_h,
 }

@@ -46,7 +46,7 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
                "total_bytes_per_device"]
     if "indexer_cache_bytes_per_device" in cols:  # a DSA model: the indexer keys' part of the cache, on its own
         columns.insert(4, "indexer_cache_bytes_per_device")
-    if "state_bytes_per_device" in cols:  # linear-attention layers' fixed state, part of the cache column
+    if "state_bytes_per_device" in cols:  # recurrent layers' fixed state, part of the cache column
         columns.insert(4, "state_bytes_per_device")
     chip_obj = m["chip"]
     if "chips_needed" in cols:  # SRAM-only chips: the deployment spans as many chips as the bytes fill
@@ -111,9 +111,11 @@ def _notes(shape, block_size, arch=None) -> list[str]:
         notes.append(f"of which the sparse-attention indexer's keys: {fmt_bytes(shape.indexer_bytes_per_token)} per "
                      "token per device (fp8 + fp32 scales as vLLM/SGLang keep them; --engine hf: transformers' bf16)")
     if shape.state_bytes and arch is not None:
-        notes.append(f"{arch.linear_layers} linear-attention (Gated DeltaNet) layers cache no tokens: they hold a "
-                     f"fixed conv + recurrent state of {fmt_bytes(shape.state_bytes)} per sequence per device "
-                     "(state_bytes, included in the cache columns)")
+        kinds = [f"{n} {kind}" for n, kind in ((arch.linear_layers, "linear-attention (Gated DeltaNet)"),
+                                               (arch.mamba_layers, "Mamba-2")) if n]
+        notes.append(f"{' and '.join(kinds)} layers cache no tokens: they hold a fixed conv + recurrent state of "
+                     f"{fmt_bytes(shape.state_bytes)} per sequence per device, whatever the context (state_bytes, "
+                     "included in the cache columns)")
     if shape.sliding_layers:
         notes.append(f"sliding-window layers keep at most {shape.window:,} tokens")
     if block_size:

@@ -26,6 +26,13 @@ def model_row(spec) -> dict:
     if a.moe:
         row |= {"experts": a.moe.experts, "experts_per_token": a.moe.experts_per_token,
                 "shared_experts": a.moe.shared_experts, "expert_ffn": a.moe.expert_ffn, "moe_layers": a.n_moe_layers}
+    if a.mamba is not None:
+        from aicalc.core.kv_cache import kv_shape
+
+        m = a.mamba
+        row |= {"attention_layers": a.attention_layers, "mamba_layers": a.mamba_layers,
+                "mamba_heads": m.heads, "mamba_head_dim": m.head_dim, "ssm_state": m.state, "mamba_groups": m.groups,
+                "mamba_params": n.mamba, "state_bytes_per_sequence": kv_shape(a).state_bytes}
     if a.linear_layers:  # Gated DeltaNet layers: no KV cache, a fixed state per sequence (16-bit, as vLLM keeps it)
         from aicalc.core.kv_cache import kv_shape
 

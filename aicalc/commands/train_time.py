@@ -77,6 +77,9 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
     attn = "6·L·s·A·d (causal)" if attention_flops == "causal" else "12·L·s·A·d (full attention)"
     notes = [f"MFU {m['mfu_source']}; model FLOPs = 6·N_mm + {attn} + 6·V·H per token (TT-01; --attention-flops); "
              "ideal = bare roofline of the same layout (no efficiency factors)",
+             *(["Mamba hybrid: model FLOPs as Megatron-Bridge's hybrid_flops counts them (Mamba layers with "
+                "d_in = 2·H, no router) for comparison with its Model TFLOP/s; hardware FLOPs add the SSD scan "
+                "(docs/catalog.md)"] if spec.arch.mamba_layers else []),
              f"peak {tc.peak_flop_per_s / 1e12:,.1f} TFLOP/s dense {precision} per chip; DP network "
              f"{tc.dp_bytes_per_s / 1e9:,.0f} GB/s per chip per direction (--dp-bandwidth)",
              cost_note(chip_obj, m["price"], price is not None)]

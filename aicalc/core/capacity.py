@@ -70,7 +70,7 @@ def max_batch(shape: KVShape, budget, context, block_size: int | None):
 
 def fit_of(shape: KVShape, budget, held, block_size: int | None, out=None):
     """:func:`max_batch` from the tokens one sequence holds over all layers, ``held``
-    (:func:`aicalc.core.kv_cache.held_tokens`, a new array this call may overwrite), and its linear-attention
+    (:func:`aicalc.core.kv_cache.held_tokens`, a new array this call may overwrite), and its recurrent
     state; the whole sequences into ``out`` when given."""
     import numpy as np
 
@@ -85,7 +85,7 @@ def fit_of(shape: KVShape, budget, held, block_size: int | None, out=None):
 
 def fit_of_bytes(shape: KVShape, budget, per_seq, block_size: int | None, out=None, into=None):
     """:func:`fit_of` from one sequence's bytes, ``per_seq`` (held tokens · bytes_per_token_layer, plus its
-    linear-attention state; with ``block_size`` the state takes its share of blocks as bytes do): (whole
+    recurrent state; with ``block_size`` the state takes its share of blocks as bytes do): (whole
     sequences, into ``out`` when given; concurrency, into ``into`` when given, which may be ``per_seq`` itself)."""
     import numpy as np
 
@@ -106,8 +106,8 @@ def max_context(shape: KVShape, budget, batch, block_size: int | None):
     """Longest context (whole blocks) for which ``batch`` sequences fit in ``budget``.
 
     Inverts ``kv_cache_bytes``: full layers grow with S, sliding layers stop at the window W; the sequences'
-    linear-attention states come off the budget first. Returns inf where the cache stops growing (every layer
-    sliding) and the window fits.
+    recurrent states (linear attention, Mamba) come off the budget first. Returns inf where the cache stops
+    growing (every layer sliding) and the window fits.
     """
     import numpy as np
 

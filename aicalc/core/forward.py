@@ -25,6 +25,10 @@ Sources of the terms:
 - TP all-reduce: two per layer (Megatron-LM, Shoeybi et al. 2019 §3) of the ``B·T·H`` activation.
 - DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): :mod:`aicalc.core.indexer` (the lightning indexer's
   projections and fp8 scoring over all P + T keys; MLA in its MQA mode over each query's min(P + i + 1, topk) keys).
+- Hybrid one-mixer blocks (Nemotron-H, :class:`aicalc.catalog.arch.Arch`): attention ops run on the layers that
+  have attention, FFN ops on those with an FFN, Mamba-2 mixers (:func:`aicalc.core.mamba.mamba_ops`) on the
+  Mamba layers; norms, residual adds and TP all-reduces once per sub-block (a plain layer has two: attention
+  and FFN).
 - Linear-attention (Gated DeltaNet) layers of a hybrid (Qwen3-Next, Qwen3.5): the attention projections, core
   and KV traffic above run on the softmax-attention layers only; each linear layer runs its input and output
   projections (GEMMs), the depthwise conv, and the delta rule, whose FLOPs per token and state traffic per
@@ -69,6 +73,8 @@ class Shape(NamedTuple):
     norm_params: int
     total_params: int
     active_params: int
+    attn_layers: int = 0  # layers with softmax attention (a plain model: L)
+    mamba_layers: int = 0  # layers whose mixer is a Mamba-2 block
     linear_layers: int = 0  # Gated DeltaNet layers (their token mixer replaces attention)
     linear_in: int = 0  # per linear layer: columns of the input projections (q, k, v, z, β, α)
     linear_out: int = 0  # per linear layer: rows of out_proj, V_w
@@ -78,6 +84,13 @@ class Shape(NamedTuple):
     linear_step_flop: float = 0.0  # per linear layer and token: the delta rule, recurrent form
     linear_chunk_flop: float = 0.0  # per linear layer and token: the delta rule, chunked form
     linear_conv_flop: float = 0.0  # per linear layer and token: the depthwise conv
+
+    @property
+    def pairs(self) -> float:
+        """Sub-blocks (attention or linear attention, FFN, Mamba mixer) counted in pairs: a plain layer is one pair
+        (L for a plain model or a Gated DeltaNet hybrid), a one-mixer hybrid block half of one. Norms, residual adds
+        and TP all-reduces scale with it."""
+        return (self.attn_layers + self.linear_layers + self.dense_layers + self.moe_layers + self.mamba_layers) / 2.0
 
 
 def shape_of(arch: Arch) -> Shape:
@@ -102,13 +115,15 @@ def shape_of(arch: Arch) -> Shape:
     return Shape(
         arch=arch, H=H, L=arch.layers, A=arch.heads, V=arch.vocab, qk_dim=qk, v_dim=vd,
         attn_in_params=attn - out, attn_out_params=out,
-        ffn_in=g * arch.ffn, ffn=arch.ffn, dense_layers=arch.layers - n_moe, moe_layers=n_moe,
+        ffn_in=g * arch.ffn, ffn=arch.ffn, dense_layers=arch.dense_ffn_layers if arch.hybrid else arch.layers - n_moe,
+        moe_layers=n_moe,
         experts=e.experts if e else 0, experts_per_token=e.experts_per_token if e else 0,
         expert_in=g * e.expert_ffn if e else 0, expert_ffn=e.expert_ffn if e else 0,
         shared_in=g * e.shared_ffn if e else 0, shared_ffn=e.shared_ffn if e else 0,
         full_layers=arch.attention_layers - arch.sliding_layers, sliding_layers=arch.sliding_layers,
         window=(arch.sliding_window or 0) if arch.sliding_layers else 0,
         embedding_params=pc.embedding, norm_params=pc.norms, total_params=pc.total, active_params=pc.active,
+        attn_layers=arch.attention_layers, mamba_layers=arch.mamba_layers,
         **_linear_fields(arch),
     )
 
@@ -246,8 +261,9 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     f64 = np.float64
     B, T, P, tp = (np.asarray(x, dtype=f64) for x in (batch, new_tokens, past, tp))
     arch, wb, ab = s.arch, fm.weight_bytes, ACT_BYTES
-    H, L, A = float(s.H), float(s.L), float(s.A)
-    La = float(s.full_layers + s.sliding_layers)  # softmax-attention layers (all of them but a hybrid's linear ones)
+    H, A = float(s.H), float(s.A)
+    # softmax-attention layers, and sub-blocks in pairs (norms, residuals, TP all-reduces): both L for a plain model
+    La, Lp = float(s.attn_layers), s.pairs
     zero = 0.0 if lean else 0.0 * (B + T + P + tp)  # the common shape
     if lean:  # the same numbers (x·1 and x + 0 are x), without the copies
         M = B if T.ndim == 0 and T == 1.0 else B * T
@@ -361,16 +377,17 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     attn_weights = (La * geo.attention_params_per_device(arch, tp) - La * o_params) * wb
 
     stream("embedding", M, lambda m: m * H * (fm.edge_bytes + ab), 1.0)  # gather one row per token, write it
-    stream("norms", M, lambda m: m * 4.0 * H * ab * L, 2.0 * L, flop=lambda m: m * 8.0 * H * L,
-           weights=s.norm_params * fm.norm_bytes, layers=L)  # the norm weights: once per pass, on every device
-    gemm("qkv_proj", M, s.attn_in_params / H / tp, H, La, attn_weights)
-    # rope on q/k (attention layers) and the two residual adds (every layer)
+    stream("norms", M, lambda m: m * 4.0 * H * ab * Lp, 2.0 * Lp, flop=lambda m: m * 8.0 * H * Lp,
+           weights=s.norm_params * fm.norm_bytes, layers=Lp)  # the norm weights: once per pass, on every device
+    if La:
+        gemm("qkv_proj", M, s.attn_in_params / H / tp, H, La, attn_weights)
+    # rope on q/k (attention layers) and the two residual adds (a one-mixer hybrid: a residual add per sub-block)
     if s.linear_layers:
-        stream("elementwise", M, lambda m: m * (2.0 * s.attn_in_params / H / tp * La + 6.0 * H * L) * ab, 3.0 * L,
-               layers=L)
+        stream("elementwise", M, lambda m: m * (2.0 * s.attn_in_params / H / tp * La + 6.0 * H * Lp) * ab, 3.0 * Lp,
+               layers=Lp)
     else:
-        stream("elementwise", M, lambda m: m * (2.0 * s.attn_in_params / H / tp + 6.0 * H) * ab * L, 3.0 * L,
-               layers=L)
+        rope = 2.0 * s.attn_in_params / H / tp * (La / Lp)
+        stream("elementwise", M, lambda m: m * (rope + 6.0 * H) * ab * Lp, 3.0 * Lp, layers=Lp)
     if arch.indexer is not None:  # DSA's lightning indexer: its projections per token, its scoring per sequence
         from aicalc.core import indexer as dsa
 
@@ -380,9 +397,14 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
         gemm("indexer_k", M, ix.head_dim + ix.heads, H, Li, Li * H * (ix.head_dim + ix.heads) * wb)
         if attention_core:
             ops.append(dsa.score_op(arch, B, T, P, zero))
-    if attention_core:
+    if attention_core and La:
         attention()
-    gemm("o_proj", M, H, o_params / H, La, La * o_params * wb)
+    if La:
+        gemm("o_proj", M, H, o_params / H, La, La * o_params * wb)
+    if s.mamba_layers:
+        from aicalc.core.mamba import mamba_ops
+
+        ops += mamba_ops(s, fm, M, B, T, P, tp, zero, gemm, stream, attention_core)
     if s.linear_layers:
         Ll = float(s.linear_layers)
         from aicalc.core.linear_attention import layer_params_per_device
@@ -411,10 +433,11 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     on = np.where(tp > 1, 1.0, 0.0)
     if affine(M, on):
         ops.append(Op("tp_allreduce", "collective", None, None, 0.0, 0.0, comm_bytes=None,
-                      collectives=float(on) * 2.0 * L, layers=L, affine=(M, 0.0, 0.0, float(on) * 2.0 * L * H * ab)))
+                      collectives=float(on) * 2.0 * Lp, layers=Lp,
+                      affine=(M, 0.0, 0.0, float(on) * 2.0 * Lp * H * ab)))
     else:
-        ops.append(Op("tp_allreduce", "collective", zero, zero, zero, zero, comm_bytes=M * on * 2.0 * L * H * ab,
-                      collectives=on * 2.0 * L + zero, layers=L))
+        ops.append(Op("tp_allreduce", "collective", zero, zero, zero, zero, comm_bytes=M * on * 2.0 * Lp * H * ab,
+                      collectives=on * 2.0 * Lp + zero, layers=Lp))
     stream("final_norm", Mlog, lambda m: m * 2.0 * H * ab, 1.0, per="logit")
     gemm("lm_head", Mlog, s.V / tp, H, 1.0, s.V * H / tp * fm.edge_bytes, bpw=fm.edge_bytes, per="logit")
     return ops

@@ -31,6 +31,10 @@ def check_tp(arch: Arch, tp: int) -> None:
         raise ParameterError("tp", tp, f"does not divide the {arch.heads} attention heads")
     if arch.mla is None and arch.kv_heads % tp and tp % arch.kv_heads:
         raise ParameterError("tp", tp, f"neither divides the {arch.kv_heads} kv heads nor is a multiple of them")
+    m = arch.mamba
+    if m is not None and arch.mamba_layers and (m.heads % tp or m.groups % tp):
+        # Megatron's and vLLM's Mamba mixer split heads and B/C groups evenly over the TP ranks
+        raise ParameterError("tp", tp, f"does not divide the {m.heads} Mamba heads and their {m.groups} groups")
     la = arch.linear_attention
     if la is not None and arch.linear_layers and la.key_heads % tp:  # vLLM splits the DeltaNet heads, never copies
         raise ParameterError("tp", tp, f"does not divide the {la.key_heads} linear-attention key heads")
@@ -173,13 +177,19 @@ def _indexer_params(arch: Arch) -> int:
 
 
 def mixer_params_per_device(arch: Arch, tp=1):
-    """All layers' token mixers on one device: the softmax-attention layers' (:func:`attention_params_per_device`)
-    and the linear-attention layers' (:func:`aicalc.core.linear_attention.layer_params_per_device`)."""
+    """All layers' token mixers on one device: the softmax-attention layers' (:func:`attention_params_per_device`),
+    the linear-attention layers' (:func:`aicalc.core.linear_attention.layer_params_per_device`) and the Mamba-2
+    layers' (:func:`aicalc.core.mamba.params`, every tensor split with the heads and groups, as Megatron's and vLLM's
+    mixer shard them: :func:`check_tp`)."""
     total = arch.attention_layers * attention_params_per_device(arch, tp)
     if arch.linear_layers:
         from aicalc.core.linear_attention import layer_params_per_device
 
         total = total + arch.linear_layers * layer_params_per_device(arch, tp)
+    if arch.mamba_layers:
+        from aicalc.core.mamba import params
+
+        total = total + params(arch) / tp
     return total
 
 

@@ -5,10 +5,13 @@ MLA (IM-06, DeepSeek-V2 §2.1): one latent of ``kv_lora_rank + qk_rope_head_dim`
 (DeepSeek-V3.2, GLM-5) also caches its lightning indexer's key per token and indexer layer
 (:mod:`aicalc.core.indexer`), counted in the per-layer bytes and reported on its own as ``indexer_bytes_per_token``.
 A sliding-window layer holds at most its window of tokens (IM-09); the others hold the whole
-context. Paged allocation (vLLM, IM-10/IM-11) rounds every sequence up to whole blocks of
-``block_size`` tokens per layer. A linear-attention layer (Gated DeltaNet: Qwen3-Next, Qwen3.5) caches no
-tokens: it holds a fixed state per sequence, conv + recurrent (:func:`aicalc.core.linear_attention.state_bytes`),
-counted beside the KV bytes as ``state_bytes``. Everything broadcasts over numpy arrays of batch and context.
+context; a layer without attention (a Mamba-2 or MLP/MoE-only block of a hybrid) holds no K/V. Paged allocation
+(vLLM, IM-10/IM-11) rounds every sequence up to whole blocks of ``block_size`` tokens per layer. A recurrent layer
+caches no tokens: it holds a fixed state per sequence, conv + recurrent, whatever the context: a linear-attention
+layer (Gated DeltaNet: Qwen3-Next, Qwen3.5; :func:`aicalc.core.linear_attention.state_bytes`) or a Mamba-2 layer
+(Nemotron-H; :func:`aicalc.core.mamba.state_bytes_per_sequence`). Their sum is ``KVShape.state_bytes`` (per
+sequence and device), counted with the KV bytes and reported beside them as ``state_bytes``. Everything
+broadcasts over numpy arrays of batch and context.
 """
 
 from typing import NamedTuple
@@ -27,7 +30,8 @@ class KVShape(NamedTuple):
     # of bytes_per_token: a DSA model's indexer keys, one token over all layers, one device (already in the per-layer
     # bytes, spread over the softmax-attention layers; 0 without an indexer)
     indexer_bytes_per_token: float = 0.0
-    state_bytes: float = 0.0  # one sequence's linear-attention state over all such layers, one device
+    # one sequence's recurrent state over all linear-attention and Mamba layers, one device (0: none)
+    state_bytes: float = 0.0
 
     @property
     def bytes_per_token(self) -> float:
@@ -47,6 +51,11 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vll
     broadcast to all A query heads (``torch.broadcast_to`` in ``FalconAttention``), not its K kv heads.
     A DSA indexer's keys: fp8 with fp32 block scales under ``vllm`` (the serving engines), the model dtype under
     ``hf`` (:func:`aicalc.core.indexer.indexer_key_bytes`).
+
+    Mamba layers' state: the conv state in the activations' 16 bits (transformers' ``conv_states`` and vLLM's
+    take the model dtype), the SSM state in the model's ``ssm_dtype`` (vLLM's ``mamba_ssm_cache_dtype``) under
+    ``vllm`` and in fp32 under ``hf`` (transformers' chunk scan upcasts and caches its fp32 final state whatever
+    the config says).
     """
     from aicalc.errors import check_choice
 
@@ -66,11 +75,15 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vll
         from aicalc.core.linear_attention import state_bytes
 
         state = state_bytes(arch, tp, engine)
+    if arch.mamba_layers:
+        from aicalc.core.mamba import state_bytes_per_sequence
+
+        state += state_bytes_per_sequence(arch, 2.0, 4.0 if engine == "hf" else None, tp)
     return KVShape(per_layer, arch.attention_layers - sliding, sliding, keep, index, state)
 
 
 def kv_bytes_per_token(arch: Arch, kv_dtype: str = "bf16") -> float:
-    """All layers, one sequence, one device without TP, no window cap (the presets' figure; a linear-attention
+    """All layers, one sequence, one device without TP, no window cap (the presets' figure; a recurrent
     layer's fixed state is not per token and not in it)."""
     return kv_shape(arch, kv_dtype, 1).bytes_per_token
 
@@ -112,14 +125,14 @@ def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None
 
 
 def kv_cache_bytes(shape: KVShape, batch, context, block_size: int | None = None):
-    """Bytes per device for ``batch`` sequences of ``context`` tokens, linear-attention states included; paged
+    """Bytes per device for ``batch`` sequences of ``context`` tokens, recurrent states included; paged
     when ``block_size``."""
     return bytes_of(shape, batch, held_tokens(shape, context, block_size))
 
 
 def bytes_of(shape: KVShape, batch, held, out=None):
     """Bytes per device for ``batch`` sequences each holding ``held`` tokens over all layers (:func:`held_tokens`)
-    and each its linear-attention state (``shape.state_bytes``); into ``out`` when given (``held`` itself, say, when
+    and each its recurrent state (``shape.state_bytes``); into ``out`` when given (``held`` itself, say, when
     the caller has no more use for it)."""
     import numpy as np
 

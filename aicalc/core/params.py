@@ -21,10 +21,11 @@ class ParamCount(NamedTuple):
     norms: int  # per-layer norms of all layers plus the final norm
     lm_head: int  # 0 when tied to the embedding
     active: int  # parameters touched per token (MoE: k routed + shared experts)
+    mamba: int = 0  # all layers' Mamba-2 mixers (projections, conv, per-head scalars, gated norm)
 
     @property
     def total(self) -> int:
-        return self.embedding + self.attention + self.ffn + self.norms + self.lm_head
+        return self.embedding + self.attention + self.ffn + self.norms + self.lm_head + self.mamba
 
     @property
     def embedding_table(self) -> int:
@@ -122,11 +123,32 @@ def per_arch(f):
     return once
 
 
+def expert_params(arch: Arch) -> int:
+    """One routed expert: an FFN of ``expert_ffn`` on H, or on the latent width of a latent MoE (Nemotron 3 Super:
+    ``NemotronHExperts`` up (E, F_e, latent) and down (E, latent, F_e), no biases)."""
+    e = arch.moe
+    if e.latent:
+        return (3 if arch.gated_ffn else 2) * e.latent * e.expert_ffn
+    return mlp_params(arch, e.expert_ffn)
+
+
+def latent_projection_params(arch: Arch) -> int:
+    """A latent MoE layer's two projections H → latent and latent → H (``fc1_latent_proj``, ``fc2_latent_proj`` of
+    ``NemotronHMoE``; biased with ``mlp_bias``, which the nemotron_h reader refuses); 0 without a latent."""
+    e = arch.moe
+    return 2 * arch.hidden * e.latent + ((e.latent + arch.hidden) if arch.mlp_bias else 0) if e.latent else 0
+
+
 @per_arch
 def count_params(arch: Arch) -> ParamCount:
+    """Parameters by part. A layer without an FFN (``Arch.ffn_layers``) or without attention (``layer_types`` "mamba"
+    or "none", hybrid one-mixer blocks) counts none; Mamba-2 mixers are :func:`aicalc.core.mamba.params`."""
+    from aicalc.core import mamba
+
     H, V, L = arch.hidden, arch.vocab, arch.layers
+    La = arch.attention_layers
     embedding = V * H + arch.learned_positions * H + (_norm(arch, H) if arch.embedding_norm else 0)
-    attention = arch.attention_layers * attention_params(arch)
+    attention = La * attention_params(arch)
     if arch.linear_layers:  # Gated DeltaNet layers (Qwen3-Next, Qwen3.5): their whole token mixer
         from aicalc.core.linear_attention import layer_params
 
@@ -138,24 +160,29 @@ def count_params(arch: Arch) -> ParamCount:
     dense_ffn = mlp_params(arch, arch.ffn)
     ffn = 0
     active_ffn = 0
-    for is_moe in arch.moe_layers:
+    for is_moe, has_ffn in zip(arch.moe_layers, arch.ffn_layers, strict=False):
+        if not has_ffn:
+            continue
         if is_moe and arch.moe is not None:
             e = arch.moe
-            expert = mlp_params(arch, e.expert_ffn)
+            expert = expert_params(arch)
             router = H * e.experts + (e.experts if e.router_bias else 0)
             # shared experts run as one FFN of their summed width (DeepSeek ``shared_experts``, Qwen-MoE
             # ``shared_expert`` + gate, Llama-4 ``Llama4TextMoe.shared_expert`` in ``modeling_llama4.py``)
             shared = (mlp_params(arch, e.shared_ffn) if e.shared_experts else 0) + (H if e.shared_gate else 0)
+            shared += latent_projection_params(arch)
             ffn += e.experts * expert + router + shared
             active_ffn += e.experts_per_token * expert + router + shared
         else:
             ffn += dense_ffn
             active_ffn += dense_ffn
     norms = L * arch.norms_per_layer * _norm(arch, H) + _norm(arch, H)
-    norms += arch.attention_layers * qk_norm_params(arch)
+    norms += La * qk_norm_params(arch)
     lm_head = 0 if arch.tied_embeddings else V * H
-    active = embedding + attention + active_ffn + norms + lm_head
-    return ParamCount(embedding=embedding, attention=attention, ffn=ffn, norms=norms, lm_head=lm_head, active=active)
+    mixers = mamba.params(arch)
+    active = embedding + attention + active_ffn + norms + lm_head + mixers
+    return ParamCount(embedding=embedding, attention=attention, ffn=ffn, norms=norms, lm_head=lm_head, active=active,
+                      mamba=mixers)
 
 
 def routed_expert_params(arch: Arch) -> int:
@@ -163,4 +190,4 @@ def routed_expert_params(arch: Arch) -> int:
     release may store in their own format and expert parallelism splits."""
     if arch.moe is None:
         return 0
-    return sum(arch.moe_layers) * arch.moe.experts * mlp_params(arch, arch.moe.expert_ffn)
+    return sum(arch.moe_layers) * arch.moe.experts * expert_params(arch)

@@ -33,7 +33,8 @@ def expected_tokens(acceptance, draft_tokens):
 
 def head_arch(target: Arch) -> Arch:
     """A draft head (MTP, EAGLE) as a one-layer model of the target's width, vocabulary and first layer kind."""
-    return target._replace(layers=1, layer_types=target.layer_types[:1], moe_layers=target.moe_layers[:1])
+    return target._replace(layers=1, layer_types=target.layer_types[:1], moe_layers=target.moe_layers[:1],
+                           ffn_layers=target.ffn_layers[:1])
 
 
 def decode_times(target, draft, roofs, fm, eff, batch, prompt, gen, tp, k: float, tokens: float) -> dict:

@@ -374,6 +374,12 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         cap = inflight_cap if o.microbatches is None else np.minimum(inflight_cap, o.microbatches)
         activ = act.korthikanti_first_stage(S_loc, B, arch.hidden, arch.heads, stage_layers * pp, tp, pp, o.sp,
                                             recompute, o.attention != "eager", o.virtual_stages, cap, fp8)
+        if arch.hybrid:  # one mixer per block: what each block's mixer saves (aicalc.core.mamba.megatron_layer_ratio)
+            from aicalc.core.mamba import megatron_layer_ratio
+
+            flash = o.attention != "eager"
+            layer = layer * megatron_layer_ratio(arch, S_loc, tp, o.sp, "none", flash)
+            activ = activ * megatron_layer_ratio(arch, S_loc, tp, o.sp, recompute, flash)
         if arch.linear_layers:  # a hybrid's linear-attention layers, their share of the stage's layers in flight
             from aicalc.core.linear_attention import korthikanti_delta
 
@@ -407,6 +413,10 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             layer = act.hf_layer(B, S_loc, arch, a, o.attention, tp, **kw)
             if amp:
                 layer = layer + np.where(np.asarray(zero) >= 3, 0.0, act.amp_saved(B, S_loc, arch, a, tp, o.attention))
+        if arch.hybrid:  # one mixer per block: Korthikanti's block accounting over a plain layer of the same widths
+            from aicalc.core.mamba import megatron_layer_ratio
+
+            layer = layer * megatron_layer_ratio(arch, S_loc, tp, False, "none", o.attention != "eager", "layer")
         inflight = np.minimum(inflight_cap, o.microbatches) if o.microbatches else inflight_cap
         if o.lora_rank:  # frozen base: its linears keep no inputs; the adapters keep theirs
             layer = layer + lora_saved(arch, targets, o.lora_rank, B, S_loc, a, tp, o.lora_dtype == "fp32",

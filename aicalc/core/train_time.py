@@ -46,20 +46,34 @@ RECOMPUTE = ("none", "selective", "full", "selective-op")
 ATTN_DROPOUT_BYTES_PER_SCORE = 5.0  # training only: dropout mask (1 B) and output (2 B) written, output read (2 B)
 #                                     per materialized score element and pass (Korthikanti et al. 2022 Table 2)
 FLASH_BACKWARD = 2.5  # FlashAttention backward: recomputes S = QKᵀ, then dV, dP, dQ, dK (Dao 2023, Algorithm 2)
+SSD_BACKWARD = 2.0  # Mamba-2's chunked scan: a backward of twice the forward's matmuls (Kaplan et al. 2020)
+MAMBA_STREAMS = ("mamba_conv", "mamba_gate_norm")  # Mamba layers' elementwise ops (aicalc.core.mamba.mamba_ops)
 OPTIMIZER_BYTES_PER_PARAM = 34.0  # Adam, mixed precision: read master/m/v/grad (16 B), write master/m/v + bf16 copy
 
 
 def matmul_params_per_layer(s: Shape) -> float:
-    """Average matmul weights per layer touched per token (MoE: k routed + shared experts + router; a hybrid's
-    linear-attention layers their input and output projections in place of attention's)."""
+    """Average matmul weights per layer touched per token (MoE: k routed + shared experts + router; a latent MoE's
+    experts on the latent width and its two projections; a Gated DeltaNet hybrid's linear-attention layers their
+    input and output projections in place of attention's; a one-mixer hybrid's attention on its attention layers
+    only and its Mamba mixers' in and out projections)."""
     dense = s.H * (s.ffn_in + s.ffn)
     moe = s.H * (s.experts_per_token * (s.expert_in + s.expert_ffn) + s.shared_in + s.shared_ffn + s.experts)
-    ffn = (s.dense_layers * dense + s.moe_layers * moe) / s.L
-    if not s.linear_layers:
-        return s.attn_in_params + s.attn_out_params + ffn
-    La = s.full_layers + s.sliding_layers
-    mixer = (La * (s.attn_in_params + s.attn_out_params) + s.linear_layers * s.H * (s.linear_in + s.linear_out)) / s.L
-    return mixer + ffn
+    if not s.arch.hybrid:
+        ffn = (s.dense_layers * dense + s.moe_layers * moe) / s.L
+        if not s.linear_layers:
+            return s.attn_in_params + s.attn_out_params + ffn
+        La = s.full_layers + s.sliding_layers
+        mixer = (La * (s.attn_in_params + s.attn_out_params)
+                 + s.linear_layers * s.H * (s.linear_in + s.linear_out)) / s.L
+        return mixer + ffn
+    e = s.arch.moe
+    if e is not None and e.latent:  # experts on the latent width, plus H → latent → H
+        moe = s.experts_per_token * e.latent * (s.expert_in + s.expert_ffn) + s.H * (
+            s.shared_in + s.shared_ffn + s.experts + 2.0 * e.latent)
+    m = s.arch.mamba
+    mixer = s.H * (3 * m.inner + 2 * m.groups * m.state + m.heads) if m is not None else 0.0  # in_proj + out_proj
+    return ((s.attn_in_params + s.attn_out_params) * s.attn_layers + s.dense_layers * dense + s.moe_layers * moe
+            + s.mamba_layers * mixer) / s.L
 
 
 def linear_flops_per_token(s: Shape) -> float:
@@ -100,6 +114,15 @@ def flops_per_token(s: Shape, seq, recompute: str = "none", attention_flops: str
     if s.linear_layers:  # the delta rule and conv: forward and two backward passes, like a matmul's
         attn = attn + linear_flops_per_token(s)
     model = 6.0 * n_mm + 3.0 * attn + 6.0 * s.V * s.H
+    if s.mamba_layers:  # a Mamba hybrid: model FLOPs as Megatron-Bridge counts them; the hardware does the scan too
+        from aicalc.core.mamba import megatron_hybrid_flops, scan_flops_per_token
+
+        scan = s.mamba_layers * scan_flops_per_token(s.arch.mamba, seq)
+        hw = 6.0 * n_mm + 3.0 * attn + 3.0 * scan + 6.0 * s.V * s.H
+        model = megatron_hybrid_flops(s, keys)
+        if recompute == "full":
+            return model, hw + 2.0 * n_mm + attn + scan
+        return model, hw + (attn if recompute == "selective" else 0.0)
     if recompute == "full":
         return model, model + 2.0 * n_mm + attn
     if recompute == "selective":
@@ -294,6 +317,8 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     passes = 3.0 + (1.0 if recompute == "full" else 0.0)  # forward, backward (2×), recompute forward
     # a fused (flash) attention backward recomputes the scores: 5 matmuls against the forward's 2
     attn_passes = 1.0 + (FLASH_BACKWARD if flash else 2.0) + (1.0 if recompute in ("full", "selective") else 0.0)
+    # the SSD scan of Mamba layers: forward, a backward of twice its matmuls (Kaplan et al. 2020's 2:1), recompute
+    ssd_passes = 1.0 + SSD_BACKWARD + (1.0 if recompute == "full" else 0.0)
     # torchtitan's op-level SAC: every second aten.mm of a block and every elementwise op run again
     again = op_sac_recompute(s) if recompute == "selective-op" else {}
     elem_passes = passes + (1.0 if again else 0.0)
@@ -311,7 +336,7 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     # of (s − s/cp)/2 earlier tokens besides their own causal block — 1/cp of the whole sequence's attention
     ops = forward_ops(s, fm, b, s_loc, (s_ - s_loc) / 2.0, tp, ep=ep)
     for op in ops:
-        sixteen = op.name.startswith("attn_") or op.name == "lm_head"
+        sixteen = op.name.startswith("attn_") or op.name in ("lm_head", "ssd_scan")
         op.t_ideal, op.t_est = op_times(op, roofs16 if sixteen else roofs, eff_attn if op.kind == "attention" else eff,
                                         tp, False)
     t_layers, t_tp, t_head, t_gemm, t_fwd = 0.0, 0.0, 0.0, 0.0, 0.0  # t_fwd: the layers' forward pass alone
@@ -321,6 +346,11 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
         elif op.name.startswith("attn_"):
             t_layers = t_layers + attn_passes * op.t_est
             t_fwd = t_fwd + op.t_est
+        elif op.name == "ssd_scan":
+            t_layers = t_layers + ssd_passes * op.t_est
+            t_fwd = t_fwd + op.t_est
+        elif op.name in MAMBA_STREAMS:  # the conv and the gated norm of Mamba layers, in every pass
+            t_layers = t_layers + elem_passes * op.t_est
         elif op.name in ("linear_core", "linear_conv"):  # a hybrid's delta rule and conv: backward twice the forward
             t_layers = t_layers + passes * op.t_est
             t_fwd = t_fwd + op.t_est
@@ -340,7 +370,9 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     if not flash:  # attention dropout over the materialized score matrix (inference has none)
         scores = M * _attn_keys(s, s_) / s.L * s.A / tp
         elem = elem + ATTN_DROPOUT_BYTES_PER_SCORE * scores * attn_passes
-    t_elem = s.L * (elem / (bw * eff.bandwidth) + ELEMENTWISE_KERNELS_PER_LAYER * elem_passes * eff.kernel_overhead_s)
+    # per pair of sub-blocks (a plain layer's attention and FFN; L for a plain model)
+    t_elem = s.pairs * (elem / (bw * eff.bandwidth)
+                        + ELEMENTWISE_KERNELS_PER_LAYER * elem_passes * eff.kernel_overhead_s)
     t_layers = t_layers + t_elem
     t_fwd = t_fwd + t_elem / elem_passes
     if s.moe_layers:  # token permutation: the k copies of each token gathered into expert order (read H, write
