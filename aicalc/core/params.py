@@ -143,8 +143,6 @@ def latent_projection_params(arch: Arch) -> int:
 def count_params(arch: Arch) -> ParamCount:
     """Parameters by part. A layer without an FFN (``Arch.ffn_layers``) or without attention (``layer_types`` "mamba"
     or "none", hybrid one-mixer blocks) counts none; Mamba-2 mixers are :func:`aicalc.core.mamba.params`."""
-    from aicalc.core import mamba
-
     H, V, L = arch.hidden, arch.vocab, arch.layers
     La = arch.attention_layers
     embedding = V * H + arch.learned_positions * H + (_norm(arch, H) if arch.embedding_norm else 0)
@@ -179,7 +177,11 @@ def count_params(arch: Arch) -> ParamCount:
     norms = L * arch.norms_per_layer * _norm(arch, H) + _norm(arch, H)
     norms += La * qk_norm_params(arch)
     lm_head = 0 if arch.tied_embeddings else V * H
-    mixers = mamba.params(arch)
+    mixers = 0
+    if arch.mamba is not None:
+        from aicalc.core.mamba import params as mamba_params
+
+        mixers = mamba_params(arch)
     active = embedding + attention + active_ffn + norms + lm_head + mixers
     return ParamCount(embedding=embedding, attention=attention, ffn=ffn, norms=norms, lm_head=lm_head, active=active,
                       mamba=mixers)
