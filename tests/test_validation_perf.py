@@ -85,13 +85,14 @@ def test_held_out_published_inference(results):
 
 def test_tpu_serving_rows(results):
     """Published TPU serving rows with a fixed concurrency and lengths (validation/cases/inference.yaml TI-*: vLLM TPU
-    on v6e-8, SGLang-JAX on v6e-4 and TPU7x). The tpu class's attention_bandwidth was fitted on TI-03/04/07/08;
-    the held-out rows' geometric-mean error is 35.5 % now (the v6e rows 1-17 %, Llama-3.1-8B and TPU7x 1.4-2.1x
-    fast), held at 40 %; the goal is the 15 % of the GPU rows (docs/validation-perf.md says what is left). The
-    rows aicalc cannot price say why."""
+    on v6e-8, SGLang-JAX on v6e-4 and TPU7x). The tpu class's attention_bandwidth was fitted on TI-03/04/07/08,
+    TPU7x's step_overhead_s on TI-13/14; the held-out rows' geometric-mean error is 15.2 % now (the v6e rows
+    1-17 %, TPU7x's Llama-3.3-70B and Qwen3-30B-A3B rows 10-20 %, Llama-3.1-8B at 16 requests 1.7-1.9x fast), held
+    at 20 %; the goal is the 15 % of the GPU rows (docs/validation-perf.md says what is left). The rows aicalc
+    cannot price say why."""
     rows = [(c, e) for c, _, _, e in results if c.get("collection") == "inference" and c["id"].startswith("TI-")]
     held = [e for c, e in rows if c["scored"] and not c["calibration"]]
-    assert len(held) >= 18 and geomean(held) <= 0.40
+    assert len(held) >= 16 and geomean(held) <= 0.20
     assert all(c["why_not"] for c, _ in rows if not c["scored"])
 
 

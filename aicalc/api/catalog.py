@@ -48,6 +48,15 @@ def node_split(chip, tp=None, chips=None) -> tuple[int, int | None]:
     return (count if tp is None else tp), (count if count > 1 else None) if chips is None else chips
 
 
+def chip_factors(chip) -> dict[str, tuple[float, str]]:
+    """A chip preset's own efficiency factors, name → (value, source): a preset record keeps each as a mapping
+    ``{value, source}``, a schema.Chip as a Factor; none: {}."""
+    out = {}
+    for k, f in (getattr(chip, "efficiency", None) or {}).items():
+        out[k] = (float(f["value"]), str(f["source"])) if isinstance(f, dict) else (float(f.value), str(f.source))
+    return out
+
+
 def load_node_or_chip(chip):
     """``(chip, count)``: a chip id gives one chip, a node id (``"dgx-h100"``) its chips."""
     from aicalc.catalog import store

@@ -119,12 +119,15 @@ def compose_efficiency(chip, engine: str | None = None, efficiency=None):
     eng = ep.id  # the release a family name (cerebras) resolved to: the table says which it used
     if isinstance(efficiency, Efficiency):
         return efficiency, cls, eng, ep.options, ("given Efficiency",), bool(cp.options.get("pipeline_over_chips"))
-    chip_factors = {k: f.value for k, f in (getattr(chip, "efficiency", None) or {}).items()}
+    from aicalc.api.catalog import chip_factors as own_factors
+
+    own = own_factors(chip)
+    chip_factors = {k: v for k, (v, _) in own.items()}
     backend, backend_sources = ep.options.get("by_class", {}).get(cls, ({}, {}))
     eff = (Efficiency().with_overrides(cp.factors).with_overrides(chip_factors).with_overrides(ep.factors)
            .with_overrides(backend))
     sources = [f"{k} = {v:g} ({p.id}: {p.sources[k]})" for p in (cp, ep) for k, v in p.factors.items()]
-    sources += [f"{k} = {f.value:g} ({chip.id}: {f.source})" for k, f in (chip.efficiency or {}).items()]
+    sources += [f"{k} = {v:g} ({chip.id}: {src})" for k, (v, src) in own.items()]
     sources += [f"{k} = {v:g} ({ep.id} on {cls}: {backend_sources[k]})" for k, v in backend.items()]
     if efficiency:
         eff = eff.with_overrides(dict(efficiency))

@@ -184,7 +184,9 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     if mfu_v is not None and mfu_v < MIN_SHARE_OF_PEAK:
         raise ParameterError("mfu", mfu, f"is below {MIN_SHARE_OF_PEAK:g} of the peak (a typo?)")
     cls = profiles.load("class", profiles.chip_class(chip_obj))
-    chip_factors = {k: f.value for k, f in (chip_obj.efficiency or {}).items()}
+    from aicalc.api.catalog import chip_factors as own_factors
+
+    chip_factors = {k: v for k, (v, _) in own_factors(chip_obj).items()}
     # what the framework's recipes do differently on this chip's generation (Megatron-Bridge's full-iteration CUDA
     # graphs on Blackwell)
     gen_factors, gen_sources = fw.options["by_generation"].get(chip_obj.generation or "", ({}, {}))
