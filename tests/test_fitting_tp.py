@@ -34,6 +34,8 @@ def test_a_given_tp_or_a_node_is_kept():
     assert int(aicalc.serve("llama-3.1-8b", "h100-sxm", chips=8, tp=4)["tp"][0]) == 4
     assert int(aicalc.serve("llama-3.1-8b", "dgx-h100")["tp"][0]) == 8  # a node: one TP group of its chips
     assert int(aicalc.serve("llama-3.1-8b", "h100-sxm", chips=8)["tp"][0]) == 1  # 16 GB fits one H100: 8 replicas
+    # an SRAM-only chip's replica is a pipeline over the chips its bytes fill (chips_needed), not a TP group
+    assert int(aicalc.serve("llama-3.1-8b", "groq-lpu", chips=640)["tp"][0]) == 1
 
 
 def test_nothing_fits_takes_the_largest_and_says_no(capsys):

@@ -77,14 +77,21 @@ def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, 
     heads: :func:`aicalc.core.geometry.check_parallel`) — the way an engine user picks ``--tensor-parallel-size``:
     as many replicas as fit, each as small as holds the weights and the load (vLLM's data-parallel deployment
     guide). None holds it: the largest valid one, whose ``fits`` column then says no. No valid one: 1 (the
-    layout's own error follows)."""
+    layout's own error follows). A chip whose only memory is on-chip SRAM (Groq, Cerebras) keeps 1: its replica is
+    a pipeline over the chips its bytes fill, whatever the TP (:func:`_sram_chips`)."""
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import load_model
+    from aicalc.api.catalog import load_model, load_node_or_chip
+    from aicalc.api.roofline import SRAM_KINDS
+    from aicalc.catalog import profiles
     from aicalc.core.geometry import check_parallel
     from aicalc.errors import ParameterError
 
+    chip_obj = load_node_or_chip(chip)[0]
+    if chip_obj.kind in SRAM_KINDS and profiles.load("class", profiles.chip_class(chip_obj)).options.get(
+            "pipeline_over_chips"):
+        return 1
     spec = load_model(model)
     n, pp = inputs.whole("chips", chips), inputs.whole("pp", pp)
     need = 1.0 if isinstance(concurrency, str) else float(np.max(inputs.positive("concurrency", concurrency,

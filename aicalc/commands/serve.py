@@ -161,7 +161,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     if str(concurrency).strip().lower() == "max":
         notes.append(_admission(cs.engine_options))
     notes += links_note(cs, tp, pp, ep, attention_dp)
-    if chosen is not None:
+    if chosen is not None and not sram:  # an SRAM-only chip's replica spans the chips its bytes fill, not a TP
         held = "one request" if concurrency is None or str(concurrency).strip().lower() == "max" else "the requests"
         notes.append(f"TP {tp}: the smallest tensor-parallel degree whose replicas hold the weights and {held} on "
                      f"{int(m['chips'])} chips (--tp sets it)" if fits.all() else
