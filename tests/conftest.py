@@ -12,6 +12,18 @@ SHARED = ROOT.parent / "shared"
 DATA = Path(__file__).resolve().parent / "data"
 
 
+def fixture_config(name: str) -> dict:
+    """A real published config.json of tests/data/configs/NAME (SOURCES.md there)."""
+    return json.loads((DATA / "configs" / name / "config.json").read_text())
+
+
+def fixture_records() -> dict:
+    """validation/record_params.py's records of those fixtures by name (a preset of the same name is another
+    record: its config leaves out the file's bookkeeping keys)."""
+    records = json.loads((DATA / "validation" / "params.json").read_text())["records"]
+    return {r["name"]: r for r in records if r["kind"] == "config"}
+
+
 class Run:
     def __init__(self, code, out, err):
         self.code, self.out, self.err = code, out, err

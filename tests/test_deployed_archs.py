@@ -17,22 +17,23 @@ from aicalc.catalog.hf_config import arch_from_config
 from aicalc.core.params import attention_params, count_params, qk_norm_params
 from aicalc.errors import AicalcError
 
-from conftest import DATA
+from conftest import DATA, fixture_config, fixture_records
 
-PARAMS = {r["name"]: r for r in json.loads((DATA / "validation" / "params.json").read_text())["records"]}
+PARAMS = fixture_records()
 KV = json.loads((DATA / "validation" / "kv_cache.json").read_text())["records"]
 FIXTURES = {"kimi-k2-instruct": "kimi_k2", "glm-4.7-nvfp4": "glm4_moe", "glm-4.7-flash": "glm4_moe_lite",
             "minimax-m2.7": "minimax_m2"}
+# every fixture of a model type added for the deployed models, with the type its file names: these, DeepSeek Sparse
+# Attention's (tests/test_dsa.py) and the Gated DeltaNet hybrids' (tests/test_gated_delta_net.py)
+TYPES = {**FIXTURES, "deepseek-v3.2": "deepseek_v32", "glm-5.1": "glm_moe_dsa",
+         "qwen3-next-80b-a3b-instruct": "qwen3_next", "qwen3.5-4b": "qwen3_5", "qwen3.5-35b-a3b": "qwen3_5_moe"}
+_config = fixture_config
 
 
-def _config(name):
-    return json.loads((DATA / "configs" / name / "config.json").read_text())
-
-
-@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("name", TYPES)
 def test_fixture_is_the_type_and_counts_like_transformers(name):
     cfg = _config(name)
-    assert cfg["model_type"] == FIXTURES[name]
+    assert cfg["model_type"] == TYPES[name]
     assert PARAMS[name]["config"] == cfg  # the record was made from this very file
     assert count_params(arch_from_config(cfg)).total == PARAMS[name]["params"]
 

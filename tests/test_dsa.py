@@ -20,23 +20,12 @@ from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
 from aicalc.core.params import attention_params, count_params
 from aicalc.errors import AicalcError
 
-from conftest import DATA
+from conftest import DATA, fixture_config, fixture_records
 
-PARAMS = {r["name"]: r for r in json.loads((DATA / "validation" / "params.json").read_text())["records"]}
+PARAMS = fixture_records()
 KVDOC = json.loads((DATA / "validation" / "kv_cache.json").read_text())
-FIXTURES = {"deepseek-v3.2": "deepseek_v32", "glm-5.1": "glm_moe_dsa"}
-
-
-def _config(name):
-    return json.loads((DATA / "configs" / name / "config.json").read_text())
-
-
-@pytest.mark.parametrize("name", FIXTURES)
-def test_fixture_is_the_type_and_counts_like_transformers(name):
-    cfg = _config(name)
-    assert cfg["model_type"] == FIXTURES[name]
-    assert PARAMS[name]["config"] == cfg  # the record was made from this very file
-    assert count_params(arch_from_config(cfg)).total == PARAMS[name]["params"]
+FIXTURES = ("deepseek-v3.2", "glm-5.1")  # type and total count: tests/test_deployed_archs.py
+_config = fixture_config
 
 
 @pytest.mark.parametrize("name", FIXTURES)

@@ -15,22 +15,12 @@ from aicalc.core.linear_attention import layer_params
 from aicalc.core.params import attention_params, count_params, qk_norm_params
 from aicalc.errors import AicalcError
 
-from conftest import DATA
+from conftest import DATA, fixture_config, fixture_records
 
-PARAMS = {r["name"]: r for r in json.loads((DATA / "validation" / "params.json").read_text())["records"]}
-FIXTURES = {"qwen3-next-80b-a3b-instruct": "qwen3_next", "qwen3.5-4b": "qwen3_5", "qwen3.5-35b-a3b": "qwen3_5_moe"}
-
-
-def _config(name):
-    return json.loads((DATA / "configs" / name / "config.json").read_text())
-
-
-@pytest.mark.parametrize("name", FIXTURES)
-def test_fixture_counts_like_transformers(name):
-    cfg = _config(name)
-    assert cfg["model_type"] == FIXTURES[name]
-    assert PARAMS[name]["config"] == cfg
-    assert count_params(arch_from_config(cfg)).total == PARAMS[name]["params"]
+PARAMS = fixture_records()
+# type and total count: tests/test_deployed_archs.py
+FIXTURES = ("qwen3-next-80b-a3b-instruct", "qwen3.5-4b", "qwen3.5-35b-a3b")
+_config = fixture_config
 
 
 @pytest.mark.parametrize("name", FIXTURES)

@@ -14,15 +14,11 @@ from aicalc.core import mamba
 from aicalc.core.params import count_params
 from aicalc.errors import AicalcError
 
-from conftest import DATA, ROOT
+from conftest import DATA, ROOT, fixture_config, fixture_records
 
-PARAMS = {r["name"]: r for r in json.loads((DATA / "validation" / "params.json").read_text())["records"]
-          if r["kind"] == "config"}
+PARAMS = fixture_records()
 FIXTURES = ("nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b-nvfp4")
-
-
-def _config(name):
-    return json.loads((DATA / "configs" / name / "config.json").read_text())
+_config = fixture_config
 
 
 @pytest.mark.parametrize("name", FIXTURES)
