@@ -82,15 +82,11 @@ def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, 
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import load_model, load_node_or_chip
-    from aicalc.api.roofline import SRAM_KINDS
-    from aicalc.catalog import profiles
+    from aicalc.api.catalog import SRAM_KINDS, load_chip, load_model
     from aicalc.core.geometry import check_parallel
     from aicalc.errors import ParameterError
 
-    chip_obj = load_node_or_chip(chip)[0]
-    if chip_obj.kind in SRAM_KINDS and profiles.load("class", profiles.chip_class(chip_obj)).options.get(
-            "pipeline_over_chips"):
+    if load_chip(chip).kind in SRAM_KINDS:  # as compare tells them apart
         return 1
     spec = load_model(model)
     n, pp = inputs.whole("chips", chips), inputs.whole("pp", pp)

@@ -145,11 +145,12 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                 best = _fastest_fitting(model, chip, tokens, seq, global_batch, chips, precision, dp_bandwidth,
                                         framework, price)
                 if best is not None:  # no layout asked for and the default does not fit: the search's fastest
-                    r2 = run(model, chip, tokens, seq, global_batch, str(best["micro_batch"]), str(best["tp"]),
-                             str(best["pp"]), None, chips, mfu, achieved, best["recompute"], attention,
-                             sequence_parallel, 1, best["zero"], precision, dp_bandwidth, eff, framework, False, top,
-                             1, best["ep"], goodput, price, best["etp"] if best["ep"] > 1 else None,
-                             attention_flops=attention_flops)
+                    r2 = run(model, chip, tokens, seq, global_batch, micro_batch=str(best["micro_batch"]),
+                             tp=str(best["tp"]), pp=str(best["pp"]), chips=chips, mfu=mfu, achieved=achieved,
+                             recompute=best["recompute"], attention=attention, sequence_parallel=sequence_parallel,
+                             zero=best["zero"], precision=precision, dp_bandwidth=dp_bandwidth, eff=eff,
+                             framework=framework, top=top, ep=best["ep"], goodput=goodput, price=price,
+                             etp=best["etp"] if best["ep"] > 1 else None, attention_flops=attention_flops)
                     r2.notes.append(
                         f"layout: none was given and the default (TP 1 × DP {int(c['dp'][0])}, ZeRO-{int(zero)}, "
                         f"recompute {recompute}) does not fit {chip_obj.id}; this is the fastest that fits (TP "
