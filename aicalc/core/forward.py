@@ -382,12 +382,8 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     if La:
         gemm("qkv_proj", M, s.attn_in_params / H / tp, H, La, attn_weights)
     # rope on q/k (attention layers) and the two residual adds (a one-mixer hybrid: a residual add per sub-block)
-    if s.linear_layers:
-        stream("elementwise", M, lambda m: m * (2.0 * s.attn_in_params / H / tp * La + 6.0 * H * Lp) * ab, 3.0 * Lp,
-               layers=Lp)
-    else:
-        rope = 2.0 * s.attn_in_params / H / tp * (La / Lp)
-        stream("elementwise", M, lambda m: m * (rope + 6.0 * H) * ab * Lp, 3.0 * Lp, layers=Lp)
+    stream("elementwise", M, lambda m: m * (2.0 * s.attn_in_params / H / tp * La + 6.0 * H * Lp) * ab, 3.0 * Lp,
+           layers=Lp)
     if arch.indexer is not None:  # DSA's lightning indexer: its projections per token, its scoring per sequence
         from aicalc.core import indexer as dsa
 
