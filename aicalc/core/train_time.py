@@ -58,22 +58,14 @@ def matmul_params_per_layer(s: Shape) -> float:
     only and its Mamba mixers' in and out projections)."""
     dense = s.H * (s.ffn_in + s.ffn)
     moe = s.H * (s.experts_per_token * (s.expert_in + s.expert_ffn) + s.shared_in + s.shared_ffn + s.experts)
-    if not s.arch.hybrid:
-        ffn = (s.dense_layers * dense + s.moe_layers * moe) / s.L
-        if not s.linear_layers:
-            return s.attn_in_params + s.attn_out_params + ffn
-        La = s.full_layers + s.sliding_layers
-        mixer = (La * (s.attn_in_params + s.attn_out_params)
-                 + s.linear_layers * s.H * (s.linear_in + s.linear_out)) / s.L
-        return mixer + ffn
     e = s.arch.moe
     if e is not None and e.latent:  # experts on the latent width, plus H → latent → H
         moe = s.experts_per_token * e.latent * (s.expert_in + s.expert_ffn) + s.H * (
             s.shared_in + s.shared_ffn + s.experts + 2.0 * e.latent)
     m = s.arch.mamba
     mixer = s.H * (3 * m.inner + 2 * m.groups * m.state + m.heads) if m is not None else 0.0  # in_proj + out_proj
-    return ((s.attn_in_params + s.attn_out_params) * s.attn_layers + s.dense_layers * dense + s.moe_layers * moe
-            + s.mamba_layers * mixer) / s.L
+    return ((s.attn_in_params + s.attn_out_params) * s.attn_layers + s.linear_layers * s.H * (s.linear_in + s.linear_out)
+            + s.dense_layers * dense + s.moe_layers * moe + s.mamba_layers * mixer) / s.L
 
 
 def linear_flops_per_token(s: Shape) -> float:
@@ -108,7 +100,7 @@ def flops_per_token(s: Shape, seq, recompute: str = "none", attention_flops: str
 
         params, idx_keys, sparse = dsa.training_terms(s.arch, seq, attention_flops == "causal")
         n_mm = n_mm + params
-        La = s.full_layers + s.sliding_layers  # the softmax-attention layers (all of a DSA model's)
+        La = s.attn_layers  # the softmax-attention layers (all of a DSA model's)
         attn = 2.0 * La * sparse * s.A * (s.qk_dim + s.v_dim) + float(dsa.indexer_layers(s.arch)) * idx_keys \
             * dsa.score_flop_per_key(s.arch)
     if s.linear_layers:  # the delta rule and conv: forward and two backward passes, like a matmul's
@@ -174,7 +166,7 @@ def op_sac_recomputed_params(s: Shape) -> float:
     attn_in = shares["qkv_proj"] * s.attn_in_params + shares["o_proj"] * s.attn_out_params
     ffn_dense = s.H * (shares["mlp_up"] * s.ffn_in + shares["mlp_down"] * s.ffn)
     ffn_moe = s.H * (s.experts_per_token * (s.expert_in + s.expert_ffn) + s.shared_in + s.shared_ffn + s.experts)
-    return (s.full_layers + s.sliding_layers) * attn_in + s.dense_layers * ffn_dense + s.moe_layers * ffn_moe
+    return s.attn_layers * attn_in + s.dense_layers * ffn_dense + s.moe_layers * ffn_moe
 
 
 def time_from_rate(tokens, flops_per_token_counted, chips, achieved_flop_per_s_per_chip):
