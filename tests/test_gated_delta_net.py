@@ -205,22 +205,58 @@ def test_training_flops_agree_with_megatron_bridge():
 
 
 def test_activations_of_a_linear_layer_are_the_fused_kernels_saved_tensors():
-    """Per token and layer, bf16, Qwen3-Next (C_w 8192, K_w 2048, V_w 4096, h_k 16, h_v 32, chunk 64): the conv's
-    input and output (2 × 8192), normalized q and k (2 × 2048), β and A (32 × (1 + 64)), the gated norm's input and
-    gate and out_proj's input (3 × 4096) in bf16; q/k rstd (2 × 16), g, the softplus input and output and the norm's
-    rstd (4 × 32) in fp32. The hybrid's layer average weights it by 36 of 48 layers against the gated attention's."""
+    """Per token and layer, bf16, Qwen3-Next (C_w 8192, K_w 2048, V_w 4096, h_k 16, h_v 32, d_k 128, chunk 64, w 4),
+    fla's kernels: the conv's input (8192), normalized q and k (2 × 2048), v, the gated norm's input and gate and
+    out_proj's input (4 × 4096), β and A (32 × (1 + 64)) in bf16; q/k rstd (2 × 16), g, the softplus input and
+    output and the norm's rstd (4 × 32) in fp32: 62,144 bytes. Megatron's repeated q and k add 2 × 32 × 128 bf16;
+    transformers' module adds the conv's padded output (8192 × (S + 3)/S bf16) and its PyTorch gated norm's three
+    fp32 copies (3 × 4096). The hybrid's layer average weights transformers' layer by 36 of 48 layers against the
+    gated attention's."""
     from aicalc.catalog import store
     from aicalc.core import activations as act
     from aicalc.core.linear_attention import saved_bytes
 
     arch = store.resolve_model("qwen3-next-80b-a3b").arch
-    assert float(saved_bytes(1, 1, arch, 2.0)) == 2 * (2 * 8192 + 2 * 2048 + 32 * 65 + 3 * 4096) + 4 * (2 * 16 + 4 * 32)
-    assert float(saved_bytes(2, 4096, arch, 2.0, 4)) == 2 * 4096 * 70336 / 4
+    fla = 2 * (8192 + 2 * 2048 + 4 * 4096 + 32 * 65) + 4 * (2 * 16 + 4 * 32)
+    assert fla == 62144
+    assert float(saved_bytes(1, 1, arch, 2.0)) == fla
+    assert float(saved_bytes(2, 4096, arch, 2.0, 4)) == 2 * 4096 * fla / 4
+    assert float(saved_bytes(1, 4096, arch, 2.0, 1, "megatron")) == 4096 * (fla + 2 * 2 * 32 * 128)
+    hf = 4096 * (fla + 4 * 3 * 4096) + 2 * 8192 * (4096 + 3)
+    assert float(saved_bytes(1, 4096, arch, 2.0, 1, "hf")) == hf
     full = arch._replace(layer_types=("full_attention",) * 48, linear_attention=None)
     hybrid, plain = (float(act.hf_layer(1, 4096, a, 2.0)) for a in (arch, full))
     attn = 2 * 4096 * (2 * 4096 + 2 * 512 + 2 * 4096) + 4 * 16 * 4096  # sdpa q, k, v, out, lse; gate and product
     qk = float(act.qk_norm_saved(1, 4096, arch, 2.0))
-    assert hybrid - plain == pytest.approx(36 / 48 * (4096 * 70336 - attn - qk), rel=1e-12)
+    assert hybrid - plain == pytest.approx(36 / 48 * (hf - attn - qk), rel=1e-12)
+
+
+def test_saved_bytes_match_the_h100_measurements():
+    """Each layer measured on an H100 (``validation/measure_gdn.py``: bf16, flash-linear-attention 0.6, what the
+    forward leaves allocated less its output), at three widths and three batch × length shapes, is what
+    ``saved_bytes`` counts for its path, within the allocator's 512-byte rounding of the small tensors."""
+    import json
+
+    from aicalc.catalog import store
+    from aicalc.catalog.arch import LinearAttention
+    from aicalc.core.linear_attention import saved_bytes
+
+    doc = json.loads((DATA / "measured" / "h100-gdn-saved.json").read_text())
+    base = store.resolve_model("qwen3-next-80b-a3b").arch
+    seen = set()
+    for r in doc["records"]:
+        if r["variant"] not in ("fla", "hf"):
+            continue
+        la = LinearAttention(key_heads=r["hk"], value_heads=r["hv"], key_head_dim=r["dk"], value_head_dim=r["dv"],
+                             conv_kernel=r["w"])
+        arch = base._replace(hidden=r["hidden"], linear_attention=la)
+        est = float(saved_bytes(r["B"], r["S"], arch, 2.0, 1, r["variant"]))
+        assert est == pytest.approx(r["saved"], abs=4096), r
+        seen.add(r["variant"])
+    assert seen == {"fla", "hf"}
+    torch_path = [r["saved"] / r["B"] / r["S"] for r in doc["records"] if r["variant"] == "hf-torch"]
+    hf = [r["saved"] / r["B"] / r["S"] for r in doc["records"] if r["variant"] == "hf"]
+    assert min(t / h for t, h in zip(torch_path, hf, strict=True)) > 2.5  # why the torch fallback is not modelled
 
 
 def test_sequences_that_fit_pay_their_state():
@@ -243,14 +279,15 @@ def test_sequences_that_fit_pay_their_state():
 
 def test_megatron_layers_trade_attentions_block_for_the_kernels_tensors():
     """Korthikanti et al. 2022 Table 2 count Q, K, V and the output projection's input (8·sbh/t) and, unfused, the
-    5·a·s²·b/t scores for each layer's attention; a DeltaNet layer keeps the fused kernels' 70,336 bytes per token
-    instead (Qwen3-Next, bf16); with full recompute a layer keeps its input alone, whatever its kind."""
+    5·a·s²·b/t scores for each layer's attention; a DeltaNet layer keeps the fused kernels' 78,528 bytes per token
+    instead (Qwen3-Next, bf16, Megatron's path: fla's 62,144 and the repeated q and k, 16,384); with full recompute a
+    layer keeps its input alone, whatever its kind."""
     from aicalc.catalog import store
     from aicalc.core.linear_attention import korthikanti_delta
 
     arch = store.resolve_model("qwen3-next-80b-a3b").arch
     s, b, t, H = 4096, 1, 8, 2048
-    assert float(korthikanti_delta(s, b, arch, t, "none", True)) == s * b * (70336 - 8 * H) / t
-    assert float(korthikanti_delta(s, b, arch, t, "none", False)) == s * b * (70336 - 8 * H) / t - 5 * 16 * s * s * b / t
-    assert float(korthikanti_delta(s, b, arch, t, "selective", False)) == s * b * (70336 - 8 * H) / t
+    assert float(korthikanti_delta(s, b, arch, t, "none", True)) == s * b * (78528 - 8 * H) / t
+    assert float(korthikanti_delta(s, b, arch, t, "none", False)) == s * b * (78528 - 8 * H) / t - 5 * 16 * s * s * b / t
+    assert float(korthikanti_delta(s, b, arch, t, "selective", False)) == s * b * (78528 - 8 * H) / t
     assert float(korthikanti_delta(s, b, arch, t, "full", False)) == 0.0

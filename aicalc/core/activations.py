@@ -247,7 +247,7 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
       tensors (:func:`moe_routing_saved`).
     * a gated attention output (Qwen3-Next, Qwen3.5 ``attn_output * torch.sigmoid(gate)``): the sigmoid's output
       and the product, 2·a·BS·Ad more; a hybrid's linear-attention layers save
-      :func:`aicalc.core.linear_attention.saved_bytes` in place of attention (the per-layer average over its
+      :func:`aicalc.core.linear_attention.saved_bytes` (transformers' module, "hf") in place of attention (the per-layer average over its
       layers, as for MoE).
     * GPT-2's fused ``c_attn``: the saved q/k/v include one view of the whole 3·H-wide projection output
       plus two copies, 2·a·BSH more than the separate-projection count above (sdpa always; eager only at
@@ -292,7 +292,7 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
         from aicalc.core.linear_attention import saved_bytes
 
         share = arch.attention_layers / arch.layers
-        attn = share * attn + (1.0 - share) * saved_bytes(B, S, arch, a, t)
+        attn = share * attn + (1.0 - share) * saved_bytes(B, S, arch, a, t, "hf")
         qk = share * qk
     if arch.gated_ffn:
         mlp = 4 * a * BS * F / t

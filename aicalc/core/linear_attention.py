@@ -89,39 +89,57 @@ def conv_flop_per_token(arch: Arch) -> float:
     return 2.0 * la.conv_kernel * la.conv_dim
 
 
-def saved_bytes(B, S, arch: Arch, a, t=1):
+def saved_bytes(B, S, arch: Arch, a, t=1, path="fla"):
     """Bytes one linear-attention layer keeps for backward (beyond its input norm's output, which the norm term
-    counts), as the fused kernels training runs with save them, per token on one of ``t`` TP ranks (heads split):
+    counts), on one of ``t`` TP ranks (heads and conv channels split), measured on an H100 with
+    flash-linear-attention 0.6 (``tests/data/measured/h100-gdn-saved.json``, ``validation/measure_gdn.py``: bf16,
+    every record to the byte).
 
-    * the causal conv (``causal_conv1d_fn``, Dao-AILab causal-conv1d) saves its input, q/k/v before the conv:
-      a·C_w; its output stays alive as the delta rule's saved v and the input of the q/k L2 norms: a·C_w;
-    * flash-linear-attention's ``ChunkGatedDeltaRuleFunction.forward`` (``fla/ops/gated_delta_rule/chunk.py``,
-      ``use_qk_l2norm_in_kernel``) saves the L2-normalized q and k (a·2·K_w) and their fp32 rstd (4·2·h_k), v
-      (the conv output above), the gate's chunk-local cumsum g (fp32, 4·h_v), β (a·h_v, also the sigmoid's saved
-      output) and the UT-transform matrix A of each chunk (a·h_v·C: ``A = torch.zeros(B, T, HV, BT,
-      dtype=k.dtype)``); the gate's own softplus input and output in fp32 (transformers' ``-A_log.exp() *
-      softplus(a.float() + dt_bias)``): 8·h_v;
-    * the gated RMSNorm (``FusedRMSNormGated``) saves the delta rule's output and the gate z (a·2·V_w) and its
-      fp32 rstd (4·h_v), and ``out_proj`` its input (a·V_w).
+    ``fla``, the fused kernels everywhere (fla's causal conv, ``chunk_gated_delta_rule``, ``FusedRMSNormGated``):
+    per token a·(C_w + 2·K_w + 4·V_w + h_v·(C + 1)) + 4·(2·h_k + 4·h_v):
 
-    transformers' torch fallback (``torch_chunk_gated_delta_rule``, used when flash-linear-attention is not
-    installed) keeps its per-chunk intermediates in fp32 and saves about four times as much (docs/catalog.md);
-    it is not what a training run uses, so it is not modelled."""
+    * the causal conv saves its input, the concatenated q/k/v, a·C_w (its SiLU is fused; its output is not kept:
+      the rule takes contiguous copies);
+    * ``ChunkGatedDeltaRuleFunction`` (``use_qk_l2norm_in_kernel``) saves the L2-normalized q and k (a·2·K_w) and
+      their fp32 rstd (4·2·h_k), a contiguous v (a·V_w), the gate's chunk-local cumsum (fp32, 4·h_v), β (a·h_v,
+      also the sigmoid's saved output) and the UT-transform matrix A of each chunk (a·h_v·C);
+    * the gate's softplus input and output in fp32 (transformers' ``-A_log.exp() * softplus(a.float() +
+      dt_bias)``): 4·2·h_v;
+    * the gated norm saves the rule's output and a contiguous gate z (a·2·V_w) and its fp32 rstd (4·h_v), and
+      ``out_proj`` its input (a·V_w).
+
+    ``megatron``: Megatron-LM's ``GatedDeltaNet`` L2-normalizes q and k outside the rule and repeats them to the
+    h_v value heads before it (``_prepare_qkv_for_gated_delta_rule``): the rule then saves the repeated q and k,
+    a·2·h_v·d_k more than ``fla`` (read in the code, not measured).
+
+    ``hf``, transformers' ``Qwen3NextGatedDeltaNet`` with flash-linear-attention installed (the rule fused; the
+    causal conv and ``Qwen3NextRMSNormGated`` in PyTorch, as without ``causal-conv1d`` and hub kernels): ``fla``
+    plus the conv's padded output kept as the SiLU's input, a·C_w·(S + w − 1)/S, and the gated norm's fp32
+    copies of its input, the gate and the gate's SiLU, 4·3·V_w, and its bf16 normalized output and weighted
+    output, a·2·V_w, where the fused norm kept the bf16 input and gate (a·2·V_w).
+
+    Without flash-linear-attention, transformers' torch fallback keeps its per-chunk intermediates in fp32 and
+    saves 2.8 times ``hf`` (5.8 times ``fla``) on the same H100; it is not what a training run uses, so it is
+    not modelled."""
     import numpy as np
 
     la = arch.linear_attention
     B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
-    per_token = (a * (2 * la.conv_dim + 2 * la.key_dim + la.value_heads * (1 + CHUNK) + 3 * la.value_dim)
-                 + 4.0 * (2 * la.key_heads + 4 * la.value_heads)) / t
-    return B * S * per_token
+    per_token = (a * (la.conv_dim + 2 * la.key_dim + 4 * la.value_dim + la.value_heads * (CHUNK + 1))
+                 + 4.0 * (2 * la.key_heads + 4 * la.value_heads))
+    if path == "megatron":
+        per_token = per_token + a * 2 * la.value_heads * la.key_head_dim
+    elif path == "hf":
+        per_token = per_token + a * la.conv_dim * (S + la.conv_kernel - 1) / S + 4.0 * 3 * la.value_dim
+    return B * S * per_token / t
 
 
 def korthikanti_delta(s, b, arch: Arch, t=1, recompute="none", flash=False):
     """Bytes one linear-attention layer saves beyond the attention block Korthikanti et al. 2022 (Table 2) count for
     every layer of the Megatron model (:func:`aicalc.core.activations.korthikanti_layer`), on one of ``t`` TP ranks:
-    :func:`saved_bytes` (Megatron-LM's GatedDeltaNet runs the same causal-conv1d and flash-linear-attention kernels)
-    in place of the block's Q, K, V and output-projection input (8·sbh/t) and, without flash attention or selective
-    recompute, its 5·a·s²·b/t scores. The block's input (the norm output) and its dropout mask stay in both. 0 with
+    :func:`saved_bytes` on Megatron-LM's path (causal-conv1d and flash-linear-attention kernels) in place of the
+    block's Q, K, V and output-projection input (8·sbh/t) and, without flash attention or selective recompute, its
+    5·a·s²·b/t scores. The block's input (the norm output) and its dropout mask stay in both. 0 with
     full recompute (a layer keeps only its input)."""
     import numpy as np
 
@@ -129,5 +147,5 @@ def korthikanti_delta(s, b, arch: Arch, t=1, recompute="none", flash=False):
     recompute = np.asarray(recompute)
     core = np.where(np.asarray(flash, dtype=bool) | (recompute == "selective"), 0.0,
                     5.0 * arch.heads * s * s * b / t)
-    delta = saved_bytes(b, s, arch, 2.0, t) - 8.0 * s * b * arch.hidden / t - core
+    delta = saved_bytes(b, s, arch, 2.0, t, "megatron") - 8.0 * s * b * arch.hidden / t - core
     return np.where(recompute == "full", 0.0, delta)
