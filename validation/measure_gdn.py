@@ -123,7 +123,7 @@ def measure(variant: str) -> list[dict]:
                 del x, y
             rec = {"variant": variant, "shape": name, **shape, "B": B, "S": S, "saved": saved, "fwd_peak": fwd_peak,
                    "bwd_peak": bwd_peak, "saved_per_token": saved / (B * S)}
-            print(json.dumps(rec), flush=True)
+            print("REC " + json.dumps(rec), flush=True)  # as it goes: a run cut short keeps what it measured
             records.append(rec)
         del layer
     return records
@@ -142,29 +142,26 @@ def main(argv: list[str] | None = None) -> int:
             import fla.ops.common.chunk_o as chunk_o
 
             chunk_o.TRITON_ABOVE_3_7_1 = True
-        for r in measure(args.variant):
-            print("REC " + json.dumps(r), flush=True)
+        measure(args.variant)
         return 0
-    import torch
-
-    records = []
-    for variant in args.variants.split(","):
-        proc = subprocess.run([sys.executable, __file__, "--out", args.out, "--variant", variant],
-                              capture_output=True, text=True, check=False)
-        print(proc.stderr[-3000:], file=sys.stderr)
-        got = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("REC ")]
-        print(f"== {variant}: {len(got)} records, rc {proc.returncode}", flush=True)
-        records += got
     import fla
+    import torch
     import transformers
 
     doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "fla": fla.__version__,
            "transformers": transformers.__version__, "dtype": "bfloat16",
            "method": "memory_allocated after forward less input, weights and output; second of two runs",
-           "records": records}
+           "records": []}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gdn_saved.json").write_text(json.dumps(doc, indent=1) + "\n")
+    for variant in args.variants.split(","):  # the file is rewritten after each, so a cut-off run keeps the rest
+        proc = subprocess.run([sys.executable, __file__, "--out", args.out, "--variant", variant],
+                              capture_output=True, text=True, check=False)
+        print(proc.stderr[-3000:], file=sys.stderr)
+        got = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("REC ")]
+        print(f"== {variant}: {len(got)} records, rc {proc.returncode}", flush=True)
+        doc["records"] += got
+        (out / "gdn_saved.json").write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
 
