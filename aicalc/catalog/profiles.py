@@ -39,10 +39,10 @@ import math
 import re
 from functools import cache
 from pathlib import Path
-from typing import NamedTuple
 
 from aicalc.catalog.store import is_id
 from aicalc.errors import AicalcError, ParameterError
+from aicalc.tuples import Named
 
 KINDS = {"class": "classes", "engine": "engines", "framework": "frameworks"}
 DEFAULT_ENGINE = "generic"
@@ -51,7 +51,7 @@ MAX_EXTENDS = 16  # profiles in one ``extends`` chain (the built-in ones use 2)
 COMPUTE_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4", "int4")
 
 
-class Profile(NamedTuple):
+class Profile(Named):
     """An efficiency profile (chip class, engine or framework) read from presets, each factor with its source (a
     named tuple: a frozen dataclass compiles its generated methods at import, docs/robustness.md)."""
 
