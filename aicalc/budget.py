@@ -2,9 +2,10 @@
 problem with file, line and field."""
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from aicalc.errors import AicalcError
+from aicalc.tuples import Named
 
 COMMANDS = ("kv-cache", "train-mem", "roofline", "serve", "compare", "train-time")
 MAX_CHECKS = 200  # checks in one file: each runs a command (docs/robustness.md)
@@ -173,7 +174,7 @@ def load(path: Path):
     return budget
 
 
-class PlainCheck(NamedTuple):
+class PlainCheck(Named):
     """One check as :func:`models`' ``Check`` holds it."""
 
     name: str
@@ -184,7 +185,7 @@ class PlainCheck(NamedTuple):
     severity: str
 
 
-class PlainBudget(NamedTuple):
+class PlainBudget(Named):
     version: int
     checks: list[PlainCheck]
 

@@ -2,10 +2,12 @@
 
 import os
 import sys
-from typing import NamedTuple, TextIO
+from typing import TextIO
+
+from aicalc.tuples import Named
 
 
-class Env(NamedTuple):
+class Env(Named):
     """The console a command writes to: streams, whether they are terminals, colour and width."""
 
     stdout: TextIO

@@ -380,3 +380,29 @@ def test_builtin_profiles_still_run(argv):
     r = run(*argv)
     assert_sane(r)
     assert r.code == 0, r
+
+
+def test_release_date_reader_is_the_pattern():
+    """profiles.is_release_date answers as the pattern it replaced, on fixed and generated texts."""
+    import random
+    import re
+
+    pattern = re.compile(r"(19|20)[0-9]{2}-(0[1-9]|1[0-2])(-[0-3][0-9])?")
+    texts = ["2024-05", "2024-05-31", "1999-12-01", "2100-01", "2024-00", "2024-13", "2024-1", "2024-05-4",
+             "2024-05-41", "2024/05", "2024-05-", "2024-05-31\n", " 2024-05", "２０２４-05", "2024-0５", "", "2024"]
+    rng = random.Random(0)
+    alphabet = "0123456789-12 x٣"
+    for _ in range(20_000):
+        base = list(rng.choice(["2024-05-31", "1987-11", "2009-10-09"]))
+        for _ in range(rng.randint(0, 3)):
+            op, i = rng.randint(0, 2), rng.randrange(len(base) + 1)
+            if op == 0:
+                base.insert(i, rng.choice(alphabet))
+            elif base and i < len(base):
+                if op == 1:
+                    del base[i]
+                else:
+                    base[i] = rng.choice(alphabet)
+        texts.append("".join(base))
+    for text in texts:
+        assert profiles.is_release_date(text) == bool(pattern.fullmatch(text)), text

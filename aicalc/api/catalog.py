@@ -1,10 +1,10 @@
 """Models and chips for the library: an id, a path, a config dict or an object already loaded."""
 
 import re
-from typing import NamedTuple
 
 from aicalc.catalog.store import ModelSpec
 from aicalc.errors import AicalcError
+from aicalc.tuples import Named
 
 SRAM_KINDS = ("lpu", "wafer")  # chips whose only memory is on-chip SRAM (aicalc.api.roofline re-exports it)
 
@@ -106,7 +106,7 @@ def _from_files(name: str):
     return spec
 
 
-class WeightFormat(NamedTuple):
+class WeightFormat(Named):
     """A weight format as the estimators take it: a dtype name (its math and coverage rule) and, for a
     checkpoint read from files, the exact bytes per parameter of its block linears and of its embedding/head;
     ``experts``: the routed experts' own format where it differs (gpt-oss's MXFP4 experts beside bf16 attention)."""

@@ -1,9 +1,8 @@
 """Roofline and latency of inference: prefill and decode of each configuration, ideal and estimated."""
 
-from typing import NamedTuple
-
 from aicalc.api.catalog import SRAM_KINDS  # noqa: F401 - defined beside the loaders (kv_cache needs no roofline)
 from aicalc.api.results import Block, Table
+from aicalc.tuples import Named
 
 SIXTEEN_BIT = ("bf16", "fp16")
 EIGHT_BIT_COMPUTE = ("fp8", "int8")
@@ -19,7 +18,7 @@ class Roofline(Table):
     ``ridge_point``. ``meta['prefill']`` / ``meta['decode']`` hold the per-operation breakdown (``.ops``)."""
 
 
-class CostSetup(NamedTuple):
+class CostSetup(Named):
     """A model on a chip, in an engine, as the cost model sees it (a named tuple: a frozen dataclass compiles its
     generated methods at import, ~1.5 ms of a one-off query, docs/robustness.md)."""
 

@@ -2,9 +2,9 @@
 scheduler (:mod:`aicalc.core.simulate`) priced by the cost model: tail latency, throughput and goodput."""
 
 import re
-from typing import NamedTuple
 
 from aicalc.api.results import Table
+from aicalc.tuples import Named
 
 MAX_REQUESTS = 200_000  # requests in one trace or one --num-requests
 MAX_TOKENS = 2**30  # per request, prompt or output: the cap of --prompt and --gen (aicalc.api.inputs.CAPS)
@@ -249,7 +249,7 @@ def _keys(row: dict) -> str:
     return ", ".join(f"'{k}'" for k in keys) + (", …" if len(row) > 6 else "") if keys else "no field"
 
 
-class Layout(NamedTuple):
+class Layout(Named):
     """One replica's layout: what a fleet repeats. A record so the fleet search can grow with the cost model (expert
     parallelism and attention data parallelism join it as fields)."""
 
@@ -262,7 +262,7 @@ class Layout(NamedTuple):
     pp: int = 1  # pipeline stages of tp chips each: a replica spans tp × pp chips
 
 
-class Replica(NamedTuple):
+class Replica(Named):
     """One replica as the scheduler simulation sees it: its step-time tables, KV blocks and scheduling policy."""
 
     layout: Layout

@@ -13,10 +13,10 @@ FFN); a Gated DeltaNet hybrid's layers (Qwen3-Next) all keep their FFN. Unset, e
 pre-existing model reads as before.
 """
 
-from typing import NamedTuple
+from aicalc.tuples import Named
 
 
-class MoE(NamedTuple):
+class MoE(Named):
     """Routed (and shared) experts of a mixture-of-experts FFN."""
 
     experts: int  # E routed experts per MoE layer
@@ -46,7 +46,7 @@ class MoE(NamedTuple):
         return self.shared_experts * (self.shared_expert_ffn or self.expert_ffn)
 
 
-class MLA(NamedTuple):
+class MLA(Named):
     """Multi-head latent attention (DeepSeek-V2/V3): K/V compressed to one latent per token."""
 
     q_lora_rank: int | None  # None: q projected directly from H
@@ -56,7 +56,7 @@ class MLA(NamedTuple):
     v_head_dim: int
 
 
-class Indexer(NamedTuple):
+class Indexer(Named):
     """DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2 tech report, arXiv 2512.02556, §2.1; transformers
     ``DeepseekV32Indexer``): per layer its own small q projection from MLA's q latent (``wq_b``, q_rank → heads ·
     head_dim), one shared key per token (``wk`` H → head_dim, ``k_norm`` a LayerNorm) and per-head weights
@@ -69,7 +69,7 @@ class Indexer(NamedTuple):
     # per layer: True where the layer runs (and caches keys for) its own indexer; GLM-MoE-DSA's "shared" layers
     # reuse the previous full layer's top-k (transformers ``indexer_types``); () means every layer
     layers: tuple[bool, ...] = ()
-class Mamba(NamedTuple):
+class Mamba(Named):
     """A Mamba-2 (SSD) mixer (Dao & Gu 2024, arXiv:2405.21060; transformers ``NemotronHMamba2Mixer``): ``heads``
     heads of ``head_dim`` channels (inner width I = heads·head_dim), B and C of ``state`` channels shared by each of
     ``groups`` head groups, a depthwise causal conv of ``conv_kernel`` taps over x, B and C, and the SSD scan in
@@ -97,7 +97,7 @@ class Mamba(NamedTuple):
         return self.inner + 2 * self.groups * self.state
 
 
-class LinearAttention(NamedTuple):
+class LinearAttention(Named):
     """Gated DeltaNet linear attention (Yang et al. 2024, arXiv:2412.06464) as Qwen3-Next and Qwen3.5 build it
     (transformers ``Qwen3NextGatedDeltaNet``): per token, q and k over ``key_heads`` heads of ``key_head_dim``, v and
     the output gate z over ``value_heads`` heads of ``value_head_dim``, a causal depthwise convolution of
@@ -124,7 +124,7 @@ class LinearAttention(NamedTuple):
         return 2 * self.key_dim + self.value_dim
 
 
-class _ArchFields(NamedTuple):
+class _ArchFields(Named):
     """The fields of :class:`Arch`, in order."""
 
     family: str  # Hugging Face model_type

@@ -8,10 +8,11 @@ sub-folders of YAML files, and an entry there overrides a built-in one with the 
 import os
 from functools import cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from aicalc.catalog.arch import Arch
 from aicalc.errors import AicalcError, UnknownPreset
+from aicalc.tuples import Named
 
 KINDS = ("chip", "node", "model")
 _extra_dirs: list[Path] = []
@@ -811,7 +812,7 @@ def load(kind: str, preset_id: str):
     return _record(kind, index[found])
 
 
-class ModelSpec(NamedTuple):
+class ModelSpec(Named):
     """A model: its architecture, where its figures come from and, for a model whose files were read (a GGUF
     file, a Hub id, a folder beside safetensors files), its checkpoint's exact bytes."""
 
@@ -826,7 +827,7 @@ class ModelSpec(NamedTuple):
     release: object = None  # ReleaseFormat: the official checkpoint's precision (None: bf16)
 
 
-class ReleaseFormat(NamedTuple):
+class ReleaseFormat(Named):
     """A preset's ``release:`` block as plain values (see :class:`aicalc.catalog.schema.Release`)."""
 
     dtype: str

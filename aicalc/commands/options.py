@@ -25,6 +25,24 @@ def efficiency_overrides(items) -> dict[str, float]:
     return out
 
 
+def stage_notes(arch, pps, st) -> list[str]:
+    """What the pipeline split and the expert layout were (docs/train-mem.md#pipeline-stages), for
+    train-mem and train-time alike."""
+    from aicalc.core.stages import describe
+
+    notes = []
+    split = [f"pp {p}: {describe(arch.layers, p, st.virtual_stages, st.first_stage_layers, st.last_stage_layers)}"
+             for p in pps if p > 1]
+    if split:
+        notes.append("decoder layers per pipeline rank, " + "; ".join(split) + " (Megatron/torchtitan split; "
+                     "stage = the rank whose peak is shown, 0 = first)")
+    if st.ep > 1:
+        etp = st.etp if st.etp is not None else "1 (the default with ep > 1, as MoE recipes run)"
+        notes.append(f"experts over ep {st.ep} × expert tp {etp} "
+                     "(MoE parallel folding); expert states shard over the remaining tp·cp·dp/(ep·etp) ranks")
+    return notes
+
+
 ATTENTION = {"eager": "materialized", "sdpa": "flash"}  # one vocabulary: how the time estimators name a kernel
 
 

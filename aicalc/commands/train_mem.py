@@ -23,7 +23,7 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
 
     from aicalc.api import inputs
     from aicalc.api.train_memory import train_memory
-    from aicalc.commands.options import memory_attention
+    from aicalc.commands.options import memory_attention, stage_notes
     from aicalc.sweep import grid, sweep
 
     if "attention" in setup:
@@ -114,7 +114,7 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
              "temporaries; under torch AMP with recompute also the forward's end, autocast's weight casts cached; "
              f"peak phase: {rows[0]['peak_phase']}) + "
              f"the overhead ({_overhead_note(st, rows[0])}); see docs/train-mem.md"]
-    notes += _stage_notes(spec.arch, sorted({int(p) for p in np.ravel(r.pp)}), st)
+    notes += stage_notes(spec.arch, sorted({int(p) for p in np.ravel(r.pp)}), st)
     notes += caveats
     return Result("train-mem", inputs_, rows, warnings, code, title=f"train-mem {spec.id}", notes=notes,
                   columns=columns)
@@ -129,23 +129,6 @@ def _overhead_note(st, row) -> str:
     if st.overhead is not None:
         return f"{row['overhead_bytes'] / 2**30:.3g} GiB as given"
     return f"{row['overhead_bytes'] / 2**30:.2g} GiB stated for the CUDA context, workspaces and communication buffers"
-
-
-def _stage_notes(arch, pps, st) -> list[str]:
-    """What the pipeline split and the expert layout were (docs/train-mem.md#pipeline-stages)."""
-    from aicalc.core.stages import describe
-
-    notes = []
-    split = [f"pp {p}: {describe(arch.layers, p, st.virtual_stages, st.first_stage_layers, st.last_stage_layers)}"
-             for p in pps if p > 1]
-    if split:
-        notes.append("decoder layers per pipeline rank, " + "; ".join(split) + " (Megatron/torchtitan split; "
-                     "stage = the rank whose peak is shown, 0 = first)")
-    if st.ep > 1:
-        etp = st.etp if st.etp is not None else "1 (the default with ep > 1, as MoE recipes run)"
-        notes.append(f"experts over ep {st.ep} × expert tp {etp} "
-                     "(MoE parallel folding); expert states shard over the remaining tp·cp·dp/(ep·etp) ranks")
-    return notes
 
 
 def _stages(zero) -> list[float]:

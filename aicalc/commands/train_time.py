@@ -93,10 +93,10 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
     notes.append(f"framework {profiles.release_note(framework, 'framework')}"
                  + (f"; on {chip_obj.generation}: " + ", ".join(f"{k} {v:g}" for k, v in gen.items()) if gen else "")
                  + (f" (releases: {', '.join(releases)}; --framework)" if len(releases) > 1 else ""))
-    from aicalc.commands.train_mem import _stage_notes
+    from aicalc.commands.options import stage_notes
     from aicalc.core.train_peak import TrainSetup
 
-    notes += _stage_notes(spec.arch, sorted({int(p) for p in np.ravel(r.pp)}),
+    notes += stage_notes(spec.arch, sorted({int(p) for p in np.ravel(r.pp)}),
                           TrainSetup(ep=int(ep), etp=etp, virtual_stages=int(interleave),
                                      first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers))
     c = r.columns

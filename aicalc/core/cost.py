@@ -8,12 +8,12 @@ hyperscale figure; the Uptime Institute's global average is about 1.5). Both are
 every result, and overridable.
 """
 
-from typing import NamedTuple
+from aicalc.tuples import Named
 
 J_PER_KWH = 3.6e6
 
 
-class PowerModel(NamedTuple):
+class PowerModel(Named):
     """Facility power under load: the fraction of TDP chips draw and the data centre's PUE."""
 
     power_fraction: float = 0.8

@@ -29,12 +29,11 @@ every case. Every factor can be overridden per call (``efficiency={"bandwidth": 
 :data:`FACTOR_RANGES` (the same table holds the profile files and ``--eff KEY=VALUE``).
 """
 
-from typing import NamedTuple
-
 from aicalc.errors import ParameterError
+from aicalc.tuples import Named
 
 
-class Efficiency(NamedTuple):
+class Efficiency(Named):
     """The fractions of datasheet peaks kernels reach, per regime (presets/profiles give the values). A named tuple
     (``_replace`` for a copy with other factors): a frozen dataclass compiles its generated methods at import,
     docs/robustness.md."""
@@ -107,7 +106,7 @@ class Efficiency(NamedTuple):
         return {k: getattr(self, k) for k in self._fields}
 
 
-class Range(NamedTuple):
+class Range(Named):
     """The values an efficiency factor may take: ``lo`` to ``hi``, ``lo`` itself only where ``lo_open`` is False."""
 
     lo: float

@@ -35,14 +35,13 @@ Sources of the terms:
   sequence are :mod:`aicalc.core.linear_attention`'s (recurrent form for one new token, chunked otherwise).
 """
 
-from typing import NamedTuple
-
 from aicalc.catalog.arch import Arch
+from aicalc.tuples import Named
 
 ACT_BYTES = 2.0  # activations in 16-bit
 
 
-class Shape(NamedTuple):
+class Shape(Named):
     """What the cost model needs of an architecture, as plain numbers (derived once from an Arch). Named tuples
     and a plain class here: a dataclass compiles its generated methods at import, ~20 M instructions of a one-off
     query for this module's three (docs/robustness.md)."""
@@ -141,7 +140,7 @@ def _linear_fields(arch: Arch) -> dict:
                 linear_chunk_flop=la.chunk_flop_per_token(arch), linear_conv_flop=la.conv_flop_per_token(arch))
 
 
-class Formats(NamedTuple):
+class Formats(Named):
     """Storage formats of one evaluation (built by :func:`formats`, which fills ``expert_quantized``)."""
 
     weight_bytes: float  # bytes per block-linear parameter (scales included)

@@ -7,8 +7,6 @@ a collective and the FFN width a token passes through in an MoE layer. Every fun
 arrays of the TP degree where it takes one. Pure numpy, no I/O.
 """
 
-from typing import NamedTuple
-
 from aicalc.catalog.arch import Arch
 from aicalc.core.dtypes import (
     edge_bytes_per_param,
@@ -18,6 +16,7 @@ from aicalc.core.dtypes import (
 )
 from aicalc.core.params import attention_params, count_params
 from aicalc.errors import ParameterError
+from aicalc.tuples import Named
 
 
 def check_tp(arch: Arch, tp: int) -> None:
@@ -193,7 +192,7 @@ def mixer_params_per_device(arch: Arch, tp=1):
     return total
 
 
-class WeightBytes(NamedTuple):
+class WeightBytes(Named):
     """Resident weight bytes on one device, per tensor class (arrays where ``tp`` is one)."""
 
     embedding: object  # token (+ position) table

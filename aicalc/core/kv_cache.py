@@ -14,13 +14,12 @@ sequence and device), counted with the KV bytes and reported beside them as ``st
 broadcasts over numpy arrays of batch and context.
 """
 
-from typing import NamedTuple
-
 from aicalc.catalog.arch import Arch
 from aicalc.core.geometry import cache_bytes_per_token_layer, tokens_held
+from aicalc.tuples import Named
 
 
-class KVShape(NamedTuple):
+class KVShape(Named):
     """Per-device cache geometry of one model under one kv dtype and TP degree."""
 
     bytes_per_token_layer: float  # one token, one layer, one device

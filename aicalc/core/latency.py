@@ -8,16 +8,15 @@ memory bandwidth (Williams et al. 2009); H100 SXM at dense bf16: 989.4e12 / 3.35
 §1; the seed article's 590 uses the sparse figure).
 """
 
-from typing import NamedTuple
-
 from aicalc.core.efficiency import Efficiency
 from aicalc.core.forward import Formats, Shape
 from aicalc.core.forward import forward_ops as _forward_ops
 from aicalc.core.pricing import CHUNK, Roofs, chunked, price, price_sums
 from aicalc.core.pricing import totals as op_totals
+from aicalc.tuples import Named
 
 
-class Par(NamedTuple):
+class Par(Named):
     """Parallelism inside one serving replica beyond its attention TP: ``ep`` expert-parallel ranks and ``adp``
     attention-data-parallel groups. The ``tp`` and batch the functions here take are one attention group's (tp/adp
     chips, B/adp sequences); the routed experts are split over all tp·adp chips, ep ways × (tp·adp/ep) expert TP."""

@@ -7,12 +7,11 @@ the explicit formula of ``shared/reference/specs.md`` §2 (q = H·A·d, k = v = 
 gated FFN 3·H·F, plain 2·H·F; RMSNorm H, LayerNorm 2H).
 """
 
-from typing import NamedTuple
-
 from aicalc.catalog.arch import Arch
+from aicalc.tuples import Named
 
 
-class ParamCount(NamedTuple):
+class ParamCount(Named):
     """Parameters of a model by part, and those one token touches."""
 
     embedding: int  # token embedding (+ learned positions, + embedding norm)

@@ -11,14 +11,13 @@ Each op (:class:`aicalc.core.forward.Op`) gets two times:
   collective and the ring volume at ``link`` of the per-direction bandwidth.
 """
 
-from typing import NamedTuple
-
 from aicalc.core.efficiency import Efficiency, combine, expert_half_dim, gemm_efficiency, math_share
+from aicalc.tuples import Named
 
 CHUNK = 32768  # configurations evaluated at once: the temporaries of one chunk stay in cache
 
 
-class Roofs(NamedTuple):
+class Roofs(Named):
     """The chip as the cost model sees it (one device)."""
 
     peak_flop_per_s: float  # dense, in the compute dtype

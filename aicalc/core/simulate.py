@@ -48,9 +48,9 @@ error instead of a wait.
 from bisect import bisect_left
 from collections import deque
 from math import ceil, inf
-from typing import NamedTuple
 
 from aicalc.errors import AicalcError
+from aicalc.tuples import Named
 
 STEP_FACTOR = 4  # steps allowed per token of the requests (prompt + gen): room to recompute
 PREEMPTION_WORK = 4  # a preemption, with the readmission and the stale finish event it brings, is a few steps' time
@@ -68,7 +68,7 @@ class SimulationError(AicalcError):
         self.reason, self.steps, self.preemptions = reason, steps, preemptions
 
 
-class StepCost(NamedTuple):
+class StepCost(Named):
     """Step times the serving simulator interpolates: decode by batch and context, prefill by tokens."""
 
     decode_s: list  # [max_batch + 1][bins] seconds of a decode step (row 0: zeros)

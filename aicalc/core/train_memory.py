@@ -5,12 +5,11 @@ Pure numpy, no I/O. Every function broadcasts over arrays (dp, tp, pp, zero stag
 Notation: N params, Ψ (ZeRO paper) = N, N_d data-parallel degree, K optimizer bytes per param.
 """
 
-from typing import NamedTuple
-
 from aicalc.catalog.arch import Arch
 from aicalc.core.dtypes import qlora_bytes_per_param
 from aicalc.core.params import per_arch
 from aicalc.errors import ParameterError, check_choice
+from aicalc.tuples import Named
 
 PRECISIONS = ("fp32", "bf16", "bf16-mixed", "fp16-mixed", "fp8-mixed")
 OPTIMIZERS = ("adamw", "adam", "adam8bit", "sgd", "sgd-momentum", "adafactor", "lion")
@@ -58,7 +57,7 @@ CHUNKED_LOSS_CHUNKS = 8
 LITGPT_LM_HEAD_CHUNK = 128
 
 
-class StateBytes(NamedTuple):
+class StateBytes(Named):
     """Bytes per parameter of each model-state component (before sharding)."""
 
     weights: float  # the working copy the forward reads
@@ -185,7 +184,7 @@ def deepspeed_zero3_estimate(params, largest_layer_params, gpus_per_node=1, node
 # --------------------------------------------------------------------------------------------------
 
 
-class ParamSplit(NamedTuple):
+class ParamSplit(Named):
     """The model's parameters by where they live under pipeline parallelism."""
 
     layers: float  # all decoder layers, dense part

@@ -6,9 +6,8 @@ the like); ``g`` holds numpy arrays of equal length for batch, seq, dp, tp, pp, 
 recompute). Pure numpy, no I/O.
 """
 
-from typing import NamedTuple
-
 from aicalc.errors import ParameterError
+from aicalc.tuples import Named
 
 # litgpt: LitGPT's finetune scripts (the hf activation model, LitGPT's loss and its bitsandbytes plugin)
 FRAMEWORKS = ("hf", "megatron", "litgpt")
@@ -20,7 +19,7 @@ LORA_DTYPES = ("fp32", "bf16", "fp16")
 PHASES = ("loss", "backward", "gradients", "optimizer", "all", "forward")
 
 
-class TrainSetup(NamedTuple):
+class TrainSetup(Named):
     """What a training step keeps, besides the layout grid: see docs/train-mem.md for each choice. A named tuple
     (``_replace`` for a copy with other choices): a frozen dataclass compiles its generated methods at import,
     docs/robustness.md."""

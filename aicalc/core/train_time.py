@@ -37,10 +37,9 @@ collectives at ``train_link``; the framework's overlap of DP, TP and EP collecti
 parallelism splitting the whole sequence's causal attention over the CP ranks; MoE token permutation traffic.
 """
 
-from typing import NamedTuple
-
 from aicalc.core.efficiency import Efficiency
 from aicalc.core.forward import Shape
+from aicalc.tuples import Named
 
 RECOMPUTE = ("none", "selective", "full", "selective-op")
 ATTN_DROPOUT_BYTES_PER_SCORE = 5.0  # training only: dropout mask (1 B) and output (2 B) written, output read (2 B)
@@ -174,7 +173,7 @@ def time_from_rate(tokens, flops_per_token_counted, chips, achieved_flop_per_s_p
     return tokens * flops_per_token_counted / (chips * achieved_flop_per_s_per_chip)
 
 
-class TrainChip(NamedTuple):
+class TrainChip(Named):
     """What training time reads of a chip: peaks, links and the size of its scale-up domain."""
 
     peak_flop_per_s: float
