@@ -8,14 +8,22 @@ stored tensor but the MTP layer (``mtp.0.*``), the fp8/fp4 block scales (``*.sca
 holding two fp4 values per byte.
 """
 
+import json
+
 import pytest
 
 from aicalc.catalog.hf_config import arch_from_config
-from aicalc.core.compressed_attention import compressor_params, hyper_connection_params, indexer_params
+from aicalc.core.compressed_attention import (
+    cache_columns,
+    compressor_params,
+    hyper_connection_params,
+    indexer_params,
+)
+from aicalc.core.kv_cache import kv_cache_bytes, kv_shape
 from aicalc.core.params import attention_params, count_params
 from aicalc.errors import AicalcError
 
-from conftest import fixture_config, fixture_records
+from conftest import DATA, fixture_config, fixture_records
 
 PARAMS = fixture_records()
 
@@ -94,3 +102,50 @@ def test_layer_kinds_from_the_files_and_the_class_default():
 def test_bad_files_are_refused(cfg, message):
     with pytest.raises(AicalcError, match=message):
         arch_from_config(cfg)
+
+
+KV = json.loads((DATA / "validation" / "kv_cache.json").read_text())
+V4_RECORDS = [r for r in KV["records"] if r["config"].get("model_type") == "deepseek_v4"]
+V4_CROSS = [(row["config"], run) for row in KV["crosscheck"] if row["model_type"] == "deepseek_v4" for run in row["runs"]]
+
+
+def _parts(config, batch, seq):
+    arch = arch_from_config(config)
+    shape = kv_shape(arch, "bf16", 1, engine="hf")
+    return cache_columns(arch, shape, batch, seq, "hf"), kv_cache_bytes(shape, batch, seq)
+
+
+@pytest.mark.parametrize("rec", V4_RECORDS, ids=[f"{r['name']}-{r['case']}" for r in V4_RECORDS])
+def test_cache_parts_equal_transformers_cache(rec):
+    """Each part of transformers' DeepSeek-V4 cache (validation/record_kv.py, after the prefill and after one decode
+    step): the windows, the compressed entries, the indexer keys, the compressors' buffers and overlap state."""
+    for seq, got in ((rec["seq"], rec), (rec["seq"] + 1, rec["after_decode_1"])):
+        cols, total = _parts(rec["config"], rec["batch"], seq)
+        assert cols["window_cache_bytes_per_device"] == got["kv_bytes"]
+        assert cols["compressed_cache_bytes_per_device"] == got["compressed_bytes"]
+        assert cols["indexer_cache_bytes_per_device"] == got["indexer_bytes"]
+        assert cols["compressor_state_bytes_per_device"] == got["compressor_state_bytes"]
+        assert total == sum(got[k] for k in ("kv_bytes", "compressed_bytes", "indexer_bytes", "compressor_state_bytes"))
+
+
+def test_tiny_model_run_for_real_across_windows():
+    """A tiny V4 (a sliding, a CSA, an HCA and a CSA layer, window 8) run for real on the CPU at 6..12 tokens and two
+    decode steps: every part equals transformers' cache; the compressed entries step at multiples of 4."""
+    assert V4_CROSS and KV["crosscheck"] and all(row["fake_equals_real"] for row in KV["crosscheck"]
+                                                  if row["model_type"] == "deepseek_v4")
+    for config, run in V4_CROSS:
+        cols, total = _parts(config, 2, run["seq"])
+        assert (cols["window_cache_bytes_per_device"], cols["compressed_cache_bytes_per_device"],
+                cols["indexer_cache_bytes_per_device"], cols["compressor_state_bytes_per_device"]) == \
+            (run["kv_bytes"], run["compressed_bytes"], run["indexer_bytes"], run["compressor_state_bytes"])
+        assert run["compressed_per_layer_entries"] == [0, run["seq"] // 4, run["seq"] // 128, run["seq"] // 4]
+
+
+def test_pro_cache_at_a_million_tokens_is_vllms_figure():
+    """vLLM's DeepSeek-V4 post (vllm.ai/blog/deepseek-v4, 2026-04-24): V4-Pro's cache is about 9.62 GiB per sequence in
+    bf16 at 1M tokens. transformers' bf16 cache (--engine hf) at 2^20 tokens: the compressed entries and indexer keys
+    (9,848 B per token over 30 CSA and 31 HCA layers) plus the small windows and buffers."""
+    arch = arch_from_config(fixture_config("deepseek-v4-pro"))
+    shape = kv_shape(arch, "bf16", 1, engine="hf")
+    assert shape.bytes_per_token == 30 * (512 + 128) * 2 / 4 + 31 * 512 * 2 / 128
+    assert kv_cache_bytes(shape, 1, 2**20) / 2**30 == pytest.approx(9.62, rel=0.001)

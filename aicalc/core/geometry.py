@@ -85,10 +85,13 @@ def kv_heads_per_device(arch: Arch, tp=1):
 
 def kv_vector_bytes(arch: Arch, kv_dtype: str = "bf16") -> float:
     """Bytes one kv head caches per token and layer, K and V together: ``2·d·bytes`` (IM-01); MLA caches one
-    latent of ``kv_lora_rank + qk_rope_head_dim`` elements instead (IM-06, DeepSeek-V2 §2.1), no ×2."""
+    latent of ``kv_lora_rank + qk_rope_head_dim`` elements instead (IM-06, DeepSeek-V2 §2.1), no ×2; DeepSeek-V4 one
+    ``head_dim`` vector that is both key and value (``DeepseekV4HCACache.update``: ``self.values = self.keys``)."""
     if arch.mla is not None:
         elems = arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
         return elems * kv_bytes_per_element(kv_dtype, elems)
+    if arch.compressed is not None:  # DeepSeek-V4's shared-KV MQA: one head_dim vector read as key and value
+        return arch.head_dim * kv_bytes_per_element(kv_dtype, arch.head_dim)
     return 2 * arch.head_dim * kv_bytes_per_element(kv_dtype, arch.head_dim)
 
 
@@ -101,6 +104,12 @@ def cache_bytes_per_token_layer(arch: Arch, kv_dtype: str = "bf16", tp=1, engine
     """Everything an engine caches per token and layer on one device: the KV (:func:`kv_bytes_per_token_layer`)
     plus, for a DSA model, the lightning indexer's keys spread over the softmax-attention layers (Li/La of
     :func:`aicalc.core.indexer.indexer_key_bytes`: whole on every device, the indexer is replicated over TP)."""
+    if arch.compressed is not None:  # DeepSeek-V4: the long-run growth, compressed entries and indexer keys (whole on
+        # every device, one KV head), spread over the layers; the windows' fixed ≤ W tokens per layer left out
+        from aicalc.core.compressed_attention import cache_groups
+
+        per = kv_bytes_per_element(kv_dtype, arch.head_dim)
+        return sum(entry / ratio for ratio, entry, _, _ in cache_groups(arch, per, engine)) / arch.attention_layers
     kv = kv_bytes_per_token_layer(arch, kv_dtype, tp)
     if arch.indexer is None:
         return kv
