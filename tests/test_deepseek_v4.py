@@ -149,3 +149,72 @@ def test_pro_cache_at_a_million_tokens_is_vllms_figure():
     shape = kv_shape(arch, "bf16", 1, engine="hf")
     assert shape.bytes_per_token == 30 * (512 + 128) * 2 / 4 + 31 * 512 * 2 / 128
     assert kv_cache_bytes(shape, 1, 2**20) / 2**30 == pytest.approx(9.62, rel=0.001)
+
+
+@pytest.mark.parametrize("model, stored", [
+    # the tensor tables' bytes (shapes times dtype widths) less the MTP module: 159,609,485,896 - 3,593,787,756 and
+    # 864,704,792,696 - 13,956,587,692 (tests/data/configs/SOURCES.md)
+    ("deepseek-v4-flash", 156_015_698_140), ("deepseek-v4-pro", 850_748_205_004)])
+def test_release_weights_are_the_checkpoint_less_mtp(model, stored):
+    """The preset's release (FP8 block-scaled linears, MXFP4 routed experts, bf16 embeddings) held on one device:
+    within 0.5 % of the checkpoint (which keeps the compressors bf16, the mHC fp32 and the hash table int64). The
+    compressors and indexers are counted whole on every device."""
+    from aicalc.api.roofline import roofline
+
+    r = roofline(model, "h200", 1, 128, 128, tp=1)
+    assert r.meta["setup"].dtype_label == "fp8+mxfp4-experts"
+    assert r.weights_bytes_per_device[0] == pytest.approx(stored, rel=0.005)
+
+
+def _decode_flops(model, past):
+    from aicalc.catalog import store
+    from aicalc.core.forward import formats, forward_ops, shape_of
+
+    arch = store.resolve_model(model).arch
+    ops = forward_ops(shape_of(arch), formats("fp8"), 1.0, 1.0, past, 1.0)
+    return {o.name: float(o.flop) for o in ops if o.flop is not None}
+
+
+def test_a_decode_query_attends_to_its_window_the_top_k_and_every_hca_entry():
+    """One new token after P cached ones (x = P + 1 visible): every layer its 128-token window, a CSA layer the
+    index_topk best of its x/4 entries, an HCA layer all x/128 (the tech report §2.3; the same count written out)."""
+    arch = arch_from_config(fixture_config("deepseek-v4-flash"))
+    P = 1_048_575.0
+    keys = 43 * 128 + 21 * 512 + 20 * (P + 1) / 128
+    flops = _decode_flops("deepseek-v4-flash", P)
+    assert flops["attn_score"] == pytest.approx(2.0 * keys * arch.heads * 512, rel=1e-12)
+    assert flops["attn_indexer"] == pytest.approx(21 * (P + 1) / 4 * (2 * 64 * 128 + 3 * 64), rel=1e-12)
+
+
+def test_pro_against_v32_at_a_million_tokens_as_the_model_card_says():
+    """The model card (huggingface.co/deepseek-ai/DeepSeek-V4-Flash, Introduction): "In the 1M-token context setting,
+    DeepSeek-V4-Pro requires only 27% of single-token inference FLOPs and 10% of KV cache compared with
+    DeepSeek-V3.2". Held out (nothing here is fitted): aicalc's decode FLOPs of one token at 1M tokens give 26 %,
+    its serving-engine cache per token 11 % (bf16 entries, fp8 indexer keys on both)."""
+    from aicalc.catalog import store
+
+    ratio = sum(_decode_flops("deepseek-v4-pro", 2.0**20 - 1).values()) / \
+        sum(_decode_flops("deepseek-v3.2", 2.0**20 - 1).values())
+    assert ratio == pytest.approx(0.27, abs=0.015)
+    kv = [kv_shape(store.resolve_model(m).arch, "bf16").bytes_per_token for m in ("deepseek-v4-pro", "deepseek-v3.2")]
+    assert kv[0] / kv[1] == pytest.approx(0.10, abs=0.02)
+
+
+def test_training_flops_count_the_compressed_attention():
+    """A trained token of V4-Flash at 4096 (causal): 6·N_mm (attention, compressors, indexers, mHC projections, k of
+    the experts) + 3·attention over the window and compressed entries + 6·V·H; far below pricing every layer as
+    MQA over all S keys."""
+    from aicalc.core.compressed_attention import training_terms
+    from aicalc.core.forward import shape_of
+    from aicalc.core.train_time import flops_per_token, matmul_params_per_layer
+
+    arch = arch_from_config(fixture_config("deepseek-v4-flash"))
+    s = shape_of(arch)
+    model, _ = flops_per_token(s, 4096.0, attention_flops="causal")
+    params, keys, idx = training_terms(arch, 4096.0, True)
+    attn = 2.0 * keys * 64 * 1024 + idx * (2 * 64 * 128 + 3 * 64) + \
+        2 * 43 * (4 * 4 * 4096 + 2 * 16 * 4096)  # mHC collapse, expansion and n x n mixing per sub-block
+    expected = 6.0 * (matmul_params_per_layer(s) * 43 + params) + 3.0 * attn + 6.0 * 129280 * 4096
+    assert float(model) == pytest.approx(float(expected), rel=1e-12)
+    full_mqa = 6.0 * 43 * 4096 / 2 * 64 * 1024
+    assert 3.0 * 2.0 * float(keys) * 64 * 1024 < full_mqa / 4

@@ -155,3 +155,133 @@ def cache_columns(arch: Arch, shape, batch, context, engine: str = "vllm") -> di
             state = state + np.mod(S, ratio) * buffer + (S >= ratio) * overlap
         cols["compressor_state_bytes_per_device"] = B * state
     return cols
+
+
+# --------------------------------------------------------------------------------------------------
+# cost terms of a forward pass and a trained token (aicalc.core.forward, aicalc.core.train_time)
+# --------------------------------------------------------------------------------------------------
+
+
+def attended_keys(arch: Arch, past, new):
+    """Σ over ``new`` queries and over the layers of the keys each attends to after ``past`` cached tokens: every
+    layer its window (query i sees min(P + i + 1, W) tokens), a CSA layer also min(x/m, topk) compressed entries
+    and an HCA layer x/m' (x = P + i + 1 visible tokens; floor(x/m) closed windows, taken as x/m here) (the tech
+    report §2.3.1-2.3.2; ``DeepseekV4Attention``: the window's K=V concatenated with the selected or all compressed
+    entries). min(x/m, k) = min(x, m·k)/m, a capped causal sum."""
+    from aicalc.core.geometry import causal_keys
+
+    c = arch.compressed
+    keys = arch.layers * causal_keys(past, new, c.window)
+    if c.count("csa"):
+        keys = keys + c.count("csa") * causal_keys(past, new, c.csa_ratio * c.index_topk) / c.csa_ratio
+    if c.count("hca"):
+        keys = keys + c.count("hca") * causal_keys(past, new) / c.hca_ratio
+    return keys
+
+
+def read_entries(arch: Arch, past, new):
+    """Cached vectors one sequence's pass reads (each once, flash attention), summed over layers: the window,
+    min(S/m, T·topk) selected CSA entries and all S/m' HCA entries, S = P + T; plus the T/m and T/m' entries the
+    pass writes (its T window tokens are the caller's)."""
+    import numpy as np
+
+    c = arch.compressed
+    S = np.asarray(past, dtype=np.float64) + np.asarray(new, dtype=np.float64)
+    T = np.asarray(new, dtype=np.float64)
+    held = arch.layers * np.minimum(S, float(c.window))
+    if c.count("csa"):
+        m = float(c.csa_ratio)
+        held = held + c.count("csa") * (np.minimum(S / m, T * float(c.index_topk)) + T / m)
+    if c.count("hca"):
+        held = held + c.count("hca") * (S + T) / c.hca_ratio
+    return held
+
+
+def index_key_bytes(arch: Arch) -> float:
+    """One CSA indexer key as the serving engines keep it: fp8 plus an fp32 scale per 128 (the DSA layout)."""
+    from aicalc.core.indexer import QUANT_BLOCK, SCALE_BYTES
+
+    d = arch.compressed.index_head_dim
+    return d + (d // QUANT_BLOCK) * SCALE_BYTES
+
+
+def score_flop_per_key(arch: Arch) -> float:
+    """One query's index score against one compressed key: 2·I_h·I_d for the q·k products, then ReLU, the weight
+    and the sum over heads (3·I_h) (``DeepseekV4IndexerScorer``)."""
+    c = arch.compressed
+    return 2.0 * c.index_heads * c.index_head_dim + 3.0 * c.index_heads
+
+
+def score_op(arch: Arch, batch, new, past, zero=0.0):
+    """The CSA indexers' scoring of one pass as an :class:`aicalc.core.forward.Op` (``per`` sequence), as
+    :func:`aicalc.core.indexer.score_op` prices DSA's but over the compressed keys: query i against x/m of them
+    (x = P + i + 1), in fp8, on the CSA layers; bytes: the cached indexer keys read once per layer and the T/m new
+    ones written, the fp8 queries read, the fp32 logits written and read back by the top-k, the top-k indices
+    written. Replicated over TP."""
+    import numpy as np
+
+    from aicalc.core.forward import Op
+    from aicalc.core.geometry import causal_keys
+
+    c = arch.compressed
+    B, T, P = (np.asarray(x, dtype=np.float64) for x in (batch, new, past))
+    Li, m = float(c.count("csa")), float(c.csa_ratio)
+    keys = causal_keys(P, T) / m
+    kb = index_key_bytes(arch)
+    flop = B * Li * score_flop_per_key(arch) * keys
+    nbytes = B * Li * ((P + 2.0 * T) / m * kb + T * c.index_heads * c.index_head_dim + 8.0 * keys
+                       + 4.0 * T * np.minimum((P + T) / m, float(c.index_topk)))
+    return Op("attn_indexer", "attention", flop + zero, nbytes + zero, zero, 2.0 * Li + zero, layers=Li,
+              per="sequence", compute="fp8")
+
+
+def compressed_layers(arch: Arch) -> int:
+    """Layers with a KV compressor (CSA and HCA)."""
+    return arch.compressed.count("csa") + arch.compressed.count("hca")
+
+
+def pool_widths(arch: Arch) -> int:
+    """Channels one token feeds the compressors' softmax pooling over all layers: kv and gate, 2d per HCA layer,
+    2·2d (two overlapping series) plus the indexer's 2·2I_d per CSA layer."""
+    c, d = arch.compressed, arch.head_dim
+    return c.count("hca") * 2 * d + c.count("csa") * 2 * (2 * d + 2 * c.index_head_dim)
+
+
+def hc_flop_per_token(arch: Arch) -> float:
+    """mHC FLOPs of one token beyond its ``fn`` projections (those are matmul weights, :func:`hc_matmul_params`):
+    per sub-block (two per layer) the collapse of n streams (2nH), the expansion of the output (2nH) and the
+    combination of the residual streams by the n×n matrix (2n²H) (``DeepseekV4DecoderLayer.forward``); the
+    Sinkhorn iterations on n×n are negligible."""
+    n, H = arch.compressed.hc_mult, arch.hidden
+    return 2.0 * arch.layers * (4.0 * n * H + 2.0 * n * n * H)
+
+
+def hc_matmul_params(arch: Arch) -> int:
+    """The mHC's projection matrices a token multiplies, (2+n)n × nH per sub-block and n × nH for the head."""
+    n, H = arch.compressed.hc_mult, arch.hidden
+    return arch.layers * 2 * (2 + n) * n * n * H + n * n * H
+
+
+def hc_bytes_per_token(arch: Arch) -> float:
+    """Activation bytes (16-bit) one token's mHC moves beyond a plain residual: per sub-block the n streams read for
+    the mixing projection, read again to collapse them, read as the residual and written back mixed with the
+    output (4·n·H values), less the plain residual add's 3·H that the forward's elementwise op already counts."""
+    n, H = arch.compressed.hc_mult, arch.hidden
+    return 2.0 * arch.layers * (4.0 * n - 3.0) * H * 2.0
+
+
+def training_terms(arch: Arch, seq, causal: bool):
+    """DeepSeek-V4's terms in a trained token's FLOPs (TT-01's ``6·N_mm + 3·attention``): (matmul weights per token
+    beyond the attention and FFN projections: the compressors, indexers and mHC projections; keys per token over all
+    layers of the attention; keys per token over the CSA layers of the indexer's scoring). ``causal``: each token over
+    the keys before it ((S + 1)/2 visible tokens on average, capped per kind); else every token over S."""
+    import numpy as np
+
+    c = arch.compressed
+    S = np.asarray(seq, dtype=np.float64)
+    params = all_compressor_params(arch) + hc_matmul_params(arch)
+    if causal:
+        return params, attended_keys(arch, 0.0, S) / S, c.count("csa") * (S + 1.0) / 2.0 / c.csa_ratio
+    keys = arch.layers * np.minimum(S, float(c.window)) + \
+        c.count("csa") * np.minimum(S / c.csa_ratio, float(c.index_topk)) + c.count("hca") * S / c.hca_ratio
+    return params, keys, c.count("csa") * S / c.csa_ratio

@@ -165,6 +165,9 @@ def attention_params_per_device(arch: Arch, tp=1):
     replicated when tp > K (IM-08); MLA's down-projections (q_a, kv_a and their norms) replicated."""
     total = attention_params(arch)
     H = arch.hidden
+    if arch.compressed is not None:  # DeepSeek-V4: q_a (+ norm) and the one shared kv_proj (+ norm) replicated
+        replicated = H * arch.compressed.q_rank + arch.compressed.q_rank + H * arch.head_dim + arch.head_dim
+        return (total - replicated) / tp + replicated
     if arch.mla is not None:
         m = arch.mla
         replicated = H * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
@@ -177,7 +180,12 @@ def attention_params_per_device(arch: Arch, tp=1):
 
 def _indexer_params(arch: Arch) -> int:
     """DSA's indexer weights, whole on every device: vLLM and SGLang build ``wq_b``, ``wk`` and ``weights_proj`` as
-    ``ReplicatedLinear`` (:mod:`aicalc.core.indexer`)."""
+    ``ReplicatedLinear`` (:mod:`aicalc.core.indexer`); DeepSeek-V4's KV compressors and CSA indexers, whole on every
+    device too (one shared KV head: transformers' TP plan leaves the attention replicated)."""
+    if arch.compressed is not None:
+        from aicalc.core.compressed_attention import all_compressor_params
+
+        return all_compressor_params(arch)
     if arch.indexer is None:
         return 0
     from aicalc.core.indexer import indexer_params
