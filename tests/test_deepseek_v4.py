@@ -98,6 +98,9 @@ def test_layer_kinds_from_the_files_and_the_class_default():
     ({"model_type": "deepseek_v4", "num_hidden_layers": 3, "compress_ratios": [0, 4]}, "'compress_ratios' must give"),
     ({"model_type": "deepseek_v4", "num_hidden_layers": 1, "layer_types": ["full_attention"]}, "'layer_types' must list"),
     ({"model_type": "deepseek_v4", "compress_rates": [4]}, "'compress_rates' must map"),
+    # DeepSeek-V4.1-Flash (inference/config.json: kv_source_layers [2, 8, 14, 20], compress ratios 2 and 1): another
+    # layer graph, refused by name rather than read as V4
+    ({"model_type": "deepseek_v4", "kv_source_layers": [2, 8, 14, 20]}, "DeepSeek-V4.1's cross-layer KV"),
 ])
 def test_bad_files_are_refused(cfg, message):
     with pytest.raises(AicalcError, match=message):

@@ -17,6 +17,11 @@ from aicalc.errors import AicalcError
 
 _KINDS = {"sliding_attention": "sliding", "compressed_sparse_attention": "csa", "heavily_compressed_attention": "hca"}
 _RATIO_KINDS = {0: "sliding", 4: "csa", 128: "hca"}  # transformers' _COMPRESS_RATIO_TO_LAYER_TYPE
+# DeepSeek-V4.1's keys for layers that read another layer's compressed KV or index keys (its reference inference
+# code's ``kv_source_layers``, ``index_source_layers``, ``candidate_source_layer``; Engram layers), and its
+# image-text wrapper's ``text_config``: a different layer graph, refused by name
+_V41_KEYS = ("text_config", "kv_source_layers", "kv_source_layer_ids", "index_source_layers",
+             "index_source_layer_ids", "candidate_source_layer", "candidate_source_layer_id", "engram_layer_ids")
 
 
 def _kinds(r: Any, L: int) -> tuple[str, ...]:
@@ -55,6 +60,11 @@ def read(r: Any) -> Arch:
     experts, one shared expert of the same width (``DeepseekV4MLP(config)``: one, whatever ``n_shared_experts``
     says, so another value is refused) and a bias-free router (the first ``num_hash_layers`` route by a frozen
     token-id table, a buffer: the same parameters)."""
+    shared = [k for k in _V41_KEYS if k in r.cfg]
+    if shared:
+        raise AicalcError(f"{r.origin}: {', '.join(shared)}: DeepSeek-V4.1's cross-layer KV / index sharing (decoder "
+                          "layers reading the encoder's compressed KV) is not represented, and transformers 5.23 "
+                          "does not build it; only DeepSeek-V4 (-Flash, -Pro) files are read")
     L = r.get("num_hidden_layers", default=43)
     H = r.get("hidden_size", default=4096)
     A = r.get("num_attention_heads", default=64)
