@@ -26,7 +26,8 @@ FIXTURES = {"kimi-k2-instruct": "kimi_k2", "glm-4.7-nvfp4": "glm4_moe", "glm-4.7
 # every fixture of a model type added for the deployed models, with the type its file names: these, DeepSeek Sparse
 # Attention's (tests/test_dsa.py) and the Gated DeltaNet hybrids' (tests/test_gated_delta_net.py)
 TYPES = {**FIXTURES, "deepseek-v3.2": "deepseek_v32", "glm-5.1": "glm_moe_dsa",
-         "qwen3-next-80b-a3b-instruct": "qwen3_next", "qwen3.5-4b": "qwen3_5", "qwen3.5-35b-a3b": "qwen3_5_moe"}
+         "qwen3-next-80b-a3b-instruct": "qwen3_next", "qwen3.5-4b": "qwen3_5", "qwen3.5-35b-a3b": "qwen3_5_moe",
+         "deepseek-v4-flash": "deepseek_v4", "deepseek-v4-pro": "deepseek_v4"}
 _config = fixture_config
 
 
@@ -112,7 +113,7 @@ def test_cli_kv_cache_on_the_file_equals_transformers_cache(cli, name):
     "cfg, message",
     [
         ({"model_type": "minimax"}, "'minimax' \\(lightning \\(linear\\) attention, not represented;"),
-        ({"model_type": "deepseek_v4"}, "'deepseek_v4' \\(compressed sparse attention"),
+        ({"model_type": "deepseek_v4", "num_key_value_heads": 8}, "num_key_value_heads must be 1"),
         ({"model_type": "kimi_linear"}, "unsupported model_type 'kimi_linear'"),
         ({"model_type": "minimax_m2", "attn_type_list": [0, 1]}, "linear \\(lightning\\) attention layers are not"),
         ({"model_type": "glm4_moe", "n_routed_experts": 160, "n_group": 3}, "n_group \\(3\\) does not divide"),

@@ -104,7 +104,8 @@ def test_glm_shared_indexer_layers_have_no_indexer():
          "'indexer_types' must list 'full' or 'shared' for each of the 2 layers"),
         ({"model_type": "deepseek_v32", "index_head_dim": 32}, "index_head_dim \\(32\\) is smaller than"),
         ({"model_type": "deepseek_v32", "index_n_heads": 0}, "'index_n_heads' must be a positive integer"),
-        ({"model_type": "deepseek_v4"}, "'deepseek_v4' \\(compressed sparse attention"),
+        ({"model_type": "deepseek_v4", "num_hidden_layers": 2, "compress_ratios": [0, 8]},
+         "'compress_ratios' must give 0, 4 or 128 for each of the 2 layers"),
     ],
 )
 def test_bad_files_are_refused(cfg, message):

@@ -46,7 +46,8 @@ def test_moe_decode_reads_every_expert_once_the_batch_is_large():
 
 
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
-@pytest.mark.parametrize("model", [m for m in MODELS if store.resolve_model(m).arch.indexer is None])
+@pytest.mark.parametrize("model", [m for m in MODELS if store.resolve_model(m).arch.indexer is None
+                                   and store.resolve_model(m).arch.compressed is None])  # sparse: top-k reads only
 def test_decode_kv_traffic_equals_the_kv_cache(model, kv_dtype):
     """A decode step at P cached tokens reads the cache of P + 1 tokens (its own token included, flash
     attention) and writes one token per attention layer: what ``kv_cache`` holds at context P + 1, plus the

@@ -21,10 +21,11 @@ ENGINE = {"DynamicCache": "hf", "StaticCache": "vllm"}
 def test_kv_bytes_equal_transformers_cache(rec):
     arch = arch_from_config(rec["config"])
     shape = kv_shape(arch, "bf16", 1, engine=ENGINE[rec["cache_class"]])
-    # a sparse-attention model's cache also holds the indexer keys, a linear-attention model's its fixed states
-    # (each recorded apart from the K/V tensors)
+    # a sparse-attention model's cache also holds the indexer keys, a linear-attention model's its fixed states,
+    # DeepSeek-V4's its compressed entries and its compressors' buffered tokens (each recorded apart from the K/V)
     assert kv_cache_bytes(shape, rec["batch"], rec["seq"]) == \
-        rec["kv_bytes"] + rec.get("indexer_bytes", 0) + rec.get("state_bytes", 0)
+        rec["kv_bytes"] + rec.get("indexer_bytes", 0) + rec.get("state_bytes", 0) + rec.get("compressed_bytes", 0) + \
+        rec.get("compressor_state_bytes", 0)
     assert shape.state_bytes * rec["batch"] == rec.get("state_bytes", 0)
 
 

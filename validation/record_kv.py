@@ -56,6 +56,8 @@ EXTRA_CASES: list[dict[str, Any]] = [
     {"name": "gemma-2-9b", "batch": 1, "seq": "window+100", "cache": "StaticCache"},
     {"name": "phi-3-mini", "batch": 1, "seq": "window+100", "cache": "StaticCache"},
     {"name": "command-r7b", "batch": 1, "seq": "window+100", "cache": "StaticCache"},
+    # DeepSeek-V4-Pro (every layer CSA or HCA): past two HCA windows of 128 and a CSA window boundary, two sequences
+    {"name": "deepseek-v4-pro", "batch": 2, "seq": 258},
 ]
 
 # Tiny configs, at least one per model family (model_type), run for real (CPU, bf16) and under FakeTensorMode
@@ -311,6 +313,14 @@ CROSSCHECK_CONFIGS: dict[str, dict[str, Any]] = {
         "vocab_size": 512,
         "max_position_embeddings": 256,
     },
+    # DeepSeek-V4: window 8, a sliding-only, a CSA (ratio 4, indexer), an HCA (ratio 128 > seq: all buffered) and a
+    # CSA layer; seq 6..12 crosses the window and the CSA windows
+    "deepseek_v4": {"model_type": "deepseek_v4", "vocab_size": 512, "hidden_size": 64, "moe_intermediate_size": 32,
+                    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32,
+                    "q_lora_rank": 48, "qk_rope_head_dim": 8, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                    "o_groups": 2, "o_lora_rank": 16, "index_n_heads": 2, "index_head_dim": 16, "index_topk": 2,
+                    "sliding_window": 8, "compress_ratios": [0, 4, 128, 4], "num_hash_layers": 1,
+                    "max_position_embeddings": 256},
     # three sliding layers (window 8) per full one (sliding_window_pattern 4)
     "cohere2": {
         "model_type": "cohere2",
@@ -346,6 +356,14 @@ MODEL_TYPE_NOTES: dict[str, str] = {
     "glm_moe_dsa": _MLA_NOTE.replace("DeepseekV3Attention", "GlmMoeDsaAttention") + (
         " DSA: indexer_keys [batch, seq, index_head_dim] on the 'full' indexer layers only; 'shared' layers "
         "(indexer_types) reuse the previous top-k and keep none (indexer_bytes; not part of kv_bytes)."),
+    "deepseek_v4": (
+        "DeepSeek-V4: every layer caches a sliding window of sliding_window - 1 tokens of its one shared KV head "
+        "(head_dim); a CSA/HCA layer (DeepseekV4CSACache / DeepseekV4HCACache) reads that one tensor as keys and "
+        "values (counted once in kv_bytes), a sliding-only layer (DynamicSlidingWindowLayer) stores keys and values "
+        "apart. compressed_bytes: compressed_kv['compressor'], floor(seq / ratio) entries of head_dim per CSA (4) / HCA "
+        "(128) layer; indexer_bytes: compressed_kv['indexer'], the CSA layers' indexer keys (index_head_dim); "
+        "compressor_state_bytes: the tokens since the last closed window (buffer_kv, buffer_gate) and the CSA "
+        "overlap state (overlap_kv, overlap_gate). None of the three is part of kv_bytes."),
     "gemma3": "Gemma-3 text model (record of the text_config model; the SigLIP vision tower is not built).",
     "deepseek_v3": (
         "MLA: transformers caches the compressed latent, not per-head K/V. layer.keys = "
@@ -391,7 +409,20 @@ def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str,
     storages: dict[int, int] = {}
     indexer: list[int] = []  # DSA caches (DynamicIndexedLayer): bytes of each layer's indexer_keys (0: none kept)
     state_rows: list[dict[str, Any]] = []
+    # DeepSeek-V4 (DeepseekV4CSACache / DeepseekV4HCACache): per layer the compressed entries (compressed_kv
+    # "compressor"), the indexer's compressed keys ("indexer") and the compressors' buffered tokens + overlap state
+    v4 = [hasattr(layer, "compressed_kv") for layer in cache.layers]
+    v4_entries: list[int] = []
+    v4_bytes = {"compressed_bytes": [], "indexer_bytes": [], "compressor_state_bytes": []}
     for i, layer in enumerate(cache.layers):
+        if any(v4):
+            held = getattr(layer, "compressed_kv", {}) or {}
+            comp, ix = held.get("compressor"), held.get("indexer")
+            v4_entries.append(0 if comp is None else int(comp.shape[-2]))
+            v4_bytes["compressed_bytes"].append(_nbytes(comp))
+            v4_bytes["indexer_bytes"].append(_nbytes(ix))
+            v4_bytes["compressor_state_bytes"].append(sum(_nbytes(t) for kind in (
+                "buffer_kv", "buffer_gate", "overlap_kv", "overlap_gate") for t in (getattr(layer, kind, {}) or {}).values()))
         if hasattr(layer, "indexer_keys"):
             ik = layer.indexer_keys
             indexer.append(0 if ik is None else int(ik.numel() * ik.element_size()))
@@ -416,6 +447,8 @@ def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str,
             if k.shape[-2] != v.shape[-2]:
                 raise AssertionError(f"layer {i}: keys and values hold different lengths {k.shape} {v.shape}")
             nbytes = int(k.numel() * k.element_size() + v.numel() * v.element_size())
+            if v4[i] and k is v:  # DeepSeek-V4's shared-KV MQA: one tensor read as key and value, counted once
+                nbytes = int(k.numel() * k.element_size())
             row = {
                 "class": type(layer).__name__,
                 "keys_shape": [int(x) for x in k.shape],
@@ -457,7 +490,15 @@ def inspect_cache(cache, plan: list[tuple[str, int | None]] | None) -> dict[str,
     if state_rows:
         out["state_bytes"] = sum(r["bytes_per_layer"] * r["count"] for r in state_rows)
         out["state_groups"] = state_rows
+    if any(v4):
+        out.update({k: int(sum(v)) for k, v in v4_bytes.items()})
+        out["compressed_per_layer_entries"] = v4_entries
+        out["compressed_per_layer_bytes"] = v4_bytes["compressed_bytes"]
     return out
+
+
+def _nbytes(t) -> int:
+    return 0 if t is None else int(t.numel() * t.element_size())
 
 
 _MODELS: dict[tuple[str, str, str | None], tuple[Any, Any]] = {}
@@ -530,7 +571,8 @@ def run_case(
             after = inspect_cache(pkv, plan)
             res[f"after_decode_{decode_steps}"] = {
                 k: after[k] for k in ("kv_bytes", "per_layer_seq", "per_layer_bytes", "kv_storage_bytes",
-                                      "indexer_bytes", "state_bytes") if k in after
+                                      "indexer_bytes", "state_bytes", "compressed_bytes",
+                                      "compressor_state_bytes", "compressed_per_layer_entries") if k in after
             }
     return res
 
@@ -680,7 +722,9 @@ def compute_records(only: list[str] | None = None) -> list[dict[str, Any]]:
             continue
         t0 = time.perf_counter()
         # informative only where a window slides, or where a per-sequence state must stay the same size
-        decode = 1 if _max_window(c["config"]) is not None or _stateful(c["config"]) else 0
+        # (and DeepSeek-V4's, whose compressors buffer tokens between their windows)
+        decode = 1 if _max_window(c["config"]) is not None or _stateful(c["config"]) or \
+            c["config"].get("model_type") == "deepseek_v4" else 0
         try:
             res = run_case(
                 c["config"],

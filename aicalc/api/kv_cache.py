@@ -69,7 +69,8 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     fl, ints = Block(B.size, 16), Block(B.size, 4, np.int64)  # the columns, written in place (out=)
     sram = chip_obj is not None and chip_obj.kind in SRAM_KINDS
     cols = {"batch": ints.row(), "context": ints.row(), "kv_bytes_per_token": fl.full(shape.bytes_per_token * tp),
-            **({"indexer_bytes_per_token": fl.full(shape.indexer_bytes_per_token * tp)} if arch.indexer else {}),
+            **({"indexer_bytes_per_token": fl.full(shape.indexer_bytes_per_token * tp)}
+               if arch.indexer or arch.compressed else {}),
             "kv_cache_bytes": fl.row(), "kv_cache_bytes_per_device": fl.row(), "kv_per_sequence_bytes": fl.row(),
             "paging_waste_bytes_per_device": fl.row(), "weights_bytes_per_device": fl.full(weights),
             "runtime_overhead_bytes": fl.full(over), "total_bytes_per_device": fl.row()}
@@ -93,6 +94,10 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
         if shape.state_bytes:  # of the tokens' bytes only: a linear-attention state is per sequence
             tokens = tokens - cols["state_bytes_per_device"]
         cols["indexer_cache_bytes_per_device"] = tokens * (shape.indexer_bytes_per_token / shape.bytes_per_token)
+    if arch.compressed is not None:  # DeepSeek-V4: window, compressed entries, indexer keys (and hf's buffers) apart
+        from aicalc.core.compressed_attention import cache_columns
+
+        cols |= cache_columns(arch, shape, B, S, engine)
     warnings = []
     longest = float(S.max())
     if longest > arch.max_context:

@@ -124,6 +124,38 @@ class LinearAttention(Named):
         return 2 * self.key_dim + self.value_dim
 
 
+class CompressedAttention(Named):
+    """DeepSeek-V4's hybrid attention (DeepSeek-V4 tech report §2.3; transformers ``DeepseekV4Attention``,
+    ``modeling_deepseek_v4.py``): every layer is a shared-KV MQA (one KV head of ``head_dim``, the same tensor read as
+    key and value) over a sliding window of ``window`` tokens; a "csa" layer also attends to entries compressed
+    ``csa_ratio``:1 (overlapping windows, ``DeepseekV4CSACompressor``) of which a lightning indexer keeps the
+    ``index_topk`` best per query, an "hca" layer to entries compressed ``hca_ratio``:1 (``DeepseekV4HCACompressor``),
+    a "sliding" layer to its window only. q is a LoRA (``q_lora_rank``), the output a grouped low-rank projection
+    (``o_groups`` groups of A·d/g → ``o_lora_rank``, then g·o_lora_rank → H), and the residual is ``hc_mult``
+    streams mixed by manifold-constrained hyper-connections (mHC)."""
+
+    kinds: tuple[str, ...]  # per layer: "sliding", "csa" or "hca"
+    window: int  # sliding_window
+    q_rank: int  # q_lora_rank
+    rope_dim: int  # qk_rope_head_dim: the rotated part of each head
+    o_groups: int  # g
+    o_rank: int  # o_lora_rank
+    hc_mult: int  # residual streams of the mHC
+    index_heads: int  # index_n_heads
+    index_head_dim: int  # index_head_dim: width of one cached indexer key
+    index_topk: int  # compressed entries each query of a "csa" layer attends to
+    csa_ratio: int = 4
+    hca_ratio: int = 128
+
+    def count(self, kind: str) -> int:
+        """Layers of one kind."""
+        return sum(k == kind for k in self.kinds)
+
+    def ratio(self, kind: str) -> int:
+        """Tokens per compressed entry of a kind ("sliding": 0, none)."""
+        return {"csa": self.csa_ratio, "hca": self.hca_ratio}.get(kind, 0)
+
+
 class _ArchFields(Named):
     """The fields of :class:`Arch`, in order."""
 
@@ -166,6 +198,8 @@ class _ArchFields(Named):
     indexer: Indexer | None = None  # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5); None: dense attention
     ffn_layers: tuple[bool, ...] = ()  # per layer: False where the layer has no FFN (hybrid one-mixer blocks)
     mamba: Mamba | None = None  # the Mamba-2 mixer of the "mamba" layers
+    # DeepSeek-V4's compressed sparse / heavily compressed attention and mHC; None: none
+    compressed: CompressedAttention | None = None
     extra: dict | None = None  # notes beside the shape (None: {}); left out of == and hash
 
 

@@ -7,9 +7,10 @@ glm4_moe_lite (GLM-4.7-Flash), deepseek_v32 (DeepSeek-V3.2, -Exp), glm_moe_dsa (
 llama4 (wrapper: ``text_config``), olmo2, granite, cohere, cohere2, qwen3_next (Qwen3-Next), qwen3_5_text and
 qwen3_5_moe_text (Qwen3.5 dense and MoE) with their image-text wrappers qwen3_5 and qwen3_5_moe (``text_config``
 sized): Gated DeltaNet linear-attention layers between gated softmax-attention layers; nemotron_h (Nemotron-H /
-Nemotron 3: hybrid Mamba-2 blocks).
+Nemotron 3: hybrid Mamba-2 blocks); deepseek_v4 (DeepSeek-V4-Flash/-Pro:
+compressed sparse attention, :mod:`aicalc.catalog.hf_deepseek_v4`).
 Types whose layers aicalc's cost model does not represent are refused with the rest (:data:`NOT_REPRESENTED`
-names them: other linear attentions, DeepSeek-V4's compressed sparse attention, other state-space layers). Keys that a real
+names them: other linear attentions, other state-space layers). Keys that a real
 config.json may leave out take the defaults of the transformers configuration class of that family (e.g.
 Gemma-2 ties embeddings, Falcon's FFN is 4·H, DeepSeek-V2's q_lora_rank is 1536 unless set to null); keys no
 default exists for must be present, and a missing one is reported by name.
@@ -25,14 +26,14 @@ from aicalc.errors import AicalcError
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gemma3",
              "phi3", "gpt2", "falcon", "bloom", "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe", "glm4_moe_lite",
              "deepseek_v32", "glm_moe_dsa", "minimax_m2", "gpt_oss", "llama4_text", "llama4", "olmo2", "granite", "cohere",
-             "cohere2", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "nemotron_h")
+             "cohere2", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "nemotron_h",
+             "deepseek_v4")
 # Deployed model types whose layers aicalc does not represent (no cost-model terms for them), named in the refusal so
-# that the reason is plain: other linear attentions (Kimi Linear, MiniMax-M1/Text-01), DeepSeek-V4's compressed sparse
-# attention and the other Mamba/state-space hybrids. (Gated DeltaNet is represented: Arch.linear_attention; so is
+# that the reason is plain: other linear attentions (Kimi Linear, MiniMax-M1/Text-01) and the other Mamba/state-space
+# hybrids. (DeepSeek-V4's compressed sparse attention is represented: Arch.compressed, aicalc/catalog/hf_deepseek_v4.py.) (Gated DeltaNet is represented: Arch.linear_attention; so is
 # DeepSeek-V3.2's and GLM-5's sparse-attention indexer: Arch.indexer; and Nemotron-H's Mamba-2 blocks: Arch.mamba.)
 NOT_REPRESENTED = {
     "kimi_linear": "Kimi delta attention (linear)", "minimax": "lightning (linear) attention",
-    "deepseek_v4": "compressed sparse attention (hybrid CSA/HCA layers, hyper-connections)",
     "mamba": "state-space layers", "mamba2": "state-space layers", "jamba": "Mamba layers",
     "falcon_h1": "Mamba layers", "granitemoehybrid": "Mamba layers",
 }
@@ -664,6 +665,13 @@ def _hybrid(name: str):
     return read
 
 
+def _deepseek_v4(r):
+    """DeepSeek-V4 (``DeepseekV4Config``): read in :mod:`aicalc.catalog.hf_deepseek_v4`."""
+    from aicalc.catalog.hf_deepseek_v4 import read
+
+    return read(r)
+
+
 _READERS = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen2_moe": _qwen2_moe, "qwen3": _qwen3,
     "qwen3_moe": _qwen3_moe, "gemma2": _gemma2, "gemma3_text": _gemma3_text, "phi3": _phi3, "gpt2": _gpt2,
@@ -674,5 +682,5 @@ _READERS = {
     "deepseek_v32": _hybrid("_deepseek_v32"), "glm_moe_dsa": _hybrid("_glm_moe_dsa"), "gpt_oss": _gpt_oss,
     "llama4_text": _llama4_text, "olmo2": _olmo2, "granite": _granite, "cohere": _cohere, "cohere2": _cohere2,
     "qwen3_next": _hybrid("_qwen3_next"), "qwen3_5_text": _hybrid("_qwen3_5_text"), "qwen3_5_moe_text": _hybrid("_qwen3_5_moe_text"),
-    "nemotron_h": _hybrid("_nemotron_h"),
+    "nemotron_h": _hybrid("_nemotron_h"), "deepseek_v4": _deepseek_v4,
 }

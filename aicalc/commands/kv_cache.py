@@ -105,6 +105,8 @@ def _gib(x: float) -> str:
 def _notes(shape, block_size, arch=None) -> list[str]:
     from aicalc.units import fmt_bytes
 
+    if shape.compressed and arch is not None and arch.compressed is not None:
+        return _compressed_notes(shape, block_size, arch)
     notes = [f"KV per token per device: {fmt_bytes(shape.bytes_per_token)} "
              f"({shape.full_layers} full + {shape.sliding_layers} sliding layers × {shape.bytes_per_token_layer:g} B)"]
     if shape.indexer_bytes_per_token:
@@ -120,4 +122,21 @@ def _notes(shape, block_size, arch=None) -> list[str]:
         notes.append(f"sliding-window layers keep at most {shape.window:,} tokens")
     if block_size:
         notes.append(f"paged in blocks of {block_size} tokens (vLLM); --block-size 1 gives the exact, unpaged size")
+    return notes
+
+
+def _compressed_notes(shape, block_size, arch) -> list[str]:
+    """DeepSeek-V4's cache in words: what grows with the context and what stays."""
+    from aicalc.units import fmt_bytes
+
+    c = arch.compressed
+    parts = ", ".join(f"{c.count(k)} {k.upper()} layers 1 entry per {c.ratio(k)} tokens" for k in ("csa", "hca")
+                      if c.count(k))
+    notes = [f"KV per token per device: {fmt_bytes(shape.bytes_per_token)} as the context grows (compressed entries: "
+             f"{parts}), of which the CSA indexer's keys {fmt_bytes(shape.indexer_bytes_per_token)} (fp8 + fp32 "
+             "scales as vLLM/SGLang keep DSA keys; --engine hf: transformers' bf16)",
+             f"every layer also keeps a window of {shape.window:,} tokens of its one shared KV head "
+             f"({shape.bytes_per_token_layer:g} B per token and layer; window_cache_bytes_per_device)"]
+    if block_size:
+        notes.append(f"paged in blocks of {block_size} tokens or entries (vLLM); --block-size 1 gives the exact size")
     return notes

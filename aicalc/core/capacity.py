@@ -112,6 +112,8 @@ def max_context(shape: KVShape, budget, batch, block_size: int | None):
     import numpy as np
 
     B = np.asarray(batch, dtype=np.float64)
+    if shape.compressed:
+        return _max_compressed_context(shape, budget, B, block_size)
     per_tok = B * shape.bytes_per_token_layer
     room = np.asarray(budget, dtype=np.float64) - B * shape.state_bytes
     avail = np.maximum(room, 0) / per_tok  # layer-tokens affordable
@@ -124,3 +126,16 @@ def max_context(shape: KVShape, budget, batch, block_size: int | None):
         s_high = (avail - slide * Wb) / full if full else np.where(avail >= slide * Wb, np.inf, 0.0)
     s = np.where(s_low <= W, s_low, s_high) if slide else s_low
     return np.where(np.isfinite(s), np.floor(s / b) * b, s)
+
+
+def _max_compressed_context(shape: KVShape, budget, B, block_size: int | None):
+    """:func:`max_context` of a DeepSeek-V4 cache (``shape.compressed``): the windows full, the compressors' buffers
+    and overlap state at their largest, then Σ entry / ratio bytes per token; a lower bound (floor(S / ratio)
+    entries are at most S / ratio), in whole blocks."""
+    import numpy as np
+
+    fixed = shape.sliding_layers * shape.window * shape.bytes_per_token_layer + \
+        sum((ratio - 1) * buffer + overlap for ratio, _, buffer, overlap in shape.compressed)
+    room = np.maximum(np.asarray(budget, dtype=np.float64) / B - fixed, 0.0)
+    b = block_size or 1
+    return np.floor(room / shape.bytes_per_token / b) * b

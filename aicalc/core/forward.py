@@ -25,6 +25,9 @@ Sources of the terms:
 - TP all-reduce: two per layer (Megatron-LM, Shoeybi et al. 2019 §3) of the ``B·T·H`` activation.
 - DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): :mod:`aicalc.core.indexer` (the lightning indexer's
   projections and fp8 scoring over all P + T keys; MLA in its MQA mode over each query's min(P + i + 1, topk) keys).
+- DeepSeek-V4 (:mod:`aicalc.core.compressed_attention`): each query over its window plus min(x/4, topk) CSA or
+  x/128 HCA compressed entries, the compressors' and indexers' projections and pooling, the CSA indexers' fp8
+  scoring over the compressed keys, the mHC's projections and its n-stream residual traffic.
 - Hybrid one-mixer blocks (Nemotron-H, :class:`aicalc.catalog.arch.Arch`): attention ops run on the layers that
   have attention, FFN ops on those with an FFN, Mamba-2 mixers (:func:`aicalc.core.mamba.mamba_ops`) on the
   Mamba layers; norms, residual adds and TP all-reduces once per sub-block (a plain layer has two: attention
@@ -104,6 +107,10 @@ def shape_of(arch: Arch) -> Shape:
         if arch.indexer is not None:  # DSA runs MLA in its MQA mode: every head scores the 576-wide latent + RoPE
             #                           key and reads the 512-wide latent as value (DeepSeek-V3.2 report §2.1)
             qk, vd = m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank
+    elif arch.compressed is not None:  # DeepSeek-V4's grouped output projection: o_a A·d·r, then o_b g·r·H
+        c = arch.compressed
+        out = arch.heads * arch.head_dim * c.o_rank + c.o_groups * c.o_rank * H
+        qk, vd = arch.head_dim, arch.head_dim
     else:
         out = arch.q_dim * H + (H if arch.o_bias else 0)
         qk, vd = arch.head_dim, arch.head_dim
@@ -321,6 +328,10 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
             keys = s.full_layers * sparse_keys(arch, P, T)
             # the selected latents: read once per pass, at most all P + T of them, at most top-k per query
             cached = s.full_layers * np.minimum(P + T, T * float(arch.indexer.topk))
+        if arch.compressed is not None and fm.flash:  # DeepSeek-V4: window + selected / all compressed entries
+            from aicalc.core.compressed_attention import attended_keys, read_entries
+
+            keys, cached = attended_keys(arch, P, T), read_entries(arch, P, T)
         heads = geo.kv_heads_per_device(arch, tp)
         if not fm.kv_shared and arch.mla is None:  # K/V read once per query head instead of once per kv head
             cached = cached * (A / tp) / heads
@@ -392,6 +403,21 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
         gemm("indexer_k", M, ix.head_dim + ix.heads, H, Li, Li * H * (ix.head_dim + ix.heads) * wb)
         if attention_core:
             ops.append(dsa.score_op(arch, B, T, P, zero))
+    if arch.compressed is not None:  # DeepSeek-V4: compressors, CSA indexers, mHC (aicalc.core.compressed_attention)
+        from aicalc.core import compressed_attention as v4
+
+        Lc = float(v4.compressed_layers(arch))
+        if Lc:  # the compressors' and indexers' projections (replicated over TP), then their softmax pooling
+            Wc = float(v4.all_compressor_params(arch))
+            gemm("compressor_proj", M, Wc / H / Lc, H, Lc, Wc * wb)
+            stream("compressor_pool", M, lambda m: m * 2.0 * v4.pool_widths(arch) * ab, 2.0 * Lc,
+                   flop=lambda m: m * 4.0 * v4.pool_widths(arch), layers=Lc)
+        if attention_core and arch.compressed.count("csa"):
+            ops.append(v4.score_op(arch, B, T, P, zero))
+        n = arch.compressed.hc_mult  # each sub-block's fn: the n·H streams → (2 + n)·n mixing weights; the fn
+        gemm("hc_proj", M, (2 + n) * n, n * H, 2.0 * Lp, 0.0)  # tensors' bytes are read with the norms
+        stream("hyper_connections", M, lambda m: m * v4.hc_bytes_per_token(arch), 3.0 * 2.0 * Lp,
+               flop=lambda m: m * v4.hc_flop_per_token(arch), layers=2.0 * Lp)
     if attention_core and La:
         attention()
     if La:

@@ -84,10 +84,13 @@ def kv_heads_per_device(arch: Arch, tp=1):
 
 def kv_vector_bytes(arch: Arch, kv_dtype: str = "bf16") -> float:
     """Bytes one kv head caches per token and layer, K and V together: ``2·d·bytes`` (IM-01); MLA caches one
-    latent of ``kv_lora_rank + qk_rope_head_dim`` elements instead (IM-06, DeepSeek-V2 §2.1), no ×2."""
+    latent of ``kv_lora_rank + qk_rope_head_dim`` elements instead (IM-06, DeepSeek-V2 §2.1), no ×2; DeepSeek-V4 one
+    ``head_dim`` vector that is both key and value (``DeepseekV4HCACache.update``: ``self.values = self.keys``)."""
     if arch.mla is not None:
         elems = arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
         return elems * kv_bytes_per_element(kv_dtype, elems)
+    if arch.compressed is not None:  # DeepSeek-V4's shared-KV MQA: one head_dim vector read as key and value
+        return arch.head_dim * kv_bytes_per_element(kv_dtype, arch.head_dim)
     return 2 * arch.head_dim * kv_bytes_per_element(kv_dtype, arch.head_dim)
 
 
@@ -100,6 +103,12 @@ def cache_bytes_per_token_layer(arch: Arch, kv_dtype: str = "bf16", tp=1, engine
     """Everything an engine caches per token and layer on one device: the KV (:func:`kv_bytes_per_token_layer`)
     plus, for a DSA model, the lightning indexer's keys spread over the softmax-attention layers (Li/La of
     :func:`aicalc.core.indexer.indexer_key_bytes`: whole on every device, the indexer is replicated over TP)."""
+    if arch.compressed is not None:  # DeepSeek-V4: the long-run growth, compressed entries and indexer keys (whole on
+        # every device, one KV head), spread over the layers; the windows' fixed ≤ W tokens per layer left out
+        from aicalc.core.compressed_attention import cache_groups
+
+        per = kv_bytes_per_element(kv_dtype, arch.head_dim)
+        return sum(entry / ratio for ratio, entry, _, _ in cache_groups(arch, per, engine)) / arch.attention_layers
     kv = kv_bytes_per_token_layer(arch, kv_dtype, tp)
     if arch.indexer is None:
         return kv
@@ -155,6 +164,9 @@ def attention_params_per_device(arch: Arch, tp=1):
     replicated when tp > K (IM-08); MLA's down-projections (q_a, kv_a and their norms) replicated."""
     total = attention_params(arch)
     H = arch.hidden
+    if arch.compressed is not None:  # DeepSeek-V4: q_a (+ norm) and the one shared kv_proj (+ norm) replicated
+        replicated = H * arch.compressed.q_rank + arch.compressed.q_rank + H * arch.head_dim + arch.head_dim
+        return (total - replicated) / tp + replicated
     if arch.mla is not None:
         m = arch.mla
         replicated = H * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
@@ -167,7 +179,12 @@ def attention_params_per_device(arch: Arch, tp=1):
 
 def _indexer_params(arch: Arch) -> int:
     """DSA's indexer weights, whole on every device: vLLM and SGLang build ``wq_b``, ``wk`` and ``weights_proj`` as
-    ``ReplicatedLinear`` (:mod:`aicalc.core.indexer`)."""
+    ``ReplicatedLinear`` (:mod:`aicalc.core.indexer`); DeepSeek-V4's KV compressors and CSA indexers, whole on every
+    device too (one shared KV head: transformers' TP plan leaves the attention replicated)."""
+    if arch.compressed is not None:
+        from aicalc.core.compressed_attention import all_compressor_params
+
+        return all_compressor_params(arch)
     if arch.indexer is None:
         return 0
     from aicalc.core.indexer import indexer_params

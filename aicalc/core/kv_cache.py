@@ -31,10 +31,17 @@ class KVShape(Named):
     indexer_bytes_per_token: float = 0.0
     # one sequence's recurrent state over all linear-attention and Mamba layers, one device (0: none)
     state_bytes: float = 0.0
+    # DeepSeek-V4's compressed caches, one sequence, one device: (ratio, bytes per entry over the layers of that
+    # ratio, bytes per token waiting in the compressors' buffers, overlap-state bytes once S ≥ ratio)
+    # (:func:`aicalc.core.compressed_attention.cache_groups`); () for every other model
+    compressed: tuple = ()
 
     @property
     def bytes_per_token(self) -> float:
-        """Marginal bytes of one more token on every layer (no window cap), one device."""
+        """Marginal bytes of one more token on every layer (no window cap), one device; with compressed caches
+        (DeepSeek-V4, whose every layer is windowed) the long-run growth, Σ entry bytes / ratio."""
+        if self.compressed:
+            return sum(entry / ratio for ratio, entry, _, _ in self.compressed)
         return self.bytes_per_token_layer * (self.full_layers + self.sliding_layers)
 
 
@@ -59,6 +66,8 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vll
     from aicalc.errors import check_choice
 
     check_choice("engine", engine, ENGINES)
+    if arch.compressed is not None:
+        return _compressed_shape(arch, kv_dtype, engine)
     if engine == "hf" and arch.family == "falcon" and arch.kv_heads not in (1, arch.heads):
         arch = arch._replace(kv_heads=arch.heads)
     per_layer = cache_bytes_per_token_layer(arch, kv_dtype, tp, engine)
@@ -79,6 +88,20 @@ def kv_shape(arch: Arch, kv_dtype: str = "bf16", tp: int = 1, engine: str = "vll
 
         state += state_bytes_per_sequence(arch, 2.0, 4.0 if engine == "hf" else None, tp)
     return KVShape(per_layer, arch.attention_layers - sliding, sliding, keep, index, state)
+
+
+def _compressed_shape(arch: Arch, kv_dtype: str, engine: str) -> KVShape:
+    """DeepSeek-V4 (:mod:`aicalc.core.compressed_attention`): every layer's window of the one shared KV head (d
+    elements per token; whole on every TP device, as an MQA head is), the "sliding" layers' twice under ``hf``
+    (transformers stores their keys and values apart), plus the compressed entries, the CSA indexer keys and, under
+    ``hf``, the compressors' buffered tokens and overlap state."""
+    from aicalc.core.compressed_attention import cache_groups, indexer_bytes_per_token, window_layers
+    from aicalc.core.dtypes import kv_bytes_per_element
+
+    per_layer = arch.head_dim * kv_bytes_per_element(kv_dtype, arch.head_dim)
+    keep = arch.compressed.window - (1 if engine == "hf" else 0)
+    return KVShape(per_layer, 0, window_layers(arch, engine), keep, indexer_bytes_per_token(arch, engine), 0.0,
+                   cache_groups(arch, per_layer / arch.head_dim, engine))
 
 
 def kv_bytes_per_token(arch: Arch, kv_dtype: str = "bf16") -> float:
@@ -120,7 +143,28 @@ def held_tokens(shape: KVShape, context, block_size: int | None = None, out=None
     if window is not None:
         window *= per_window
         held += window
+    if shape.compressed:
+        held += _compressed_held(shape, S, block_size, each)
     return held
+
+
+def _compressed_held(shape: KVShape, S, block_size: int | None, each: float):
+    """DeepSeek-V4's compressed caches at ``S`` tokens in units of ``shape.bytes_per_token_layer`` (times ``each``):
+    floor(S / ratio) entries (paged: whole blocks of ``block_size`` entries), the S mod ratio tokens buffered and the
+    overlap state once a window has closed."""
+    import numpy as np
+
+    total = np.zeros_like(S)
+    for ratio, entry, buffer, overlap in shape.compressed:
+        n = np.floor_divide(S, ratio)
+        if block_size:
+            n = np.ceil(n / block_size) * block_size
+        total = total + n * entry
+        if buffer:
+            total = total + np.mod(S, ratio) * buffer
+        if overlap:
+            total = total + (S >= ratio) * overlap
+    return total * (each / shape.bytes_per_token_layer)
 
 
 def kv_cache_bytes(shape: KVShape, batch, context, block_size: int | None = None):

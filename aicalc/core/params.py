@@ -45,6 +45,10 @@ def attention_params(arch: Arch) -> int:
 
 def _projection_params(arch: Arch) -> int:
     H = arch.hidden
+    if arch.compressed is not None:  # DeepSeek-V4: q LoRA, one shared KV head, grouped low-rank output
+        from aicalc.core.compressed_attention import projection_params
+
+        return projection_params(arch)
     if arch.mla is not None:
         m = arch.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
@@ -154,6 +158,10 @@ def count_params(arch: Arch) -> ParamCount:
         from aicalc.core.indexer import indexer_params
 
         attention += indexer_params(arch)
+    if arch.compressed is not None:  # DeepSeek-V4's KV compressors and CSA indexers, inside ``self_attn``
+        from aicalc.core.compressed_attention import all_compressor_params
+
+        attention += all_compressor_params(arch)
     dense_ffn = mlp_params(arch, arch.ffn)
     ffn = 0
     active_ffn = 0
@@ -175,6 +183,10 @@ def count_params(arch: Arch) -> ParamCount:
             active_ffn += dense_ffn
     norms = L * arch.norms_per_layer * _norm(arch, H) + _norm(arch, H)
     norms += La * qk_norm_params(arch)
+    if arch.compressed is not None:  # DeepSeek-V4's mHC mixing parameters, counted with the norms they sit beside
+        from aicalc.core.compressed_attention import hyper_connection_params
+
+        norms += hyper_connection_params(arch)
     lm_head = 0 if arch.tied_embeddings else V * H
     mixers = 0
     if arch.mamba is not None:

@@ -102,6 +102,13 @@ def flops_per_token(s: Shape, seq, recompute: str = "none", attention_flops: str
         La = s.attn_layers  # the softmax-attention layers (all of a DSA model's)
         attn = 2.0 * La * sparse * s.A * (s.qk_dim + s.v_dim) + float(dsa.indexer_layers(s.arch)) * idx_keys \
             * dsa.score_flop_per_key(s.arch)
+    if s.arch.compressed is not None:  # DeepSeek-V4: window + compressed entries, the CSA indexers, the mHC
+        from aicalc.core import compressed_attention as v4
+
+        params, keys_v4, idx_keys = v4.training_terms(s.arch, seq, attention_flops == "causal")
+        n_mm = n_mm + params
+        attn = 2.0 * keys_v4 * s.A * (s.qk_dim + s.v_dim) + idx_keys * v4.score_flop_per_key(s.arch) + \
+            v4.hc_flop_per_token(s.arch)
     if s.linear_layers:  # the delta rule and conv: forward and two backward passes, like a matmul's
         attn = attn + linear_flops_per_token(s)
     model = 6.0 * n_mm + 3.0 * attn + 6.0 * s.V * s.H
