@@ -221,3 +221,16 @@ def test_training_flops_count_the_compressed_attention():
     assert float(model) == pytest.approx(float(expected), rel=1e-12)
     full_mqa = 6.0 * 43 * 4096 / 2 * 64 * 1024
     assert 3.0 * 2.0 * float(keys) * 64 * 1024 < full_mqa / 4
+
+
+def test_train_time_says_what_its_attention_term_is(cli):
+    """train-time's footer names V4's attended keys with the file's own window, top-k and ratios (sliding_window 128,
+    index_topk 512, CSA 4, HCA 128 in deepseek-v4-flash's config.json) instead of only the MQA formula."""
+    cfg = fixture_config("deepseek-v4-flash")
+    r = cli("train-time", "deepseek-v4-flash", "--chip", "b200", "--chips", 64, "--tp", 1, "--pp", 4, "--ep", 16,
+            "--seq", 4096, "--global-batch", 1024, "--precision", "fp8")
+    assert r.code == 0, r.err
+    line = next(x for x in r.out.splitlines() if x.startswith("DeepSeek-V4 attention"))
+    assert f"{cfg['sliding_window']:,}-token window" in line
+    assert f"top {cfg['index_topk']:,} CSA entries (1 per {min(x for x in cfg['compress_ratios'] if x)} tokens)" in line
+    assert f"(1 per {max(cfg['compress_ratios'])})" in line

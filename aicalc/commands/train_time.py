@@ -87,6 +87,12 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
         notes.append(f"sparse attention (DSA): the estimate is of the sparse training stage, every layer's attention "
                      f"over the top {spec.arch.indexer.topk:,} tokens plus the lightning indexer over all of them; "
                      "the dense warm-up stage that trains the indexer alone is not modelled (docs/catalog.md)")
+    if spec.arch.compressed is not None:  # DeepSeek-V4 (aicalc.core.compressed_attention.training_terms)
+        c = spec.arch.compressed
+        notes.append(f"DeepSeek-V4 attention: the 6·L·s·A·d term is each token over its {c.window:,}-token window, the "
+                     f"top {c.index_topk:,} CSA entries (1 per {c.csa_ratio} tokens) and every HCA entry (1 per "
+                     f"{c.hca_ratio}), plus the compressors', indexers' and mHC projections in N_mm and the CSA "
+                     "indexers' scoring (docs/catalog.md)")
     fw = profiles.load("framework", framework)
     gen = fw.options["by_generation"].get(chip_obj.generation or "", ({}, {}))[0]
     releases = profiles.families("framework").get(fw.options["family"], ()) if fw.options.get("family") else ()
