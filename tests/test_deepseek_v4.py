@@ -234,3 +234,20 @@ def test_train_time_says_what_its_attention_term_is(cli):
     assert f"{cfg['sliding_window']:,}-token window" in line
     assert f"top {cfg['index_topk']:,} CSA entries (1 per {min(x for x in cfg['compress_ratios'] if x)} tokens)" in line
     assert f"(1 per {max(cfg['compress_ratios'])})" in line
+
+
+def test_each_running_sequence_holds_its_windows_in_the_quick_capacity_figures():
+    """The traffic simulator's (and fleet's) block budget takes every running sequence's fixed bytes off first: for
+    V4-Flash its 43 layers' windows of 128 tokens of one 512-wide bf16 K=V head (config.json: num_hidden_layers,
+    sliding_window, head_dim), 5,636,096 B, beside the compressed entries' growth. 256 more running sequences leave
+    256 windows' worth fewer 16-token blocks; the KV a disaggregated prefill ships holds min(prompt, window) of them."""
+    from aicalc.api.traffic import Layout, replica
+    from aicalc.catalog import store
+
+    cfg = fixture_config("deepseek-v4-flash")
+    window = cfg["num_hidden_layers"] * cfg["sliding_window"] * cfg["head_dim"] * 2
+    assert window == 5_636_096
+    shape = kv_shape(store.resolve_model("deepseek-v4-flash").arch, "bf16")
+    assert shape.fixed_bytes() == window and shape.fixed_bytes(64) == window / 2
+    one, more = (replica("deepseek-v4-flash", Layout("h200", tp=2), max_seqs=n).kv_blocks for n in (1, 257))
+    assert one - more == pytest.approx(256 * window / (16 * shape.bytes_per_token), abs=1)

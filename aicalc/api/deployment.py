@@ -57,9 +57,10 @@ def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=25
     domain = (ic.domain if ic else None) or 8
     up = (ic.per_direction_bytes_per_s if ic else None) or 32e9
     out = (pre.chip.scale_out_gbs or 25.0) * 1e9
-    # (a hybrid's recurrent layers, linear attention or Mamba, ship their fixed state instead of tokens)
+    # (a hybrid's recurrent layers, linear attention or Mamba, ship their fixed state instead of tokens; DeepSeek-V4
+    # its windows beside the compressed entries)
     kv_bytes = float(cache_bytes_per_token_layer(arch, kv_dtype, 1)) * arch.attention_layers * P + \
-        kv_shape(arch, kv_dtype).state_bytes
+        kv_shape(arch, kv_dtype).fixed_bytes(P)
     # decode: the largest batch that fits and meets the TPOT target
     top = max(1, max_concurrency(model, chip, tp=decode_tp, prompt=P, gen=G, dtype=dtype, kv_dtype=kv_dtype,
                                  utilization=utilization))

@@ -599,7 +599,7 @@ def _transfer_s(rep, prompt: float) -> float:
 
     arch = rep.setup.model.arch
     kv = float(cache_bytes_per_token_layer(arch, rep.setup.kv_dtype, 1)) * arch.attention_layers * prompt + \
-        kv_shape(arch, rep.setup.kv_dtype).state_bytes  # a hybrid's recurrent (linear attention, Mamba) state too
+        kv_shape(arch, rep.setup.kv_dtype).fixed_bytes(prompt)  # a hybrid's recurrent state, DeepSeek-V4's windows
     return kv / (rep.layout.tp * (rep.setup.chip.scale_out_gbs or 25.0) * 1e9)
 
 

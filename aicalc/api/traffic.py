@@ -355,10 +355,11 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     # with a pipeline each device holds its stage's layers of a block (the fullest stage's bound the replica's)
     block_bytes = block * float(cache_bytes_per_token_layer(arch, cs.kv_dtype, tp // adp)) * arch.attention_layers \
         * stage_share(arch, pp)
-    if arch.linear_layers or arch.mamba_layers:  # a hybrid: every running sequence's recurrent state (linear
-        from aicalc.core.kv_cache import kv_shape  # attention, Mamba) comes off the block budget
+    if arch.linear_layers or arch.mamba_layers or arch.compressed is not None:
+        # every running sequence's fixed bytes (a hybrid's recurrent state, DeepSeek-V4's windows) off the budget
+        from aicalc.core.kv_cache import kv_shape
 
-        budget -= max_seqs / adp * kv_shape(arch, cs.kv_dtype, tp // adp).state_bytes * stage_share(arch, pp)
+        budget -= max_seqs / adp * kv_shape(arch, cs.kv_dtype, tp // adp).fixed_bytes() * stage_share(arch, pp)
     kv_blocks = int(max(budget, 0.0) // block_bytes) * adp
     if need is not None:  # the caller drops a replica without room: its step tables would go unused
         rep = Replica(layout, cs, None, kv_blocks, block, int(max_seqs), int(token_budget) * pp, "chunked")

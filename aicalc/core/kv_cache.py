@@ -44,6 +44,15 @@ class KVShape(Named):
             return sum(entry / ratio for ratio, entry, _, _ in self.compressed)
         return self.bytes_per_token_layer * (self.full_layers + self.sliding_layers)
 
+    def fixed_bytes(self, context=None) -> float:
+        """Bytes one sequence holds beside :attr:`bytes_per_token` × its tokens, one device: the recurrent state
+        (:attr:`state_bytes`) and, for DeepSeek-V4 (whose growth leaves the windows out), every layer's window of
+        min(``context``, W) tokens (None: a full window)."""
+        if not self.compressed:
+            return self.state_bytes
+        held = self.window if context is None else min(float(context), self.window)
+        return self.state_bytes + self.sliding_layers * held * self.bytes_per_token_layer
+
 
 ENGINES = ("vllm", "hf")
 
