@@ -123,6 +123,9 @@ MODELS: dict[str, dict[str, Any]] = {
 # and fp32 the longer ones (the eager S² terms dominate from S = 512 at these widths).
 POINTS = {"bf16": [(1, 128), (2, 256), (1, 512)], "fp32": [(1, 128), (2, 256), (2, 512), (1, 1024)]}
 GC_POINTS = [(2, 256), (1, 512)]
+# DeepSeek-V4 also off the compressors' windows: 200 tokens (50 CSA entries, one HCA window of 128 and 72 left
+# over) and 96 (no HCA window yet)
+EXTRA_POINTS = {"deepseek-v4-style": {"bf16": [(1, 200), (2, 96)]}}
 ATTENTION = ("eager", "sdpa")
 ONLY_ATTENTION = {"gpt2-style": ("eager",), "deepseek-v4-style": ("eager",)}
 DTYPES = ("bf16", "fp32")
@@ -170,7 +173,7 @@ def cases() -> list[dict[str, Any]]:
         for attn in ONLY_ATTENTION.get(model, ATTENTION):
             for dtype in DTYPES:
                 for ckpt in CHECKPOINTING:
-                    points = GC_POINTS if ckpt else POINTS[dtype]
+                    points = GC_POINTS if ckpt else POINTS[dtype] + EXTRA_POINTS.get(model, {}).get(dtype, [])
                     if dtype == "bf16" and MODELS[model]["vocab_size"] > 32768:
                         points = [pt for pt in points if pt[1] <= 256]  # large-vocab bf16: short ones only (CPU bf16 is slow)
                     for batch, seq in points:
