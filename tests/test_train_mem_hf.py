@@ -82,3 +82,32 @@ def test_hf_within_5_percent(rec):
     est = estimate(rec)
     err = est / rec["saved_bytes"] - 1
     assert abs(err) <= TOLERANCE, f"{rec['name']}: estimate {est:,.0f} vs measured {rec['saved_bytes']:,} ({err:+.2%})"
+
+
+def test_deepseek_v4_records_cover_its_layer_kinds():
+    """The DeepSeek-V4 records: a config with a sliding, CSA and HCA layer, a hash-routed and top-k MoE layers and 4
+    mHC streams, in bf16 and fp32, at B 1 and 2 (where ``matmul`` copies the one expanded KV head), with and without
+    gradient checkpointing; eager only (transformers 5.23 gives V4 no other attention)."""
+    rows = [r for r in RECORDS if r["config"]["model_type"] == "deepseek_v4"]
+    arch = arch_from_config(rows[0]["config"], rows[0]["model"])
+    assert set(arch.compressed.kinds) == {"sliding", "csa", "hca"} and arch.compressed.hc_mult == 4
+    assert 0 < arch.extra["hash_moe_layers"] < arch.layers
+    assert {r["dtype"] for r in rows} == {"bf16", "fp32"} and {r["batch"] for r in rows} == {1, 2}
+    assert {r["gradient_checkpointing"] for r in rows} == {False, True} and {r["attention"] for r in rows} == {"eager"}
+
+
+def test_deepseek_v4_checkpoint_keeps_the_streams():
+    """With every layer checkpointed a V4 layer keeps its input, the ``hc_mult`` residual streams (4·H wide), not one
+    H-wide hidden state: each full-recompute record less L·a·BS·4H is what sits outside the layers (the token ids,
+    the mHC head, the final norm and the loss)."""
+    from aicalc.core.activations import hf_outside
+
+    rows = [r for r in RECORDS if r["config"]["model_type"] == "deepseek_v4" and r["gradient_checkpointing"]]
+    assert rows
+    for r in rows:
+        cfg = r["config"]
+        arch = arch_from_config(cfg, r["model"])
+        a = 2.0 if r["dtype"] == "bf16" else 4.0
+        streams = cfg["num_hidden_layers"] * a * r["batch"] * r["seq"] * cfg["hc_mult"] * cfg["hidden_size"]
+        outside = float(hf_outside(r["batch"], r["seq"], arch, a, recompute="full", attention="eager"))
+        assert r["saved_bytes"] - streams == pytest.approx(outside, abs=64), r["name"]

@@ -1,13 +1,16 @@
 """Record the bytes that PyTorch autograd saves for backward in one training forward pass (loss included).
 
 For a few small-but-real transformers configurations (Llama-2-style MHA, Llama-3-style GQA with a large
-vocabulary, GPT-2 with its dropouts, Qwen2 with q/k/v biases, Mistral) and several batch × sequence points,
+vocabulary, GPT-2 with its dropouts, Qwen2 with q/k/v biases, Mistral, a four-layer DeepSeek-V4 with its sliding,
+CSA and HCA layers, mHC streams and hash-routed and top-k MoE layers) and several batch × sequence points,
 this builds ``AutoModelForCausalLM.from_config(cfg)`` on the CPU with real tensors, puts it in ``train()``
 mode, and runs ``model(input_ids, labels=input_ids)`` (so the fp32 logits upcast and the cross-entropy are
 part of the graph) inside ``torch.autograd.graph.saved_tensors_hooks``. The pack hook sees every tensor
-autograd keeps for backward; the harness counts each distinct storage once
-(``untyped_storage().data_ptr()`` → ``nbytes()``, so views and tensors saved by several nodes count once)
-and excludes storages that belong to model parameters (weights saved by matmuls are not activations).
+autograd saves; the harness counts those still held when the forward returns (a weak reference to the alias the
+hook hands autograd: a node that no path from the loss reaches is freed with what it saved, as DeepSeek-V4's
+indexer scoring, which only feeds a top-k), each distinct storage once (``untyped_storage().data_ptr()`` →
+``nbytes()``, so views and tensors saved by several nodes count once), and excludes storages that belong to model
+parameters (weights saved by matmuls are not activations).
 Backward is not run: what is saved is fully known when the forward returns.
 
 Variants per point: ``attn_implementation`` ``eager`` and ``sdpa``; parameters in bf16 and in fp32;
@@ -55,6 +58,7 @@ import argparse
 import gc
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -98,13 +102,32 @@ MODELS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 6, "num_key_value_heads": 2, "vocab_size": 8000, "max_position_embeddings": 4096,
         "tie_word_embeddings": False, "hidden_act": "silu", "head_dim": 64,
     },
+    # DeepSeek-V4 (the keys of DeepSeek-V4-Flash's config.json, shrunk): one sliding, two CSA and one HCA layer
+    # (``compress_ratios`` 0/4/128, one more entry for the MTP layer as released), a hash-routed MoE layer then
+    # top-k ones, 4 mHC residual streams with 20 Sinkhorn iterations, a q LoRA, a grouped output projection
+    # (2 groups) and attention sinks; eager only (transformers 5.23 gives V4 no SDPA path). A window of 32 and
+    # a top-8 indexer so that windows and top-k selections are partial at every point.
+    "deepseek-v4-style": {
+        "model_type": "deepseek_v4", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 1, "head_dim": 64, "qk_rope_head_dim": 16, "q_lora_rank": 96, "o_groups": 2,
+        "o_lora_rank": 48, "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6, "index_n_heads": 4,
+        "index_head_dim": 32, "index_topk": 8, "sliding_window": 32, "compress_ratios": [0, 4, 128, 4, 0],
+        "num_hash_layers": 1, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
+        "moe_intermediate_size": 128, "vocab_size": 8000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+        "hidden_act": "silu", "swiglu_limit": 10.0, "scoring_func": "sqrtsoftplus", "routed_scaling_factor": 1.5,
+        "norm_topk_prob": True, "topk_method": "noaux_tc", "tie_word_embeddings": False, "rope_theta": 10000,
+        "compress_rope_theta": 160000, "attention_bias": False, "attention_dropout": 0.0,
+    },
 }
 # Points per dtype: bf16 matmuls are slow on CPUs without native bf16, so bf16 gets the shorter points
 # and fp32 the longer ones (the eager S² terms dominate from S = 512 at these widths).
 POINTS = {"bf16": [(1, 128), (2, 256), (1, 512)], "fp32": [(1, 128), (2, 256), (2, 512), (1, 1024)]}
 GC_POINTS = [(2, 256), (1, 512)]
+# DeepSeek-V4 also off the compressors' windows: 200 tokens (50 CSA entries, one HCA window of 128 and 72 left
+# over) and 96 (no HCA window yet)
+EXTRA_POINTS = {"deepseek-v4-style": {"bf16": [(1, 200), (2, 96)]}}
 ATTENTION = ("eager", "sdpa")
-ONLY_ATTENTION = {"gpt2-style": ("eager",)}
+ONLY_ATTENTION = {"gpt2-style": ("eager",), "deepseek-v4-style": ("eager",)}
 DTYPES = ("bf16", "fp32")
 CHECKPOINTING = (False, True)
 
@@ -150,7 +173,7 @@ def cases() -> list[dict[str, Any]]:
         for attn in ONLY_ATTENTION.get(model, ATTENTION):
             for dtype in DTYPES:
                 for ckpt in CHECKPOINTING:
-                    points = GC_POINTS if ckpt else POINTS[dtype]
+                    points = GC_POINTS if ckpt else POINTS[dtype] + EXTRA_POINTS.get(model, {}).get(dtype, [])
                     if dtype == "bf16" and MODELS[model]["vocab_size"] > 32768:
                         points = [pt for pt in points if pt[1] <= 256]  # large-vocab bf16: short ones only (CPU bf16 is slow)
                     for batch, seq in points:
@@ -259,22 +282,23 @@ def measure(c: dict[str, Any], explain: bool = False) -> dict[str, Any]:
     m = build(c["model"], c["attention"], c["dtype"], c["gradient_checkpointing"],
               c["lora"]["targets"] if c.get("lora") else None, c.get("recompute"))
     param_ptrs = {p.untyped_storage().data_ptr() for p in m.parameters()}
-    seen: dict[int, int] = {}
-    listing: list[tuple] = []
+    # Every packed tensor with a weak reference to the alias autograd holds: a saved tensor counts only if that alias
+    # is still alive when the forward returns. Nodes that no path from the loss reaches (DeepSeek-V4's indexer scores
+    # only feed a top-k: integer indices) are freed as soon as their outputs are, with what they saved; their storages
+    # are then reused by later tensors, so a pointer seen during the forward is not yet a storage that is kept.
+    packed: list[tuple] = []
     source = ["saved"]  # what holds the tensor, for --explain: autograd, a SAC cache, a checkpoint's kwargs
 
     def pack(t):
         # Return a detached alias: same storage, no grad_fn. Returning ``t`` itself would make a reference
         # cycle (output tensor → its node → saved ``t``) that Python's gc cannot see, and leak every graph.
         st = t.untyped_storage()
-        ptr = st.data_ptr()
-        if ptr in param_ptrs or ptr in seen:
-            return t.detach()
-        seen[ptr] = st.nbytes()
-        if explain:
-            listing.append((tuple(t.shape), str(t.dtype).replace("torch.", ""), st.nbytes(),
-                            t.grad_fn.name() if t.grad_fn is not None else "-", source[0]))
-        return t.detach()
+        alias = t.detach()
+        if st.data_ptr() not in param_ptrs:
+            packed.append((weakref.ref(alias), st.data_ptr(), st.nbytes(), tuple(t.shape),
+                           str(t.dtype).replace("torch.", ""), t.grad_fn.name() if t.grad_fn is not None else "-",
+                           source[0], alias if source[0] != "saved" else None))
+        return alias
 
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, m.config.vocab_size, (c["batch"], c["seq"]), generator=g)
@@ -299,11 +323,16 @@ def measure(c: dict[str, Any], explain: bool = False) -> dict[str, Any]:
         assert _held["sac"], "the selective checkpoints did not run"
     _held["sac"].clear()
     _held["kwargs"].clear()
-    del out
     gc.collect()
-    if explain:
-        for row in listing:
-            print(*row, sep="\t")
+    seen: dict[int, int] = {}  # the kept storages, each once (views and tensors saved by several nodes)
+    for ref, ptr, nbytes, *row in packed:
+        if ref() is not None and ptr not in seen:
+            seen[ptr] = nbytes
+            if explain:
+                print(*row[:4], nbytes, sep="\t")
+    del out
+    packed.clear()
+    gc.collect()
     return {"saved_bytes": sum(seen.values()), "saved_tensors": len(seen)}
 
 
@@ -347,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         return rp.check_envelope(path, records, ("name",))
     rp.write_envelope(path, GENERATED_BY, records,
-                      method="autograd saved_tensors_hooks, distinct storages, parameters excluded, forward+loss; "
+                      method="autograd saved_tensors_hooks, distinct storages held when the forward returns, parameters "
+                             "excluded, forward+loss; "
                              "selective checkpoints: + SAC-cached outputs and layers' keyword tensors")
     print(f"wrote {path.relative_to(rp.ROOT)} ({len(records)} records)")
     return 0

@@ -146,6 +146,7 @@ class CompressedAttention(Named):
     index_topk: int  # compressed entries each query of a "csa" layer attends to
     csa_ratio: int = 4
     hca_ratio: int = 128
+    sinkhorn_iters: int = 20  # hc_sinkhorn_iters: Sinkhorn-Knopp iterations of each mHC's comb matrix
 
     def count(self, kind: str) -> int:
         """Layers of one kind."""

@@ -94,7 +94,8 @@ def read(r: Any) -> Arch:
         kinds=kinds, window=r.get("sliding_window", default=128), q_rank=r.get("q_lora_rank", default=1024),
         rope_dim=rope, o_groups=g, o_rank=r.get("o_lora_rank", default=1024), hc_mult=r.get("hc_mult", default=4),
         index_heads=r.get("index_n_heads", default=64), index_head_dim=r.get("index_head_dim", default=128),
-        index_topk=r.get("index_topk", default=512), csa_ratio=csa, hca_ratio=hca)
+        index_topk=r.get("index_topk", default=512), csa_ratio=csa, hca_ratio=hca,
+        sinkhorn_iters=r.get("hc_sinkhorn_iters", default=20))
     F = r.get("moe_intermediate_size", default=2048)
     moe = MoE(experts=r.get("n_routed_experts", "num_local_experts", default=256),
               experts_per_token=r.get("num_experts_per_tok", default=6), expert_ffn=F, shared_experts=1)

@@ -115,9 +115,20 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
              f"peak phase: {rows[0]['peak_phase']}) + "
              f"the overhead ({_overhead_note(st, rows[0])}); see docs/train-mem.md"]
     notes += stage_notes(spec.arch, sorted({int(p) for p in np.ravel(r.pp)}), st)
+    if spec.arch.compressed is not None:
+        notes.append(_v4_note(st.framework))
     notes += caveats
     return Result("train-mem", inputs_, rows, warnings, code, title=f"train-mem {spec.id}", notes=notes,
                   columns=columns)
+
+
+def _v4_note(framework: str) -> str:
+    """DeepSeek-V4's activations: what each framework's model counts (docs/train-mem.md)."""
+    if framework == "hf":
+        return ("DeepSeek-V4: its mHC streams, compressors, indexers, sinks, q LoRA and grouped o-proj counted as "
+                "transformers 5.23 saves them, with eager attention (its only path there)")
+    return ("DeepSeek-V4: layers counted as plain MQA; its mHC streams, compressors, indexers, sinks, q LoRA and "
+            "grouped o-proj are counted only under --framework hf")
 
 
 def _overhead_note(st, row) -> str:

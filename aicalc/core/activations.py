@@ -18,6 +18,7 @@ or a million. Results are bytes (float64).
 from __future__ import annotations
 
 from aicalc.catalog.arch import Arch
+from aicalc.core.compressed_attention import layer_input_width
 
 # --------------------------------------------------------------------------------------------------
 # Megatron / Korthikanti
@@ -249,6 +250,9 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
       and the product, 2·a·BS·Ad more; a hybrid's linear-attention layers save
       :func:`aicalc.core.linear_attention.saved_bytes` (transformers' module, "hf") in place of attention (the per-layer average over its
       layers, as for MoE).
+    * DeepSeek-V4 (``arch.compressed``): :func:`aicalc.core.compressed_attention.hf_layer_saved`, the n mHC
+      residual streams, the compressors, the sinks, the q LoRA and the grouped output projection, eager attention
+      whatever ``attention`` says (transformers 5.23 gives V4 no other path).
     * GPT-2's fused ``c_attn``: the saved q/k/v include one view of the whole 3·H-wide projection output
       plus two copies, 2·a·BSH more than the separate-projection count above (sdpa always; eager only at
       B = 1, where reshaping q for ``bmm`` is a view rather than a copy).
@@ -260,6 +264,10 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     """
     import numpy as np
 
+    if arch.compressed is not None:  # DeepSeek-V4: mHC streams, compressors, sinks, grouped o-proj (eager only)
+        from aicalc.core.compressed_attention import hf_layer_saved
+
+        return hf_layer_saved(B, S, arch, a, t)
     B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
     H, A, K, d, F = arch.hidden, arch.heads, arch.kv_heads, arch.head_dim, token_ffn(arch)
     Ad = A * d / t
@@ -621,13 +629,22 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
     selective = np.asarray(recompute) == SELECTIVE_OP
     if np.any(every > 1):
         selective = selective | ((every > 1) & (L >= every))
-    if stage == "last":
-        emb = 0.0  # on the first stage
-    else:
-        emb = _embedding_saved(B, S, arch, a, dropout, mask_bytes, attention, full, selective)
+    if arch.compressed is not None:  # DeepSeek-V4: the token ids; the mHC head's collapse and the final norm
+        from aicalc.core.compressed_attention import hf_outside_saved
+
+        emb = 0.0 if stage == "last" else hf_outside_saved(B, S, arch, a, t, "first")
         if stage == "first":
             return emb
-    final = gemma_norm(B, S, H, a) if arch.family.startswith("gemma") else hf_norm(B, S, H, a, arch.norm, stat_bytes)
+        final = hf_outside_saved(B, S, arch, a, t, "last")
+    else:
+        if stage == "last":
+            emb = 0.0  # on the first stage
+        else:
+            emb = _embedding_saved(B, S, arch, a, dropout, mask_bytes, attention, full, selective)
+            if stage == "first":
+                return emb
+        final = (gemma_norm(B, S, H, a) if arch.family.startswith("gemma")
+                 else hf_norm(B, S, H, a, arch.norm, stat_bytes))
     per_logit = a if loss == "chunked" else 4.0
     # labels are padded by one and shifted (a view): 8·B·(S + 1); the factors that are one number multiply first
     # (whole numbers: the same products), the division last
@@ -670,7 +687,7 @@ def hf_activations(B, S, arch: Arch, a, attention="sdpa", recompute="none", t=1,
     """All saved bytes of one forward + loss in transformers, on a device holding ``layers`` layers.
 
     ``recompute="full"`` is ``gradient_checkpointing_enable()``: each checkpointed layer keeps only its
-    input hidden state (a·BSH; checked with ``use_reentrant=True``, where it goes through
+    input hidden state (a·BSH; DeepSeek-V4's n mHC streams, a·BS·nH; checked with ``use_reentrant=True``, where it goes through
     ``ctx.save_for_backward``); the embedding and the loss are outside the checkpoints and keep theirs.
     ``"every-N"`` checkpoints ``floor(L/N)`` of the layers that way and leaves the others whole
     (:func:`checkpointed_layers`); ``"selective-op"`` is torchtitan's op-level SAC on every layer
@@ -689,7 +706,7 @@ def hf_activations(B, S, arch: Arch, a, attention="sdpa", recompute="none", t=1,
     elif recompute == "full" or parse_every(recompute):
         n = checkpointed_layers(recompute, L)
         layer = hf_layer(B, S, arch, a, attention, t, dropout, attn_dropout, mask_bytes, stat_bytes, sdpa_math)
-        total = n * a * np.asarray(B, dtype=np.float64) * S * arch.hidden + (L - n) * layer
+        total = n * a * np.asarray(B, dtype=np.float64) * S * layer_input_width(arch) + (L - n) * layer
     else:
         from aicalc.errors import ParameterError
 

@@ -285,3 +285,190 @@ def training_terms(arch: Arch, seq, causal: bool):
     keys = arch.layers * np.minimum(S, float(c.window)) + \
         c.count("csa") * np.minimum(S / c.csa_ratio, float(c.index_topk)) + c.count("hca") * S / c.hca_ratio
     return params, keys, c.count("csa") * S / c.csa_ratio
+
+
+# --------------------------------------------------------------------------------------------------
+# Training activations under transformers (``--framework hf``): what autograd saves for backward
+# --------------------------------------------------------------------------------------------------
+# Every term below is read from transformers 5.23 ``modeling_deepseek_v4.py`` (eager attention: the only path it
+# gives V4) and checked tensor by tensor with saved-tensor hooks (validation/record_activations.py,
+# "deepseek-v4-style" records in tests/data/validation/activations.json; bf16 and fp32, B 1 and 2). B batch,
+# S sequence, H hidden, A heads, d head_dim, n hc_mult, q q_rank, ρ rope_dim, g o_groups, r o_rank, I_d index
+# head_dim, E routed experts, k top-k, F expert width, F_s the shared expert's, V vocab, a bytes per activation.
+# ``c`` is 1 where a < 4: the code's ``.float()``/``.to(float32)`` casts are copies in a 16-bit model and no-ops
+# (the tensor itself) in an fp32 one.
+
+
+def _copies(a):
+    import numpy as np
+
+    return np.where(np.asarray(a) < 4, 1.0, 0.0)
+
+
+def v4_norm_saved(B, S, width, a=None):
+    """``DeepseekV4RMSNorm`` over ``width``: the fp32 copy of its input (the input itself in fp32) and the fp32
+    normalized tensor, which the fp32 weight multiplies (``self.weight * hidden_states``, then one cast), 4 bytes
+    each, and the fp32 rsqrt per token: ``8·BS·w + 4·BS``. Its a-byte output is saved by the linear it feeds (counted
+    there)."""
+    return B * S * (8.0 * width + 4.0)
+
+
+def hc_saved(B, S, arch: Arch, a):
+    """One ``DeepseekV4HyperConnection`` (two per layer, before the attention and before the MoE), the n·H-wide
+    residual streams collapsed to one block input:
+
+    * ``input_norm`` (``DeepseekV4UnweightedRMSNorm`` over the flattened streams, ``.float()``): the fp32 copy
+      (c·4·BS·nH), the fp32 rsqrt (4·BS) and the normalized streams, saved by ``F.linear`` (4·BS·nH);
+    * ``F.linear(flattened, self.fn.float())``: the fp32 copy of ``fn`` (c·4·nH·(2 + n)·n, once per call) and the
+      fp32 output, kept whole by the scale products of its ``pre``/``post``/``comb`` views (4·BS·(2 + n)·n);
+    * the two sigmoids' outputs (2·4·BS·n) and the softmax's (4·BS·n²);
+    * Sinkhorn-Knopp: 1 + 2·(iters − 1) divisions, each saving its numerator (4·BS·n²) and denominator (4·BS·n);
+    * the collapse ``pre.unsqueeze(-1) * hidden_streams``: ``pre`` (4·BS·n) and the streams themselves (a·BS·nH:
+      the layer's input, or the streams after the attention's update)."""
+    import numpy as np
+
+    c = arch.compressed
+    n, H = c.hc_mult, arch.hidden
+    a = np.asarray(a, dtype=np.float64)
+    BS = B * S
+    per_token = (4.0 * _copies(a) * n * H + 4.0 + 4.0 * n * H + 4.0 * (2 + n) * n + 8.0 * n + 4.0 * n * n
+                 + (2 * c.sinkhorn_iters - 1) * 4.0 * (n * n + n) + 4.0 * n + a * n * H)
+    return BS * per_token + 4.0 * _copies(a) * n * H * (2 + n) * n
+
+
+def hc_update_saved(B, S, arch: Arch, a):
+    """``DeepseekV4DecoderLayer``'s stream update after a block, ``post.to(dtype).unsqueeze(-1) * out.unsqueeze(-2)
+    + matmul(comb.to(dtype).transpose(-1, -2), streams)``: the cast ``post`` (a·BS·n), the block's output (a·BSH)
+    and the cast ``comb`` (a·BS·n²); the streams are the hyper-connection's (:func:`hc_saved`). Twice per layer."""
+    n = arch.compressed.hc_mult
+    return B * S * a * (n + arch.hidden + n * n)
+
+
+def rope_saved(B, rows, arch: Arch, a):
+    """V4's ``apply_rotary_pos_emb``: ``cos``/``sin`` expanded by ``repeat_interleave`` on every call (a new tensor each
+    time), both saved by the fp32 rotation, 2·a·rows·ρ; ``rows`` is S for the per-layer calls (the model's position ids
+    have batch 1) and B·entries for the compressors' (positions expanded over the batch)."""
+    return 2.0 * a * rows * arch.compressed.rope_dim
+
+
+def pool_saved(B, S, arch: Arch, a, kind: str, width: int, overlap: bool):
+    """One compressor's gated pooling (``DeepseekV4HCACompressor``, ``DeepseekV4CSACompressor`` and the indexer's own,
+    ``DeepseekV4Indexer``) over U = ⌊S/m⌋·m tokens pooled into ⌊S/m⌋ entries of ``width``: the fp32 softmax of the
+    gates (4·B·U'·w) and its a-byte cast (c·a·B·U'·w), the kv tensor the softmax weighs (a·B·U'·w), where U' is U
+    for the HCA's windows and 2U for the CSA's overlapping two-series layout (``new_kv``/``new_gate``, 2m slots per
+    entry) and the HCA's kv is its whole ``kv_proj`` output (a·BS·w: the pooled chunk is a view of it); then the
+    entries' ``kv_norm`` (:func:`v4_norm_saved`) and RoPE (:func:`rope_saved`). Nothing without a whole window."""
+    import numpy as np
+
+    m = arch.compressed.ratio(kind)
+    entries = np.floor(np.asarray(S, dtype=np.float64) / m)
+    pooled = (2.0 if overlap else 1.0) * entries * m
+    kv = B * pooled * width if overlap else B * np.asarray(S, dtype=np.float64) * width
+    saved = (B * pooled * width * (4.0 + a * _copies(a)) + a * kv + v4_norm_saved(B, entries, width)
+             + rope_saved(B, B * entries, arch, a))
+    return np.where(entries > 0, saved, 0.0)
+
+
+def attention_saved(B, S, arch: Arch, a, kind: str, t=1):
+    """One ``DeepseekV4Attention`` with eager attention (the only path transformers gives V4), beyond the input norm:
+
+    * the q LoRA: ``q_a_norm`` (:func:`v4_norm_saved` over q) and its output, ``q_b_proj``'s input (a·BS·q);
+      ``q_b_norm`` (unweighted, per head): the fp32 copy of q (4·BS·Ad) and its rsqrt (4·BS·A), in 16 bits also q
+      itself and the rsqrt's cast (c·a·BS·(Ad + A));
+    * ``kv_norm`` over the one shared KV head (:func:`v4_norm_saved` over d; its output is not saved);
+    * RoPE on q, on kv and (``-sin``) on the output (:func:`rope_saved`, three calls);
+    * the scores ``matmul(q, kv)``: q (a·BS·Ad) and the keys, the window's S plus the compressor's ⌊S/m⌋ entries
+      (T); ``repeat_kv`` expands the one KV head to A without a copy, and ``matmul`` folds [B, A] to one batch dim,
+      which is a view at B = 1 (a·T·d, read as key and value) and a copy of the key and of the value otherwise
+      (2·a·B·A·T·d);
+    * the sinks: the logits with one sink column, shifted by their max (int64 indices, 8·B·A·S) and softmaxed in the
+      activation dtype, a·B·A·S·(T + 1) (the probabilities without the sink column are a view of it);
+    * the grouped output projection: ``o_a_proj``'s input (a·BS·Ad) and ``o_b_proj``'s (a·BS·g·r);
+    * the compressor (:func:`pool_saved`; the CSA's and its indexer's, whose keys the DynamicCache of transformers'
+      forward holds; the indexer's scoring only feeds a top-k, so what it saves is freed with it).
+    Heads split over ``t`` (checked at t = 1)."""
+    import numpy as np
+
+    c = arch.compressed
+    B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
+    BS, A, d = B * S, arch.heads / t, arch.head_dim
+    Ad = A * d
+    m = c.ratio(kind)
+    T = S + (np.floor(S / m) if m else 0.0)
+    q = v4_norm_saved(B, S, c.q_rank) + a * BS * c.q_rank + BS * (4.0 * (Ad + A) + _copies(a) * a * (Ad + A))
+    kv = v4_norm_saved(B, S, d) + 3 * rope_saved(B, S, arch, a)
+    keys = np.where(B == 1, a * T * d, 2.0 * a * B * A * T * d)
+    scores = a * BS * Ad + keys + 8.0 * B * A * S + a * B * A * S * (T + 1)
+    out = a * BS * Ad + a * BS * c.o_groups * c.o_rank / t
+    pool = 0.0
+    if kind == "hca":
+        pool = pool_saved(B, S, arch, a, kind, d, False)
+    elif kind == "csa":
+        pool = pool_saved(B, S, arch, a, kind, d, True) + pool_saved(B, S, arch, a, kind, c.index_head_dim, True)
+    return q + kv + scores + out + pool
+
+
+def moe_saved(B, S, arch: Arch, a, t=1):
+    """``DeepseekV4SparseMoeBlock`` beyond its input norm's output (which the router, the experts and the shared expert
+    read: saved once, a·BSH, counted with the norm):
+
+    * the router (``DeepseekV4TopKRouter``, or ``DeepseekV4HashRouter`` whose experts come from ``tid2eid``: the same
+      tensors): the logits and ``sqrtsoftplus``'s output (2·a·BS·E), the int64 indices the gather keeps (8·BS·k), the
+      gathered weights and their sum (a·BS·(k + 1));
+    * the routed experts, ``grouped_mm_experts_forward`` (transformers 5's default): the tokens in expert order
+      (a·BSk·H), the fused gate/up output (a·BSk·2F), the clamped gate and up, the SiLU and the product
+      (4·a·BSk·F), the routing weights in that order (a·BSk), the down output they multiply (a·BSk·H), three int64
+      index vectors (24·BSk) and the int32 expert offsets (4·E);
+    * the shared expert (``DeepseekV4MLP`` with the SwiGLU clamp): gate and up outputs, both clamps, the SiLU and the
+      product, 6·a·BS·F_s."""
+    import numpy as np
+
+    moe = arch.moe
+    B, S, a, t = (np.asarray(x, dtype=np.float64) for x in (B, S, a, t))
+    BS, H, k, E, F = B * S, arch.hidden, moe.experts_per_token, moe.experts, moe.expert_ffn
+    Fs = moe.shared_experts * (moe.shared_expert_ffn or F)
+    router = BS * (2.0 * a * E + 8.0 * k + a * (k + 1))
+    experts = BS * k * (a * (2.0 * H + 6.0 * F / t + 1.0) + 24.0) + 4.0 * E
+    return router + experts + 6.0 * a * BS * Fs / t
+
+
+def hf_layer_saved(B, S, arch: Arch, a, t=1):
+    """Bytes one DeepSeek-V4 decoder layer (``DeepseekV4DecoderLayer``) saves for backward under transformers,
+    averaged over the layers' kinds (sliding / CSA / HCA): two hyper-connections (:func:`hc_saved`) and their stream
+    updates (:func:`hc_update_saved`), the input and post-attention norms (:func:`v4_norm_saved` over H, and their
+    a-byte outputs read by ``q_a_proj``/``kv_proj`` and by the MoE), the attention (:func:`attention_saved`) and the
+    MoE (:func:`moe_saved`). The n·H-wide streams are what a plain model's residual stream is, n times over."""
+    import numpy as np
+
+    B, S, a = (np.asarray(x, dtype=np.float64) for x in (B, S, a))
+    c = arch.compressed
+    H = arch.hidden
+    common = (2 * hc_saved(B, S, arch, a) + 2 * hc_update_saved(B, S, arch, a)
+              + 2 * (v4_norm_saved(B, S, H) + a * B * S * H) + moe_saved(B, S, arch, a, t))
+    attn = sum(c.count(kind) * attention_saved(B, S, arch, a, kind, t) for kind in ("sliding", "csa", "hca")
+               if c.count(kind))
+    return common + attn / len(c.kinds)
+
+
+def hf_outside_saved(B, S, arch: Arch, a, t=1, stage="all"):
+    """What a DeepSeek-V4 model saves outside its decoder layers: the int64 token ids (8·BS) on the first stage; on the
+    last ``DeepseekV4HyperHead`` (the final collapse of the n streams: the fp32 copy, normalized streams and rsqrt of
+    its unweighted norm, c·4·BS·nH + 4·BS·nH + 4·BS, the fp32 copies of ``hc_fn`` and ``hc_scale``, c·4·(nH·n + 1),
+    the mixes and the sigmoid's output, 2·4·BS·n, ``pre`` and the last layer's output streams, 4·BS·n + a·BS·nH),
+    the final norm (:func:`v4_norm_saved`) and the ``lm_head`` input (a·BSH); the loss is
+    :func:`aicalc.core.activations.hf_outside`'s. The layers' RoPE tables are saved per call (:func:`rope_saved`)."""
+    import numpy as np
+
+    B, S, a = (np.asarray(x, dtype=np.float64) for x in (B, S, a))
+    n, H = arch.compressed.hc_mult, arch.hidden
+    BS = B * S
+    first = 8.0 * BS
+    head = (BS * (4.0 * _copies(a) * n * H + 4.0 * n * H + 4.0 + 12.0 * n + a * n * H)
+            + 4.0 * _copies(a) * (n * H * n + 1))
+    last = head + v4_norm_saved(B, S, H) + a * BS * H
+    return {"first": first, "last": last, "all": first + last}[stage]
+
+
+def layer_input_width(arch: Arch) -> int:
+    """Elements per token of a decoder layer's input, what a full checkpoint keeps: n·H for V4's mHC streams."""
+    return arch.hidden * (arch.compressed.hc_mult if arch.compressed is not None else 1)

@@ -399,7 +399,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         # layers run as a pure 16-bit model (validation/record_step_peak.py, step_peak_fsdp.json)
         amp_fixed = amp and np.ndim(zero) == 0  # one zero stage for every point: AMP's copies in or out for all
         per_token = None
-        if o.attention != "eager" and np.ndim(tp) == 0 and (not amp or amp_fixed):
+        if o.attention != "eager" and np.ndim(tp) == 0 and (not amp or amp_fixed) and arch.compressed is None:
             # without eager attention's S² scores a layer saves so many bytes per token: one product per point,
             # where they are a whole number (then the sums are exact either way: the same numbers)
             one = np.float64(1.0)
@@ -440,11 +440,12 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             per_layer = np.where(op, act.hf_selective_op_layer(B, S_loc, arch, a, o.attention, tp)
                                  + (a_in - a) * B * S_loc * arch.hidden, layer)
         every = act.recompute_every(recompute)
+        width = act.layer_input_width(arch)  # H; V4's n mHC streams: n·H
         if np.ndim(every) == 0 and every == 1:  # full recompute everywhere (the common case): no mixing
-            per_layer = a_in * B * S_loc * arch.hidden
+            per_layer = a_in * B * S_loc * width
         elif np.any(every > 0):
             ckpt = act.checkpointed_layers(recompute, layers_dev) / np.maximum(layers_dev, 1.0)
-            per_layer = ckpt * a_in * B * S_loc * arch.hidden + (1 - ckpt) * per_layer
+            per_layer = ckpt * a_in * B * S_loc * width + (1 - ckpt) * per_layer
         activ = per_layer * layers_dev * inflight
         # each stage's terms where this rank may be that stage (0 where it is not: they are never added)
         ends = [st for st, c in (("first", is_first), ("last", is_last)) if np.ndim(c) or c]
