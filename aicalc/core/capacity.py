@@ -134,8 +134,6 @@ def _max_compressed_context(shape: KVShape, budget, B, block_size: int | None):
     entries are at most S / ratio), in whole blocks."""
     import numpy as np
 
-    fixed = shape.sliding_layers * shape.window * shape.bytes_per_token_layer + \
-        sum((ratio - 1) * buffer + overlap for ratio, _, buffer, overlap in shape.compressed)
-    room = np.maximum(np.asarray(budget, dtype=np.float64) / B - fixed, 0.0)
+    room = np.maximum(np.asarray(budget, dtype=np.float64) / B - shape.fixed_bytes(), 0.0)
     b = block_size or 1
     return np.floor(room / shape.bytes_per_token / b) * b

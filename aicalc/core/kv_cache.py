@@ -47,11 +47,15 @@ class KVShape(Named):
     def fixed_bytes(self, context=None) -> float:
         """Bytes one sequence holds beside :attr:`bytes_per_token` × its tokens, one device: the recurrent state
         (:attr:`state_bytes`) and, for DeepSeek-V4 (whose growth leaves the windows out), every layer's window of
-        min(``context``, W) tokens (None: a full window)."""
+        min(``context``, W) tokens and the compressors' buffered tokens and overlap state (``hf`` only) at
+        ``context`` tokens (None: a full window and the buffers at their largest, ratio − 1 tokens)."""
         if not self.compressed:
             return self.state_bytes
         held = self.window if context is None else min(float(context), self.window)
-        return self.state_bytes + self.sliding_layers * held * self.bytes_per_token_layer
+        waiting = sum(((ratio - 1) * buffer + overlap) if context is None else
+                      (float(context) % ratio * buffer + (context >= ratio) * overlap)
+                      for ratio, _, buffer, overlap in self.compressed)
+        return self.state_bytes + self.sliding_layers * held * self.bytes_per_token_layer + waiting
 
 
 ENGINES = ("vllm", "hf")
@@ -105,9 +109,9 @@ def _compressed_shape(arch: Arch, kv_dtype: str, engine: str) -> KVShape:
     (transformers stores their keys and values apart), plus the compressed entries, the CSA indexer keys and, under
     ``hf``, the compressors' buffered tokens and overlap state."""
     from aicalc.core.compressed_attention import cache_groups, indexer_bytes_per_token, window_layers
-    from aicalc.core.dtypes import kv_bytes_per_element
+    from aicalc.core.geometry import kv_vector_bytes
 
-    per_layer = arch.head_dim * kv_bytes_per_element(kv_dtype, arch.head_dim)
+    per_layer = kv_vector_bytes(arch, kv_dtype)
     keep = arch.compressed.window - (1 if engine == "hf" else 0)
     return KVShape(per_layer, 0, window_layers(arch, engine), keep, indexer_bytes_per_token(arch, engine), 0.0,
                    cache_groups(arch, per_layer / arch.head_dim, engine))
