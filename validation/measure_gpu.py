@@ -22,7 +22,12 @@ compare against them without a GPU):
 3. **Dense GEMMs and bandwidth** (``dense.json``): a 4 GiB device-to-device copy and a read-only reduction, and
    ``X[M, K] @ W[K, N]`` for transformer shapes, bf16 and fp8.
 
-    python validation/measure_gpu.py --out DIR [--part steps|full|grouped|moe|dense]...
+   ``--part full2`` and ``--part full3`` are later runs of full-size steps, held out (``step_peak_cuda_full2.json``,
+   ``step_peak_cuda_full3.json``): every recompute mode; then the families the CPU harness does not trace at their
+   released widths on a few layers (:data:`FULL3`, cut from ``presets/models`` by :func:`preset_config`; Qwen3-Next
+   needs flash-linear-attention and fla-core 0.6.0 beside transformers 5.23).
+
+    python validation/measure_gpu.py --out DIR [--part steps|full|full2|full3|grouped|moe|dense]...
 """
 
 # ruff: noqa: B023  (every benchmarked lambda runs before its loop variables change)
@@ -38,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[1]
 
 import record_params as rp  # noqa: E402
 import record_step_peak as rsp  # noqa: E402
@@ -146,6 +152,77 @@ FULL2 = [
     ("gpt2-medium", "sdpa", "bf16-mixed", "full", 16, 1024, None),
     ("gpt2-medium", "eager", "fp32", "selective-op", 4, 1024, None),
 ]
+
+# A third run (``--part full3``), held out: the model families the CPU harness does not trace, at their released
+# widths (the preset's config.json) on a few layers, built from presets/models by :func:`preset_config`; and one
+# step each side of the card's memory (gemma-3 eager at batch 4 and 6, 4,096 tokens) for "does it fit"
+FULL3_MODELS = {
+    "gpt-oss-20b-4l": ("gpt-oss-20b", 4, {}),
+    "gemma-3-4b-8l": ("gemma-3-4b", 8, {}),
+    "olmo-2-13b-4l": ("olmo-2-13b", 4, {}),
+    "granite-3.3-8b-8l": ("granite-3.3-8b", 8, {}),
+    "phi-4-4l": ("phi-4", 4, {}),
+    "command-r7b-4l": ("command-r7b", 4, {}),
+    "mistral-nemo-12b-4l": ("mistral-nemo-12b", 4, {}),
+    "llama-4-scout-2l": ("llama-4-scout", 2, {}),
+    "glm-4.7-flash-4l": ("glm-4.7-flash", 4, {}),
+    "minimax-m2.7-2l": ("minimax-m2.7", 2, {}),
+    "qwen3-235b-a22b-2l": ("qwen3-235b-a22b", 2, {}),
+    # sliding, CSA, HCA, CSA layers (the MTP layer's entry last), one hash-routed layer, 32 of the 256 experts
+    "deepseek-v4-flash-4l": ("deepseek-v4-flash", 4, {"compress_ratios": [0, 4, 128, 4, 0], "num_hash_layers": 1,
+                                                     "n_routed_experts": 32}),
+    "qwen3-next-80b-a3b-4l": ("qwen3-next-80b-a3b", 4, {}),
+}
+FULL3 = [
+    ("gpt-oss-20b-4l", "eager", "bf16", "none", 2, 2048, None),
+    ("gpt-oss-20b-4l", "eager", "bf16", "full", 4, 2048, None),
+    ("gemma-3-4b-8l", "sdpa", "bf16-mixed", "none", 2, 2048, None),
+    ("gemma-3-4b-8l", "eager", "bf16", "none", 2, 2048, None),
+    ("gemma-3-4b-8l", "eager", "bf16", "none", 4, 4096, None),
+    ("gemma-3-4b-8l", "eager", "bf16", "none", 6, 4096, None),
+    ("olmo-2-13b-4l", "sdpa", "bf16", "none", 2, 2048, None),
+    ("granite-3.3-8b-8l", "sdpa", "bf16-mixed", "full", 4, 2048, None),
+    ("phi-4-4l", "sdpa", "bf16", "none", 2, 2048, None),
+    ("command-r7b-4l", "sdpa", "bf16", "none", 2, 2048, None),
+    ("mistral-nemo-12b-4l", "sdpa", "bf16", "none", 2, 2048, "all"),
+    ("llama-4-scout-2l", "sdpa", "bf16", "none", 2, 2048, None),
+    ("glm-4.7-flash-4l", "sdpa", "bf16", "none", 2, 2048, None),
+    ("minimax-m2.7-2l", "sdpa", "bf16", "none", 1, 2048, None),
+    ("qwen3-235b-a22b-2l", "sdpa", "bf16", "full", 4, 4096, None),
+    ("deepseek-v4-flash-4l", "eager", "bf16", "none", 1, 2048, None),
+    ("qwen3-next-80b-a3b-4l", "sdpa", "bf16", "none", 2, 2048, None),  # last: fla compiles its kernels first
+]
+_TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+_PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "moe_layers", "compress_ratios")
+
+
+def preset_config(preset: str, layers: int, **over: Any) -> dict[str, Any]:
+    """A model preset's config.json (presets/models/PRESET.yaml ``config``; an image-text wrapper's text config)
+    on its first ``layers`` layers, per-layer lists cut to match, ``over`` applied last."""
+    import copy
+
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "presets" / "models" / f"{preset}.yaml").read_text(encoding="utf-8"))["config"]
+    if cfg.get("model_type") in _TEXT:
+        cfg = {"model_type": _TEXT[cfg["model_type"]], **copy.deepcopy(cfg["text_config"])}
+    cfg = copy.deepcopy(cfg)
+    cfg["num_hidden_layers"] = layers
+    for k in _PER_LAYER:
+        if isinstance(cfg.get(k), list):
+            cfg[k] = cfg[k][:layers]
+    for k in ("architectures", "torch_dtype", "dtype"):
+        cfg.pop(k, None)
+    return {**cfg, **over}
+
+
+def models(name: str) -> dict[str, Any]:
+    """The config of a full-size step's model: :data:`REAL`, else a :data:`FULL3_MODELS` preset cut."""
+    if name in REAL:
+        return REAL[name]
+    preset, layers, over = FULL3_MODELS[name]
+    return preset_config(preset, layers, **over)
+
 
 # Routed experts (E, H, F) of released MoE models (their config.json)
 MOE_SHAPES = {
@@ -256,7 +333,7 @@ def steps(out: Path, small: bool = True, only: str | None = None, full: list | N
     cases = [(c, rsp.MODELS[c["model"]], rsp.case_name(c)) for c in (rsp.cases() if small else [])]
     for model, attention, precision, recompute, batch, seq, lora in (FULL if full is None else full):
         c = rsp._case(model, batch, seq, attention, precision, recompute, lora=lora)
-        cases.append((c, REAL[model], "full-size/" + rsp.case_name(c)))
+        cases.append((c, models(model), "full-size/" + rsp.case_name(c)))
     t0 = time.time()
     warm = False
     file = file_name or ("step_peak_cuda.json" if small else "step_peak_cuda_full.json")
@@ -527,20 +604,35 @@ def dense(out: Path) -> None:
     _write(out, "dense.json", records, method="do_bench median, warmup 5 ms, rep 25 ms, L2 flushed; fp8 per-tensor scales, use_fast_accum")
 
 
+def _lift_fla_guard() -> None:
+    """flash-linear-attention 0.6 refuses the gated backward on Hopper under Triton 3.4-3.7.0 (wrong values, the
+    same allocations): lifted, since only the allocations are read (as in measure_gdn.py). Without fla installed
+    transformers runs Qwen3-Next's torch fallback, which the estimate does not model: the step is then skipped."""
+    try:
+        import fla.ops.common.chunk_o as chunk_o
+    except ImportError:
+        FULL3[:] = [c for c in FULL3 if not c[0].startswith("qwen3-next")]
+        return
+    chunk_o.TRITON_ABOVE_3_7_1 = True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the JSON files")
     ap.add_argument("--only", help="only the training steps whose name contains this text")
-    ap.add_argument("--part", action="append", choices=("steps", "full", "full2", "compiled", "grouped", "moe", "dense",
-                                                                 "context"))
+    ap.add_argument("--part", action="append", choices=("steps", "full", "full2", "full3", "compiled", "grouped", "moe",
+                                                                 "dense", "context"))
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rp.quiet()
+    if "full3" in (args.part or ()):
+        _lift_fla_guard()
     for part in args.part or ("dense", "grouped", "steps"):
         t = time.time()
         {"steps": lambda o: steps(o, only=args.only), "full": lambda o: steps(o, small=False, only=args.only), "grouped": grouped, "moe": moe_layers,
          "full2": lambda o: steps(o, small=False, only=args.only, full=FULL2, file_name="step_peak_cuda_full2.json"),
+         "full3": lambda o: steps(o, small=False, only=args.only, full=FULL3, file_name="step_peak_cuda_full3.json"),
          "compiled": compiled, "dense": dense, "context": context}[part](out)
         print(f"== {part} {time.time() - t:.1f} s", flush=True)
     return 0

@@ -118,6 +118,18 @@ MODELS: dict[str, dict[str, Any]] = {
         "norm_topk_prob": True, "topk_method": "noaux_tc", "tie_word_embeddings": False, "rope_theta": 10000,
         "compress_rope_theta": 160000, "attention_bias": False, "attention_dropout": 0.0,
     },
+    # gpt-oss (gpt-oss-20b's config.json keys, shrunk): a sliding and a full layer, attention sinks and biases, 4
+    # experts of 128 with clamped SwiGLU (swiglu_limit 7), top 2, router bias; eager only (transformers 5.23 gives
+    # gpt-oss no SDPA path)
+    "gpt-oss-style": {
+        "model_type": "gpt_oss", "hidden_size": 256, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "num_local_experts": 4,
+        "num_experts_per_tok": 2, "sliding_window": 32, "layer_types": ["sliding_attention", "full_attention"],
+        "attention_bias": True, "swiglu_limit": 7.0, "vocab_size": 8000, "pad_token_id": 0, "eos_token_id": 1,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 150000.0, "rope_scaling": None,
+        "tie_word_embeddings": False, "hidden_act": "silu", "router_aux_loss_coef": 0.0, "output_router_logits": False,
+        "attention_dropout": 0.0,
+    },
 }
 # Points per dtype: bf16 matmuls are slow on CPUs without native bf16, so bf16 gets the shorter points
 # and fp32 the longer ones (the eager S² terms dominate from S = 512 at these widths).
@@ -127,7 +139,7 @@ GC_POINTS = [(2, 256), (1, 512)]
 # over) and 96 (no HCA window yet)
 EXTRA_POINTS = {"deepseek-v4-style": {"bf16": [(1, 200), (2, 96)]}}
 ATTENTION = ("eager", "sdpa")
-ONLY_ATTENTION = {"gpt2-style": ("eager",), "deepseek-v4-style": ("eager",)}
+ONLY_ATTENTION = {"gpt2-style": ("eager",), "deepseek-v4-style": ("eager",), "gpt-oss-style": ("eager",)}
 DTYPES = ("bf16", "fp32")
 CHECKPOINTING = (False, True)
 

@@ -185,6 +185,13 @@ def gemma_norm(B, S, H, a, feeds_linear=True):
     return 8 * B * S * H + 4 * B * S + (a * B * S * H if feeds_linear else 0.0)
 
 
+def fp32_product_norm(arch: Arch) -> bool:
+    """Whether the model's RMSNorm multiplies its weight in fp32 and casts after (:func:`gemma_norm`'s count): Gemma's
+    ``(1 + w)·x``, and gpt-oss's ``(self.weight * hidden_states).to(input_dtype)`` (``GptOssRMSNorm``, where
+    Llama's casts before the product)."""
+    return arch.family.startswith("gemma") or arch.family == "gpt_oss"
+
+
 def token_ffn(arch: Arch) -> float:
     """The FFN width one token's activations span: F for a dense model; for a MoE each token runs k routed
     experts of size F_e and the shared ones (of their own size where the config gives one, Qwen2-MoE's
@@ -246,6 +253,13 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     * residual dropout (GPT-2 ``resid_pdrop``) saves one mask of BSH per sub-block: 2·m·BSH.
     * MoE layers: the routed and shared experts' MLPs over :func:`token_ffn`, plus the routing's own saved
       tensors (:func:`moe_routing_saved`).
+    * gpt-oss (``arch.attention_sinks``), eager: the sink column joins the scores and one softmax runs in the
+      scores' own dtype (``F.softmax(combined_logits, dtype=combined_logits.dtype)``), so a·B·A·S·(S + 1) is saved
+      (the ``probs[..., :-1]`` that multiplies v is a view of it) and the row max's int64 indices, 8·B·A·S, in place
+      of Llama's fp32 softmax and its cast. Its experts' clamped SwiGLU (``GptOssExperts._apply_gate``: the
+      gate_up output whose two strided halves are clamped, the clamped gate, its sigmoid, gate·sigmoid, up + 1
+      and their product, the down projection's input) saves 7F per routed copy where SwiGLU saves 4F:
+      3·a·BS·k·F more (transformers 5.23; measured on an H200, ``tests/data/measured/h200-step-peak-3.json``).
     * a gated attention output (Qwen3-Next, Qwen3.5 ``attn_output * torch.sigmoid(gate)``): the sigmoid's output
       and the product, 2·a·BS·Ad more; a hybrid's linear-attention layers save
       :func:`aicalc.core.linear_attention.saved_bytes` (transformers' module, "hf") in place of attention (the per-layer average over its
@@ -274,7 +288,7 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     Kd = np.maximum(K / t, 1) * d  # kv heads replicated when t > K
     BS = B * S
     norms = 2 * hf_norm(B, S, H, a, arch.norm, stat_bytes)
-    if arch.family.startswith("gemma"):
+    if fp32_product_norm(arch):
         norms = 2 * gemma_norm(B, S, H, a) + (arch.norms_per_layer - 2) * gemma_norm(B, S, H, a, feeds_linear=False)
     if sdpa_math is None:
         sdpa_math = sdpa_math_path(arch, a)
@@ -285,6 +299,8 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
         cast = np.where(probs_fp32 & (a < 4), a * heads_ss, 0.0)
         drop = (mask_bytes + a) * heads_ss if attn_dropout > 0 else 0.0
         attn = a * BS * Ad * 4 + soft + cast + drop
+        if arch.attention_sinks:  # gpt-oss: one softmax in the logits' dtype over S + 1 columns, max's indices
+            attn = a * BS * Ad * 4 + a * heads_ss * (S + 1) / S + 8 * B * (A / t) * S + drop
     else:
         attn = a * BS * (2 * Ad + 2 * Kd) + 4 * B * (A / t) * S
     if arch.family == "gpt2":
@@ -308,6 +324,8 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
         mlp = 5 * a * BS * F / t
     else:
         mlp = 2 * a * BS * F / t
+    if arch.family == "gpt_oss":  # clamped SwiGLU experts: the clamped gate, (up + 1) and the two products beside
+        mlp = mlp + 3 * a * BS * arch.moe.experts_per_token * arch.moe.expert_ffn / t  # 4F·a (gpt_oss_experts)
     resid = 2 * mask_bytes * BS * H if dropout > 0 else 0.0
     if attention == "eager" and arch.extra.get("attn_logit_softcapping"):
         attn = attn + a * B * (A / t) * S * S  # the tanh output of the soft-capped scores (softcap_saved)
@@ -643,8 +661,7 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
             emb = _embedding_saved(B, S, arch, a, dropout, mask_bytes, attention, full, selective)
             if stage == "first":
                 return emb
-        final = (gemma_norm(B, S, H, a) if arch.family.startswith("gemma")
-                 else hf_norm(B, S, H, a, arch.norm, stat_bytes))
+        final = gemma_norm(B, S, H, a) if fp32_product_norm(arch) else hf_norm(B, S, H, a, arch.norm, stat_bytes)
     per_logit = a if loss == "chunked" else 4.0
     # labels are padded by one and shifted (a view): 8·B·(S + 1); the factors that are one number multiply first
     # (whole numbers: the same products), the division last
