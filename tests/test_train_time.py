@@ -561,3 +561,19 @@ def test_exponential_bound_lengthens_the_attention_passes():
               for op in forward_ops(s, formats("bf16", flash=True), 1.0, 4096.0, 0.0, 1.0) if op.kind == "attention")
     r = 2250 / (75 / 16 * 256)
     assert bound - free == pytest.approx(4.5 * fwd * ((2 * r + 2.5) / 4.5 - 1.0), rel=1e-6)
+
+
+def test_fine_grained_curve_reads_the_work_per_token_copy():
+    """The fine-grained-expert curve's extra time of a grouped GEMM is flop·c/(peak·g·w_curve): per token copy
+    2·n·k·c/w_curve. For the up projection (n the expert's up width, k = H) that is 2·H·(2w)·c/w = 4·H·c for a
+    gated expert (Qwen3-30B-A3B, w 768) and must be the same 4·H·c for Nemotron 3 Nano's non-gated squared-ReLU
+    expert (up width w = 1856): a token copy is dispatched and combined alike; the down projection 2·H·c for both."""
+    from aicalc.api.catalog import load_model
+    from aicalc.core.moe import curve_width
+
+    for m, w in (("qwen3-30b-a3b", 768), ("nemotron-3-nano-30b-a3b", 1856)):
+        s = shape_of(load_model(m).arch)
+        assert s.expert_ffn == w
+        up = 2.0 * s.expert_in * s.H / curve_width(s, "moe_up")  # per token copy, in units of c
+        down = 2.0 * s.H * s.expert_ffn / curve_width(s, "moe_down")
+        assert (up, down) == (4.0 * s.H, 2.0 * s.H)
