@@ -510,3 +510,70 @@ def test_no_layout_and_a_default_that_does_not_fit_takes_the_searchs_fastest(cli
     asked = cli("train-time", "llama-3.1-70b", "--chip", "h100-sxm", "--chips", "64", "--tokens", "1T", "--tp", "1",
                 "--json")
     assert asked.code == 1 and asked.json["rows"][0]["tp"] == 1 and asked.json["rows"][0]["fits"] is False
+
+
+def test_attention_exponential_bound_per_generation():
+    """The softmax's exponentials run on 16 MUFU units per SM (CUDA programming guide), a sixteenth of the fp32
+    FLOP rate on Hopper and Blackwell, twice that on Blackwell Ultra (NVIDIA, 'Making Softmax More Efficient with
+    NVIDIA Blackwell Ultra'). Per score element the forward's matmuls take 2·(d_qk + d_v) FLOPs: gpt-oss's head_dim
+    64 gives 256, so on a B200 (2250 TFLOP/s bf16, 75 TFLOP/s fp32) the exponentials take
+    2250 / (75/16 · 256) = 1.875 times the matmuls; the backward (2.5 forwards of matmuls, one exponential per
+    element) stays tensor-bound. Neither binds at head_dim 128 on a B200 (0.94), on an H100 (0.92 at head_dim 64)
+    or on a GB300 (twice the SFU rate)."""
+    from aicalc.api.catalog import load_model
+    from aicalc.api.train_time import training_chip
+    from aicalc.core.train_time import exp_bound
+
+    oss, llama = (shape_of(load_model(m).arch) for m in ("gpt-oss-120b", "llama-3.1-8b"))
+    b200, h100, gb300 = (training_chip(c)[1] for c in ("b200", "h100-sxm", "gb300"))
+    assert b200.exp_per_s == pytest.approx(75e12 / 16)
+    assert gb300.exp_per_s == pytest.approx(83.3e12 / 8)
+    assert exp_bound(oss, b200) == pytest.approx((2250 / (75 / 16 * 256), 1.0))
+    assert exp_bound(llama, b200) == (1.0, 1.0)
+    assert exp_bound(oss, h100) == (1.0, 1.0)
+    assert exp_bound(oss, gb300) == (1.0, 1.0)
+    assert training_chip("tpu-v5p")[1].exp_per_s == 0.0  # no SFU figure: attention at its tensor rate alone
+
+
+def test_exponential_bound_lengthens_the_attention_passes():
+    """gpt-oss-120B on a B200 with selective recompute: the attention forward and its recompute at 1.875x, the
+    backward unchanged: (2 × 1.875 + 2.5) / 4.5 = 1.389x the attention time of a chip without the bound; the step
+    grows by that much of its attention (the forward's attention ops, priced as the step prices them, times the
+    4.5 passes), everything else priced alike."""
+    import numpy as np
+
+    from aicalc.api.catalog import load_model
+    from aicalc.api.train_time import training_chip
+    from aicalc.core.efficiency import Efficiency
+    from aicalc.core.forward import formats, forward_ops
+    from aicalc.core.pricing import Roofs, op_times
+    from aicalc.core.train_time import step_time, training_efficiency
+
+    s = shape_of(load_model("gpt-oss-120b").arch)
+    chip = training_chip("b200")[1]
+    eff = Efficiency(train_attention_efficiency=0.4)
+    kw = dict(seq=4096, global_batch=8, micro_batch=1, tp=1, pp=1, dp=8, recompute="selective")
+    bound = step_time(s, chip, eff, **kw)["step_s"]
+    free = step_time(s, chip._replace(exp_per_s=0.0), eff, **kw)["step_s"]
+    roofs = Roofs(chip.peak_16bit_flop_per_s, chip.bandwidth_bytes_per_s, chip.link_bytes_per_s)
+    e = training_efficiency(eff)._replace(flop_max=0.4, low_precision_flop_factor=1.0)
+    fwd = sum(float(np.sum(op_times(op, roofs, e, 1.0, False)[1]))
+              for op in forward_ops(s, formats("bf16", flash=True), 1.0, 4096.0, 0.0, 1.0) if op.kind == "attention")
+    r = 2250 / (75 / 16 * 256)
+    assert bound - free == pytest.approx(4.5 * fwd * ((2 * r + 2.5) / 4.5 - 1.0), rel=1e-6)
+
+
+def test_fine_grained_curve_reads_the_work_per_token_copy():
+    """The fine-grained-expert curve's extra time of a grouped GEMM is flop·c/(peak·g·w_curve): per token copy
+    2·n·k·c/w_curve. For the up projection (n the expert's up width, k = H) that is 2·H·(2w)·c/w = 4·H·c for a
+    gated expert (Qwen3-30B-A3B, w 768) and must be the same 4·H·c for Nemotron 3 Nano's non-gated squared-ReLU
+    expert (up width w = 1856): a token copy is dispatched and combined alike; the down projection 2·H·c for both."""
+    from aicalc.api.catalog import load_model
+    from aicalc.core.moe import curve_width
+
+    for m, w in (("qwen3-30b-a3b", 768), ("nemotron-3-nano-30b-a3b", 1856)):
+        s = shape_of(load_model(m).arch)
+        assert s.expert_ffn == w
+        up = 2.0 * s.expert_in * s.H / curve_width(s, "moe_up")  # per token copy, in units of c
+        down = 2.0 * s.H * s.expert_ffn / curve_width(s, "moe_down")
+        assert (up, down) == (4.0 * s.H, 2.0 * s.H)

@@ -33,6 +33,16 @@ Sources of the terms:
 from __future__ import annotations
 
 
+def curve_width(s, name: str) -> float:
+    """The width the fine-grained-expert curve (``grouped_gemm_half_dim``) reads for a grouped GEMM: the expert's
+    FFN width w for the down projection, half the up projection's width for the up (w for a gated expert's 2w).
+    The curve's extra time, flop·c/(peak·g·w), is work around the experts per token copy (docs/roofline.md), not
+    the GEMM's: a token copy is dispatched, permuted and combined alike whether its expert is gated (SwiGLU: up
+    2w) or not (Nemotron 3 Nano's squared ReLU: up w), so every copy carries 6·H·c, 2·H·c per w-wide matrix of a
+    gated expert (the experts the curve was fitted on); read at w, a non-gated expert's copy carried 4·H·c."""
+    return s.expert_in / 2.0 if name == "moe_up" else float(s.expert_ffn)
+
+
 def experts_touched(E: float, k: float, tokens, ep=1.0, redundant=0.0):
     """Experts of one MoE layer a device reads in a pass where ``tokens`` tokens are routed over the E experts
     of its EP group: its E/ep experts, each reached with probability 1 − (1 − k/E)^tokens (the power as an exp);
@@ -132,7 +142,7 @@ def saturated_ops(s, fm, M, tp, *, etp=None, sources=1.0, redundant=0.0):
         op = linear(name, "gemm", 2.0 * rows * n_dev * k_dev * Lm, rows * (n_dev + k_dev) * ab * Lm,
                     touched * Lm * n_ * k_ / etp * wbe, kernels=1.0, dims=(M * (rows / touched), n_dev, k_dev),
                     quantized=fm.expert_quantized, bytes_per_weight=wbe, grouped=True, compute=fm.expert_compute,
-                    expert_width=float(s.expert_ffn))
+                    expert_width=curve_width(s, name))
         op.per_expert = rows / touched
         ops.append(op)
     ops.append(linear("moe_act", "stream", rows * 4.0 * s.expert_ffn / etp * Lm,
@@ -205,7 +215,7 @@ def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant
                       bytes=rows * (n_dev + k_dev) * ab * Lm + w + zero, weight_bytes=w + zero, kernels=Lm + zero,
                       dims=(m_e, n_dev + zero, k_dev + zero), layers=Lm, quantized=fm.expert_quantized,
                       bytes_per_weight=wbe, grouped=True, compute=fm.expert_compute,
-                      expert_width=float(s.expert_ffn)))
+                      expert_width=curve_width(s, name)))
     add("moe_act", "stream", copies * imb * 4.0 * s.expert_ffn / etp * Lm,
         copies * imb / etp * (s.expert_in + s.expert_ffn) * ab * Lm)
     if s.shared_ffn and per_token:  # always-active experts: a dense FFN on the group's own tokens over tp ranks

@@ -192,6 +192,7 @@ class TrainChip(Named):
     domain: int = 8  # chips one scale-up link joins
     vector_flop_per_s: float = 0.0
     peak_16bit_flop_per_s: float = 0.0  # 8-bit runs: the 16-bit peak attention and the LM head run at (0: peak)
+    exp_per_s: float = 0.0  # exponentials per second of the special-function units (:data:`SFU_SHARE`; 0: not known)
 
 
 ELEMENTWISE_KERNELS_PER_LAYER = 6.0  # norms 2, rope + residuals 3, activation 1 (the forward's stream kernels)
@@ -219,6 +220,49 @@ GEMM_PLATEAU = {
                                    "validation/calibrate.py); held out: the other rows of that table (TP-16..TP-21, "
                                    "MO-41..MO-48)"},
 }
+
+
+# Exponentials per second of a GPU's special-function units (MUFU.EX2, the softmax's exp) as a share of its
+# listed fp32 FLOP/s, per generation: 16 per SM and clock (CUDA C++ Programming Guide, "Arithmetic
+# Instructions" throughput table: exp2f 16 results per clock per SM on every listed compute capability)
+# against the fp32 FMA lanes' 2 FLOP each. Used by :func:`exp_bound`; a generation without an entry has no
+# exponential bound (its attention is priced by its tensor rate alone).
+SFU_SHARE = {
+    "Ampere": {"share": 1.0 / 8.0, "source": "A100 (sm_80): 64 fp32 lanes per SM (128 FLOP per clock) and 16 MUFU "
+                                             "exponentials per clock per SM (CUDA C++ Programming Guide throughput table)"},
+    "Hopper": {"share": 1.0 / 16.0, "source": "H100/H200 (sm_90): 128 fp32 lanes per SM (256 FLOP per clock) and 16 MUFU "
+                                              "exponentials per clock per SM (CUDA C++ Programming Guide throughput table)"},
+    "Blackwell": {"share": 1.0 / 16.0,
+                  "source": "B200/GB200 (sm_100): the SFU count and its 16 exponentials per clock per SM unchanged from "
+                            "H100 while the BF16 tensor rate grew 2.25x (FlashAttention-4, Zadouri et al. 2026; "
+                            "https://www.together.ai/blog/flashattention-4: 'both the SFU count and shared memory "
+                            "bandwidth remains unchanged'), 128 fp32 lanes per SM"},
+    "Blackwell Ultra": {"share": 1.0 / 8.0,
+                        "source": "B300/GB300 (sm_103): 'Blackwell Ultra alleviates this bottleneck by doubling SFU "
+                                  "throughput over the standard NVIDIA Blackwell architecture' (MUFU.EX2; NVIDIA "
+                                  "technical blog 'Making Softmax More Efficient with NVIDIA Blackwell Ultra', "
+                                  "https://developer.nvidia.com/blog/making-softmax-more-efficient-with-nvidia-blackwell-ultra/)"},
+}
+
+
+def exp_bound(s: Shape, chip: TrainChip):
+    """How much longer than its matmuls a fused attention forward and backward take where the softmax's
+    exponentials, one per score element in the forward and one again in the backward (which recomputes P, Dao
+    2023, Algorithm 2), outlast them on the special-function units: ``(forward, backward)`` factors on the tensor
+    time, ``max(1, r)`` and ``max(FLASH_BACKWARD, r) / FLASH_BACKWARD`` with r the exponential time over the
+    forward's matmul time per score element, ``peak_16 / (exp_per_s · 2·(d_qk + d_v))``, both units at the same
+    share of their peak (the kernel overlaps the two: FlashAttention-3/-4's ping-pong schedules). A forward of
+    head_dim 128 on a B200 sits at r = 0.94 (FlashAttention-4's "feeds and speeds": a 128 x 128 tile's MMA and
+    its exponentials take the same 1,024 cycles), gpt-oss's head_dim 64 at 1.9: the forward runs at the
+    exponential's pace; on an H100 (r = 0.46 and 0.92) and on Blackwell Ultra, with twice the SFU rate, neither
+    is bound."""
+    import numpy as np
+
+    if not chip.exp_per_s > 0:
+        return 1.0, 1.0
+    peak16 = chip.peak_16bit_flop_per_s or chip.peak_flop_per_s
+    r = peak16 / (chip.exp_per_s * 2.0 * (s.qk_dim + s.v_dim))
+    return float(np.maximum(1.0, r)), float(np.maximum(FLASH_BACKWARD, r) / FLASH_BACKWARD)
 
 
 def training_efficiency(eff: Efficiency) -> Efficiency:
@@ -315,6 +359,14 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     passes = 3.0 + (1.0 if recompute == "full" else 0.0)  # forward, backward (2×), recompute forward
     # a fused (flash) attention backward recomputes the scores: 5 matmuls against the forward's 2
     attn_passes = 1.0 + (FLASH_BACKWARD if flash else 2.0) + (1.0 if recompute in ("full", "selective") else 0.0)
+    # a fused attention whose softmax exponentials outlast its matmuls (exp_bound): forward and recompute at the
+    # exponential's pace, the backward likewise where it is bound
+    if flash:
+        f_fwd, f_bwd = exp_bound(s, chip)
+        attn_fwd = f_fwd
+        attn_passes = f_fwd * (attn_passes - FLASH_BACKWARD) + f_bwd * FLASH_BACKWARD
+    else:
+        attn_fwd = 1.0
     # the SSD scan of Mamba layers: forward, a backward of twice its matmuls (Kaplan et al. 2020's 2:1), recompute
     ssd_passes = 1.0 + SSD_BACKWARD + (1.0 if recompute == "full" else 0.0)
     # torchtitan's op-level SAC: every second aten.mm of a block and every elementwise op run again
@@ -343,7 +395,7 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
             t_head = 3.0 * op.t_est  # forward + backward, never recomputed
         elif op.name.startswith("attn_"):
             t_layers = t_layers + attn_passes * op.t_est
-            t_fwd = t_fwd + op.t_est
+            t_fwd = t_fwd + attn_fwd * op.t_est
         elif op.name == "ssd_scan":
             t_layers = t_layers + ssd_passes * op.t_est
             t_fwd = t_fwd + op.t_est
