@@ -84,9 +84,11 @@ def test_prefill_first_stalls_the_decodes_chunked_rides_them():
 
 
 def test_the_policy_defaults_to_the_engines():
-    """vLLM (V0, the profile's release) and SGLang run prefills first, TensorRT-LLM batches them with decodes."""
-    for engine, policy in ((None, "chunked"), ("vllm", "prefill-first"), ("sglang", "prefill-first"),
-                           ("trtllm", "chunked")):
+    """vLLM's V0 engine and SGLang run prefills first; vLLM V1 (the latest release, --engine vllm: running requests
+    first, then waiting prefills in the token budget, vllm/v1/core/sched/scheduler.py) and TensorRT-LLM batch them
+    with decodes."""
+    for engine, policy in ((None, "chunked"), ("vllm-v0", "prefill-first"), ("vllm", "chunked"),
+                           ("sglang", "prefill-first"), ("trtllm", "chunked")):
         r = aicalc.simulate("llama-3.1-8b", "h100-sxm", rate=1, num_requests=5, prompt=64, gen=8, engine=engine)
         assert r.meta["policy"] == policy
 

@@ -84,15 +84,15 @@ def test_bad_prices_exit_2(cli, text):
 
 
 def test_full_load_respects_the_engines_scheduler_cap():
-    """vLLM's V0 scheduler runs at most max_num_seqs = 256 sequences (vllm/engine/arg_utils.py); a 1B-class model
-    on an H200 has KV room for far more, so serving at full load under vLLM runs 256 per replica."""
+    """vLLM's V0 scheduler runs at most max_num_seqs = 256 sequences (vllm/engine/arg_utils.py, V0); a 1B-class
+    model on an H200 has KV room for far more, so serving at full load under vLLM V0 runs 256 per replica."""
     import aicalc
 
     free = aicalc.max_concurrency("llama-3.2-3b", "h200", prompt=128, gen=128)
     assert free > 256
-    assert aicalc.max_concurrency("llama-3.2-3b", "h200", prompt=128, gen=128, engine="vllm") == 256
-    assert aicalc.max_concurrency("llama-3.2-3b", "h200", tp=1, chips=2, prompt=128, gen=128, engine="vllm") == 512
-    r = aicalc.serve("llama-3.2-3b", "h200", concurrency="max", prompt=128, gen=128, engine="vllm")
+    assert aicalc.max_concurrency("llama-3.2-3b", "h200", prompt=128, gen=128, engine="vllm-v0") == 256
+    assert aicalc.max_concurrency("llama-3.2-3b", "h200", tp=1, chips=2, prompt=128, gen=128, engine="vllm-v0") == 512
+    r = aicalc.serve("llama-3.2-3b", "h200", concurrency="max", prompt=128, gen=128, engine="vllm-v0")
     assert int(r.columns["concurrency"][0]) == 256
 
 

@@ -76,12 +76,14 @@ TRTLLM_BENCH_REQUESTS = {(1024, 1024): 3000, (8192, 1024): 1500, (1024, 8192): 1
 ALL_AT_ONCE = 1e9
 
 
-def engine_max_seqs(engine: str | None) -> int | None:
-    """The most sequences an engine's scheduler runs at once by default (its profile's ``max_num_seqs``)."""
+def engine_max_seqs(engine: str | None, chip: str) -> int | None:
+    """The most sequences an engine's scheduler runs at once by default on ``chip`` (its profile's
+    ``max_num_seqs`` and ``max_num_seqs_by_chip``: aicalc.catalog.profiles.max_running, no KV pool given)."""
+    from aicalc.api.catalog import load_node_or_chip
     from aicalc.catalog import profiles
 
-    v = profiles.load("engine", engine or profiles.DEFAULT_ENGINE).options.get("max_num_seqs")
-    return int(v) if v else None
+    return profiles.max_running(profiles.load("engine", engine or profiles.DEFAULT_ENGINE).options,
+                                load_node_or_chip(chip)[0])
 
 
 def _entries(calibration: str, names: tuple[str, ...]) -> tuple[list[dict], set[str]]:
@@ -152,17 +154,19 @@ def published_cases() -> list[dict]:
             if args.get("dtype") in ("fp8", "fp4") and "kv_dtype" not in e:
                 args["kv_dtype"] = "fp8"  # ModelOpt FP8/NVFP4 checkpoints quantize the KV cache to FP8 too
                 assumed.append("fp8 KV cache")
-            # serve(concurrency="max") runs at most the engine's max_num_seqs per replica; say so where it binds
-            cap = engine_max_seqs(args.get("engine"))
-            if cap:
-                import aicalc
+            # serve(concurrency="max") runs at most the engine's default cap per scheduler; say so where it binds
+            cap = engine_max_seqs(args.get("engine"), args["chip"])
+            if args.get("engine"):
+                from aicalc.api.serving import scheduler_limits
 
-                fit = aicalc.max_concurrency(args["model"], args["chip"], tp=args["tp"], chips=args["chips"],
-                                             prompt=args["prompt"], gen=args["gen"],
-                                             dtype=args.get("dtype", "release"), kv_dtype=args.get("kv_dtype", "bf16"),
-                                             ep=args.get("ep", 1), attention_dp=args.get("attention_dp", 1))
-                if fit > cap * (args["chips"] // args["tp"]):
-                    assumed = [f"{cap} running sequences (the engine's default max_num_seqs)"
+                fit, bound, _ = scheduler_limits(args["model"], args["chip"], tp=args["tp"], chips=args["chips"],
+                                                 prompt=args["prompt"], gen=args["gen"],
+                                                 dtype=args.get("dtype", "release"),
+                                                 kv_dtype=args.get("kv_dtype", "bf16"), engine=args["engine"],
+                                                 ep=args.get("ep", 1), attention_dp=args.get("attention_dp", 1))
+                if bound and fit > bound:
+                    per = " per attention-DP rank" if args.get("attention_dp", 1) > 1 else " per replica"
+                    assumed = [f"{bound} running sequences{per} (the engine's default cap on this chip)"
                                if x == "as many requests as fit" else x for x in assumed]
             if args.get("engine") == "trtllm" and TRTLLM_OVERVIEW in e["source"] and cap:
                 n = TRTLLM_BENCH_REQUESTS.get((args["prompt"], args["gen"]))

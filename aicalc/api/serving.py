@@ -22,12 +22,28 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
                     ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0, pp: int = 1) -> int:
     """Requests of ``prompt + gen`` tokens the whole deployment holds in its KV budget (0 when none) — each at its
     live context, or its whole prompt + gen where the ``engine`` reserves it at admission (its profile's
-    ``kv_reserve``: TensorRT-LLM) — and no more per scheduler than the ``engine``'s runs at once by default (its profile's ``max_num_seqs``: vLLM 256);
+    ``kv_reserve``: TensorRT-LLM) — and no more per scheduler than the ``engine``'s runs at once by default
+    (:func:`aicalc.catalog.profiles.max_running`: vLLM V1 1024 on a chip of 70 GiB or more that is no A100, else
+    256; SGLang's cap derived from its KV pool and the model's context length);
     with attention DP each of a replica's ``attention_dp`` groups holds its own sequences' cache and runs its own
     scheduler (SGLang's and vLLM's DP ranks). ``pp``: pipeline stages per replica of ``tp·pp`` chips; each device
     holds its stage's layers of every sequence's cache; the engine's ``max_num_seqs`` still caps the replica's
     running requests (vLLM's scheduler admits no more than ``max_num_running_reqs`` whatever the pipeline's
     micro-batches in flight)."""
+    fit, cap, schedulers = scheduler_limits(model, chip, tp=tp, chips=chips, prompt=prompt, gen=gen, dtype=dtype,
+                                            kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
+                                            attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp)
+    return (min(fit, cap) if cap else fit) * schedulers
+
+
+def scheduler_limits(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024,
+                     gen=256, dtype: str = "release", kv_dtype: str = "bf16", utilization=0.9,
+                     engine: str | None = None, ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0,
+                     pp: int = 1) -> tuple[int, int | None, int]:
+    """(requests one scheduler's KV budget holds, the ``engine``'s default cap on one scheduler's running
+    requests or None, schedulers in the deployment: replicas × attention-DP groups), as :func:`max_concurrency`
+    counts them. The cap is :func:`aicalc.catalog.profiles.max_running` on the chip, with the scheduler's KV pool
+    in tokens (its budget over one token's bytes on every layer) and the model's context length."""
     from aicalc.api import inputs
     from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, node_split, resident_weights
     from aicalc.core import capacity
@@ -63,9 +79,13 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
                                  opts.get("kv_reserve", "live")))  # whole tokens, as serve's
     shape = kv_shape(arch, kv_dtype, tp // attention_dp)
     fit = int(capacity.max_batch(shape, budget / stage, longest, BLOCK)[0]) if budget > 0 else 0
-    cap = opts.get("max_num_seqs")
-    fit = min(fit, int(cap)) if cap else fit
-    return fit * attention_dp * replicas
+    cap = None
+    if opts:
+        from aicalc.catalog import profiles
+
+        pool = budget / stage / shape.bytes_per_token if budget > 0 and shape.bytes_per_token > 0 else 0.0
+        cap = profiles.max_running(opts, chip_obj, pool_tokens=pool, context=arch.max_context)
+    return fit, cap, attention_dp * replicas
 
 
 def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, dtype: str = "release",

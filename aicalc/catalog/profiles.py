@@ -13,7 +13,7 @@ then the engine's, then the caller's overrides. Each profile is one YAML file::
 Every profile may hold ``id`` (the file's name), ``name``, ``description``, ``factors`` (each a factor of
 :class:`~aicalc.core.efficiency.Efficiency` with a ``value`` within its range in
 :data:`aicalc.core.efficiency.FACTOR_RANGES` and a ``source``) and ``extends`` (the id of a profile of the same
-kind whose factors and options it starts from; at most MAX_EXTENDS deep, no loops). Each kind has its options
+kind whose factors and options it starts from, or an engine family's name: its latest release; at most MAX_EXTENDS deep, no loops). Each kind has its options
 (:data:`OPTIONS`), each with an optional ``KEY_source`` text:
 
 - class: ``pipeline_over_chips`` (true/false); the memory a process holds outside PyTorch's allocated tensors
@@ -24,7 +24,14 @@ kind whose factors and options it starts from; at most MAX_EXTENDS deep, no loop
   every built-in engine profile with factors has one), ``family`` (the engine a release belongs to: ``--engine cerebras``
   means the latest release of the family ``cerebras``, ``--engine cerebras-2024-08`` that one), ``kv_shared``
   (true/false), ``gguf_compute`` (a compute dtype) with ``gguf_compute_vendors`` (a list of vendor names),
-  ``max_num_seqs`` (a whole number of sequences, 1 to 2^24), ``kv_reserve`` (``live``: a running sequence
+  ``max_num_seqs`` (a whole number of sequences, 1 to 2^24: the most one scheduler runs at once by default),
+  ``max_num_seqs_by_chip`` (rules that set it by the chip, the first that matches: ``{min_memory_gib, value}`` with
+  an optional ``name_excludes``, a list of texts none of which may be in the chip's name: vLLM V1's
+  ``device_memory >= 70 GiB and "a100" not in device_name``; a profile that sets ``max_num_seqs`` alone drops
+  the rules of the profile it extends), ``max_running_from_pool`` (a cap derived from the KV
+  pool one scheduler holds, SGLang's: ``{per_context_length, at_least, at_most, tokens_per_request}``, the cap
+  min(T // tokens_per_request, min(max(floor(T / context_len · per_context_length), at_least), at_most)) for a pool
+  of T tokens and the model's context length; :func:`max_running`), ``kv_reserve`` (``live``: a running sequence
   holds the blocks of its tokens so far; ``full``: its whole prompt + output is reserved at admission), ``kv_budget``
   (``total``: the memory fraction is of the whole memory, vLLM's; ``free``: of what the weights leave, TensorRT-LLM's), ``by_class`` (chip class id → ``{factors: …}``);
 - framework: ``default_zero`` (a ZeRO stage, 0 to 3), ``reduce_dtype`` (``fp32`` or ``bf16``: the dtype the data-parallel
@@ -126,7 +133,8 @@ def _yaml_files(folder: Path) -> list[Path]:
 # Every key of a profile, by kind, with the check of its value: the options are what the code reads
 # (aicalc.api.roofline: pipeline_over_chips, kv_shared, gguf_compute, gguf_compute_vendors, by_class;
 # aicalc.api.train_memory: context_bytes, nccl_communicator_bytes, nccl_all_to_all_bytes; aicalc.api.serving:
-# max_num_seqs, kv_reserve, kv_budget; aicalc.api.traffic: scheduler; aicalc.commands.train_time: default_zero;
+# max_num_seqs, max_num_seqs_by_chip, max_running_from_pool (through max_running), kv_reserve, kv_budget;
+# aicalc.api.traffic: scheduler; aicalc.commands.train_time: default_zero;
 # aicalc.api.train_time: reduce_dtype), each with an optional
 # ``KEY_source`` text. A key no code reads is refused rather than silently ignored (a typo would change nothing).
 
@@ -223,6 +231,62 @@ def is_release_date(text: str) -> bool:
             and (len(text) == 7 or text[8] in "0123"))
 
 
+def _seq_rules(v) -> str | None:
+    """``max_num_seqs_by_chip``: a list of ``{min_memory_gib: number, value: sequences, name_excludes: [texts]}``."""
+    if not isinstance(v, list) or not v or len(v) > 64:
+        return f"must be a list of rules {{min_memory_gib, value, name_excludes}}, got {_show(v)}"
+    for rule in v:
+        if not isinstance(rule, dict) or not {"min_memory_gib", "value"} <= set(rule) or \
+                set(rule) - {"min_memory_gib", "value", "name_excludes"}:
+            return f"each rule must hold min_memory_gib and value (and may hold name_excludes), got {_show(rule)}"
+        m = rule["min_memory_gib"]
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 2**20:
+            return f"min_memory_gib must be a number of GiB from 0 to 2^20, got {_show(m)}"
+        problem = _sequences(rule["value"]) or (_texts(rule["name_excludes"]) if "name_excludes" in rule else None)
+        if problem:
+            return problem
+    return None
+
+
+POOL_RULE = ("per_context_length", "at_least", "at_most", "tokens_per_request")
+
+
+def _pool_rule(v) -> str | None:
+    """``max_running_from_pool``: ``{per_context_length, at_least, at_most, tokens_per_request}``, whole numbers
+    (at_least <= at_most)."""
+    if not isinstance(v, dict) or set(v) != set(POOL_RULE):
+        return f"must be a mapping of {', '.join(POOL_RULE)}, got {_show(v)}"
+    for k in POOL_RULE:
+        problem = _sequences(v[k])
+        if problem:
+            return f"{k} {problem}"
+    return None if v["at_least"] <= v["at_most"] else "at_least must not exceed at_most"
+
+
+def max_running(options: dict, chip, pool_tokens=None, context=None) -> int | None:
+    """The most sequences one scheduler of an engine runs at once by default on ``chip`` (None: no cap of its
+    own): the ``value`` of the first ``max_num_seqs_by_chip`` rule the chip meets (its memory at least
+    ``min_memory_gib`` GiB, its name holding none of ``name_excludes``, case-insensitive: vLLM V1's
+    EngineArgs._set_default_args), else ``max_num_seqs``; and, with ``max_running_from_pool`` (SGLang's
+    ModelRunner.init_memory_pool and TpModelWorker), min(T // tokens_per_request, min(max(floor(T / context ×
+    per_context_length), at_least), at_most)) for ``pool_tokens`` T of KV pool and the model's ``context`` length
+    (both needed; T < 1 gives no cap: nothing fits anyway)."""
+    cap = options.get("max_num_seqs")
+    memory_gib = float(getattr(chip, "memory_bytes", 0) or 0) / 2**30
+    name = str(getattr(chip, "name", "") or "").lower()
+    for rule in options.get("max_num_seqs_by_chip") or ():
+        if memory_gib >= rule["min_memory_gib"] and not any(x.lower() in name for x in rule.get("name_excludes", ())):
+            cap = rule["value"]
+            break
+    pool = options.get("max_running_from_pool")
+    if pool and pool_tokens is not None and context and pool_tokens >= 1:
+        t = int(pool_tokens)
+        derived = min(max(int(t / float(context) * pool["per_context_length"]), pool["at_least"]), pool["at_most"])
+        derived = min(t // pool["tokens_per_request"], derived)
+        cap = derived if cap is None else min(cap, derived)
+    return int(cap) if cap else None
+
+
 def _family(v) -> str | None:
     return None if isinstance(v, str) and is_id(v) else f"must be an engine id, got {_show(v)}"
 
@@ -232,7 +296,8 @@ OPTIONS = {
     "class": {"pipeline_over_chips": _flag, "context_bytes": _bytes, "nccl_communicator_bytes": _bytes,
               "nccl_all_to_all_bytes": _bytes},
     "engine": {"release": _release, "family": _family, "kv_shared": _flag, "gguf_compute": _compute_dtype,
-               "gguf_compute_vendors": _texts, "max_num_seqs": _sequences, "scheduler": _scheduler,
+               "gguf_compute_vendors": _texts, "max_num_seqs": _sequences, "max_num_seqs_by_chip": _seq_rules,
+               "max_running_from_pool": _pool_rule, "scheduler": _scheduler,
                "kv_reserve": _kv_reserve, "kv_budget": _kv_budget,
                "by_class": None},  # by_class: read by _read_by
     "framework": {"default_zero": _zero_stage, "reduce_dtype": _reduce_dtype, "release": _release, "family": _family,
@@ -288,6 +353,8 @@ def _load(roots: tuple[str, ...], kind: str, profile_id: str) -> Profile:
             raise AicalcError(f"{where} makes a loop of profiles: {loop}")
         if len(chain) >= MAX_EXTENDS:
             raise AicalcError(f"{where}: a chain of profiles is limited to {MAX_EXTENDS} (from {profile_id})")
+        if kind == "engine" and base not in ids(kind) and base in families():
+            base = latest(base)  # a family (vllm): its latest release, as --engine reads it
         try:
             path = _find(kind, base)
         except ParameterError:
@@ -298,6 +365,8 @@ def _load(roots: tuple[str, ...], kind: str, profile_id: str) -> Profile:
     for _, _, data in reversed(chain):  # the base first; each profile overrides what it extends
         factors.update(data["factors"][0])
         sources.update(data["factors"][1])
+        if "max_num_seqs" in data["options"] and "max_num_seqs_by_chip" not in data["options"]:
+            options.pop("max_num_seqs_by_chip", None)  # a cap set here is not refined by the rules it extends
         options.update(data["options"])
         by_class.update(data["by_class"])
         by_generation.update(data["by_generation"])

@@ -159,7 +159,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
              f"{cs.chip_class} (presets/classes/{cs.chip_class}.yaml){engine_default(engine, cs.chip)}",
              cost_note(cs.chip, price_v, price is not None)]
     if str(concurrency).strip().lower() == "max":
-        notes.append(_admission(cs.engine_options))
+        notes.append(_admission(cs.engine_options, cs.chip))
     notes += links_note(cs, tp, pp, ep, attention_dp)
     if chosen is not None and not sram:  # an SRAM-only chip's replica spans the chips its bytes fill, not a TP
         held = "one request" if concurrency is None or str(concurrency).strip().lower() == "max" else "the requests"
@@ -504,10 +504,16 @@ def launch_emit(one, chip, tp, chips, dtype, kv_dtype, search, engine, draft, dr
     return int(result.exit_code)
 
 
-def _admission(opts: dict) -> str:
+def _admission(opts: dict, chip) -> str:
     """How --concurrency max was counted: the KV budget at what the engine's scheduler holds per request, capped
-    by its sequence limit (``opts``: the engine profile's options)."""
+    by its sequence limit on ``chip`` (``opts``: the engine profile's options)."""
     held = ("prompt + gen reserved per request at admission (the engine's no-evict capacity policy)"
             if opts.get("kv_reserve") == "full" else "prompt + gen/2 held per request on average")
-    cap = f", at most {int(opts['max_num_seqs'])} per scheduler (its max_num_seqs)" if opts.get("max_num_seqs") else ""
+    from aicalc.catalog.profiles import max_running
+
+    seqs = max_running(opts, chip)
+    cap = f", at most {seqs} per scheduler (its max_num_seqs on this chip)" if seqs else ""
+    if opts.get("max_running_from_pool"):
+        cap += (", at most the engine's max_running_requests per scheduler (derived from its KV pool and the "
+                "model's context length)")
     return f"concurrency max: as many requests as the KV budget holds, {held}{cap}"

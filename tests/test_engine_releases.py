@@ -1,0 +1,90 @@
+"""Engine releases and their default caps on running sequences: vLLM V1 (the latest release, what ``--engine vllm``
+means) against V0, and SGLang's cap derived from its KV pool. Every expected number is read from the engines'
+source, not from aicalc."""
+
+import pytest
+
+
+def test_vllm_names_the_v1_release(cli):
+    """``--engine vllm`` is the family's latest release: V1, the default engine since vLLM v0.8.0 (PR #13726)."""
+    from aicalc.catalog import profiles
+
+    assert profiles.latest("vllm") == "vllm-v1"
+    assert profiles.load("engine", "vllm").id == "vllm-v1"
+    assert profiles.load("engine", "vllm").options["scheduler"] == "chunked"  # V1 always chunks its prefills
+    out = cli("roofline", "llama-3.1-8b", "--chip", "h100-sxm", "--engine", "vllm", "--json")
+    assert out.code == 0 and out.json["inputs"]["engine"] == "vllm-v1"
+
+
+@pytest.mark.parametrize("chip, seqs", [
+    # vllm/engine/arg_utils.py @ 99d7eb5d, EngineArgs._set_default_args: 'if device_memory >= 70 * GiB_bytes and
+    # "a100" not in device_name: ... default_max_num_seqs = {...: 1024, ...}' else 256
+    ("h100-sxm", 1024), ("h200", 1024), ("mi300x", 1024),  # 80 / 141 / 192 GiB, no A100
+    ("a100-80gb", 256),  # 80 GiB, but an A100 (PR #17885)
+    ("a100-40gb", 256), ("l4", 256), ("l40s", 256),  # under 70 GiB
+])
+def test_vllm_v1_caps_running_sequences_by_chip(chip, seqs):
+    import aicalc
+
+    # a 3B model with 128 + 128 tokens: every chip's KV budget holds more than either cap, so the cap is what binds
+    assert aicalc.max_concurrency("llama-3.2-3b", chip, prompt=128, gen=128) > seqs
+    assert aicalc.max_concurrency("llama-3.2-3b", chip, prompt=128, gen=128, engine="vllm") == seqs
+
+
+def test_the_v0_release_keeps_its_256_on_every_chip():
+    """V0: '# Set max_num_seqs to 256 for VLLM_V0' (vllm/engine/arg_utils.py, _set_default_args_v0)."""
+    import aicalc
+    from aicalc.catalog import profiles
+
+    for chip in ("h100-sxm", "a100-80gb", "l4"):
+        assert aicalc.max_concurrency("llama-3.2-3b", chip, prompt=128, gen=128, engine="vllm-v0") == 256
+    assert profiles.load("engine", "vllm-v0").options["scheduler"] == "prefill-first"
+
+
+def test_sglang_cap_follows_its_formula_on_the_kv_pool():
+    """SGLang: req_to_token_pool size = min(max(int(T / context_len * 512), 2048), 4096)
+    (model_runner_kv_cache_mixin.py @ 226149ac) and max_running_requests = min(T // 2, that size) (tp_worker.py @
+    4f34e24a), per scheduler with a KV pool of T tokens. Worked by hand for a 128k-context model:"""
+    from types import SimpleNamespace
+
+    from aicalc.catalog import profiles
+
+    opts = profiles.load("engine", "sglang").options
+    chip = SimpleNamespace(memory_bytes=80 * 2**30, name="test GPU")
+    # T = 700,000: 700,000 / 131,072 × 512 = 2734.4 → 2734, inside [2048, 4096]; T // 2 = 350,000
+    assert profiles.max_running(opts, chip, pool_tokens=700_000, context=131_072) == 2734
+    # T = 200,000: 781 → raised to 2048
+    assert profiles.max_running(opts, chip, pool_tokens=200_000, context=131_072) == 2048
+    # T = 2,000,000: 7812 → lowered to 4096
+    assert profiles.max_running(opts, chip, pool_tokens=2_000_000, context=131_072) == 4096
+    # T = 3,000 on a 4k-context model: 375 → 2048, but T // 2 = 1500 binds
+    assert profiles.max_running(opts, chip, pool_tokens=3_000, context=4_096) == 1500
+    # a 1M-context model (DeepSeek-V4): any pool short of 8M tokens gives the floor, 2048
+    assert profiles.max_running(opts, chip, pool_tokens=3_500_000, context=1_048_576) == 2048
+
+
+def test_sglang_cap_is_per_attention_dp_rank():
+    """Under --enable-dp-attention each DP rank runs its own scheduler over its own GPU's KV pool, so the whole
+    deployment holds the per-rank cap times the ranks. DeepSeek-V3 (163,840-token context) on 8 H200 as DP8/EP8:
+    a rank's pool holds about 40 GiB of MLA cache at 70,272 B a token (576 × 61 layers × 2 B), some 600k tokens,
+    under the 655,360 (= 2048 × 163,840 / 512) at which the formula leaves its floor: 2048 per rank, far fewer
+    than the ~4,800 short requests a rank's KV holds; the deployment runs 8 × 2048."""
+    import aicalc
+    from aicalc.api.serving import scheduler_limits
+
+    kw = dict(tp=8, chips=8, ep=8, attention_dp=8, prompt=64, gen=64)
+    fit, cap, schedulers = scheduler_limits("deepseek-v3", "h200", engine="sglang", **kw)
+    assert schedulers == 8 and cap == 2048 and fit > cap
+    assert aicalc.max_concurrency("deepseek-v3", "h200", engine="sglang", **kw) == 8 * 2048
+
+
+def test_profile_rules_are_checked(tmp_path, monkeypatch):
+    """A malformed rule is refused naming the file and the key (exit 2 at the command line)."""
+    from aicalc.catalog import profiles
+
+    assert profiles._seq_rules([{"min_memory_gib": 70, "value": 1024, "name_excludes": ["a100"]}]) is None
+    assert profiles._seq_rules([{"min_memory_gib": 70}]) is not None
+    assert profiles._seq_rules([{"min_memory_gib": -1, "value": 4}]) is not None
+    assert profiles._pool_rule({"per_context_length": 512, "at_least": 4096, "at_most": 2048,
+                                "tokens_per_request": 2}) is not None
+    assert profiles._pool_rule({"per_context_length": 512, "at_least": 2048}) is not None
