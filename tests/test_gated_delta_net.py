@@ -234,7 +234,8 @@ def test_activations_of_a_linear_layer_are_the_fused_kernels_saved_tensors():
 def test_saved_bytes_match_the_h100_measurements():
     """Each layer measured on an H100 (``validation/measure_gdn.py``: bf16, flash-linear-attention 0.6, what the
     forward leaves allocated less its output), at three widths and three batch × length shapes, is what
-    ``saved_bytes`` counts for its path, within the allocator's 512-byte rounding of the small tensors."""
+    ``saved_bytes`` counts for its path, within the allocator's 512-byte rounding of the small tensors; Megatron's
+    order likewise, measured on an H200 at two of the widths."""
     import json
 
     from aicalc.catalog import store
@@ -254,6 +255,13 @@ def test_saved_bytes_match_the_h100_measurements():
         assert est == pytest.approx(r["saved"], abs=4096), r
         seen.add(r["variant"])
     assert seen == {"fla", "hf"}
+    megatron = json.loads((DATA / "measured" / "h200-gdn-saved-megatron.json").read_text())
+    assert len(megatron["records"]) >= 6 and {r["shape"] for r in megatron["records"]} >= {"qwen3-next-80b-a3b"}
+    for r in megatron["records"]:  # Megatron-LM's order, measured on an H200 (counted first from its code)
+        la = LinearAttention(key_heads=r["hk"], value_heads=r["hv"], key_head_dim=r["dk"], value_head_dim=r["dv"],
+                             conv_kernel=r["w"])
+        arch = base._replace(hidden=r["hidden"], linear_attention=la)
+        assert float(saved_bytes(r["B"], r["S"], arch, 2.0, 1, "megatron")) == pytest.approx(r["saved"], abs=4096), r
     torch_path = [r["saved"] / r["B"] / r["S"] for r in doc["records"] if r["variant"] == "hf-torch"]
     hf = [r["saved"] / r["B"] / r["S"] for r in doc["records"] if r["variant"] == "hf"]
     assert min(t / h for t, h in zip(torch_path, hf, strict=True)) > 2.5  # why the torch fallback is not modelled

@@ -192,6 +192,20 @@ FULL3 = [
     ("deepseek-v4-flash-4l", "eager", "bf16", "none", 1, 2048, None),
     ("qwen3-next-80b-a3b-4l", "sdpa", "bf16", "none", 2, 2048, None),  # last: fla compiles its kernels first
 ]
+# A fourth run (``--part full4``), held out: the same families under AMP, recompute modes and LoRA
+FULL4 = [
+    ("command-r7b-4l", "sdpa", "bf16", "none", 2, 2048, "all"),
+    ("gemma-3-4b-8l", "sdpa", "bf16", "selective-op", 4, 2048, None),
+    ("granite-3.3-8b-8l", "eager", "bf16", "none", 2, 2048, None),
+    ("phi-4-4l", "sdpa", "bf16-mixed", "none", 2, 2048, None),
+    ("olmo-2-13b-4l", "sdpa", "bf16-mixed", "full", 4, 4096, None),
+    ("glm-4.7-flash-4l", "sdpa", "bf16", "full", 4, 4096, None),
+    ("deepseek-v4-flash-4l", "eager", "bf16", "full", 2, 2048, None),
+    ("minimax-m2.7-2l", "sdpa", "bf16", "full", 2, 4096, None),
+    ("gpt-oss-20b-4l", "eager", "bf16-mixed", "none", 1, 2048, None),
+    ("qwen3-next-80b-a3b-4l", "sdpa", "bf16", "full", 4, 4096, None),
+    ("llama-4-scout-2l", "sdpa", "bf16-mixed", "none", 1, 2048, None),  # last: 129.5 GB estimated, near the card
+]
 _TEXT = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 _PER_LAYER = ("layer_types", "mlp_only_layers", "no_rope_layers", "moe_layers", "compress_ratios")
 
@@ -612,6 +626,7 @@ def _lift_fla_guard() -> None:
         import fla.ops.common.chunk_o as chunk_o
     except ImportError:
         FULL3[:] = [c for c in FULL3 if not c[0].startswith("qwen3-next")]
+        FULL4[:] = [c for c in FULL4 if not c[0].startswith("qwen3-next")]
         return
     chunk_o.TRITON_ABOVE_3_7_1 = True
 
@@ -620,19 +635,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the JSON files")
     ap.add_argument("--only", help="only the training steps whose name contains this text")
-    ap.add_argument("--part", action="append", choices=("steps", "full", "full2", "full3", "compiled", "grouped", "moe",
+    ap.add_argument("--part", action="append", choices=("steps", "full", "full2", "full3", "full4", "compiled", "grouped", "moe",
                                                                  "dense", "context"))
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rp.quiet()
-    if "full3" in (args.part or ()):
+    if {"full3", "full4"} & set(args.part or ()):
         _lift_fla_guard()
     for part in args.part or ("dense", "grouped", "steps"):
         t = time.time()
         {"steps": lambda o: steps(o, only=args.only), "full": lambda o: steps(o, small=False, only=args.only), "grouped": grouped, "moe": moe_layers,
          "full2": lambda o: steps(o, small=False, only=args.only, full=FULL2, file_name="step_peak_cuda_full2.json"),
          "full3": lambda o: steps(o, small=False, only=args.only, full=FULL3, file_name="step_peak_cuda_full3.json"),
+         "full4": lambda o: steps(o, small=False, only=args.only, full=FULL4, file_name="step_peak_cuda_full4.json"),
          "compiled": compiled, "dense": dense, "context": context}[part](out)
         print(f"== {part} {time.time() - t:.1f} s", flush=True)
     return 0

@@ -20,6 +20,9 @@ GPU_DATA_2 = GPU_DATA.with_name("h200-step-peak-2.json")
 # OLMo-2, Granite, Phi-4, Command R7B, Mistral-NeMo LoRA, Llama-4 Scout, GLM-4.7-Flash, MiniMax-M2.7, Qwen3-235B,
 # DeepSeek-V4-Flash, Qwen3-Next) at released widths on a few layers, and one step beyond the card (out of memory)
 GPU_DATA_3 = GPU_DATA.with_name("h200-step-peak-3.json")
+# A fourth run (measure_gpu.py --part full4), held out: the same families under AMP (gpt-oss, Llama-4 Scout, Phi-4,
+# OLMo-2), full and selective-op recompute and LoRA
+GPU_DATA_4 = GPU_DATA.with_name("h200-step-peak-4.json")
 # Records held to a wider band against the GPU, and why (tests/test_measured_h200.py)
 GPU_BANDS: dict[str, tuple[float, float]] = {}
 
@@ -113,11 +116,13 @@ def section() -> str:
 
 
 def gpu_records() -> list[dict]:
-    """Every step measured on the H200, the three runs (the later runs' records marked ``"run": 2`` and 3)."""
+    """Every step measured on the H200, the four runs (the later runs' records marked ``"run": 2``, 3 and 4)."""
     first = json.loads(GPU_DATA.read_text(encoding="utf-8"))["records"]
     second = json.loads(GPU_DATA_2.read_text(encoding="utf-8"))["records"]
     third = json.loads(GPU_DATA_3.read_text(encoding="utf-8"))["records"]
-    return first + [{**r, "run": 2} for r in second] + [{**r, "run": 3} for r in third]
+    fourth = json.loads(GPU_DATA_4.read_text(encoding="utf-8"))["records"]
+    return (first + [{**r, "run": 2} for r in second] + [{**r, "run": 3} for r in third]
+            + [{**r, "run": 4} for r in fourth])
 
 
 def gpu_rows() -> list[tuple[dict, float, float | None]]:
@@ -242,12 +247,15 @@ def gpu_section() -> list[str]:
 
 
 def third_run() -> list[str]:
-    """The third run's paragraph (``run 3``): new families at released widths, held out, and the step that ran out
-    of memory against aicalc's verdict."""
+    """The third and fourth runs' paragraphs (``run 3``, ``run 4``): new families at released widths, held out, the
+    step that ran out of memory against aicalc's verdict, then the same families under AMP, recompute and LoRA."""
     import aicalc
 
-    rows = [(r, est) for r, est, _ in gpu_rows() if r.get("run") == 3]
+    every = gpu_rows()
+    rows = [(r, est) for r, est, _ in every if r.get("run") == 3]
     errs = [est / r["peak_bytes"] - 1 for r, est in rows]
+    fourth = [(r, est) for r, est, _ in every if r.get("run") == 4]
+    errs4 = [est / r["peak_bytes"] - 1 for r, est in fourth]
     oom = [r for r in gpu_records() if r.get("run") == 3 and "error" in r]
     verdicts = []
     for r in oom:
@@ -269,6 +277,12 @@ def third_run() -> list[str]:
         f"{min(errs):+.1%} to {max(errs):+.1%}. " + "; ".join(verdicts) + " (the same model at batch 4 ran, within",
         "1 % of aicalc). The OLMo-2 step ran after that failure, with the cache still reserved: its reserved",
         "figure is not the step's.",
+        "",
+        f"A fourth run (`run 4`, `--part full4`, {len(fourth)} steps, held out, nothing changed after it): the same",
+        "families under torch AMP (gpt-oss, Llama-4 Scout at 129.5 GB of the card's 139.8 GiB, Phi-4, OLMo-2 with",
+        "full recompute), full recompute at 4k tokens (GLM-4.7-Flash, MiniMax-M2.7, Qwen3-Next, DeepSeek-V4-Flash),",
+        "selective-op (Gemma-3), eager Granite and LoRA on Command R7B: within 5 % on "
+        f"{sum(abs(e) <= 0.05 for e in errs4)} of {len(errs4)}, from {min(errs4):+.1%} to {max(errs4):+.1%}.",
     ]
 
 

@@ -110,7 +110,8 @@ def saved_bytes(B, S, arch: Arch, a, t=1, path="fla"):
 
     ``megatron``: Megatron-LM's ``GatedDeltaNet`` L2-normalizes q and k outside the rule and repeats them to the
     h_v value heads before it (``_prepare_qkv_for_gated_delta_rule``): the rule then saves the repeated q and k,
-    a·2·h_v·d_k more than ``fla`` (read in the code, not measured).
+    a·2·h_v·d_k more than ``fla`` (read in the code, then measured on an H200 to the byte:
+    ``tests/data/measured/h200-gdn-saved-megatron.json``).
 
     ``hf``, transformers' ``Qwen3NextGatedDeltaNet`` with flash-linear-attention installed (the rule fused; the
     causal conv and ``Qwen3NextRMSNormGated`` in PyTorch, as without ``causal-conv1d`` and hub kernels): ``fla``
