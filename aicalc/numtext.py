@@ -347,6 +347,12 @@ def _patch(block, rows, texts: list[str]):
     return block
 
 
+_SAMPLE = 16  # every 16th row's NULs are counted to choose how they are deleted
+_SPARSE = 0.02  # NULs per byte below which bytearray.replace deletes them faster than translate (~12 ns per NUL,
+# 0.06 ns per byte, against translate's 0.4 ns per byte: 2048 rows of serve's JSON, 7 NULs in 1,049 bytes a row, take
+# 0.35 ms rather than 0.83; its CSV's first rows, 25 NULs in 338 bytes, 0.58 ms rather than 0.32)
+
+
 def layout(n: int, items: list) -> bytearray:
     """``n`` rows of UTF-8 text, each the concatenation of ``items``: a str is the same in every row, a block
     (uint8, one row per row) is that row's bytes; NULs dropped."""
@@ -364,8 +370,12 @@ def layout(n: int, items: list) -> bytearray:
     out = np.frombuffer(data, dtype=np.uint8).reshape(n, len(template))
     for start, block in at:
         out[:, start:start + block.shape[1]] = block
-    del out
-    return data.translate(None, b"\0")  # deletes the NULs; ~40 % faster than replace(b"\0", b"")
+    sample = out[::_SAMPLE]
+    sparse = np.count_nonzero(sample == 0) < _SPARSE * sample.size
+    del out, sample
+    if sparse:  # replace copies the stretches between NULs (memchr, memcpy): faster where NULs are few
+        return data.replace(b"\0", b"")
+    return data.translate(None, b"\0")  # a byte at a time, at one speed however many NULs there are
 
 
 def patch_rows(values: list, n: int):
