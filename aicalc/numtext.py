@@ -46,6 +46,14 @@ _FULL, _STRIP0, _STRIP, _DROP = 0, 10_000, 20_000, 30_000
 
 
 @cache
+def _tens():
+    """10^j as the float nearest it (0 below 10^-324, inf above 10^308) at index j + 325, j = -325 … 310."""
+    import numpy as np
+
+    return np.array([float(f"1e{j}") for j in range(-325, 311)])
+
+
+@cache
 def _pow10(j: int) -> tuple[float, float, float, float]:
     """10^j as a double-double (hi + lo), each part correctly rounded from exact integers, and hi split in halves
     of 26 bits (for :func:`_two_prod`)."""
@@ -159,9 +167,11 @@ def shortest(a, rows):
     if not decided.all():
         a = np.where(decided, a, 1.5)
     mant, e2 = np.frexp(a)
-    k = np.log10(a)
-    np.floor(k, out=k)
-    k = k.astype(np.int64)
+    k = e2.astype(np.int64)  # floor(log10 a): floor((e2 - 1)·log10 2), exactly (78913 / 2^18 is log10 2 to within
+    k -= 1  # 3e-7 of it, |e2| < 1100), and one more where a reaches the next power of ten
+    k *= 78913
+    k >>= 18
+    k += a >= _tens()[k + 326]  # (a float 10^j is rounded: a within one unit of it can be one off, as log10 was)
     k -= 16  # S = a·10^-k has 17 digits before its point
     top = int(k.max())
     js = range(-top, int(-k.min()) + 1)
