@@ -151,7 +151,8 @@ def _fewer(N, frac, half, half_low, t):
     ok = d < limit - _EPS
     unsure = d <= limit + _EPS
     unsure &= ~ok
-    unsure |= tie
+    tie &= d <= limit + 2 * _EPS  # a tie farther than the interval (1.00390625 at 8 digits) decides nothing: it
+    unsure |= tie  # does not read back either way
     ok &= ~tie
     np.add(q, up, out=q)
     return q, ok, unsure
