@@ -46,6 +46,14 @@ _FULL, _STRIP0, _STRIP, _DROP = 0, 10_000, 20_000, 30_000
 
 
 @cache
+def _tens():
+    """10^j as the float nearest it (0 below 10^-324, inf above 10^308) at index j + 325, j = -325 … 310."""
+    import numpy as np
+
+    return np.array([float(f"1e{j}") for j in range(-325, 311)])
+
+
+@cache
 def _pow10(j: int) -> tuple[float, float, float, float]:
     """10^j as a double-double (hi + lo), each part correctly rounded from exact integers, and hi split in halves
     of 26 bits (for :func:`_two_prod`)."""
@@ -143,7 +151,8 @@ def _fewer(N, frac, half, half_low, t):
     ok = d < limit - _EPS
     unsure = d <= limit + _EPS
     unsure &= ~ok
-    unsure |= tie
+    tie &= d <= limit + 2 * _EPS  # a tie farther than the interval (1.00390625 at 8 digits) decides nothing: it
+    unsure |= tie  # does not read back either way
     ok &= ~tie
     np.add(q, up, out=q)
     return q, ok, unsure
@@ -159,9 +168,11 @@ def shortest(a, rows):
     if not decided.all():
         a = np.where(decided, a, 1.5)
     mant, e2 = np.frexp(a)
-    k = np.log10(a)
-    np.floor(k, out=k)
-    k = k.astype(np.int64)
+    k = e2.astype(np.int64)  # floor(log10 a): floor((e2 - 1)·log10 2), exactly (78913 / 2^18 is log10 2 to within
+    k -= 1  # 3e-7 of it, |e2| < 1100), and one more where a reaches the next power of ten
+    k *= 78913
+    k >>= 18
+    k += a >= _tens()[k + 326]  # (a float 10^j is rounded: a within one unit of it can be one off, as log10 was)
     k -= 16  # S = a·10^-k has 17 digits before its point
     top = int(k.max())
     js = range(-top, int(-k.min()) + 1)
@@ -347,6 +358,12 @@ def _patch(block, rows, texts: list[str]):
     return block
 
 
+_SAMPLE = 16  # every 16th row's NULs are counted to choose how they are deleted
+_SPARSE = 0.02  # NULs per byte below which bytearray.replace deletes them faster than translate (~12 ns per NUL,
+# 0.06 ns per byte, against translate's 0.4 ns per byte: 2048 rows of serve's JSON, 7 NULs in 1,049 bytes a row, take
+# 0.35 ms rather than 0.83; its CSV's first rows, 25 NULs in 338 bytes, 0.58 ms rather than 0.32)
+
+
 def layout(n: int, items: list) -> bytearray:
     """``n`` rows of UTF-8 text, each the concatenation of ``items``: a str is the same in every row, a block
     (uint8, one row per row) is that row's bytes; NULs dropped."""
@@ -364,8 +381,12 @@ def layout(n: int, items: list) -> bytearray:
     out = np.frombuffer(data, dtype=np.uint8).reshape(n, len(template))
     for start, block in at:
         out[:, start:start + block.shape[1]] = block
-    del out
-    return data.translate(None, b"\0")  # deletes the NULs; ~40 % faster than replace(b"\0", b"")
+    sample = out[::_SAMPLE]
+    sparse = np.count_nonzero(sample == 0) < _SPARSE * sample.size
+    del out, sample
+    if sparse:  # replace copies the stretches between NULs (memchr, memcpy): faster where NULs are few
+        return data.replace(b"\0", b"")
+    return data.translate(None, b"\0")  # a byte at a time, at one speed however many NULs there are
 
 
 def patch_rows(values: list, n: int):

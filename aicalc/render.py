@@ -290,7 +290,8 @@ def _fast_rows(keys, cols, n: int, words: tuple[str, str, str], head: str, befor
 
 def _fast_kinds(cols, words) -> list:
     """How each column is written: its text where it is the same in every row, an earlier column's index where
-    the two are equal integers (kv_cache_bytes and its per-device share at TP 1), or "bool", "int", "whole" (a
+    the two hold the same numbers (kv_cache_bytes and its per-device share at TP 1, output_tokens_per_s and its
+    per-chip share on one chip), or "bool", "int", "whole" (a
     float column of whole numbers below 10¹⁶, -0.0 not among them: an integer and ".0"), "float"."""
     import numpy as np
 
@@ -304,12 +305,28 @@ def _fast_kinds(cols, words) -> list:
         elif kind == "b":
             kinds.append("bool")
         elif kind in "iu":
-            kinds.append(next((j for j in range(i) if kinds[j] == "int" and np.array_equal(cols[j], a)), "int"))
+            kinds.append(next((j for j in range(i) if kinds[j] == "int" and _same_bits(cols[j], a)), "int"))
         else:
+            same = next((j for j in range(i) if kinds[j] in ("whole", "float") and _same_bits(cols[j], a)), None)
+            if same is not None:  # output_tokens_per_s and its per-chip share on one chip
+                kinds.append(same)
+                continue
             with np.errstate(invalid="ignore"):
                 whole = bool(((np.abs(a) < 1e16) & (a == np.trunc(a)) & ~((a == 0) & np.signbit(a))).all())
             kinds.append("whole" if whole else "float")
     return kinds
+
+
+def _same_bits(a, b) -> bool:
+    """Whether two columns hold the same values bit for bit (so the same text: -0.0 is not 0.0), the ends compared
+    first (most columns differ there)."""
+    import numpy as np
+
+    if a[0] != b[0] or a[-1] != b[-1] or a.dtype.kind == "f" and a.dtype != b.dtype:
+        return False
+    if a.dtype.kind == "f":
+        a, b = a.view(f"i{a.dtype.itemsize}"), b.view(f"i{b.dtype.itemsize}")
+    return np.array_equal(a, b)
 
 
 def _fast_piece(kinds, words, head, before, tail, cols) -> bytearray:
@@ -322,8 +339,8 @@ def _fast_piece(kinds, words, head, before, tail, cols) -> bytearray:
     values: list = [None] * len(cols)
     for i, (kind, a) in enumerate(zip(kinds, cols, strict=True)):
         if isinstance(kind, int):
-            values[i] = values[kind]
-        elif kind == "bool":
+            continue
+        if kind == "bool":
             values[i] = numtext.text_block(a, true, false)
         elif kind == "int":
             block = numtext.int_block(a)
@@ -336,6 +353,9 @@ def _fast_piece(kinds, words, head, before, tail, cols) -> bytearray:
     if floats:
         for i, parts in zip(floats, numtext.float_blocks([cols[i] for i in floats], null), strict=True):
             values[i] = parts
+    for i, kind in enumerate(kinds):
+        if isinstance(kind, int):  # a column equal to an earlier one: its text
+            values[i] = values[kind]
     items: list = [head]
     for text, value in zip(before, values, strict=True):
         items.append(text)

@@ -86,13 +86,18 @@ def _numeric_rows(n: int, seed: int) -> Rows:
     """Number columns only (the writers' column-at-a-time path), each kind it takes."""
     rng = np.random.default_rng(seed)
     samples = _samples(n, seed)
+    rates = rng.random(n) * 1000
+    rates[n // 2] = 0.0
+    signed = rates.copy()
+    signed[n // 2] = -0.0  # equal to rates as numbers, not as text
+    counts = np.round(rng.random(n) * 10.0 ** rng.integers(0, 16, n))
     return Rows({
         "batch": np.arange(1, n + 1),
         "same_batch": np.arange(1, n + 1),
         "negative": rng.integers(-(10**12), 10**12, n),
         "huge_int": rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64),
         "unsigned": rng.integers(0, 2**64 - 1, n, dtype=np.uint64),
-        "bytes": np.round(rng.random(n) * 10.0 ** rng.integers(0, 16, n)),
+        "bytes": counts,
         "constant_bytes": np.full(n, 80e9),
         "constant_int": np.full(n, 7),
         "negative_zero": np.full(n, -0.0),
@@ -101,6 +106,12 @@ def _numeric_rows(n: int, seed: int) -> Rows:
         "always": np.ones(n, dtype=bool),
         "small_float": (rng.random(n) * 100).astype(np.float32),
         "nan": np.full(n, math.nan),
+        "rate": rates,
+        "same_rate": rates.copy(),  # output_tokens_per_s and its per-chip share on one chip: written once
+        "signed_rate": signed,
+        "half_rate": (rates / 2).astype(np.float32),
+        "same_half_rate": (rates / 2).astype(np.float32),
+        "same_bytes": counts.copy(),
         **{name.replace(" ", "_"): col for name, col in samples.items()},
     })
 
@@ -203,3 +214,16 @@ def test_the_writer_streams_piece_by_piece(fmt):
     assert size[1] <= size[0] * 2 * render._FAST_ROWS / n  # no write holds more than about one piece
     assert all(taken <= written // per_row + render._CHUNK + render._FAST_ROWS for taken, written in seen)
     assert _Counting.taken == n
+
+
+
+@pytest.mark.parametrize("literal", [",", "," + " " * 2000])  # NULs many per byte of a row, or few
+def test_layout_drops_the_nuls(literal):
+    """Each row is its items' bytes in turn, the NULs padding the blocks dropped, whichever way they are deleted."""
+    rng = np.random.default_rng(len(literal))
+    values = rng.integers(0, 10 ** rng.integers(1, 13, 3000))
+    block = numtext.int_block(values)
+    nuls = np.count_nonzero(block == 0) * 2 / (len(values) * (2 * block.shape[1] + len(literal) + 3))
+    assert (nuls < numtext._SPARSE) == (len(literal) > 1)  # both ways of deleting them
+    text = numtext.layout(len(values), ["{", block, literal, block, "}\n"]).decode()
+    assert text == "".join(f"{{{v}{literal}{v}}}\n" for v in values.tolist())
