@@ -150,6 +150,13 @@ def published_cases() -> list[dict]:
             # throughput at full load: the scheduler keeps as many requests running as the KV cache holds
             api = "serve"
             args = {k: v for k, v in args.items() if k != "batch"} | {"concurrency": "max", "chips": args["tp"]}
+            # the server's own memory flags where the row names them (what it holds at full load): SGLang's
+            # --mem-fraction-static or vLLM's --gpu-memory-utilization, each a share of the whole memory (aicalc's
+            # utilization), and SGLang's --swa-full-tokens-ratio
+            args |= {k: e[key] for key, k in (("mem_fraction_static", "utilization"),
+                                              ("gpu_memory_utilization", "utilization"),
+                                              ("swa_full_tokens_ratio", "swa_full_tokens_ratio"))
+                     if e.get(key) is not None}
             assumed = [a for a in assumed if not a.startswith("batch")] + ["as many requests as fit"]
             if args.get("dtype") in ("fp8", "fp4") and "kv_dtype" not in e:
                 args["kv_dtype"] = "fp8"  # ModelOpt FP8/NVFP4 checkpoints quantize the KV cache to FP8 too
@@ -163,7 +170,9 @@ def published_cases() -> list[dict]:
                                                  prompt=args["prompt"], gen=args["gen"],
                                                  dtype=args.get("dtype", "release"),
                                                  kv_dtype=args.get("kv_dtype", "bf16"), engine=args["engine"],
-                                                 ep=args.get("ep", 1), attention_dp=args.get("attention_dp", 1))
+                                                 ep=args.get("ep", 1), attention_dp=args.get("attention_dp", 1),
+                                                 utilization=args.get("utilization", 0.9),
+                                                 swa_full_tokens_ratio=args.get("swa_full_tokens_ratio"))
                 if bound and fit > bound:
                     per = " per attention-DP rank" if args.get("attention_dp", 1) > 1 else " per replica"
                     assumed = [f"{bound} running sequences{per} (the engine's default cap on this chip)"

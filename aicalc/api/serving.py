@@ -19,7 +19,8 @@ class Serving(Table):
 
 def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024, gen=256,
                     dtype: str = "release", kv_dtype: str = "bf16", utilization=0.9, engine: str | None = None,
-                    ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0, pp: int = 1) -> int:
+                    ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0, pp: int = 1,
+                    swa_full_tokens_ratio: float | None = None) -> int:
     """Requests of ``prompt + gen`` tokens the whole deployment holds in its KV budget (0 when none) — each at its
     live context, or its whole prompt + gen where the ``engine`` reserves it at admission (its profile's
     ``kv_reserve``: TensorRT-LLM) — and no more per scheduler than the ``engine``'s runs at once by default
@@ -29,21 +30,27 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
     scheduler (SGLang's and vLLM's DP ranks). ``pp``: pipeline stages per replica of ``tp·pp`` chips; each device
     holds its stage's layers of every sequence's cache; the engine's ``max_num_seqs`` still caps the replica's
     running requests (vLLM's scheduler admits no more than ``max_num_running_reqs`` whatever the pipeline's
-    micro-batches in flight)."""
+    micro-batches in flight). ``swa_full_tokens_ratio``: SGLang's --swa-full-tokens-ratio (:func:`scheduler_limits`)."""
     fit, cap, schedulers = scheduler_limits(model, chip, tp=tp, chips=chips, prompt=prompt, gen=gen, dtype=dtype,
                                             kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
-                                            attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp)
+                                            attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp,
+                                            swa_full_tokens_ratio=swa_full_tokens_ratio)
     return (min(fit, cap) if cap else fit) * schedulers
 
 
 def scheduler_limits(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024,
                      gen=256, dtype: str = "release", kv_dtype: str = "bf16", utilization=0.9,
                      engine: str | None = None, ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0,
-                     pp: int = 1) -> tuple[int, int | None, int]:
+                     pp: int = 1, swa_full_tokens_ratio: float | None = None) -> tuple[int, int | None, int]:
     """(requests one scheduler's KV budget holds, the ``engine``'s default cap on one scheduler's running
     requests or None, schedulers in the deployment: replicas × attention-DP groups), as :func:`max_concurrency`
     counts them. The cap is :func:`aicalc.catalog.profiles.max_running` on the chip, with the scheduler's KV pool
-    in tokens (its budget over one token's bytes on every layer) and the model's context length."""
+    in tokens (its budget over one token's bytes on every layer) and the model's context length.
+
+    An engine that sizes a hybrid sliding-window model's pools apart (SGLang: its profile's
+    ``swa_full_tokens_ratio``, a model's own default in ``model_defaults``, or ``swa_full_tokens_ratio`` given
+    here, the server's --swa-full-tokens-ratio) holds what its pools hold (:func:`aicalc.core.capacity.swa_fit`),
+    and its pool of T tokens is the full pool's."""
     from aicalc.api import inputs
     from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, node_split, resident_weights
     from aicalc.core import capacity
@@ -79,18 +86,27 @@ def scheduler_limits(model, chip="h100-sxm", *, tp: int | None = None, chips: in
                                  opts.get("kv_reserve", "live")))  # whole tokens, as serve's
     shape = kv_shape(arch, kv_dtype, tp // attention_dp)
     fit = int(capacity.max_batch(shape, budget / stage, longest, BLOCK)[0]) if budget > 0 else 0
+    pool = budget / stage / shape.bytes_per_token if budget > 0 and shape.bytes_per_token > 0 else 0.0
+    from aicalc.catalog import profiles
+
+    if swa_full_tokens_ratio is not None and opts.get("swa_full_tokens_ratio") is None:
+        from aicalc.errors import ParameterError
+
+        raise ParameterError("swa_full_tokens_ratio", swa_full_tokens_ratio, f"applies to an engine that sizes a "
+                             f"sliding-window pool apart (sglang), not {engine or 'no engine'}")
+    ratio = profiles.swa_ratio(opts, arch.family, swa_full_tokens_ratio) if shape.sliding_layers else None
+    if ratio is not None:  # SGLang's full and SWA pools
+        fit, pool = capacity.swa_fit(shape, budget / stage, ratio, longest)
     cap = None
     if opts:
-        from aicalc.catalog import profiles
-
-        pool = budget / stage / shape.bytes_per_token if budget > 0 and shape.bytes_per_token > 0 else 0.0
-        cap = profiles.max_running(opts, chip_obj, pool_tokens=pool, context=arch.max_context)
+        cap = profiles.max_running(opts, chip_obj, pool_tokens=pool, context=arch.max_context,
+                                   model_type=arch.family, schedulers=attention_dp)
     return fit, cap, attention_dp * replicas
 
 
 def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, dtype: str = "release",
                kv_dtype: str = "bf16", utilization=0.9, engine: str | None = None, ep: int = 1, attention_dp: int = 1,
-               redundant_experts: int = 0, pp: int = 1) -> int:
+               redundant_experts: int = 0, pp: int = 1, swa_full_tokens_ratio: float | None = None) -> int:
     """The tensor-parallel degree a deployment of ``chips`` chips gets when none is given: the smallest divisor
     of ``chips / pp`` whose replicas hold ``concurrency`` requests of the longest ``prompt + gen`` in their KV
     budget (:func:`max_concurrency`; ``"max"``: one request) with the layout valid (``ep``, ``attention_dp``,
@@ -121,7 +137,8 @@ def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, 
         valid.append(t)
         if max_concurrency(spec, chip, tp=t, chips=n // pp * pp, prompt=prompt, gen=gen, dtype=dtype,
                            kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
-                           attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp) >= need:
+                           attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp,
+                           swa_full_tokens_ratio=swa_full_tokens_ratio) >= need:
             return t
     return valid[-1] if valid else 1
 
@@ -130,7 +147,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
           dtype: str = "release", kv_dtype: str = "bf16", max_ttft=None, max_tpot=None, price=None,
           utilization=0.9, engine: str | None = None, efficiency=None, draft=None, draft_tokens: int = 4,
           acceptance=0.7, prefix_hit=0.0, ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0,
-          pp: int = 1) -> Serving:
+          pp: int = 1, swa_full_tokens_ratio: float | None = None) -> Serving:
     """``concurrency`` requests of ``prompt`` + ``gen`` tokens over ``chips`` chips in replicas of TP ``tp``
     (arrays broadcast); ``concurrency="max"``: as many as the KV budget holds and the engine's scheduler runs
     (serving at full load).
@@ -149,7 +166,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     and of every sequence's cache; the replica's sequences run as ``pp`` micro-batches in flight (vLLM V1's batch
     queue), each passing every stage in turn, so a micro-batch's step takes ``pp`` times the slowest stage's time
     (the whole model's at its batch for an even split) plus the ``pp − 1`` hops of its hidden states between
-    stages, over the scale-up link inside a domain, else the scale-out NIC."""
+    stages, over the scale-up link inside a domain, else the scale-out NIC. ``swa_full_tokens_ratio``: the SGLang
+    server's --swa-full-tokens-ratio, for what ``concurrency="max"`` holds (:func:`scheduler_limits`)."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -166,7 +184,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if tp is None and chips is not None and node_count(chip) == 1:  # chips given, no TP: the smallest that holds it
         tp = fitting_tp(model, chip, chips, prompt=prompt, gen=gen, concurrency=concurrency, dtype=dtype,
                         kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep, attention_dp=attention_dp,
-                        redundant_experts=redundant_experts, pp=pp)
+                        redundant_experts=redundant_experts, pp=pp, swa_full_tokens_ratio=swa_full_tokens_ratio)
     tp, chips = node_split(chip, tp, chips)
     tp = inputs.whole("tp", tp)
     pp = inputs.whole("pp", pp)
@@ -194,7 +212,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     if isinstance(concurrency, str) and concurrency == "max":
         concurrency = max(1, max_concurrency(model, chip, tp=tp, chips=chips, prompt=prompt, gen=gen, dtype=dtype,
                                              kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
-                                             attention_dp=attention_dp, redundant_experts=redundant, pp=pp))
+                                             attention_dp=attention_dp, redundant_experts=redundant, pp=pp,
+                                             swa_full_tokens_ratio=swa_full_tokens_ratio))
     g = inputs.broadcast(concurrency=inputs.positive("concurrency", concurrency, whole=True),
                          prompt=inputs.positive("prompt", prompt, whole=True),
                          gen=inputs.positive("gen", gen, whole=True))

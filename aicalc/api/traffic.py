@@ -15,7 +15,8 @@ MAX_NUMBER_CHARS = 64  # the text of one number in a trace
 MAX_LINE_CHARS = 65_536  # one JSON line (a request takes ~50)
 MAX_LINES = 4 * MAX_REQUESTS  # lines of a trace, blank ones too
 MAX_SIMULATED = 1_000_000  # requests one call simulates, every rate together
-MAX_SEQS = 2**14  # max_seqs: sequences one replica batches (vLLM's default is 256)
+MAX_SEQS = 2**14  # max_seqs: sequences one replica batches, given or the engine's default
+DEFAULT_SEQS = 256  # max_seqs of an engine whose profile sets no cap (generic, llama.cpp, …): vLLM V0's default
 MAX_WORK = 10_000_000  # units of scheduler work one call may take, every rate together (aicalc.core.simulate):
 #                        4-7 s at the worst here; a preemption-bound or very long run stops with an error instead
 
@@ -312,8 +313,8 @@ def policy_of(engine: str | None, policy: str | None = None) -> str:
     return profiles.load("engine", engine).options.get("scheduler", "chunked")
 
 
-def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 256, token_budget: int = 8192,
-            utilization=0.9, longest: int = 2048, cs=None, need: int | None = None) -> Replica:
+def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int | None = None,
+            token_budget: int = 8192, utilization=0.9, longest: int = 2048, cs=None, need: int | None = None) -> Replica:
     """A replica of ``layout`` for the simulation: step-time tables up to ``longest`` tokens of context, and the
     KV blocks of 16 tokens vLLM's budget leaves beside weights and overhead (``utilization`` of memory).
 
@@ -326,7 +327,9 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     simulated step is one round of the pipeline (:func:`_step_cost`), with ``pp`` × ``token_budget`` tokens.
 
     ``need``: a replica whose KV cache holds fewer tokens than that (``capacity_tokens``) comes without its step
-    tables (``cost`` None), for a caller that drops it."""
+    tables (``cost`` None), for a caller that drops it.
+
+    ``max_seqs`` None: the engine's own cap, :func:`default_seqs`."""
     from aicalc.api import inputs
     from aicalc.api.catalog import resident_weights
     from aicalc.api.roofline import cost_setup
@@ -335,9 +338,6 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     from aicalc.core.geometry import cache_bytes_per_token_layer, check_parallel
     from aicalc.errors import ParameterError
 
-    for name, v, most in (("max_seqs", max_seqs, MAX_SEQS), ("token_budget", token_budget, MAX_TOKENS)):
-        if inputs.single(name, v, whole=True) > most:
-            raise ParameterError(name, v, f"is above the cap of {most:,}")
     tp, pp = layout.tp, layout.pp
     if cs is None:
         cs = cost_setup(model, layout.chip, layout.dtype, layout.kv_dtype, tp_needs_link=tp > 1, engine=engine)
@@ -350,6 +350,11 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
     budget = float(capacity.kv_budget_bytes(cs.chip.usable_memory_bytes, inputs.fraction("utilization", utilization),
                                             weights, capacity.runtime_overhead_bytes(arch, tp),
                                             eng_opts.get("kv_budget", "total")))
+    if max_seqs is None:
+        max_seqs = default_seqs(cs, tp, adp, budget / stage_share(arch, pp))
+    for name, v, most in (("max_seqs", max_seqs, MAX_SEQS), ("token_budget", token_budget, MAX_TOKENS)):
+        if inputs.single(name, v, whole=True) > most:
+            raise ParameterError(name, v, f"is above the cap of {most:,}")
     block = 16
     # with attention DP each group's chips hold the cache of its own sequences: the replica's blocks are the groups';
     # with a pipeline each device holds its stage's layers of a block (the fullest stage's bound the replica's)
@@ -370,6 +375,24 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int = 
                    eng_opts.get("kv_reserve", "live"))
 
 
+def default_seqs(cs, tp: int, adp: int, budget: float) -> int:
+    """The sequences one replica's scheduler(s) run at once by default: the engine's cap per scheduler
+    (:func:`aicalc.catalog.profiles.max_running` on the chip, with the pool of one attention group's ``budget``
+    bytes per device over one token's bytes and the model's context length: vLLM V1 1024 on a chip of 70 GiB or
+    more that is no A100, else 256; vLLM V0 256; SGLang its pool-derived max_running_requests; TensorRT-LLM 2048)
+    times the replica's ``adp`` attention groups, at most :data:`MAX_SEQS`; :data:`DEFAULT_SEQS` for an engine
+    without a cap of its own."""
+    from aicalc.catalog.profiles import max_running
+    from aicalc.core.kv_cache import kv_shape
+
+    arch = cs.model.arch
+    shape = kv_shape(arch, cs.kv_dtype, tp // adp)
+    pool = budget / shape.bytes_per_token if budget > 0 and shape.bytes_per_token > 0 else 0.0
+    cap = max_running(cs.engine_options, cs.chip, pool_tokens=pool, context=arch.max_context,
+                      model_type=arch.family, schedulers=adp)
+    return min(cap * adp, MAX_SEQS) if cap else DEFAULT_SEQS
+
+
 def _rate_text(rate):
     import numpy as np
 
@@ -379,7 +402,7 @@ def _rate_text(rate):
 
 def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, gen=256, num_requests: int = 1000,
              tp: int | None = None, chips: int | None = None, dtype: str = "release", kv_dtype: str = "bf16", engine=None,
-             max_ttft=None, max_tpot=None, max_seqs: int = 256, token_budget: int = 8192, utilization=0.9,
+             max_ttft=None, max_tpot=None, max_seqs: int | None = None, token_budget: int = 8192, utilization=0.9,
              seed: int = 0, policy: str | None = None, ep: int = 1, attention_dp: int = 1, pp: int = 1,
              efficiency=None) -> Traffic:
     """Requests arriving at ``rate`` per second (Poisson; an array sweeps it) over the whole deployment, spread
@@ -391,7 +414,8 @@ def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, g
     (a replica's attention groups hold their own sequences' cache and step together). ``pp``: pipeline stages per
     replica of ``tp·pp`` chips (vLLM ``--pipeline-parallel-size``, SGLang ``--pp-size``), run with ``pp``
     micro-batches in flight (:func:`replica`, :func:`_step_cost`). ``efficiency``: factor overrides, as
-    :func:`aicalc.api.roofline.roofline` takes them.
+    :func:`aicalc.api.roofline.roofline` takes them. ``max_seqs``: sequences one replica runs at once (default:
+    the engine's cap, :func:`default_seqs`).
 
     Bounded before any work (docs/robustness.md): at most :data:`MAX_REQUESTS` requests and
     :data:`MAX_SIMULATED` over all rates; every request's prompt + gen within one replica's KV cache (a bigger
@@ -508,7 +532,7 @@ def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, g
     for k, v in (("tp", tp), ("pp", pp), ("ep", ep), ("attention_dp", attention_dp)):
         rows[k] = [v] * len(rows["rate"])
     return Traffic(rows, list(cs.warnings), setup=cs, replicas=replicas, chips=chips, kv_blocks=kv_blocks,
-                   cost=cost, policy=rep.policy, pp=pp)
+                   cost=cost, policy=rep.policy, pp=pp, max_seqs=rep.max_seqs, token_budget=rep.token_budget // pp)
 
 
 def _replicas(n: int) -> str:

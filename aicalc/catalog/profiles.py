@@ -33,7 +33,10 @@ kind whose factors and options it starts from, or an engine family's name: its l
   min(T // tokens_per_request, min(max(floor(T / context_len · per_context_length), at_least), at_most)) for a pool
   of T tokens and the model's context length; :func:`max_running`), ``kv_reserve`` (``live``: a running sequence
   holds the blocks of its tokens so far; ``full``: its whole prompt + output is reserved at admission), ``kv_budget``
-  (``total``: the memory fraction is of the whole memory, vLLM's; ``free``: of what the weights leave, TensorRT-LLM's), ``by_class`` (chip class id → ``{factors: …}``);
+  (``total``: the memory fraction is of the whole memory, vLLM's; ``free``: of what the weights leave, TensorRT-LLM's), ``swa_full_tokens_ratio`` (a hybrid
+  sliding-window model's SWA pool in tokens per full-pool token, SGLang's: the pools :func:`aicalc.core.capacity.
+  swa_pools` sizes), ``model_defaults`` (Hugging Face model_type → ``{max_running_requests, swa_full_tokens_ratio}``,
+  the engine's own defaults for that model), ``by_class`` (chip class id → ``{factors: …}``);
 - framework: ``default_zero`` (a ZeRO stage, 0 to 3), ``reduce_dtype`` (``fp32`` or ``bf16``: the dtype the data-parallel
   gradient reduction runs in; bf16 where unset), ``release`` and ``family`` (as an engine's: ``megatron-26.04`` is a
   release of the family ``megatron``, whose latest is the file ``megatron``), ``by_generation`` (a chip generation,
@@ -133,7 +136,8 @@ def _yaml_files(folder: Path) -> list[Path]:
 # Every key of a profile, by kind, with the check of its value: the options are what the code reads
 # (aicalc.api.roofline: pipeline_over_chips, kv_shared, gguf_compute, gguf_compute_vendors, by_class;
 # aicalc.api.train_memory: context_bytes, nccl_communicator_bytes, nccl_all_to_all_bytes; aicalc.api.serving:
-# max_num_seqs, max_num_seqs_by_chip, max_running_from_pool (through max_running), kv_reserve, kv_budget;
+# max_num_seqs, max_num_seqs_by_chip, max_running_from_pool, model_defaults (through max_running), swa_full_tokens_ratio,
+# kv_reserve, kv_budget;
 # aicalc.api.traffic: scheduler; aicalc.commands.train_time: default_zero;
 # aicalc.api.train_time: reduce_dtype), each with an optional
 # ``KEY_source`` text. A key no code reads is refused rather than silently ignored (a typo would change nothing).
@@ -263,14 +267,63 @@ def _pool_rule(v) -> str | None:
     return None if v["at_least"] <= v["at_most"] else "at_least must not exceed at_most"
 
 
-def max_running(options: dict, chip, pool_tokens=None, context=None) -> int | None:
+def _ratio(v) -> str | None:
+    """``swa_full_tokens_ratio``: SWA-pool tokens per full-pool token, a number above 0 and at most 16."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 16:
+        return None
+    return f"must be a number above 0 and at most 16, got {_show(v)}"
+
+
+MODEL_DEFAULTS = {"max_running_requests": _sequences, "swa_full_tokens_ratio": _ratio}
+
+
+def _model_defaults(v) -> str | None:
+    """``model_defaults``: Hugging Face model_type → ``{max_running_requests, swa_full_tokens_ratio}`` (either or
+    both), the settings an engine picks for that model when the user gives none."""
+    if not isinstance(v, dict) or not v or len(v) > 256:
+        return f"must be a mapping of model types to {{{', '.join(MODEL_DEFAULTS)}}}, got {_show(v)}"
+    for name, entry in v.items():
+        if not isinstance(name, str) or not name or not isinstance(entry, dict) or not entry or \
+                set(entry) - set(MODEL_DEFAULTS):
+            return f"each entry must map a model type to some of {', '.join(MODEL_DEFAULTS)}, got {_show(entry)}"
+        for key, value in entry.items():
+            problem = MODEL_DEFAULTS[key](value)
+            if problem:
+                return f"{name}.{key} {problem}"
+    return None
+
+
+def model_default(options: dict, model_type: str | None, key: str):
+    """The engine's default ``key`` for a model of ``model_type`` (its profile's ``model_defaults``), else None."""
+    return ((options.get("model_defaults") or {}).get(model_type) or {}).get(key)
+
+
+def swa_ratio(options: dict, model_type: str | None = None, given: float | None = None) -> float | None:
+    """SWA-pool tokens per full-pool token an engine sizes a hybrid sliding-window model's pools with
+    (SGLang's ``--swa-full-tokens-ratio``): ``given`` where the caller names it, else the model's default
+    (``model_defaults``), else the profile's ``swa_full_tokens_ratio``; None for an engine without separate
+    pools (vLLM, whose hybrid allocator pages every layer group from one pool)."""
+    if given is not None:
+        problem = _ratio(given)
+        if problem:
+            raise ParameterError("swa_full_tokens_ratio", given, problem.removeprefix("must be "))
+        return float(given)
+    r = model_default(options, model_type, "swa_full_tokens_ratio") or options.get("swa_full_tokens_ratio")
+    return float(r) if r is not None else None
+
+
+def max_running(options: dict, chip, pool_tokens=None, context=None, model_type: str | None = None,
+                schedulers: int = 1) -> int | None:
     """The most sequences one scheduler of an engine runs at once by default on ``chip`` (None: no cap of its
     own): the ``value`` of the first ``max_num_seqs_by_chip`` rule the chip meets (its memory at least
     ``min_memory_gib`` GiB, its name holding none of ``name_excludes``, case-insensitive: vLLM V1's
     EngineArgs._set_default_args), else ``max_num_seqs``; and, with ``max_running_from_pool`` (SGLang's
     ModelRunner.init_memory_pool and TpModelWorker), min(T // tokens_per_request, min(max(floor(T / context ×
     per_context_length), at_least), at_most)) for ``pool_tokens`` T of KV pool and the model's ``context`` length
-    (both needed; T < 1 gives no cap: nothing fits anyway)."""
+    (both needed; T < 1 gives no cap: nothing fits anyway). A ``model_defaults`` entry of the model's
+    ``model_type`` with ``max_running_requests`` replaces the pool-derived cap: the engine's default for the whole
+    server, shared by its ``schedulers`` (SGLang's DeepSeek-V4 hook sets --max-running-requests 256, and
+    TpModelWorker gives each attention-DP rank max_running_requests // dp_size)."""
     cap = options.get("max_num_seqs")
     memory_gib = float(getattr(chip, "memory_bytes", 0) or 0) / 2**30
     name = str(getattr(chip, "name", "") or "").lower()
@@ -279,6 +332,10 @@ def max_running(options: dict, chip, pool_tokens=None, context=None) -> int | No
             cap = rule["value"]
             break
     pool = options.get("max_running_from_pool")
+    server = model_default(options, model_type, "max_running_requests")
+    if server is not None:
+        share = max(1, int(server) // max(1, int(schedulers)))
+        return share if cap is None else min(int(cap), share)
     if pool and pool_tokens is not None and context and pool_tokens >= 1:
         t = int(pool_tokens)
         derived = min(max(int(t / float(context) * pool["per_context_length"]), pool["at_least"]), pool["at_most"])
@@ -298,6 +355,7 @@ OPTIONS = {
     "engine": {"release": _release, "family": _family, "kv_shared": _flag, "gguf_compute": _compute_dtype,
                "gguf_compute_vendors": _texts, "max_num_seqs": _sequences, "max_num_seqs_by_chip": _seq_rules,
                "max_running_from_pool": _pool_rule, "scheduler": _scheduler,
+               "swa_full_tokens_ratio": _ratio, "model_defaults": _model_defaults,
                "kv_reserve": _kv_reserve, "kv_budget": _kv_budget,
                "by_class": None},  # by_class: read by _read_by
     "framework": {"default_zero": _zero_stage, "reduce_dtype": _reduce_dtype, "release": _release, "family": _family,

@@ -217,14 +217,15 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "pp": pp, "ep": ep,
               "attention_dp": attention_dp, "replicas": m["replicas"], "rate": rate, "requests": requests, "prompt": prompt, "gen": gen, "max_ttft": max_ttft,
               "max_tpot": max_tpot, "dtype": dtype, "kv_dtype": kv_dtype, "engine": cs.engine, "seed": int(seed),
-              "kv_blocks_per_replica": m["kv_blocks"], "policy": m["policy"]}
+              "kv_blocks_per_replica": m["kv_blocks"], "policy": m["policy"], "max_seqs_per_replica": m["max_seqs"]}
     columns = ["rate", *(["pp"] if pp > 1 else []), "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s",
                "output_tokens_per_s", "goodput_requests_per_s", "preemptions"]
     kv = ("paged KV, prompt + output reserved at admission (no preemption)"
           if cs.engine_options.get("kv_reserve") == "full"
           else "paged KV with a 1 % admission watermark, preemption by recompute")
     notes = [f"{src}; discrete-event simulation of continuous batching per replica ({m['policy']} scheduling, "
-             f"token budget 8192, 256 sequences, {kv}), step times from the cost model (docs/serve.md)",
+             f"token budget {m['token_budget']}, at most {m['max_seqs']} sequences per replica, {kv}), step times from "
+             "the cost model (docs/serve.md)",
              "goodput: requests per second meeting --max-ttft and --max-tpot (all requests when none is given)",
              engines_note([cs.chip.id], engine)]
     if pp > 1:
@@ -399,7 +400,7 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
 
     from aicalc.api.emit import NAMES, RELEASES, launch_commands
     from aicalc.api.serving import serve
-    from aicalc.api.traffic import simulate
+    from aicalc.api.traffic import DEFAULT_SEQS
     from aicalc.errors import AicalcError
     from aicalc.sweep import int_sweep
 
@@ -413,7 +414,7 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
             e = AicalcError("no fleet meets the targets: nothing to launch")
             e.exit_code = ExitCode.BUDGET
             raise e
-        best = dict(rows[0], max_num_seqs=inspect.signature(simulate).parameters["max_seqs"].default)
+        best = dict(rows[0], max_num_seqs=DEFAULT_SEQS)  # the fleet's replicas run at most that many
         model = inp["model"]
         if best["mode"] == "disaggregated":  # a fleet row counts both pools' replicas; emit takes the decode pool's
             chip, best["replicas"] = best["decode_chip"], best["decode_replicas"]
@@ -431,7 +432,7 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
     elif "rate" in inp:  # traffic: the simulator's scheduler cap
         chip, model = inp["chip"], inp["model"]
         best = {"tp": inp["tp"], "replicas": inp["replicas"], "dtype": inp["dtype"], "kv_dtype": inp["kv_dtype"],
-                "max_num_seqs": inspect.signature(simulate).parameters["max_seqs"].default}
+                "max_num_seqs": inp["max_seqs_per_replica"]}
         best.update({k: rows[0][k] for k in ("ep", "attention_dp", "pp") if rows and k in rows[0]})
         picked = "the simulated deployment (its scheduler runs at most max_seqs sequences per replica)"
     else:

@@ -137,3 +137,50 @@ def _max_compressed_context(shape: KVShape, budget, B, block_size: int | None):
     room = np.maximum(np.asarray(budget, dtype=np.float64) / B - shape.fixed_bytes(), 0.0)
     b = block_size or 1
     return np.floor(room / shape.bytes_per_token / b) * b
+
+
+def swa_bytes_per_full_token(shape: KVShape, ratio: float) -> float:
+    """Bytes one full-pool token costs a hybrid sliding-window model whose SWA pool is sized at ``ratio`` SWA
+    tokens per full token (SGLang, one scheduler's device; sgl-project/sglang
+    python/sglang/srt/model_executor/pool_configurator.py): HybridSWAPoolConfigurator's cell size
+    ``full_per_token × full_layers + ratio × swa_per_token × swa_layers`` (with no full layer, every layer
+    windowed: ``swa_per_token × swa_layers``, the ratio unused); DeepSeek-V4 (DSV4PoolConfigurator's
+    bytes_per_full_token): its compressed entries and indexer keys at 1/ratio of a full token each, plus ``ratio``
+    × every layer's window entry."""
+    per = shape.bytes_per_token_layer
+    if shape.compressed:
+        return shape.bytes_per_token + ratio * per * shape.sliding_layers
+    if not shape.full_layers:
+        return per * shape.sliding_layers
+    return per * (shape.full_layers + ratio * shape.sliding_layers)
+
+
+def swa_pools(shape: KVShape, budget: float, ratio: float) -> tuple[float, float]:
+    """(full-pool tokens, SWA-pool tokens) SGLang sizes from ``budget`` bytes of one scheduler's device
+    (pool_configurator.py, HybridSWAPoolConfigurator._solve_pool_sizes and DSV4PoolConfigurator._compute_dsv4_sizes):
+    full = floor(budget / :func:`swa_bytes_per_full_token`), swa = floor(full × ``ratio``); a model with no full
+    layer has only the SWA pool, of floor(budget / its bytes per token) tokens (returned as both). Page rounding
+    (to 1 token by default, 256 for DeepSeek-V4) is not modelled."""
+    import math
+
+    per_full = swa_bytes_per_full_token(shape, ratio)
+    if budget <= 0 or per_full <= 0:
+        return 0.0, 0.0
+    full = float(math.floor(budget / per_full))
+    if not shape.full_layers and not shape.compressed:
+        return full, full
+    return full, float(math.floor(full * ratio))
+
+
+def swa_fit(shape: KVShape, budget: float, ratio: float, context: float) -> tuple[int, float]:
+    """(requests of ``context`` tokens one scheduler's SGLang pools hold, its full-pool tokens): each request holds
+    its whole context in the full pool and at most the window in the SWA pool (the scheduler frees a running
+    request's SWA slots once they leave the window: ScheduleBatch.maybe_evict_swa), so min(full // context,
+    swa // min(context, W)); the eviction's slack of a page or interval beyond the window is not modelled."""
+    full, swa = swa_pools(shape, budget, ratio)
+    if context <= 0 or full <= 0:
+        return 0, full
+    n = full // context if (shape.full_layers or shape.compressed) else float("inf")
+    if shape.window:
+        n = min(n, swa // min(float(context), float(shape.window)))
+    return int(n), full
