@@ -645,6 +645,7 @@ def test_chip_records_answer_as_the_schema_does():
             store._index("chip")[chip_id]))
         assert record.memory_bytes == model.memory_bytes
         assert record.memory_bandwidth_bytes_per_s == model.memory_bandwidth_bytes_per_s
+        assert record.exp_per_s == model.exp_per_s
         for dtype in schema.DTYPES:
             assert record.peak_flop_per_s(dtype) == model.peak_flop_per_s(dtype)
         ic, mic = record.interconnect, model.interconnect

@@ -189,7 +189,7 @@ def cost_setup(model, chip="h100-sxm", dtype: str | None = "release", kv_dtype: 
     roofs = Roofs(peak_flop_per_s=chip_obj.peak_flop_per_s(cdt), bandwidth_bytes_per_s=chip_obj.memory_bandwidth_bytes_per_s,
                   link_bytes_per_s=link, low_precision=cdt in LOW_PRECISION,
                   vector_flop_per_s=chip_obj.peak_flop_per_s("fp32") or 0.0, peaks=peaks, domain=domain,
-                  out_bytes_per_s=out, fp4=cdt == "fp4")
+                  out_bytes_per_s=out, fp4=cdt == "fp4", exp_per_s=chip_obj.exp_per_s)
     return CostSetup(spec, chip_obj, shape_of(spec.arch), roofs, fm, cdt, tuple(warnings), eff, cls, eng, sources,
                      dataflow, dtype, kv_dtype, wf, opts)
 

@@ -42,7 +42,7 @@ def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: li
     bf16), memory bandwidth, the per-direction scale-up link (PCIe Gen4 x16 where none is listed) and the
     per-chip network across nodes (``dp_bandwidth``, bytes/s or ``"25GB/s"``)."""
     from aicalc.api.catalog import load_chip
-    from aicalc.core.train_time import SFU_SHARE, TrainChip
+    from aicalc.core.train_time import TrainChip
     from aicalc.errors import ParameterError, check_choice
     from aicalc.units import parse_rate
 
@@ -71,12 +71,10 @@ def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: li
 
         dpbw = inputs.single("dp_bandwidth", dp_bandwidth)
     peak16 = c.peak_flop_per_s("bf16") or c.peak_flop_per_s("fp16") or peak
-    sfu = SFU_SHARE.get(c.generation or "") if c.kind == "gpu" else None
-    exp_rate = (c.peak_flop_per_s("fp32") or 0.0) * sfu["share"] if sfu else 0.0
     return c, TrainChip(peak, c.memory_bandwidth_bytes_per_s, link, dpbw, low_precision=precision in ("fp8", "fp4"),
                         fp4=precision == "fp4",
                         domain=domain, vector_flop_per_s=c.peak_flop_per_s("fp32") or 0.0,
-                        peak_16bit_flop_per_s=peak16, exp_per_s=exp_rate)
+                        peak_16bit_flop_per_s=peak16, exp_per_s=c.exp_per_s)
 
 
 GRAD_BYTES = {"bf16": 2.0, "fp32": 4.0}  # a framework profile's reduce_dtype: bytes per gradient element reduced

@@ -105,6 +105,15 @@ class Chip(_Strict):
         tf = self.dense_tflops.get(dtype)
         return None if tf is None else float(round(tf * 1e12))
 
+    @property
+    def exp_per_s(self) -> float:
+        """Exponentials per second of its special-function units (the softmax's exp in a fused attention kernel):
+        its fp32 FLOP/s times its generation's share (:data:`aicalc.core.exponentials.SFU_SHARE`); 0 where it is
+        not known."""
+        from aicalc.core.exponentials import exp_per_s
+
+        return exp_per_s(self.kind, self.generation, self.peak_flop_per_s("fp32"))
+
 
 class Node(_Strict):
     """A system of several identical chips (DGX, HGX): resolves to ``count`` × ``chip``."""

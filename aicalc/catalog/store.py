@@ -439,6 +439,13 @@ class ChipRecord(_Linked):
         tf = self._data["dense_tflops"].get(dtype)
         return None if tf is None else float(round(tf * 1e12))
 
+    @property
+    def exp_per_s(self) -> float:
+        """Exponentials per second of its special-function units (:func:`aicalc.core.exponentials.exp_per_s`)."""
+        from aicalc.core.exponentials import exp_per_s
+
+        return exp_per_s(self._data["kind"], self._data.get("generation"), self.peak_flop_per_s("fp32"))
+
 
 class NodeRecord(_Linked):
     """A node preset: ``count`` chips of id ``chip`` on its interconnect."""

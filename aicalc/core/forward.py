@@ -201,7 +201,8 @@ class Op:
     def __init__(self, name: str, kind: str, flop, bytes, weight_bytes, kernels, comm_bytes=0.0,
                  collectives=0.0, dims: tuple | None = None, layers: float = 0.0, quantized: bool = False,
                  bytes_per_weight: float = 2.0, grouped: bool = False, compute: str | None = None,
-                 expert_width: float = 0.0, affine: tuple | None = None, per: str = "token"):
+                 expert_width: float = 0.0, affine: tuple | None = None, per: str = "token",
+                 flop_per_exp: float = 0.0):
         self.name, self.kind, self.flop, self.per = name, kind, flop, per
         self.bytes = bytes  # all bytes moved to or from memory, weights included
         self.weight_bytes = weight_bytes
@@ -220,6 +221,9 @@ class Op:
         # (flop, bytes and comm_bytes are then None: :func:`aicalc.core.pricing.materialize` forms them where they
         # are needed)
         self.affine = affine
+        # a fused attention op: its FLOPs per softmax exponential (aicalc.core.exponentials.flop_per_exp; 0: none),
+        # the exponentials it computes on the special-function units beside its matmuls
+        self.flop_per_exp = flop_per_exp
 
     def __repr__(self) -> str:
         return f"Op({self.name!r}, {self.kind!r})"
@@ -263,6 +267,7 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     import numpy as np
 
     from aicalc.core import geometry as geo
+    from aicalc.core.exponentials import flop_per_exp
 
     f64 = np.float64
     B, T, P, tp = (np.asarray(x, dtype=f64) for x in (batch, new_tokens, past, tp))
@@ -349,11 +354,13 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
             q_io = M / tp * A * (s.qk_dim + s.v_dim) * ab * La  # read q, write the attention output
             per_product = (kv_io + q_io) / 2.0  # each of the two products carries half the traffic
         score_flop, value_flop = Bk * 2.0 * A * s.qk_dim, Bk * 2.0 * A * s.v_dim
-        if fm.flash:
+        if fm.flash:  # one softmax exponential per score element, on the special-function units beside the
+            #           products (aicalc.core.exponentials), carried by the two ops in proportion to their FLOPs
+            fpe = flop_per_exp(s.qk_dim, s.v_dim)
             ops.append(Op("attn_score", "attention", score_flop, per_product, zero, La + zero, layers=La, per=seq,
-                          compute=fm.attention_compute))
+                          compute=fm.attention_compute, flop_per_exp=fpe))
             ops.append(Op("attn_value", "attention", value_flop, per_product, zero, zero, layers=La, per=seq,
-                          compute=fm.attention_compute))
+                          compute=fm.attention_compute, flop_per_exp=fpe))
         else:
             # batched GEMMs per sequence and head: scores Q[T×d]·Kᵀ[d×keys], values P[T×keys]·V[keys×d]; the
             # score / probability matrix (all layers) is written and read back

@@ -29,6 +29,7 @@ class Roofs(Named):
     domain: float = 0.0  # chips per scale-up domain (0: every collective on link_bytes_per_s)
     out_bytes_per_s: float = 0.0  # per chip and direction across domains (the scale-out NIC)
     fp4: bool = False  # compute in FP4 tensor math (efficiency.fp4_flop_factor)
+    exp_per_s: float = 0.0  # the special-function units' exponentials per second (Chip.exp_per_s; 0: not known)
 
     @property
     def ridge_point(self) -> float:
@@ -107,6 +108,8 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
     with np.errstate(divide="ignore", invalid="ignore"):
         t_ideal = np.maximum(op.flop / peak, op.bytes / bw)
         t_c = op.flop / (peak * g)
+        if op.flop_per_exp and roofs.exp_per_s > 0:  # a fused attention: its softmax's exponentials beside its matmuls
+            t_c = np.maximum(t_c, exp_seconds(op, roofs, eff))
         if q and eff.dequant_ops_per_weight:
             t_c = t_c + eff.dequant_ops_per_weight * op.weight_bytes / (op.bytes_per_weight * vec)
         sb = stream_bandwidth(eff, op.kind)
@@ -125,6 +128,15 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
         t_est = t_est + tp_collective_seconds(roofs, op.comm_bytes, tp, eff.link) \
             + op.collectives * eff.collective_latency_s
     return t_ideal, t_est
+
+
+def exp_seconds(op, roofs: Roofs, eff: Efficiency):
+    """Seconds of a fused attention op's softmax exponentials on the special-function units: one per score
+    element, ``op.flop / op.flop_per_exp`` of them (:func:`aicalc.core.exponentials.flop_per_exp`: each op carries
+    its share of an element's exponential in proportion to its FLOPs), at ``flop_max`` of ``roofs.exp_per_s``, the
+    share of its peak a kernel's tensor math reaches in 16-bit (the kernel overlaps the units, so its compute time
+    is the longer of the two: :mod:`aicalc.core.exponentials`)."""
+    return op.flop / (op.flop_per_exp * roofs.exp_per_s * eff.flop_max)
 
 
 def stream_bandwidth(eff: Efficiency, kind: str) -> float:
@@ -218,6 +230,8 @@ def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool, lo: float = 
     import math
 
     _x, fx, bx, _cx = op.affine
+    if op.flop_per_exp and roofs.exp_per_s > 0:  # a time of two compute units: op by op (op_times)
+        return None
     W = float(op.weight_bytes)
     bw = roofs.bandwidth_bytes_per_s
     peak, low, fp4 = roofs.peak_flop_per_s, roofs.low_precision, roofs.fp4

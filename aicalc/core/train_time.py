@@ -192,7 +192,7 @@ class TrainChip(Named):
     domain: int = 8  # chips one scale-up link joins
     vector_flop_per_s: float = 0.0
     peak_16bit_flop_per_s: float = 0.0  # 8-bit runs: the 16-bit peak attention and the LM head run at (0: peak)
-    exp_per_s: float = 0.0  # exponentials per second of the special-function units (:data:`SFU_SHARE`; 0: not known)
+    exp_per_s: float = 0.0  # exponentials per second of the special-function units (Chip.exp_per_s; 0: not known)
 
 
 ELEMENTWISE_KERNELS_PER_LAYER = 6.0  # norms 2, rope + residuals 3, activation 1 (the forward's stream kernels)
@@ -222,29 +222,6 @@ GEMM_PLATEAU = {
 }
 
 
-# Exponentials per second of a GPU's special-function units (MUFU.EX2, the softmax's exp) as a share of its
-# listed fp32 FLOP/s, per generation: 16 per SM and clock (CUDA C++ Programming Guide, "Arithmetic
-# Instructions" throughput table: exp2f 16 results per clock per SM on every listed compute capability)
-# against the fp32 FMA lanes' 2 FLOP each. Used by :func:`exp_bound`; a generation without an entry has no
-# exponential bound (its attention is priced by its tensor rate alone).
-SFU_SHARE = {
-    "Ampere": {"share": 1.0 / 8.0, "source": "A100 (sm_80): 64 fp32 lanes per SM (128 FLOP per clock) and 16 MUFU "
-                                             "exponentials per clock per SM (CUDA C++ Programming Guide throughput table)"},
-    "Hopper": {"share": 1.0 / 16.0, "source": "H100/H200 (sm_90): 128 fp32 lanes per SM (256 FLOP per clock) and 16 MUFU "
-                                              "exponentials per clock per SM (CUDA C++ Programming Guide throughput table)"},
-    "Blackwell": {"share": 1.0 / 16.0,
-                  "source": "B200/GB200 (sm_100): the SFU count and its 16 exponentials per clock per SM unchanged from "
-                            "H100 while the BF16 tensor rate grew 2.25x (FlashAttention-4, Zadouri et al. 2026; "
-                            "https://www.together.ai/blog/flashattention-4: 'both the SFU count and shared memory "
-                            "bandwidth remains unchanged'), 128 fp32 lanes per SM"},
-    "Blackwell Ultra": {"share": 1.0 / 8.0,
-                        "source": "B300/GB300 (sm_103): 'Blackwell Ultra alleviates this bottleneck by doubling SFU "
-                                  "throughput over the standard NVIDIA Blackwell architecture' (MUFU.EX2; NVIDIA "
-                                  "technical blog 'Making Softmax More Efficient with NVIDIA Blackwell Ultra', "
-                                  "https://developer.nvidia.com/blog/making-softmax-more-efficient-with-nvidia-blackwell-ultra/)"},
-}
-
-
 def exp_bound(s: Shape, chip: TrainChip):
     """How much longer than its matmuls a fused attention forward and backward take where the softmax's
     exponentials, one per score element in the forward and one again in the backward (which recomputes P, Dao
@@ -256,13 +233,10 @@ def exp_bound(s: Shape, chip: TrainChip):
     its exponentials take the same 1,024 cycles), gpt-oss's head_dim 64 at 1.9: the forward runs at the
     exponential's pace; on an H100 (r = 0.46 and 0.92) and on Blackwell Ultra, with twice the SFU rate, neither
     is bound."""
-    import numpy as np
+    from aicalc.core.exponentials import exp_ratio, flop_per_exp
 
-    if not chip.exp_per_s > 0:
-        return 1.0, 1.0
-    peak16 = chip.peak_16bit_flop_per_s or chip.peak_flop_per_s
-    r = peak16 / (chip.exp_per_s * 2.0 * (s.qk_dim + s.v_dim))
-    return float(np.maximum(1.0, r)), float(np.maximum(FLASH_BACKWARD, r) / FLASH_BACKWARD)
+    r = exp_ratio(chip.peak_16bit_flop_per_s or chip.peak_flop_per_s, chip.exp_per_s, flop_per_exp(s.qk_dim, s.v_dim))
+    return max(1.0, r), max(FLASH_BACKWARD, r) / FLASH_BACKWARD
 
 
 def training_efficiency(eff: Efficiency) -> Efficiency:
