@@ -24,6 +24,7 @@ SETUPS = [
     ("qwen3-30b-a3b", "h100-sxm", {"engine": "vllm"}),
     ("qwen3-next-80b-a3b", "h100-sxm", {"engine": "vllm"}),  # Gated DeltaNet layers: the delta rule per sequence
     ("gpt-oss-20b", "b200", {}),
+    ("gpt-oss-20b", "tpu7x", {}),  # 64-wide heads laid along 128 lanes (attention_lanes)
     ("deepseek-v3", "h100-sxm", {"dtype": "fp8", "engine": "sglang"}),
     ("mixtral-8x7b", "groq-lpu", {}),
 ]

@@ -577,3 +577,27 @@ def test_fine_grained_curve_reads_the_work_per_token_copy():
         up = 2.0 * s.expert_in * s.H / curve_width(s, "moe_up")  # per token copy, in units of c
         down = 2.0 * s.H * s.expert_ffn / curve_width(s, "moe_down")
         assert (up, down) == (4.0 * s.H, 2.0 * s.H)
+
+
+def test_lane_padding_of_narrow_heads():
+    """A TPU attention kernel computes a head as the next multiple of its 128 lanes wide (presets/classes/tpu.yaml):
+    64 -> 128 (2x), DeepSeek-V3's 192-wide q·k -> 256 (4/3); 128- and 256-wide heads and lane-less chips as they are."""
+    from aicalc.core.pricing import lane_padding
+
+    assert lane_padding(64, 128) == 2.0
+    assert lane_padding(192, 128) == pytest.approx(256 / 192)
+    assert lane_padding(128, 128) == lane_padding(256, 128) == 1.0
+    assert lane_padding(64, 0) == lane_padding(0, 128) == 1.0
+
+
+def test_tpu_attention_lanes_slow_only_narrow_heads():
+    from aicalc.api.train_time import train_time
+
+    kw = dict(seq=8192, global_batch=256, micro_batch=4, dp=64, zero=3, recompute="full", framework="fsdp")
+    for model, narrow in (("gpt-oss-120b", True), ("llama-3.1-8b", False)):
+        tpu = float(train_time(model, "tpu7x", 1e12, **kw)["step_s"][0])
+        off = float(train_time(model, "tpu7x", 1e12, efficiency={"attention_lanes": 0}, **kw)["step_s"][0])
+        assert (tpu > 1.05 * off) if narrow else (tpu == off)
+    gpu = dict(kw, framework="megatron")  # GPU kernels tile heads of 64 natively: no lane factor on the class
+    assert float(train_time("gpt-oss-120b", "h100-sxm", 1e12, **gpu)["step_s"][0]) == \
+        float(train_time("gpt-oss-120b", "h100-sxm", 1e12, efficiency={"attention_lanes": 0}, **gpu)["step_s"][0])

@@ -91,6 +91,10 @@ class Efficiency(Named):
     # fraction of datasheet bandwidth the attention core's KV-cache reads reach (paged-attention kernels that gather
     # the cache page by page; presets/classes give it where a chip's kernels fall short of streaming); 0: bandwidth
     attention_bandwidth: float = 0.0
+    # the vector lane width the attention core's per-head widths are padded to (0: none): TPU Pallas kernels lay a
+    # head's q·k width and its value width along the 128 lanes of a vector register, so a head of width d computes
+    # as ceil(d / lanes) · lanes wide (presets/classes/tpu.yaml; aicalc.core.pricing.lane_padding)
+    attention_lanes: float = 0.0
 
     def with_overrides(self, overrides: dict[str, float]) -> "Efficiency":
         """These factors replaced, each checked against its range (:data:`FACTOR_RANGES`)."""
@@ -161,6 +165,7 @@ FACTOR_RANGES: dict[str, Range] = {
     "tp_overlap": Range(0.0, 1.0, False, _OFF),
     "train_link": Range(0.0, 1.0, False, _OFF),
     "attention_bandwidth": Range(0.0, 1.0, False, _OFF),
+    "attention_lanes": Range(0.0, 1024.0, False, "a vector lane width (0: no padding)"),
 }
 
 

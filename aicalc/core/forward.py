@@ -202,8 +202,9 @@ class Op:
                  collectives=0.0, dims: tuple | None = None, layers: float = 0.0, quantized: bool = False,
                  bytes_per_weight: float = 2.0, grouped: bool = False, compute: str | None = None,
                  expert_width: float = 0.0, affine: tuple | None = None, per: str = "token",
-                 flop_per_exp: float = 0.0):
+                 flop_per_exp: float = 0.0, width: float = 0.0):
         self.name, self.kind, self.flop, self.per = name, kind, flop, per
+        self.width = width  # fused attention products: the per-head width of the product (q·k's d_qk, the value's d_v)
         self.bytes = bytes  # all bytes moved to or from memory, weights included
         self.weight_bytes = weight_bytes
         self.kernels = kernels  # kernel launches
@@ -358,9 +359,9 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
             #           products (aicalc.core.exponentials), carried by the two ops in proportion to their FLOPs
             fpe = flop_per_exp(s.qk_dim, s.v_dim)
             ops.append(Op("attn_score", "attention", score_flop, per_product, zero, La + zero, layers=La, per=seq,
-                          compute=fm.attention_compute, flop_per_exp=fpe))
+                          compute=fm.attention_compute, flop_per_exp=fpe, width=s.qk_dim))
             ops.append(Op("attn_value", "attention", value_flop, per_product, zero, zero, layers=La, per=seq,
-                          compute=fm.attention_compute, flop_per_exp=fpe))
+                          compute=fm.attention_compute, flop_per_exp=fpe, width=s.v_dim))
         else:
             # batched GEMMs per sequence and head: scores Q[T×d]·Kᵀ[d×keys], values P[T×keys]·V[keys×d]; the
             # score / probability matrix (all layers) is written and read back

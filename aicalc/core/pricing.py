@@ -103,6 +103,8 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
             g = np.maximum(g, eff.gemv_efficiency * vec / peak)
     else:
         g = math_share(eff, low, fp4)
+        if op.kind == "attention":
+            g = g / lane_padding(getattr(op, "width", 0.0), eff.attention_lanes)
     q = op.quantized and quantized
     wq = eff.quant_bandwidth if q else eff.bandwidth
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -137,6 +139,21 @@ def exp_seconds(op, roofs: Roofs, eff: Efficiency):
     share of its peak a kernel's tensor math reaches in 16-bit (the kernel overlaps the units, so its compute time
     is the longer of the two: :mod:`aicalc.core.exponentials`)."""
     return op.flop / (op.flop_per_exp * roofs.exp_per_s * eff.flop_max)
+
+
+def lane_padding(width, lanes) -> float:
+    """How much wider a fused attention product computes than its per-head ``width`` where the kernel lays that
+    width along vector lanes: ``ceil(width / lanes) · lanes / width`` (1 where ``lanes`` or ``width`` is 0). TPU
+    Pallas kernels hold a head's q and k rows and its output along the 128 lanes of a vector register (JAX
+    ``jax/_src/tpu_info.py``: ``NUM_LANES = 128`` on every TPU generation); the splash attention kernel pads the
+    value width to them ("If the head_dim_v is not a multiple of the number of lanes, it will be padded to that
+    multiple with zeros", tokamax ``splash_attention_kernel.py`` @ 783ea957, as JAX's own): gpt-oss's 64-wide
+    heads compute as 128 (2x), DeepSeek-V3's 192-wide q·k as 256 (4/3)."""
+    import math
+
+    if not lanes > 0 or not width > 0:
+        return 1.0
+    return math.ceil(width / lanes) * lanes / width
 
 
 def stream_bandwidth(eff: Efficiency, kind: str) -> float:
@@ -240,6 +257,8 @@ def _line_parts(op, roofs: Roofs, eff: Efficiency, quantized: bool, lo: float = 
     vec = vector_rate(roofs, eff)
     q = op.quantized and quantized
     g = math_share(eff, low, fp4)
+    if op.kind == "attention":  # a head narrower than the lanes it is laid along (op_times)
+        g = g / lane_padding(getattr(op, "width", 0.0), eff.attention_lanes)
     shift, gemv = 0.0, None
     try:
         if op.kind == "gemm":
