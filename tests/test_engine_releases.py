@@ -88,3 +88,30 @@ def test_profile_rules_are_checked(tmp_path, monkeypatch):
     assert profiles._pool_rule({"per_context_length": 512, "at_least": 4096, "at_most": 2048,
                                 "tokens_per_request": 2}) is not None
     assert profiles._pool_rule({"per_context_length": 512, "at_least": 2048}) is not None
+
+
+@pytest.mark.parametrize("chip, tokens", [
+    # vllm/engine/arg_utils.py @ 99d7eb5d, _set_default_args (V1), the API server's (vllm serve):
+    # 'default_max_num_batched_tokens = {..., UsageContext.OPENAI_API_SERVER: 8192}' on >= 70 GiB chips that are no
+    # A100, '{..., UsageContext.OPENAI_API_SERVER: 2048}' on the others
+    ("h100-sxm", 8192), ("b200", 8192), ("mi300x", 8192), ("a100-80gb", 2048), ("l4", 2048),
+])
+def test_vllm_v1_token_budget_by_chip_drives_the_simulator_and_its_launch_command(cli, chip, tokens):
+    from aicalc.api.catalog import load_chip
+    from aicalc.catalog import profiles
+
+    assert profiles.token_budget(profiles.load("engine", "vllm").options, load_chip(chip)) == tokens
+    out = cli("serve", "llama-3.1-8b", "--chip", chip, "--engine", "vllm", "--rate", "2", "--num-requests", "40",
+              "--emit", "vllm")
+    assert out.code == 0, out.err
+    assert f"--max-num-batched-tokens {tokens} " in out.out
+
+
+def test_an_engine_without_a_budget_steps_8192_tokens():
+    """The default step budget (aicalc.core.serving.TOKEN_BUDGET) where the profile names none: TensorRT-LLM's
+    max_num_tokens 8192 (its LLM API default), and vLLM V0 as the simulator always ran it."""
+    from aicalc.api.catalog import load_chip
+    from aicalc.catalog import profiles
+
+    for engine in ("vllm-v0", "trtllm", "sglang", "generic"):
+        assert profiles.token_budget(profiles.load("engine", engine).options, load_chip("a100-80gb")) == 8192

@@ -13,12 +13,13 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
+from aicalc.core.serving import TOKEN_BUDGET  # batched tokens per step the fixed-batch estimate assumes
+
 # the releases whose argument definitions tests/data/engine_args.json records
 RELEASES = {"vllm": "0.33.0", "sglang": "0.5.23", "trtllm": "1.2.1"}
 NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 # chip vendors each engine's release runs on (vLLM: CUDA, ROCm, TPU and Gaudi platforms; SGLang: CUDA and ROCm)
 VENDORS = {"vllm": ("NVIDIA", "AMD", "Google", "Intel"), "sglang": ("NVIDIA", "AMD"), "trtllm": ("NVIDIA",)}
-TOKEN_BUDGET = 8192  # batched tokens per step both estimators assume (vLLM's chunked-prefill default)
 
 # aicalc KV-cache formats → each engine's --kv-cache-dtype value (absent: the release has none)
 _KV = {"vllm": {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8_e4m3", "int8": "int8_per_token_head",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from aicalc.api.results import Table
 from aicalc.api.traffic import DEFAULT_SEQS, MAX_ARRIVAL_S, _percentile
+from aicalc.core.serving import TOKEN_BUDGET
 
 MAX_FLEET_CHIPS = 16384  # the largest fleet searched
 FLEET_REQUESTS = 1000  # requests simulated per replica count (p99: the 10th slowest)
@@ -157,7 +158,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
                 setups[key] = cost_setup(spec, lay.chip, lay.dtype, lay.kv_dtype, tp_needs_link=lay.tp > 1,
                                          engine=engine)
             rep = replica(spec, lay, engine=engine, policy=policy, longest=longest, cs=setups[key], need=longest,
-                          max_seqs=DEFAULT_SEQS)  # the emitted launch command's max_num_seqs (commands/serve.py)
+                          max_seqs=DEFAULT_SEQS, token_budget=TOKEN_BUDGET)  # as the emitted command pins them
         except AicalcError as e:  # e.g. no math for this dtype on this chip
             warnings.append(f"{lay.chip} TP {lay.tp}{f' PP {lay.pp}' if lay.pp > 1 else ''} {lay.dtype}: {e}")
             continue
@@ -277,7 +278,8 @@ def simulate_deployments(model, rows: list[dict], *, rate=None, requests=None, p
     def rep_of(chip, tp, dtype, kv_dtype, ep=1, attention_dp=1, pp=1):
         lay = Layout(chip, int(tp), dtype, kv_dtype, int(ep), int(attention_dp), int(pp))
         if lay not in reps:
-            reps[lay] = replica(spec, lay, engine=engine, policy=policy, longest=longest, max_seqs=DEFAULT_SEQS)
+            reps[lay] = replica(spec, lay, engine=engine, policy=policy, longest=longest, max_seqs=DEFAULT_SEQS,
+                                token_budget=TOKEN_BUDGET)  # as the emitted command pins them
         return reps[lay]
 
     out = []

@@ -314,7 +314,8 @@ def policy_of(engine: str | None, policy: str | None = None) -> str:
 
 
 def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int | None = None,
-            token_budget: int = 8192, utilization=0.9, longest: int = 2048, cs=None, need: int | None = None) -> Replica:
+            token_budget: int | None = None, utilization=0.9, longest: int = 2048, cs=None,
+            need: int | None = None) -> Replica:
     """A replica of ``layout`` for the simulation: step-time tables up to ``longest`` tokens of context, and the
     KV blocks of 16 tokens vLLM's budget leaves beside weights and overhead (``utilization`` of memory).
 
@@ -329,7 +330,9 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int | 
     ``need``: a replica whose KV cache holds fewer tokens than that (``capacity_tokens``) comes without its step
     tables (``cost`` None), for a caller that drops it.
 
-    ``max_seqs`` None: the engine's own cap, :func:`default_seqs`."""
+    ``max_seqs`` None: the engine's own cap, :func:`default_seqs`; ``token_budget`` None: its own step budget on
+    the chip (:func:`aicalc.catalog.profiles.token_budget`: vLLM V1 8192 on the large chips, 2048 on the others;
+    8192 where the profile sets none)."""
     from aicalc.api import inputs
     from aicalc.api.catalog import resident_weights
     from aicalc.api.roofline import cost_setup
@@ -352,6 +355,10 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int | 
                                             eng_opts.get("kv_budget", "total")))
     if max_seqs is None:
         max_seqs = default_seqs(cs, tp, adp, budget / stage_share(arch, pp))
+    if token_budget is None:
+        from aicalc.catalog.profiles import token_budget as engine_budget
+
+        token_budget = engine_budget(eng_opts, cs.chip)
     for name, v, most in (("max_seqs", max_seqs, MAX_SEQS), ("token_budget", token_budget, MAX_TOKENS)):
         if inputs.single(name, v, whole=True) > most:
             raise ParameterError(name, v, f"is above the cap of {most:,}")
@@ -402,7 +409,8 @@ def _rate_text(rate):
 
 def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, gen=256, num_requests: int = 1000,
              tp: int | None = None, chips: int | None = None, dtype: str = "release", kv_dtype: str = "bf16", engine=None,
-             max_ttft=None, max_tpot=None, max_seqs: int | None = None, token_budget: int = 8192, utilization=0.9,
+             max_ttft=None, max_tpot=None, max_seqs: int | None = None, token_budget: int | None = None,
+             utilization=0.9,
              seed: int = 0, policy: str | None = None, ep: int = 1, attention_dp: int = 1, pp: int = 1,
              efficiency=None) -> Traffic:
     """Requests arriving at ``rate`` per second (Poisson; an array sweeps it) over the whole deployment, spread
@@ -415,7 +423,8 @@ def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, g
     replica of ``tp·pp`` chips (vLLM ``--pipeline-parallel-size``, SGLang ``--pp-size``), run with ``pp``
     micro-batches in flight (:func:`replica`, :func:`_step_cost`). ``efficiency``: factor overrides, as
     :func:`aicalc.api.roofline.roofline` takes them. ``max_seqs``: sequences one replica runs at once (default:
-    the engine's cap, :func:`default_seqs`).
+    the engine's cap, :func:`default_seqs`); ``token_budget``: tokens one step batches (default: the engine's on
+    the chip, :func:`replica`).
 
     Bounded before any work (docs/robustness.md): at most :data:`MAX_REQUESTS` requests and
     :data:`MAX_SIMULATED` over all rates; every request's prompt + gen within one replica's KV cache (a bigger

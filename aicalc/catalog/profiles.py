@@ -28,7 +28,9 @@ kind whose factors and options it starts from, or an engine family's name: its l
   ``max_num_seqs_by_chip`` (rules that set it by the chip, the first that matches: ``{min_memory_gib, value}`` with
   an optional ``name_excludes``, a list of texts none of which may be in the chip's name: vLLM V1's
   ``device_memory >= 70 GiB and "a100" not in device_name``; a profile that sets ``max_num_seqs`` alone drops
-  the rules of the profile it extends), ``max_running_from_pool`` (a cap derived from the KV
+  the rules of the profile it extends), ``max_num_batched_tokens`` and ``max_num_batched_tokens_by_chip`` (the
+  tokens one scheduler step batches by default, and rules that set it by the chip, as for ``max_num_seqs``;
+  :func:`token_budget`), ``max_running_from_pool`` (a cap derived from the KV
   pool one scheduler holds, SGLang's: ``{per_context_length, at_least, at_most, tokens_per_request}``, the cap
   min(T // tokens_per_request, min(max(floor(T / context_len · per_context_length), at_least), at_most)) for a pool
   of T tokens and the model's context length; :func:`max_running`), ``kv_reserve`` (``live``: a running sequence
@@ -138,7 +140,8 @@ def _yaml_files(folder: Path) -> list[Path]:
 # aicalc.api.train_memory: context_bytes, nccl_communicator_bytes, nccl_all_to_all_bytes; aicalc.api.serving:
 # max_num_seqs, max_num_seqs_by_chip, max_running_from_pool, model_defaults (through max_running), swa_full_tokens_ratio,
 # kv_reserve, kv_budget;
-# aicalc.api.traffic: scheduler; aicalc.commands.train_time: default_zero;
+# aicalc.api.traffic: scheduler, max_num_batched_tokens, max_num_batched_tokens_by_chip (through token_budget);
+# aicalc.commands.train_time: default_zero;
 # aicalc.api.train_time: reduce_dtype), each with an optional
 # ``KEY_source`` text. A key no code reads is refused rather than silently ignored (a typo would change nothing).
 
@@ -236,7 +239,8 @@ def is_release_date(text: str) -> bool:
 
 
 def _seq_rules(v) -> str | None:
-    """``max_num_seqs_by_chip``: a list of ``{min_memory_gib: number, value: sequences, name_excludes: [texts]}``."""
+    """``max_num_seqs_by_chip`` (and ``max_num_batched_tokens_by_chip``): a list of ``{min_memory_gib: number, value:
+    a whole number, name_excludes: [texts]}``."""
     if not isinstance(v, list) or not v or len(v) > 64:
         return f"must be a list of rules {{min_memory_gib, value, name_excludes}}, got {_show(v)}"
     for rule in v:
@@ -312,6 +316,27 @@ def swa_ratio(options: dict, model_type: str | None = None, given: float | None 
     return float(r) if r is not None else None
 
 
+def _chip_rule(options: dict, key: str, chip):
+    """The ``value`` of the first ``KEY_by_chip`` rule ``chip`` meets (its memory at least ``min_memory_gib`` GiB,
+    its name holding none of ``name_excludes``, case-insensitive: vLLM V1's EngineArgs._set_default_args reads the
+    device so), else the profile's ``KEY``, else None."""
+    memory_gib = float(getattr(chip, "memory_bytes", 0) or 0) / 2**30
+    name = str(getattr(chip, "name", "") or "").lower()
+    for rule in options.get(f"{key}_by_chip") or ():
+        if memory_gib >= rule["min_memory_gib"] and not any(x.lower() in name for x in rule.get("name_excludes", ())):
+            return rule["value"]
+    return options.get(key)
+
+
+def token_budget(options: dict, chip) -> int:
+    """Tokens one scheduler step of an engine may batch by default on ``chip``: its profile's
+    ``max_num_batched_tokens`` (or the ``max_num_batched_tokens_by_chip`` rule the chip meets: vLLM V1's API
+    server 8192 on the large chips, 2048 on the others), else :data:`aicalc.core.serving.TOKEN_BUDGET`."""
+    from aicalc.core.serving import TOKEN_BUDGET
+
+    return int(_chip_rule(options, "max_num_batched_tokens", chip) or TOKEN_BUDGET)
+
+
 def max_running(options: dict, chip, pool_tokens=None, context=None, model_type: str | None = None,
                 schedulers: int = 1) -> int | None:
     """The most sequences one scheduler of an engine runs at once by default on ``chip`` (None: no cap of its
@@ -324,13 +349,7 @@ def max_running(options: dict, chip, pool_tokens=None, context=None, model_type:
     ``model_type`` with ``max_running_requests`` replaces the pool-derived cap: the engine's default for the whole
     server, shared by its ``schedulers`` (SGLang's DeepSeek-V4 hook sets --max-running-requests 256, and
     TpModelWorker gives each attention-DP rank max_running_requests // dp_size)."""
-    cap = options.get("max_num_seqs")
-    memory_gib = float(getattr(chip, "memory_bytes", 0) or 0) / 2**30
-    name = str(getattr(chip, "name", "") or "").lower()
-    for rule in options.get("max_num_seqs_by_chip") or ():
-        if memory_gib >= rule["min_memory_gib"] and not any(x.lower() in name for x in rule.get("name_excludes", ())):
-            cap = rule["value"]
-            break
+    cap = _chip_rule(options, "max_num_seqs", chip)
     pool = options.get("max_running_from_pool")
     server = model_default(options, model_type, "max_running_requests")
     if server is not None:
@@ -354,6 +373,7 @@ OPTIONS = {
               "nccl_all_to_all_bytes": _bytes},
     "engine": {"release": _release, "family": _family, "kv_shared": _flag, "gguf_compute": _compute_dtype,
                "gguf_compute_vendors": _texts, "max_num_seqs": _sequences, "max_num_seqs_by_chip": _seq_rules,
+               "max_num_batched_tokens": _sequences, "max_num_batched_tokens_by_chip": _seq_rules,
                "max_running_from_pool": _pool_rule, "scheduler": _scheduler,
                "swa_full_tokens_ratio": _ratio, "model_defaults": _model_defaults,
                "kv_reserve": _kv_reserve, "kv_budget": _kv_budget,
@@ -423,8 +443,9 @@ def _load(roots: tuple[str, ...], kind: str, profile_id: str) -> Profile:
     for _, _, data in reversed(chain):  # the base first; each profile overrides what it extends
         factors.update(data["factors"][0])
         sources.update(data["factors"][1])
-        if "max_num_seqs" in data["options"] and "max_num_seqs_by_chip" not in data["options"]:
-            options.pop("max_num_seqs_by_chip", None)  # a cap set here is not refined by the rules it extends
+        for key in ("max_num_seqs", "max_num_batched_tokens"):  # a value set here is not refined by the rules
+            if key in data["options"] and f"{key}_by_chip" not in data["options"]:  # of the profile it extends
+                options.pop(f"{key}_by_chip", None)
         options.update(data["options"])
         by_class.update(data["by_class"])
         by_generation.update(data["by_generation"])

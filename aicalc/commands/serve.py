@@ -217,7 +217,8 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "pp": pp, "ep": ep,
               "attention_dp": attention_dp, "replicas": m["replicas"], "rate": rate, "requests": requests, "prompt": prompt, "gen": gen, "max_ttft": max_ttft,
               "max_tpot": max_tpot, "dtype": dtype, "kv_dtype": kv_dtype, "engine": cs.engine, "seed": int(seed),
-              "kv_blocks_per_replica": m["kv_blocks"], "policy": m["policy"], "max_seqs_per_replica": m["max_seqs"]}
+              "kv_blocks_per_replica": m["kv_blocks"], "policy": m["policy"], "max_seqs_per_replica": m["max_seqs"],
+              "token_budget": m["token_budget"]}
     columns = ["rate", *(["pp"] if pp > 1 else []), "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s",
                "output_tokens_per_s", "goodput_requests_per_s", "preemptions"]
     kv = ("paged KV, prompt + output reserved at admission (no preemption)"
@@ -401,6 +402,7 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
     from aicalc.api.emit import NAMES, RELEASES, launch_commands
     from aicalc.api.serving import serve
     from aicalc.api.traffic import DEFAULT_SEQS
+    from aicalc.core.serving import TOKEN_BUDGET
     from aicalc.errors import AicalcError
     from aicalc.sweep import int_sweep
 
@@ -409,6 +411,7 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
     prompt = max(int_sweep(str(_axis_text(inp["prompt"])), "--prompt"))
     gen = max(int_sweep(str(_axis_text(inp["gen"])), "--gen"))
     utilization = inp.get("gpu_memory_utilization") or inspect.signature(serve).parameters["utilization"].default
+    budget = TOKEN_BUDGET  # the step's batched tokens the estimate ran with (the fleet's pinned, serve's fixed batch)
     if inp.get("fleet"):  # the fleet search's cheapest row: simulated with the scheduler's sequence cap
         if not rows:
             e = AicalcError("no fleet meets the targets: nothing to launch")
@@ -433,6 +436,7 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
         chip, model = inp["chip"], inp["model"]
         best = {"tp": inp["tp"], "replicas": inp["replicas"], "dtype": inp["dtype"], "kv_dtype": inp["kv_dtype"],
                 "max_num_seqs": inp["max_seqs_per_replica"]}
+        budget = int(inp.get("token_budget") or budget)  # the simulated step's, launched as it ran
         best.update({k: rows[0][k] for k in ("ep", "attention_dp", "pp") if rows and k in rows[0]})
         picked = "the simulated deployment (its scheduler runs at most max_seqs sequences per replica)"
     else:
@@ -451,7 +455,7 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
                   + ("the fastest row meeting the targets" if meeting else "the fastest row that fits"
                      + ("; no row meets the targets" if slo else "")))
     cmds = launch_commands(engine, model, chip, best, max_model_len=prompt + gen, utilization=utilization,
-                           draft=draft, draft_tokens=int(draft_tokens))
+                           draft=draft, draft_tokens=int(draft_tokens), token_budget=budget)
     notes = [f"{NAMES[engine]} {RELEASES[engine]}: every flag checked against the release's argument definitions "
              "(tests/data/engine_args.json)", f"deployment: {picked}",
              f"max sequences per replica {int(best['max_num_seqs'])} (the estimate's concurrency per replica), "
