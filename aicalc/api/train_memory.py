@@ -89,11 +89,10 @@ def setup_of(**kw):
         raise ParameterError("recompute", s.recompute, "is not modelled with {lora_rank} (the adapters' matmuls "
                              "shift which outputs torchtitan's every-second-mm policy keeps); use none, full or "
                              "every-N")
-    if s.compile and (s.framework != "hf" or s.recompute == act.SELECTIVE_OP or s.quant != "none"):
+    if s.compile and (s.framework != "hf" or s.quant != "none"):
         raise ParameterError("compile", True, "is modelled for transformers models ({framework=hf}) trained in full "
-                             "or with LoRA, without selective-op recompute or a quantized base (inductor keeps "
-                             "another set there, not modelled: the eager estimate is an upper bound, "
-                             "docs/train-mem.md)")
+                             "or with LoRA, without a quantized base (bitsandbytes' 4-bit matmuls are not traced "
+                             "here, not modelled: the eager estimate is an upper bound, docs/train-mem.md)")
     if s.framework == "hf" and (s.sp or s.virtual_stages > 1):
         raise ParameterError("framework", "hf", "has no sequence parallelism or virtual pipeline stages; use "
                              "{framework=megatron}")
@@ -300,9 +299,9 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     cps = sorted({int(c) for c in inputs.positive("cp", cp, whole=True).reshape(-1)})
     if st.attention == "eager":
         cps = [1]  # eager attention has no context-parallel path
-    # selective-op is not searched where it is not modelled (LoRA; compiled layers: setup_of refuses both)
+    # selective-op is not searched where it is not modelled (LoRA: setup_of refuses it)
     recomputes = ("none", "full") + (("selective",) if st.framework == "megatron" else
-                                     ("every-2",) if st.lora_rank or st.compile else ("selective-op", "every-2"))
+                                     ("every-2",) if st.lora_rank else ("selective-op", "every-2"))
     chips = inputs.whole("chips", chips)
     from aicalc.catalog import profiles
 

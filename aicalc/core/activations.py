@@ -567,6 +567,34 @@ def hf_selective_op_layer(B, S, arch: Arch, a, attention="sdpa", t=1):
     return a * BS * arch.hidden + a * BS * mm + attn
 
 
+def compiled_selective_saving(B, S, arch: Arch, a, t=1):
+    """Bytes of :func:`hf_selective_op_layer` a layer does not keep when torchtitan compiles it under op-level
+    selective activation checkpointing (``torchtitan/models/llama3/infra/parallelize.py``: ``apply_ac`` wraps each
+    block in ``checkpoint_wrapper(block, context_fn=...)``, then ``apply_compile`` compiles the wrapped block).
+    Dynamo traces the checkpoint and its policy into the graph and AOTAutograd's partitioner saves the ``MUST_SAVE``
+    outputs that the backward or its recomputation reads; the eager checkpoint's cache keeps every one. The only
+    kept output nothing reads again is ``down_proj``'s, when it is kept: the last ``aten.mm`` of a layer with an odd
+    count of them (:func:`_mm_widths`: Llama, Mistral, Qwen3, seven), which feeds only the layer's closing residual
+    add, ``a·BSH`` (a row-parallel partial sum under TP: full width). ``o_proj``'s output, kept where the q/k/v
+    biases make the count four (Qwen2), stays: recomputing the post-attention norm reads the residual sum it
+    forms. Phi-3's four (its fused qkv and gate_up) keep neither o nor down: nothing. Everything else the compiled
+    layer keeps is the eager SAC set: its input, the kept mm outputs, SDPA's output and log-sum-exp.
+
+    Counted with saved-tensor hooks (plus the eager SAC cache) on the CPU around eager and compiled
+    ``checkpoint_wrapper`` layers with record_activations' copy of torchtitan's policy: Llama in bf16, AMP and fp32,
+    Qwen3 and Qwen2 in bf16, five shapes each (hidden, FFN, heads, head size varied one at a time): the
+    difference is exactly ``a·H`` a token for Llama and Qwen3 (512 bytes at H = 256 in bf16, 1,024 in fp32, 768 at
+    H = 384) and 0 for Qwen2 (validation/record_compiled.py, ``selective-op`` records;
+    tests/test_compiled_saving.py)."""
+    import numpy as np
+
+    widths = _mm_widths(arch, t)
+    if arch.mlp_bias or not widths or len(widths) % 2 == 0:
+        return 0.0
+    B, S, a = (np.asarray(x, dtype=np.float64) for x in (B, S, a))
+    return a * B * S * widths[-1]
+
+
 def hf_frozen_saving(B, S, arch: Arch, a, attention="sdpa", t=1):
     """Bytes of :func:`hf_layer` a layer does not save when its base weights are frozen (LoRA, QLoRA).
 
@@ -604,7 +632,7 @@ def hf_frozen_outside(B, S, arch: Arch, a, stat_bytes=4, stage="all"):
 
 
 def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4, recompute="none",
-               attention="sdpa", loss="full", stage="all", layers=None):
+               attention="sdpa", loss="full", stage="all", layers=None, compiled=False):
     """Bytes saved outside the decoder layers, loss included (``labels=input_ids``).
 
     * embedding: the int64 token ids (8BS); learned positions (GPT-2) also the position ids (8S);
@@ -621,7 +649,10 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
     * with selective checkpoints (``recompute="selective-op"``, or "every-N" when some of the device's
       ``layers`` are checkpointed) the non-reentrant checkpoints hold the layers' keyword arguments until
       backward: the RoPE tables and the int64 position ids (8S), and with eager attention the [B, 1, S, S]
-      causal mask (a·B·S², one storage for all layers).
+      causal mask (a·B·S², one storage for all layers). Compiled (``compiled``, torchtitan's ``apply_compile``
+      over its ``apply_ac`` wrapper) selective-op layers hold no closure: their graphs save the keyword arguments
+      their backward reads, the RoPE tables, and not the position ids (validation/record_compiled.py,
+      ``selective-op`` records: 8S less, 4 bytes a token at batch 2).
     With t > 1 the vocabulary is split (Megatron's vocab-parallel loss): 4·BS·V/t.
 
     ``stage``: under pipeline parallelism the embedding terms live on the first stage ("first") and the
@@ -644,7 +675,7 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
     L = np.asarray(arch.layers if layers is None else layers, dtype=np.float64)
     # selective checkpoints (non-reentrant, torch.utils.checkpoint with use_reentrant=False) on this device:
     # selective-op on every layer, or every-N (N > 1) with at least N layers here
-    selective = np.asarray(recompute) == SELECTIVE_OP
+    selective = (np.asarray(recompute) == SELECTIVE_OP) & ~np.asarray(compiled, dtype=bool)
     if np.any(every > 1):
         selective = selective | ((every > 1) & (L >= every))
     if arch.compressed is not None:  # DeepSeek-V4: the token ids; the mHC head's collapse and the final norm

@@ -437,8 +437,10 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         op = np.asarray(recompute) == act.SELECTIVE_OP
         per_layer = layer
         if np.any(op):
-            per_layer = np.where(op, act.hf_selective_op_layer(B, S_loc, arch, a, o.attention, tp)
-                                 + (a_in - a) * B * S_loc * arch.hidden, layer)
+            sac = act.hf_selective_op_layer(B, S_loc, arch, a, o.attention, tp) + (a_in - a) * B * S_loc * arch.hidden
+            if o.compile:  # the compiled graph drops the kept down_proj output nothing reads again
+                sac = sac - act.compiled_selective_saving(B, S_loc, arch, a, tp)
+            per_layer = np.where(op, sac, layer)
         every = act.recompute_every(recompute)
         width = act.layer_input_width(arch)  # H; V4's n mHC streams: n·H
         if np.ndim(every) == 0 and every == 1:  # full recompute everywhere (the common case): no mixing
@@ -450,7 +452,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         # each stage's terms where this rank may be that stage (0 where it is not: they are never added)
         ends = [st for st, c in (("first", is_first), ("last", is_last)) if np.ndim(c) or c]
         outside = {st: act.hf_outside(B, S_loc, arch, a, tp, kw["dropout"], recompute=recompute,
-                                      attention=o.attention, loss=o.loss, stage=st, layers=layers_dev)
+                                      attention=o.attention, loss=o.loss, stage=st, layers=layers_dev,
+                                      compiled=o.compile)
                    if st in ends else 0.0 for st in ("first", "last")}
         if o.framework == "litgpt" and "last" in ends:
             # LitGPT's loss (finetune/*.py: ``model(input_ids, lm_head_chunk_size=128)`` then
