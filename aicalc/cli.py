@@ -538,7 +538,7 @@ def _train_mem(Format, Json, Columns, Model):
         quant: Annotated[str, typer.Option("--quant", help="base weights with LoRA: none | nf4 | nf4-dq | int8")] = "none",
         lora_dropout: Annotated[float, typer.Option("--lora-dropout", help="LoRA dropout on the adapters' input (modelled with --framework litgpt)")] = 0.0,
         bnb_keeps_inputs: Annotated[bool, typer.Option("--bnb-keeps-inputs", help="bitsandbytes < 0.43.2: MatMul4Bit keeps its input until the graph is freed")] = False,
-        compile_: Annotated[bool, typer.Option("--compile", help="each decoder layer torch.compile'd (torchtitan, torchtune): inductor recomputes the norms' and SwiGLU's pointwise ops instead of saving them (full training or LoRA)")] = False,
+        compile_: Annotated[bool, typer.Option("--compile", help="each decoder layer torch.compile'd (torchtitan, torchtune): inductor recomputes the norms' and SwiGLU's pointwise ops instead of saving them (full training or LoRA, not a quantized base)")] = False,
         offload: Annotated[str, typer.Option("--offload", help="none | optimizer | params (to host memory)")] = "none",
         dropout: Annotated[float | None, typer.Option("--dropout", help="hidden dropout (default: the family's)")] = None,
         chip: Annotated[list[str] | None, typer.Option("--chip", help="chip id: fits per device (repeatable)",
