@@ -85,6 +85,9 @@ def test_profile_rules_are_checked(tmp_path, monkeypatch):
     assert profiles._seq_rules([{"min_memory_gib": 70, "value": 1024, "name_excludes": ["a100"]}]) is None
     assert profiles._seq_rules([{"min_memory_gib": 70}]) is not None
     assert profiles._seq_rules([{"min_memory_gib": -1, "value": 4}]) is not None
+    assert profiles._seq_rules([{"min_memory_gib": 70, "value": 8, "kind_excludes": ["tpu", "npu"]}]) is None
+    for bad in ("tpu", [], ["tpus"], [5], [None], ["TPU"], [["tpu"]], {"tpu": 1}, ["tpu"] * 65):
+        assert "kind_excludes" in profiles._seq_rules([{"min_memory_gib": 70, "value": 8, "kind_excludes": bad}])
     assert profiles._pool_rule({"per_context_length": 512, "at_least": 4096, "at_most": 2048,
                                 "tokens_per_request": 2}) is not None
     assert profiles._pool_rule({"per_context_length": 512, "at_least": 2048}) is not None
@@ -105,6 +108,37 @@ def test_vllm_v1_token_budget_by_chip_drives_the_simulator_and_its_launch_comman
               "--emit", "vllm")
     assert out.code == 0, out.err
     assert f"--max-num-batched-tokens {tokens} " in out.out
+
+
+@pytest.mark.parametrize("chip", ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu7x"])
+def test_vllm_tpu_runs_256_sequences_and_2048_tokens_on_every_tpu(cli, chip):
+    """Hand-read from vllm/engine/arg_utils.py @ 99d7eb5d, _set_default_args: 'try: device_memory =
+    current_platform.get_device_total_memory() ... except Exception: device_memory = 0', and vLLM TPU's platform
+    (vllm-project/tpu-inference tpu_inference/platforms/tpu_platform.py @ b8692ff0) has get_device_total_memory
+    'raise NotImplementedError': so a TPU takes the 'else' branch, OPENAI_API_SERVER 2048 tokens and 256 sequences,
+    even the 95 GiB v5p and the 192 GiB TPU7x that the >= 70 GiB GPU rule would give 8192 / 1024. The TPU table
+    ('V6E': 1024, 'V5E': 512, 'V5P': 256) is looked up with get_device_name(), which returns 'TPU V6E'
+    (f"TPU {chip_type.name}") and so matches no key: 2048 on every generation."""
+    from aicalc.api.catalog import load_chip
+    from aicalc.catalog import profiles
+
+    opts = profiles.load("engine", "vllm").options
+    assert profiles.token_budget(opts, load_chip(chip)) == 2048
+    assert profiles.max_running(opts, load_chip(chip)) == 256
+    out = cli("serve", "llama-3.2-3b", "--chip", chip, "--engine", "vllm", "--rate", "1", "--num-requests", "20",
+              "--emit", "vllm")
+    assert out.code == 0, out.err
+    assert "--max-num-batched-tokens 2048 " in out.out
+
+
+def test_chip_kinds_of_the_rules_are_the_schemas():
+    """kind_excludes names the kinds a chip preset may have (aicalc.catalog.schema.Chip.kind)."""
+    import typing
+
+    from aicalc.catalog import profiles
+    from aicalc.catalog.schema import Chip
+
+    assert set(profiles.CHIP_KINDS) == set(typing.get_args(Chip.model_fields["kind"].annotation))
 
 
 def test_an_engine_without_a_budget_steps_8192_tokens():

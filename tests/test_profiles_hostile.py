@@ -143,6 +143,13 @@ def test_engine_max_num_seqs_of_the_wrong_type_or_range(tmp_path, value):
     ("factors: {}\nkv_shared: 1", "kv_shared"),
     ("factors: {}\nmax_num_seqs: 8\nmax_num_seqs_source: [x]", "max_num_seqs_source"),
     ("factors: {}\nmax_num_seq: 8", "max_num_seq"),  # a typo is refused, not ignored
+    ("factors: {}\nmax_num_seqs_by_chip: [{min_memory_gib: 70, value: 8, kind_excludes: tpu}]", "kind_excludes"),
+    ("factors: {}\nmax_num_seqs_by_chip: [{min_memory_gib: 70, value: 8, kind_excludes: [gpus]}]", "kind_excludes"),
+    ("factors: {}\nmax_num_seqs_by_chip: [{min_memory_gib: 70, value: 8, kind_excludes: []}]", "kind_excludes"),
+    ("factors: {}\nmax_num_seqs_by_chip: [{min_memory_gib: 70, value: 8, kind_excludes: [.nan]}]", "kind_excludes"),
+    ("factors: {}\nmax_num_batched_tokens_by_chip: [{min_memory_gib: 0, value: 8, kind_excludes: [{a: 1}]}]",
+     "kind_excludes"),
+    ("factors: {}\nmax_num_seqs_by_chip: [{min_memory_gib: 70, value: 8, kinds: [tpu]}]", "max_num_seqs_by_chip"),
     ("factors: {}\ndefault_zero: 1", "default_zero"),  # a framework's option
     ("factors: {}\npipeline_over_chips: true", "pipeline_over_chips"),  # a class's option
     ("factors: {}\nname: [x]", "name"),

@@ -27,7 +27,9 @@ kind whose factors and options it starts from, or an engine family's name: its l
   ``max_num_seqs`` (a whole number of sequences, 1 to 2^24: the most one scheduler runs at once by default),
   ``max_num_seqs_by_chip`` (rules that set it by the chip, the first that matches: ``{min_memory_gib, value}`` with
   an optional ``name_excludes``, a list of texts none of which may be in the chip's name: vLLM V1's
-  ``device_memory >= 70 GiB and "a100" not in device_name``; a profile that sets ``max_num_seqs`` alone drops
+  ``device_memory >= 70 GiB and "a100" not in device_name``, and an optional ``kind_excludes``, a list of chip kinds
+  (gpu, tpu, ...) the rule never matches: a platform that reports no device memory, as vLLM's TPU platform, whose
+  memory reads 0; a profile that sets ``max_num_seqs`` alone drops
   the rules of the profile it extends), ``max_num_batched_tokens`` and ``max_num_batched_tokens_by_chip`` (the
   tokens one scheduler step batches by default, and rules that set it by the chip, as for ``max_num_seqs``;
   :func:`token_budget`), ``max_running_from_pool`` (a cap derived from the KV
@@ -238,19 +240,32 @@ def is_release_date(text: str) -> bool:
             and (len(text) == 7 or text[8] in "0123"))
 
 
+CHIP_KINDS = ("gpu", "tpu", "npu", "lpu", "wafer", "soc", "accelerator")  # aicalc.catalog.schema.Chip.kind
+
+
+def _kinds(v) -> str | None:
+    """A rule's ``kind_excludes``: a list of chip kinds (:data:`CHIP_KINDS`)."""
+    if not isinstance(v, list) or not v or len(v) > 64 or any(not isinstance(x, str) or x not in CHIP_KINDS
+                                                              for x in v):
+        return f"kind_excludes must be a list of chip kinds ({', '.join(CHIP_KINDS)}), got {_show(v)}"
+    return None
+
+
 def _seq_rules(v) -> str | None:
     """``max_num_seqs_by_chip`` (and ``max_num_batched_tokens_by_chip``): a list of ``{min_memory_gib: number, value:
-    a whole number, name_excludes: [texts]}``."""
+    a whole number, name_excludes: [texts], kind_excludes: [chip kinds]}``."""
     if not isinstance(v, list) or not v or len(v) > 64:
-        return f"must be a list of rules {{min_memory_gib, value, name_excludes}}, got {_show(v)}"
+        return f"must be a list of rules {{min_memory_gib, value, name_excludes, kind_excludes}}, got {_show(v)}"
     for rule in v:
         if not isinstance(rule, dict) or not {"min_memory_gib", "value"} <= set(rule) or \
-                set(rule) - {"min_memory_gib", "value", "name_excludes"}:
-            return f"each rule must hold min_memory_gib and value (and may hold name_excludes), got {_show(rule)}"
+                set(rule) - {"min_memory_gib", "value", "name_excludes", "kind_excludes"}:
+            return (f"each rule must hold min_memory_gib and value (and may hold name_excludes, kind_excludes), "
+                    f"got {_show(rule)}")
         m = rule["min_memory_gib"]
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 2**20:
             return f"min_memory_gib must be a number of GiB from 0 to 2^20, got {_show(m)}"
-        problem = _sequences(rule["value"]) or (_texts(rule["name_excludes"]) if "name_excludes" in rule else None)
+        problem = (_sequences(rule["value"]) or (_texts(rule["name_excludes"]) if "name_excludes" in rule else None)
+                   or (_kinds(rule["kind_excludes"]) if "kind_excludes" in rule else None))
         if problem:
             return problem
     return None
@@ -318,12 +333,15 @@ def swa_ratio(options: dict, model_type: str | None = None, given: float | None 
 
 def _chip_rule(options: dict, key: str, chip):
     """The ``value`` of the first ``KEY_by_chip`` rule ``chip`` meets (its memory at least ``min_memory_gib`` GiB,
-    its name holding none of ``name_excludes``, case-insensitive: vLLM V1's EngineArgs._set_default_args reads the
-    device so), else the profile's ``KEY``, else None."""
+    its name holding none of ``name_excludes``, case-insensitive, its kind none of ``kind_excludes``: vLLM V1's
+    EngineArgs._set_default_args reads the device so, and on a TPU, whose platform raises on
+    get_device_total_memory, reads 0 GiB), else the profile's ``KEY``, else None."""
     memory_gib = float(getattr(chip, "memory_bytes", 0) or 0) / 2**30
     name = str(getattr(chip, "name", "") or "").lower()
+    kind = getattr(chip, "kind", None)
     for rule in options.get(f"{key}_by_chip") or ():
-        if memory_gib >= rule["min_memory_gib"] and not any(x.lower() in name for x in rule.get("name_excludes", ())):
+        if memory_gib >= rule["min_memory_gib"] and kind not in rule.get("kind_excludes", ()) and \
+                not any(x.lower() in name for x in rule.get("name_excludes", ())):
             return rule["value"]
     return options.get(key)
 
@@ -552,7 +570,8 @@ def _read_by(file: str, block, key: str, known) -> dict[str, tuple[dict[str, flo
 
 def default_engine(chip) -> str:
     """The engine a chip runs when none is given: its preset's ``default_engine`` (its own serving stack:
-    groq, cerebras, jetstream on TPUs, llama.cpp on Apple GPUs), else generic."""
+    groq, cerebras, vllm on TPUs (vLLM TPU, the tpu-inference plugin; JetStream is archived), llama.cpp on Apple
+    GPUs), else generic."""
     return getattr(chip, "default_engine", None) or DEFAULT_ENGINE
 
 
