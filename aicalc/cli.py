@@ -222,7 +222,7 @@ _SHARED = {
                                                                       "checkpoint's quantization_config); a comma list sweeps")],
     "Engine": lambda: Annotated[str | None, typer.Option("--engine", help="engine profile: {ENGINES}; a family names its latest "
                                                          "release (cerebras = the newest cerebras-*). Default: the chip's own "
-                                                         "stack (groq on groq-lpu, cerebras on cerebras-wse3, jetstream on TPUs, "
+                                                         "stack (groq on groq-lpu, cerebras on cerebras-wse3, vllm on TPUs, "
                                                          "llama.cpp on Apple GPUs), else generic")],
     "Draft": lambda: Annotated[str | None, typer.Option("--draft", help="speculative decoding: a draft model (id, config) or "
                                                                         "head: mtp, eagle")],

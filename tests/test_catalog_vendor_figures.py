@@ -96,7 +96,7 @@ def test_dgx_b300_is_eight_b300() -> None:
 
 @pytest.mark.parametrize(("chip_id", "cls", "engine"), [
     ("b300", "datacenter-gpu", None), ("gb300", "datacenter-gpu", None),
-    ("mi355x", "amd-gpu", None), ("mi350x", "amd-gpu", None), ("tpu7x", "tpu", "jetstream"),
+    ("mi355x", "amd-gpu", None), ("mi350x", "amd-gpu", None), ("tpu7x", "tpu", "vllm"),
 ])
 def test_new_chips_take_their_vendors_class_and_engine(chip_id: str, cls: str, engine: str | None) -> None:
     chip = aicalc.load_chip(chip_id)

@@ -29,6 +29,21 @@ def decode(cli, *args):
 
 # --- a chip runs its own engine by default ----------------------------------------------------------------------
 
+@pytest.mark.parametrize("chip", ["tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e", "tpu7x"])
+def test_tpus_default_to_vllm_tpu_and_say_which_release(cli, chip):
+    """Google's TPU serving stack is vLLM TPU (the tpu-inference plugin under vLLM's V1 engine): JetStream's README
+    @ acd4f5ad (2026-01-05) announces its archival on 2026-02-01, 'we have migrated core functionality in Jetstream
+    to the new tpu-inference repository'. A TPU with no --engine runs the vllm family's latest release, and the
+    table's notes name it with its release; --engine jetstream still runs the archived engine."""
+    out = cli("serve", "llama-3.2-3b", "--chip", chip, "--concurrency", "8")
+    assert out.code == 0, out.err
+    assert "engine vllm-v1 (vLLM V1 engine (the default from v0.8.0" in out.out
+    assert f"{chip}'s default engine (vllm; --engine chooses another)" in out.out
+    old = cli("serve", "llama-3.2-3b", "--chip", chip, "--concurrency", "8", "--engine", "jetstream")
+    assert old.code == 0, old.err
+    assert "engine jetstream (JetStream, its last code before archival" in old.out
+
+
 def test_sram_chips_default_to_their_own_stack(cli):
     groq, inputs = decode(cli, "llama-2-70b", "--chip", "groq-lpu", "--prompt", "128", "--gen", "128")
     assert inputs["engine"] == "groq" and abs(groq["tokens_per_s_per_sequence"] / 300.0 - 1) < 0.1  # SD-01
@@ -43,7 +58,7 @@ def test_default_engine_is_the_presets_and_named_in_the_notes(cli):
     for chip in store.ids("chip"):
         c = aicalc.load_chip(chip)
         profiles.load("engine", profiles.default_engine(c))  # every preset names a profile that exists
-    assert profiles.default_engine(aicalc.load_chip("tpu-v5e")) == "jetstream"
+    assert profiles.default_engine(aicalc.load_chip("tpu-v5e")) == "vllm"
     assert profiles.default_engine(aicalc.load_chip("h100-sxm")) == "generic"
     out = cli("roofline", "llama-2-7b", "--chip", "groq-lpu").out
     assert "engine profile: groq (GroqChat / GroqCloud public launch, 2024-02)" in out
