@@ -467,6 +467,9 @@ def _train_time(Format, Json, Columns, Model, Chip, Price):
                                                      "--achieved) count attention: causal (Megatron-Bridge's and "
                                                      "MaxText's current count) or full (Megatron-LM's paper formula, "
                                                      "PaLM)")] = "causal",
+        fp8_attention: Annotated[bool, typer.Option("--fp8-attention", help="the fused attention core in FP8 too "
+                                                    "(Transformer Engine's fp8_dot_product_attention; --precision "
+                                                    "fp8 or fp4), still bounded by the softmax's exponentials")] = False,
         search: Annotated[bool, typer.Option("--search", help="rank the layouts of --chips that fit by time")] = False,
         top: Annotated[int, typer.Option("--top", help="layouts shown by --search")] = 10,
         price: Price = None,
@@ -488,7 +491,8 @@ def _train_time(Format, Json, Columns, Model, Chip, Price):
                 sequence_parallel=sequence_parallel, interleave=interleave, zero=z, precision=precision,
                 dp_bandwidth=dp_bandwidth, eff=eff, framework=framework, search=search, top=top, cp=cp, ep=ep,
                 goodput=goodput, price=price, etp=etp, first_stage_layers=first_stage_layers,
-                last_stage_layers=last_stage_layers, attention_flops=attention_flops)))), fmt, json_,
+                last_stage_layers=last_stage_layers, attention_flops=attention_flops,
+                fp8_attention=fp8_attention)))), fmt, json_,
                     columns)
     return train_time
 

@@ -11,7 +11,7 @@ _PANELS = {
     "Precision and memory": "dtype kv_dtype compute_dtype group_size precision optimizer grad_dtype optimizer_dtype "
                             "lora_rank lora_targets lora_dtype lora_dropout loss optimizer_in_backward quant bnb_keeps_inputs offload "
                             "dropout "
-                            "recompute compile_ attention overhead utilization kv_per_query_head",
+                            "recompute compile_ attention fp8_attention overhead utilization kv_per_query_head",
     "Performance model": "eff mfu achieved attention_flops dp_bandwidth ops policy",
     "Limits and cost": "budget max_ttft max_tpot price fail_on_warn",
     "Output": "fmt json_ columns plot emit_engine junit schema help",

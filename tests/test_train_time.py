@@ -601,3 +601,71 @@ def test_tpu_attention_lanes_slow_only_narrow_heads():
     gpu = dict(kw, framework="megatron")  # GPU kernels tile heads of 64 natively: no lane factor on the class
     assert float(train_time("gpt-oss-120b", "h100-sxm", 1e12, **gpu)["step_s"][0]) == \
         float(train_time("gpt-oss-120b", "h100-sxm", 1e12, efficiency={"attention_lanes": 0}, **gpu)["step_s"][0])
+
+
+def test_fp8_attention_exponential_ratio_per_generation():
+    """FP8 attention (Transformer Engine's fp8_dot_product_attention) runs the score and value products at the
+    fp8 peak, at low_precision_flop_factor of it as other 8-bit math (0.72 here), against the same exponentials.
+    Head_dim 128 (Llama 3.1 8B, 2·(128 + 128) = 512 FLOPs per exponential): on a B200 (4500 TFLOP/s fp8 dense,
+    75 TFLOP/s fp32, a sixteenth of it exponentials) r = 4500·0.72 / (75/16 · 512) = 1.35, so the forward runs at the
+    exponentials' pace and the backward (2.5 forwards of products) does not; on a GB300 (5000 fp8, 83.3 fp32, an
+    eighth) r = 5000·0.72 / (83.3/8 · 512) = 0.675: neither binds. 16-bit attention on the B200 stays at 0.94."""
+    from aicalc.api.catalog import load_model
+    from aicalc.api.train_time import training_chip
+    from aicalc.core.train_time import exp_bound
+
+    llama = shape_of(load_model("llama-3.1-8b").arch)
+    b200, gb300 = (training_chip(c, "fp8", fp8_attention=True)[1] for c in ("b200", "gb300"))
+    assert (b200.attention_8bit_flop_per_s, gb300.attention_8bit_flop_per_s) == (4500e12, 5000e12)
+    assert exp_bound(llama, b200, 0.72) == pytest.approx((4500 * 0.72 / (75 / 16 * 512), 1.0))
+    assert exp_bound(llama, gb300, 0.72) == (1.0, 1.0)
+    assert exp_bound(llama, training_chip("b200", "fp8")[1], 0.72) == (1.0, 1.0)  # 16-bit: r = 0.94
+
+
+def test_fp8_attention_time_b200_against_gb300():
+    """Llama 3.1 8B, selective recompute (attention forward, its recompute and a 2.5-forward backward): 4.5 forwards
+    of 16-bit attention time t (neither chip exponential-bound at r 0.94 / 0.47). In FP8 the products take
+    t / (2 · 0.72) = 0.694 t (twice the peak at low_precision_flop_factor 0.72): on a GB300 all 4.5 forwards at that
+    pace, 0.694x the 16-bit attention time; on a B200 the forward and recompute at the exponentials' r = 1.35 times
+    it (0.9375 t each), the backward at 2.5 · 0.694 t: (2 · 0.9375 + 1.736) / 4.5 = 0.8025x. The step changes by that
+    share of its attention time (the forward's attention ops priced as the step prices 16-bit attention, its
+    memory traffic and kernel launches negligible at seq 4096), everything else priced alike."""
+    import numpy as np
+
+    from aicalc.api.catalog import load_model
+    from aicalc.api.train_time import training_chip
+    from aicalc.core.efficiency import Efficiency
+    from aicalc.core.forward import formats, forward_ops
+    from aicalc.core.pricing import Roofs, op_times
+    from aicalc.core.train_time import step_time, training_efficiency
+
+    s = shape_of(load_model("llama-3.1-8b").arch)
+    eff = Efficiency(train_attention_efficiency=0.4, low_precision_flop_factor=0.72, kernel_overhead_s=0.0)
+    kw = dict(seq=4096, global_batch=8, micro_batch=1, tp=1, pp=1, dp=8, recompute="selective")
+    for chip_id, ratio in (("b200", (2 * 0.9375 + 2.5 / 1.44) / 4.5), ("gb300", 1 / 1.44)):
+        chip = training_chip(chip_id, "fp8", fp8_attention=True)[1]
+        fp8 = step_time(s, chip, eff, **kw)["step_s"]
+        sixteen = step_time(s, chip._replace(attention_8bit_flop_per_s=0.0), eff, **kw)["step_s"]
+        roofs = Roofs(chip.peak_16bit_flop_per_s, chip.bandwidth_bytes_per_s, chip.link_bytes_per_s)
+        e = training_efficiency(eff)._replace(flop_max=0.4, low_precision_flop_factor=1.0)
+        t = sum(float(np.sum(op_times(op, roofs, e, 1.0, False)[1]))
+                for op in forward_ops(s, formats("bf16", flash=True), 1.0, 4096.0, 0.0, 1.0) if op.kind == "attention")
+        assert 1.0 + float(fp8 - sixteen) / (4.5 * t) == pytest.approx(ratio, rel=0.01)
+
+
+def test_fp8_attention_needs_an_8bit_recipe(cli):
+    """FP8 attention is part of an FP8 (or NVFP4) recipe, a fused kernel, and the layout search prices 16-bit
+    attention: each misuse is one line of bad input, exit 2."""
+    import aicalc
+    from aicalc.errors import ParameterError
+
+    bf16 = cli("train-time", "llama-3.1-8b", "--chip", "b200", "--fp8-attention")
+    assert bf16.code == 2 and "precision fp8" in bf16.err
+    search = cli("train-time", "llama-3.1-8b", "--chip", "b200", "--chips", "8", "--precision", "fp8",
+                 "--fp8-attention", "--search")
+    assert search.code == 2 and "--search" in search.err
+    with pytest.raises(ParameterError):
+        aicalc.train_time("llama-3.1-8b", "b200", precision="fp8", fp8_attention=True, attention="materialized")
+    ok = cli("train-time", "llama-3.1-8b", "--chip", "b200", "--precision", "fp8", "--fp8-attention", "--json")
+    base = cli("train-time", "llama-3.1-8b", "--chip", "b200", "--precision", "fp8", "--json")
+    assert ok.code == base.code and ok.json["rows"][0]["step_s"] < base.json["rows"][0]["step_s"]

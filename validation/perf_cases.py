@@ -272,7 +272,7 @@ def published_training_cases() -> list[dict]:
                     # over all seq keys; a row whose source counts causal attention says so
                     attention_flops=e.get("attention_flops", "full"))
         # layouts and FSDP settings as the run's framework ran them
-        for k in ("etp", "first_stage_layers", "last_stage_layers", "fp8_all_gather"):
+        for k in ("etp", "first_stage_layers", "last_stage_layers", "fp8_all_gather", "fp8_attention"):
             if e.get(k) is not None:
                 args[k] = e[k]
         metric, scale, unit = TRAIN_METRICS[e["metric"]]

@@ -37,10 +37,12 @@ def stage_split(arch, pp, interleave: int = 1, first_stage_layers=None, last_sta
     return tuple(out)
 
 
-def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: list[str] | None = None):
+def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: list[str] | None = None,
+                  fp8_attention: bool = False):
     """The chip as the training step model sees it: peak in the math dtype (fp16's where a chip lists no
     bf16), memory bandwidth, the per-direction scale-up link (PCIe Gen4 x16 where none is listed) and the
-    per-chip network across nodes (``dp_bandwidth``, bytes/s or ``"25GB/s"``)."""
+    per-chip network across nodes (``dp_bandwidth``, bytes/s or ``"25GB/s"``); ``fp8_attention``: the attention
+    core at the chip's fp8 peak (bad input where it lists none)."""
     from aicalc.api.catalog import load_chip
     from aicalc.core.train_time import TrainChip
     from aicalc.errors import ParameterError, check_choice
@@ -71,10 +73,16 @@ def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: li
 
         dpbw = inputs.single("dp_bandwidth", dp_bandwidth)
     peak16 = c.peak_flop_per_s("bf16") or c.peak_flop_per_s("fp16") or peak
+    peak8 = 0.0
+    if fp8_attention:
+        peak8 = c.peak_flop_per_s("fp8") or 0.0
+        if not peak8:
+            raise ParameterError("fp8_attention", fp8_attention, f"needs fp8 tensor math, which {c.id} does not list "
+                                 f"(it lists: {', '.join(c.dense_tflops)})")
     return c, TrainChip(peak, c.memory_bandwidth_bytes_per_s, link, dpbw, low_precision=precision in ("fp8", "fp4"),
                         fp4=precision == "fp4",
                         domain=domain, vector_flop_per_s=c.peak_flop_per_s("fp32") or 0.0,
-                        peak_16bit_flop_per_s=peak16, exp_per_s=c.exp_per_s)
+                        peak_16bit_flop_per_s=peak16, exp_per_s=c.exp_per_s, attention_8bit_flop_per_s=peak8)
 
 
 GRAD_BYTES = {"bf16": 2.0, "fp32": 4.0}  # a framework profile's reduce_dtype: bytes per gradient element reduced
@@ -121,7 +129,7 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
                sequence_parallel: bool = True, interleave: int = 1, zero: int = 0, precision: str = "bf16",
                dp_bandwidth=None, efficiency=None, price=None, ep=1, cp=1, framework: str = "megatron",
                goodput=1.0, etp=None, first_stage_layers=None, last_stage_layers=None,
-               fp8_all_gather: bool = False, attention_flops: str = "causal") -> TrainTime:
+               fp8_all_gather: bool = False, attention_flops: str = "causal", fp8_attention: bool = False) -> TrainTime:
     """Training on ``tokens`` tokens with a TP × PP × CP × DP layout (arrays broadcast; ``ep`` experts split over
     EP ranks folded over the tensor, context and data ranks, with ``etp`` the experts' own tensor parallelism,
     Megatron-Core's MoE parallel folding; default ``tp``). Pipeline stages follow
@@ -134,7 +142,11 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     ``--float8.enable_fsdp_float8_all_gather``; precision fp8 only); else in bf16. ``attention_flops``: how
     model FLOPs (MFU, ``model_flop_per_token``, and a given ``mfu`` or ``achieved``) count attention — "causal"
     (the keys before each token, as FlashAttention computes and Megatron-Bridge and MaxText report) or "full"
-    (Megatron-LM's paper formula and PaLM's MFU); the predicted time does not depend on it."""
+    (Megatron-LM's paper formula and PaLM's MFU); the predicted time does not depend on it. ``fp8_attention``:
+    the fused attention core in FP8 too, forward and backward (Transformer Engine's ``fp8_dot_product_attention``,
+    Megatron-Bridge's ``mixed_precision.fp8_dot_product_attention``; precision fp8 or fp4, flash attention): its
+    products at the fp8 peak and ``low_precision_flop_factor`` as inference prices FP8 attention, still bounded by
+    the softmax's exponentials (:func:`aicalc.core.train_time.exp_bound`); else in 16-bit."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -159,7 +171,15 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     interleave = inputs.count("interleave", interleave)  # a whole number ≥ 1, as --interleave
     spec = load_model(model)
     warnings: list[str] = []
-    chip_obj, tchip = training_chip(chip, precision, dp_bandwidth, warnings)
+    if fp8_attention not in (True, False):
+        raise ParameterError("fp8_attention", fp8_attention, "must be true or false")
+    if fp8_attention and precision not in ("fp8", "fp4"):
+        raise ParameterError("fp8_attention", fp8_attention, "runs the attention core in the 8-bit recipe's FP8: it "
+                             "needs precision fp8 or fp4")
+    if fp8_attention and attention != "flash":
+        raise ParameterError("fp8_attention", fp8_attention, "is a fused (flash) attention kernel: it needs "
+                             "attention flash")
+    chip_obj, tchip = training_chip(chip, precision, dp_bandwidth, warnings, fp8_attention)
     g = inputs.broadcast(tp=inputs.positive("tp", tp, whole=True), pp=inputs.positive("pp", pp, whole=True),
                          dp=inputs.positive("dp", dp, whole=True), seq=inputs.positive("seq", seq, whole=True),
                          global_batch=inputs.positive("global_batch", global_batch, whole=True),

@@ -137,7 +137,7 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "train-time": _kinds(text="chips tokens seq global_batch micro_batch tp pp dp mfu achieved recompute attention "
                               "zero precision dp_bandwidth framework goodput price attention_flops",
                          int="virtual_stages interleave cp ep etp first_stage_layers last_stage_layers top",
-                         flag="sequence_parallel sp search",
+                         flag="sequence_parallel sp search fp8_attention",
                          texts="chip eff", params={"sp": "sequence_parallel", "virtual_stages": "interleave"}),
     "compare": _kinds(text="tokens seq prompt gen dtype kv_dtype requests_per_day max_ttft max_tpot price peak_factor "
                            "engine", float="years", flag="training", texts="chip"),

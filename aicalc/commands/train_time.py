@@ -11,7 +11,7 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
         sequence_parallel: bool = True, interleave: int | None = None, zero=None, precision: str = "bf16",
         dp_bandwidth=None, eff=None, framework: str = "megatron", search: bool = False, top: int = 10,
         cp: int | None = None, ep: int | None = None, goodput="1", price=None, etp=None, first_stage_layers=None,
-        last_stage_layers=None, attention_flops: str = "causal") -> Result:
+        last_stage_layers=None, attention_flops: str = "causal", fp8_attention: bool = False) -> Result:
     """A layout option left unset (None) takes its default (micro-batch 1, TP 1, PP 1, selective recompute, no
     interleave, CP 1, EP 1, the framework's ZeRO stage); with ``chips`` and none of them set, a default that does
     not fit gives way to the fastest layout that does (``--search``'s first row)."""
@@ -40,6 +40,8 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
         from aicalc.api.catalog import node_count
 
         chips = str(node_count(chip)) if node_count(chip) > 1 else None
+    if search and fp8_attention:  # the layout search prices 16-bit attention (search_train_layouts)
+        raise ParameterError("fp8_attention", fp8_attention, "is not searched over: price a layout without --search")
     if search:
         return _search(model, chip, tokens, seq, global_batch, chips, recompute, zero, precision, dp_bandwidth,
                        framework, top, price)
@@ -64,7 +66,7 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                    zero=int(zero), precision=precision, dp_bandwidth=dp_bandwidth,
                    efficiency=efficiency_overrides(eff), framework=framework, cp=int(cp), ep=int(ep),
                    goodput=goodput, price=price_per_hour(price), etp=etp, first_stage_layers=first_stage_layers,
-                   last_stage_layers=last_stage_layers, attention_flops=attention_flops)
+                   last_stage_layers=last_stage_layers, attention_flops=attention_flops, fp8_attention=fp8_attention)
     m = r.meta
     tc, spec, chip_obj = m["train_chip"], m["model"], m["chip"]
     inputs = {"model": spec.id, "chip": chip_obj.id, "tokens": float(r.tokens[0]), "seq": seq,
@@ -73,7 +75,8 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
               "sequence_parallel": sequence_parallel, "interleave": interleave, "zero": zero, "precision": precision,
               "dp_bandwidth_bytes_per_s": tc.dp_bytes_per_s, "efficiency": m["efficiency"].as_dict(), "cp": cp,
               "ep": ep, "etp": etp, "first_stage_layers": first_stage_layers, "last_stage_layers": last_stage_layers,
-              "goodput": goodput, "price_per_chip_hour_usd": m["price"], "attention_flops": attention_flops}
+              "goodput": goodput, "price_per_chip_hour_usd": m["price"], "attention_flops": attention_flops,
+              "fp8_attention": fp8_attention}
     attn = "6·L·s·A·d (causal)" if attention_flops == "causal" else "12·L·s·A·d (full attention)"
     notes = [f"MFU {m['mfu_source']}; model FLOPs = 6·N_mm + {attn} + 6·V·H per token (TT-01; --attention-flops); "
              "ideal = bare roofline of the same layout (no efficiency factors)",
@@ -156,7 +159,8 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                              recompute=best["recompute"], attention=attention, sequence_parallel=sequence_parallel,
                              zero=best["zero"], precision=precision, dp_bandwidth=dp_bandwidth, eff=eff,
                              framework=framework, top=top, ep=best["ep"], goodput=goodput, price=price,
-                             etp=best["etp"] if best["ep"] > 1 else None, attention_flops=attention_flops)
+                             etp=best["etp"] if best["ep"] > 1 else None, attention_flops=attention_flops,
+                             fp8_attention=fp8_attention)
                     r2.notes.append(
                         f"layout: none was given and the default (TP 1 × DP {int(c['dp'][0])}, ZeRO-{int(zero)}, "
                         f"recompute {recompute}) does not fit {chip_obj.id}; this is the fastest that fits (TP "

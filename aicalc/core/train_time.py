@@ -32,7 +32,9 @@ et al. 2020 §7) and the optimizer update (memory-bound).
 Training-only corrections (fields at the end of :class:`aicalc.core.efficiency.Efficiency`, fitted on
 validation/cases/calibration-training.yaml; docs/train-time.md): GEMMs at ``train_gemm_sustained`` of the chip
 generation's measured plateau (:data:`GEMM_PLATEAU`); fused attention at ``train_attention_efficiency`` of the
-16-bit peak, its backward 2.5 forwards (:data:`FLASH_BACKWARD`); in 8-bit runs only the linear layers in 8-bit;
+16-bit peak, its backward 2.5 forwards (:data:`FLASH_BACKWARD`); in 8-bit runs only the linear layers in 8-bit
+unless the attention core runs in FP8 too (``TrainChip.attention_8bit_flop_per_s``: Transformer Engine's
+``fp8_dot_product_attention``, priced as inference prices FP8 attention);
 collectives at ``train_link``; the framework's overlap of DP, TP and EP collectives (:func:`exposed`); context
 parallelism splitting the whole sequence's causal attention over the CP ranks; MoE token permutation traffic.
 """
@@ -193,6 +195,9 @@ class TrainChip(Named):
     vector_flop_per_s: float = 0.0
     peak_16bit_flop_per_s: float = 0.0  # 8-bit runs: the 16-bit peak attention and the LM head run at (0: peak)
     exp_per_s: float = 0.0  # exponentials per second of the special-function units (Chip.exp_per_s; 0: not known)
+    # FP8 attention (Transformer Engine's fp8_dot_product_attention, forward and backward): the 8-bit peak the
+    # attention core's products run at, at low_precision_flop_factor of it as other 8-bit math (0: 16-bit attention)
+    attention_8bit_flop_per_s: float = 0.0
 
 
 ELEMENTWISE_KERNELS_PER_LAYER = 6.0  # norms 2, rope + residuals 3, activation 1 (the forward's stream kernels)
@@ -222,7 +227,7 @@ GEMM_PLATEAU = {
 }
 
 
-def exp_bound(s: Shape, chip: TrainChip):
+def exp_bound(s: Shape, chip: TrainChip, low_precision_flop_factor: float = 1.0):
     """How much longer than its matmuls a fused attention forward and backward take where the softmax's
     exponentials, one per score element in the forward and one again in the backward (which recomputes P, Dao
     2023, Algorithm 2), outlast them on the special-function units: ``(forward, backward)`` factors on the tensor
@@ -232,10 +237,14 @@ def exp_bound(s: Shape, chip: TrainChip):
     head_dim 128 on a B200 sits at r = 0.94 (FlashAttention-4's "feeds and speeds": a 128 x 128 tile's MMA and
     its exponentials take the same 1,024 cycles), gpt-oss's head_dim 64 at 1.9: the forward runs at the
     exponential's pace; on an H100 (r = 0.46 and 0.92) and on Blackwell Ultra, with twice the SFU rate, neither
-    is bound."""
+    is bound. FP8 attention (``chip.attention_8bit_flop_per_s``) runs its products at the 8-bit peak times
+    ``low_precision_flop_factor`` (as :func:`aicalc.core.pricing.op_times` prices 8-bit math) against the same
+    exponentials: r = 0.94 · 2 · 0.72 = 1.35 at head_dim 128 on a B200, 0.68 on a GB300."""
     from aicalc.core.exponentials import exp_ratio, flop_per_exp
 
-    r = exp_ratio(chip.peak_16bit_flop_per_s or chip.peak_flop_per_s, chip.exp_per_s, flop_per_exp(s.qk_dim, s.v_dim))
+    peak = chip.attention_8bit_flop_per_s * low_precision_flop_factor if chip.attention_8bit_flop_per_s > 0 \
+        else chip.peak_16bit_flop_per_s or chip.peak_flop_per_s
+    r = exp_ratio(peak, chip.exp_per_s, flop_per_exp(s.qk_dim, s.v_dim))
     return max(1.0, r), max(FLASH_BACKWARD, r) / FLASH_BACKWARD
 
 
@@ -333,10 +342,12 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     passes = 3.0 + (1.0 if recompute == "full" else 0.0)  # forward, backward (2×), recompute forward
     # a fused (flash) attention backward recomputes the scores: 5 matmuls against the forward's 2
     attn_passes = 1.0 + (FLASH_BACKWARD if flash else 2.0) + (1.0 if recompute in ("full", "selective") else 0.0)
+    eff = training_efficiency(eff)
+    attn8 = chip.attention_8bit_flop_per_s > 0  # FP8 attention: its products in 8-bit math
     # a fused attention whose softmax exponentials outlast its matmuls (exp_bound): forward and recompute at the
     # exponential's pace, the backward likewise where it is bound
     if flash:
-        f_fwd, f_bwd = exp_bound(s, chip)
+        f_fwd, f_bwd = exp_bound(s, chip, eff.low_precision_flop_factor if attn8 else 1.0)
         attn_fwd = f_fwd
         attn_passes = f_fwd * (attn_passes - FLASH_BACKWARD) + f_bwd * FLASH_BACKWARD
     else:
@@ -349,11 +360,14 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     link_tp = span_bandwidth(chip, tp)
     roofs = Roofs(chip.peak_flop_per_s, bw, link_tp, chip.low_precision, chip.vector_flop_per_s, fp4=chip.fp4)
     # 8-bit training (Transformer Engine, torchao float8) runs the linear layers' GEMMs in fp8; attention and the
-    # LM head stay in 16-bit
+    # LM head stay in 16-bit, unless the attention core runs in FP8 (fp8_dot_product_attention): then its products
+    # at the 8-bit peak and low_precision_flop_factor, as inference prices FP8 attention (op_times)
     roofs16 = Roofs(chip.peak_16bit_flop_per_s or chip.peak_flop_per_s, bw, link_tp, False, chip.vector_flop_per_s) \
         if chip.low_precision else roofs
-    eff = training_efficiency(eff)
-    eff_attn = eff._replace(flop_max=eff.train_attention_efficiency, low_precision_flop_factor=1.0) \
+    roofs_attn = Roofs(chip.attention_8bit_flop_per_s, bw, link_tp, True, chip.vector_flop_per_s) if attn8 \
+        else roofs16
+    eff_attn = eff._replace(flop_max=eff.train_attention_efficiency,
+                            low_precision_flop_factor=eff.low_precision_flop_factor if attn8 else 1.0) \
         if flash and eff.train_attention_efficiency > 0 else eff
     fm = formats("bf16", flash=flash)
     # context parallelism: a rank's s/cp queries attend, on average over the load-balanced chunks, to the keys
@@ -361,8 +375,8 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     ops = forward_ops(s, fm, b, s_loc, (s_ - s_loc) / 2.0, tp, ep=ep)
     for op in ops:
         sixteen = op.name.startswith("attn_") or op.name in ("lm_head", "ssd_scan")
-        op.t_ideal, op.t_est = op_times(op, roofs16 if sixteen else roofs, eff_attn if op.kind == "attention" else eff,
-                                        tp, False)
+        r_op = roofs_attn if op.name.startswith("attn_") else roofs16 if sixteen else roofs
+        op.t_ideal, op.t_est = op_times(op, r_op, eff_attn if op.kind == "attention" else eff, tp, False)
     t_layers, t_tp, t_head, t_gemm, t_fwd = 0.0, 0.0, 0.0, 0.0, 0.0  # t_fwd: the layers' forward pass alone
     for op in ops:
         if op.name == "lm_head":
