@@ -562,8 +562,9 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
     (torchtitan's ``training.enable_cpu_offload``, torchtune's ``fsdp_cpu_offload``): the compute runs on the fake
     accelerator of ``fake_accelerator.py`` (model, buffers and inputs there, the mesh of its type) and the sharded
     parameters, gradients and optimizer states on the CPU; the peak is the accelerator's, the host's held bytes
-    are recorded beside it (``host_after_step``). Pinned host memory (torch's default, ``pin_memory=True``) needs
-    an accelerator to pin for, and moves nothing on the device."""
+    are recorded beside it (``host_after_step``). Pinned host memory (torch's default, ``pin_memory=True``) is not
+    traced (fake tensors do not implement ``aten._pin_memory``: "NYI"); it changes the host's allocator, not what
+    the device holds."""
     import copy
 
     import fake_accelerator as fa
