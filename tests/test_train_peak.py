@@ -185,3 +185,72 @@ def test_fsdp_expert_rows_follow_torch_chunk():
     assert float(fsdp2_expert_rows(64, 1, 8)) == 1.0
     assert float(fsdp2_expert_rows(8, 1, 64)) == 1.0
     assert float(fsdp2_expert_rows(60, 4, 4)) == pytest.approx(math.ceil(15 / 4) / (15 / 4))  # 15 experts a rank
+
+
+# FSDP2 with CPUOffloadPolicy (validation/record_step_peak.py, ``fsdp_offload_cases``): the same runs, the compute on a
+# fake accelerator (validation/fake_accelerator.py) and the sharded states on the host; peak_bytes is the device's.
+OFFLOAD_DATA = FSDP_DATA.with_name("step_peak_fsdp_offload.json")
+OFFLOAD = json.loads(OFFLOAD_DATA.read_text())["records"] if OFFLOAD_DATA.exists() else []
+
+
+def test_fsdp_offload_records_cover_the_setups():
+    assert len(OFFLOAD) >= 15
+    assert all(r["offload"] == "cpu" for r in OFFLOAD)
+    assert {r["dp"] for r in OFFLOAD} == {2, 4, 8}
+    assert {r["config"]["model_type"] for r in OFFLOAD} == {"llama", "qwen3", "qwen2_moe"}
+    assert {r["recompute"] for r in OFFLOAD} == {"none", "full"}
+    assert any(r["microbatches"] > 1 for r in OFFLOAD) and any(r.get("lora") for r in OFFLOAD)
+    assert {r["config"]["tie_word_embeddings"] for r in OFFLOAD} == {True, False}
+    # the activations' backward and the root's reduce-scatter at the end of it each set a peak somewhere
+    assert {fsdp_estimate(r)["peak_phase"][0] for r in OFFLOAD} >= {"loss", "gradients"}
+    # each offloaded record lies below its run without offload, where the same shape was recorded
+    same = {r["name"].replace("+offload", ""): r for r in OFFLOAD}
+    pairs = [(same[r["name"]], r) for r in FSDP if r["name"] in same]
+    assert len(pairs) >= 8
+    assert all(off["peak_bytes"] < on["peak_bytes"] for off, on in pairs)
+
+
+@pytest.mark.parametrize("rec", OFFLOAD, ids=[r["name"] for r in OFFLOAD])
+def test_fsdp_offload_peak_within_5_percent(rec):
+    est = float(fsdp_estimate(rec)["peak_allocated_bytes"][0])
+    err = est / rec["peak_bytes"] - 1
+    assert abs(err) <= TOLERANCE, f"{rec['name']}: estimate {est:,.0f} vs traced {rec['peak_bytes']:,} ({err:+.2%})"
+
+
+@pytest.mark.parametrize("rec", OFFLOAD, ids=[r["name"] for r in OFFLOAD])
+def test_fsdp_offload_keeps_the_sharded_states_on_the_host(rec):
+    """Between steps the device holds none of FSDP2's sharded parameters or optimizer states and the host holds
+    what the device holds without offload (12 bytes over dp per parameter under torchtitan's mixed precision; the
+    bf16 base and adapters and the adapters' two bf16 states under torchtune's LoRA), plus AdamW's step counters
+    (one 512-byte block per parameter tensor) and the padding of uneven shards: 1.0 MB in the MoE model; aicalc
+    puts none of them, nor the gradients, on the device."""
+    after, host, dp, n = rec["after_step"], rec["host_after_step"], rec["dp"], _sharded_params(rec)
+    assert after["sharded_param"] == after["optstate"] == after["sharded_grad"] == 0
+    expect = 2 * n / dp + 4 * rec["trainable_params"] / dp if rec.get("lora") else 12 * n / dp
+    assert host["sharded_param"] + host["optstate"] == pytest.approx(expect, rel=1e-3)
+    assert 0 <= host["sharded_param"] + host["optstate"] - expect < 2e6
+    est = fsdp_estimate(rec)
+    for col in ("weights_bytes", "gradients_bytes", "optimizer_bytes"):
+        assert float(est[col][0]) == 0.0, col
+    grads = (2 * rec["trainable_params"] if rec.get("lora") else 4 * n) / dp
+    assert float(est["host_bytes"][0]) == pytest.approx(expect + grads, rel=1e-3)
+
+
+def test_fsdp_offload_root_reduce_scatter_worked_by_hand():
+    """Llama-3.1-8B's root (untied embedding and output layer, V = 128256, H = 4096, and the final norm):
+    2·V·H + H = 1,050,677,248 parameters. At the end of the backward FSDP2 holds their bf16 unsharded gradients
+    (2 bytes) and the fp32 reduce-scatter input (4 bytes), 6 × 1,050,677,248 = 6,304,063,488 B; then it allocates
+    the fp32 output (4 bytes over dp) while the output layer's bf16 gradient (2·V·H = 1,050,673,152 B) is still
+    held: 4 × 1.5 × 1,050,677,248 + 1,050,673,152 = 7,354,736,640 B at dp 2, 5,778,720,768 B at dp 8. With
+    offload nothing of it counts as the sharded gradients, so the phase is the larger moment: 7,354,736,640 at
+    dp 2 and 6,304,063,488 at dp 8. The records with full recompute, whose peak this is, hold that and the few
+    kilobytes of token ids, labels and buffers beside it."""
+    from aicalc.core.train_memory import fsdp2_buffers
+
+    by = {r["name"]: r for r in OFFLOAD}
+    root, vh = 2 * 128256 * 4096 + 4096, 128256 * 4096
+    for dp, seq, expect in ((2, 2048, 7_354_736_640), (8, 512, 6_304_063_488)):
+        _, _, grads = fsdp2_buffers(root, 218_112_000, 2.0, vh, dp, False, r=4.0, offload=True)
+        assert float(grads) == expect
+        traced = by[f"fsdp2-dp{dp}+offload/llama3.1-8b-style/sdpa/bf16-mixed+full/foreach/b1s{seq}"]["peak_bytes"]
+        assert 0 <= traced - expect < 32 * 1024

@@ -27,7 +27,10 @@ layer and on the root (torchtitan's ``apply_fsdp``: bf16 parameters, fp32 reduce
 on PyTorch's ``fake`` process group, at dp 2, 4 and 8 on Llama-3.2-1B, Llama-3.1-8B, Qwen3-1.7B and Qwen1.5-MoE-A2.7B
 shapes, with gradient accumulation (torchtitan's: a reduce-scatter every micro-batch) and with LoRA (torchtune's
 ``lora_finetune_distributed``: bf16 model and adapters, no mixed-precision policy), counted by ``FSDPMemTracker``
-(sharded/unsharded parameters and gradients, all-gather and reduce-scatter buffers).
+(sharded/unsharded parameters and gradients, all-gather and reduce-scatter buffers). With ``CPUOffloadPolicy``
+(``tests/data/validation/step_peak_fsdp_offload.json``) the compute runs on a fake accelerator
+(``fake_accelerator.py``: a CPU-only torch cannot run autograd on fake ``cuda`` tensors) so that the device's
+peak is counted apart from the host's.
 
 Every number comes from torch; nothing here is computed by formula, and aicalc is not imported.
 ``tests/test_train_peak.py`` compares aicalc's ``peak_allocated_bytes`` with the records.
@@ -162,9 +165,10 @@ EXCLUDED = [
                "is not autocast-enabled) and torch 2.13's meta kernel for _grouped_mm accepts bf16 only "
                "('Expected inputs of BF16 type'), so fake tensors cannot trace fp32 experts; CUDA's kernel "
                "is bf16-only too"},
-    {"what": "FSDP2 with expert parallelism, QLoRA, CPU offload or requires_gradient_sync off between micro-batches",
-     "reason": "the FSDP2 records (step_peak_fsdp.json) cover full training, LoRA and gradient accumulation of "
-               "dense models and full training of one MoE model with its experts sharded with their layers"},
+    {"what": "FSDP2 with expert parallelism, QLoRA or requires_gradient_sync off between micro-batches",
+     "reason": "the FSDP2 records (step_peak_fsdp.json, and step_peak_fsdp_offload.json with CPUOffloadPolicy) "
+               "cover full training, LoRA and gradient accumulation of dense models and full training of one MoE "
+               "model with its experts sharded with their layers"},
 ]
 
 
@@ -416,6 +420,10 @@ def measure(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
 
 # FSDP2 (``fully_shard``) on a fake process group: real model sizes, one rank of ``dp`` traced.
 FSDP_FILENAME = "step_peak_fsdp.json"
+FSDP_OFFLOAD_FILENAME = "step_peak_fsdp_offload.json"
+OFFLOAD_METHOD = (f"as {FSDP_FILENAME} with CPUOffloadPolicy(pin_memory=False) on every fully_shard; the compute on a "
+                  f"fake accelerator (a Python PrivateUse1 backend, fake_accelerator.py), the sharded states on the "
+                  f"CPU; peak_bytes is the accelerator's, host_after_step the CPU's held bytes")
 FSDP_MODELS: dict[str, dict[str, Any]] = {
     # Llama-3.2-1B's shapes (tied embeddings)
     "llama3.2-1b-style": {
@@ -486,13 +494,43 @@ def fsdp_cases() -> list[dict[str, Any]]:
     return out
 
 
+def fsdp_offload_cases() -> list[dict[str, Any]]:
+    """FSDP2 with ``CPUOffloadPolicy`` (torchtitan's ``training.enable_cpu_offload``, torchtune's
+    ``fsdp_cpu_offload``) at dp 2, 4 and 8: the shapes of :func:`fsdp_cases` with and without full recompute,
+    gradient accumulation (the sharded gradients added on the host), torchtune's bf16 LoRA and the MoE model."""
+    out = []
+    for model, batch, seq, recompute, dp in (
+            ("llama3.2-1b-style", 2, 2048, "none", 2), ("llama3.2-1b-style", 2, 2048, "none", 8),
+            ("llama3.2-1b-style", 4, 2048, "full", 8), ("llama3.2-1b-style", 1, 512, "full", 8),
+            ("llama3.1-8b-style", 1, 2048, "none", 8), ("llama3.1-8b-style", 1, 2048, "full", 2),
+            ("llama3.1-8b-style", 2, 4096, "full", 8), ("llama3.1-8b-style", 1, 512, "full", 8),
+            ("qwen3-1.7b-style", 2, 2048, "none", 4), ("qwen3-1.7b-style", 1, 512, "full", 8),
+            ("qwen2moe-a2.7b-style", 2, 2048, "none", 8)):
+        out.append({**_case(model, batch, seq, "sdpa", "bf16-mixed", recompute), "dp": dp, "offload": "cpu"})
+    for model, batch, seq, recompute, dp, mb in (("llama3.2-1b-style", 2, 2048, "none", 8, 2),
+                                                 ("llama3.1-8b-style", 1, 2048, "full", 4, 2)):
+        out.append({**_case(model, batch, seq, "sdpa", "bf16-mixed", recompute, microbatches=mb), "dp": dp,
+                    "offload": "cpu"})
+    for model, batch, seq, recompute, dp, targets in (("llama3.1-8b-style", 2, 2048, "none", 8, "all"),
+                                                      ("qwen3-1.7b-style", 1, 2048, "full", 2, "q,v")):
+        c = _case(model, batch, seq, "sdpa", "bf16", recompute, lora=targets)
+        c["lora"]["dtype"] = "bf16"
+        out.append({**c, "dp": dp, "offload": "cpu"})
+    return out
+
+
 def fsdp_case_name(c: dict[str, Any]) -> str:
-    return f"fsdp2-dp{c['dp']}/" + case_name(c)
+    off = "+offload" if c.get("offload") else ""
+    return f"fsdp2-dp{c['dp']}{off}/" + case_name(c)
 
 
-def _fsdp_snap(d: dict) -> dict[str, int]:
-    """One device's ``FSDPMemTracker`` snapshot as plain ``{category: bytes}``."""
-    (dev_snap,) = d.values() if d else ({},)
+def _fsdp_snap(d: dict, device=None) -> dict[str, int]:
+    """One device's ``FSDPMemTracker`` snapshot as plain ``{category: bytes}``: the only device, or ``device``'s
+    (an offloading run's accelerator or host)."""
+    if device is None:
+        (dev_snap,) = d.values() if d else ({},)
+    else:
+        dev_snap = d.get(device, {})
     out: dict[str, int] = {}
     for k, v in dev_snap.items():
         name = getattr(k, "value", k)
@@ -518,18 +556,31 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
     model's dtype, see ``_peft``), the base frozen and AdamW over the adapters. ``microbatches`` > 1: each step
     runs that many forwards and backwards of ``loss / microbatches`` before the optimizer step, with
     ``requires_gradient_sync`` on (torchtitan's default): every backward reduce-scatters and adds into the sharded
-    gradients."""
+    gradients.
+
+    ``offload`` "cpu": ``fully_shard(..., offload_policy=CPUOffloadPolicy(pin_memory=False))`` on every module
+    (torchtitan's ``training.enable_cpu_offload``, torchtune's ``fsdp_cpu_offload``): the compute runs on the fake
+    accelerator of ``fake_accelerator.py`` (model, buffers and inputs there, the mesh of its type) and the sharded
+    parameters, gradients and optimizer states on the CPU; the peak is the accelerator's, the host's held bytes
+    are recorded beside it (``host_after_step``). Pinned host memory (torch's default, ``pin_memory=True``) is not
+    traced (fake tensors do not implement ``aten._pin_memory``: "NYI"); it changes the host's allocator, not what
+    the device holds."""
     import copy
 
+    import fake_accelerator as fa
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
     from torch.testing._internal.distributed.fake_pg import FakeStore
     from transformers import AutoModelForCausalLM
+
+    offload = c.get("offload") == "cpu"
+    dev = fa.device() if offload else torch.device("cpu")
+    sdpa = F.scaled_dot_product_attention
 
     class Tracker(FSDPMemTracker):
         def _update_peak_stats(self, peak_state):
@@ -543,9 +594,11 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
     mixed = c["precision"] == "bf16-mixed"
     orig, cuda_dropout = _cuda_dropout()
     F.dropout = cuda_dropout
+    if offload:
+        F.scaled_dot_product_attention = fa.flash_sdpa(sdpa)
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=c["dp"])
     try:
-        mesh = init_device_mesh("cpu", (c["dp"],))
+        mesh = init_device_mesh(dev.type, (c["dp"],))
         with FakeTensorMode():
             torch.manual_seed(0)
             m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"],
@@ -558,14 +611,18 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
                 assert all(p.dtype == torch.bfloat16 for p in m.parameters())
             mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed
                   else MixedPrecisionPolicy())
+            if offload:  # the adapters too
+                fa.move(m, dev)
+            kw = dict(mesh=mesh, mp_policy=mp, reshard_after_forward=True,
+                      offload_policy=CPUOffloadPolicy(pin_memory=False) if offload else OffloadPolicy())
             for layer in base.model.layers:
-                fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=True)
-            fully_shard(m, mesh=mesh, mp_policy=mp, reshard_after_forward=True)
+                fully_shard(layer, **kw)
+            fully_shard(m, **kw)
             m.train()
             trainable = [p for p in m.parameters() if p.requires_grad]
             opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=c["adamw"] == "foreach",
                                     fused=c["adamw"] == "fused")
-            ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]))
+            ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]), device=dev)
             mt = Tracker(m, opt)
             mt.track_inputs((ids,))
             phases: dict[str, dict[str, int]] = {}
@@ -576,7 +633,7 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
                 mt._peak_mem = {d: s["Total"] for d, s in cur.items()}
                 mt._peak_mem_snap = copy.deepcopy(cur)
                 fn()
-                snap = _fsdp_snap(mt.get_tracker_snapshot("peak"))
+                snap = _fsdp_snap(mt.get_tracker_snapshot("peak"), dev if offload else None)
                 if snap["total"] > phases.get(name, {}).get("total", -1):
                     phases[name] = snap
 
@@ -602,16 +659,20 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
                     for name, snap in phases.items():
                         if s > 0 and snap["total"] > best["total"]:
                             best, where = snap, f"step {s + 1} {name}"
-                after = _fsdp_snap(mt.get_tracker_snapshot("current"))
+                now = mt.get_tracker_snapshot("current")
+                after = _fsdp_snap(now, dev if offload else None)
+                host = _fsdp_snap(now, torch.device("cpu")) if offload else None
             n_params = sum(p.numel() for p in m.parameters())
             n_trainable = sum(p.numel() for p in trainable)
     finally:
         F.dropout = orig
+        F.scaled_dot_product_attention = sdpa
         dist.destroy_process_group()
     if verbose:
         print(f"  peak at {where}: {best}", file=sys.stderr)
-    return {"params": int(n_params), "trainable_params": int(n_trainable), "peak_bytes": best["total"],
-            "peak_phase": where, "peak_breakdown": best, "phases_last_step": phases, "after_step": after}
+    out = {"params": int(n_params), "trainable_params": int(n_trainable), "peak_bytes": best["total"],
+           "peak_phase": where, "peak_breakdown": best, "phases_last_step": phases, "after_step": after}
+    return out if host is None else {**out, "host_after_step": host}
 
 
 def _record(cases_, name_of, measure_one, models, label, only, verbose) -> list[dict[str, Any]]:
@@ -636,6 +697,11 @@ def record_fsdp(only: str | None = None, verbose: bool = False) -> list[dict[str
     return _record(fsdp_cases(), fsdp_case_name, measure_fsdp, FSDP_MODELS, "FSDP2 cases", only, verbose)
 
 
+def record_fsdp_offload(only: str | None = None, verbose: bool = False) -> list[dict[str, Any]]:
+    return _record(fsdp_offload_cases(), fsdp_case_name, measure_fsdp, FSDP_MODELS, "FSDP2 CPU-offload cases",
+                   only, verbose)
+
+
 def record_all(only: str | None = None, verbose: bool = False) -> list[dict[str, Any]]:
     import torch
 
@@ -653,9 +719,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rp.set_root(args.root)
     rp.quiet()
+    import fake_accelerator
+
+    # before any backward: autograd sizes its per-device queues on its first backward, from the devices then known
+    fake_accelerator.device()
     records = record_all(args.only, args.verbose)
     fsdp = record_fsdp(args.only, args.verbose)
+    offload = record_fsdp_offload(args.only, args.verbose)
     path, fsdp_path = rp.out_path(FILENAME), rp.out_path(FSDP_FILENAME)
+    offload_path = rp.out_path(FSDP_OFFLOAD_FILENAME)
     extra = {"method": f"MemTracker under FakeTensorMode, {STEPS} steps (forward+loss, backward, AdamW step, "
                        f"zero_grad(set_to_none=True)); {BLOCK}-byte blocks; CUDA's native_dropout",
              "excluded": EXCLUDED}
@@ -663,15 +735,18 @@ def main(argv: list[str] | None = None) -> int:
                             f"per decoder layer and the root, reshard_after_forward; bf16-mixed: bf16 params / "
                             f"fp32 reduce (torchtitan), bf16: a bf16 model without a policy (torchtune's LoRA); "
                             f"{STEPS} steps, the first not recorded; {BLOCK}-byte blocks; CUDA's native_dropout"}
+    offload_extra = {"method": OFFLOAD_METHOD}
     if args.check:
         return (rp.check_envelope(path, records, ("name",), **extra)
-                | rp.check_envelope(fsdp_path, fsdp, ("name",), **fsdp_extra))
+                | rp.check_envelope(fsdp_path, fsdp, ("name",), **fsdp_extra)
+                | rp.check_envelope(offload_path, offload, ("name",), **offload_extra))
     if args.only:
         return 0
     rp.write_envelope(path, GENERATED_BY, records, **extra)
     rp.write_envelope(fsdp_path, GENERATED_BY, fsdp, **fsdp_extra)
+    rp.write_envelope(offload_path, GENERATED_BY, offload, **offload_extra)
     print(f"wrote {path.relative_to(rp.ROOT)} ({len(records)} records), {fsdp_path.relative_to(rp.ROOT)} "
-          f"({len(fsdp)} records)")
+          f"({len(fsdp)} records), {offload_path.relative_to(rp.ROOT)} ({len(offload)} records)")
     return 0
 
 

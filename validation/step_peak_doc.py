@@ -12,6 +12,7 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "validation" / "step_peak.json"
 FSDP_DATA = DATA.with_name("step_peak_fsdp.json")
+FSDP_OFFLOAD_DATA = DATA.with_name("step_peak_fsdp_offload.json")
 GPU_DATA = DATA.parent.parent / "measured" / "h200-step-peak.json"
 # A second run on an H200 (measure_gpu.py --part full2), after the reserve and the peak terms were set from the
 # first: every recompute mode at full size; held out for the reserve
@@ -55,10 +56,12 @@ def estimate(rec: dict):
 
 def fsdp_estimate(rec: dict):
     """``aicalc.train_memory`` with an FSDP2 record's settings: ``--zero 3 --dp N`` (and the record's micro-batches
-    and LoRA adapters, in the dtype the record made them)."""
+    and LoRA adapters, in the dtype the record made them; ``--offload params`` for a CPU-offload record)."""
     import aicalc
 
     kw = {}
+    if rec.get("offload") == "cpu":
+        kw["offload"] = "params"
     if rec["microbatches"] > 1:
         kw["microbatches"] = rec["microbatches"]
     if rec.get("lora"):
@@ -318,6 +321,43 @@ def fsdp_section() -> list[str]:
         "",
         "| record | traced phase | traced MB | FSDP MB | aicalc MB | aicalc phase | error |",
         "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        *fsdp_offload_section(),
+    ]
+
+
+def fsdp_offload_section() -> list[str]:
+    """The FSDP2 CPU-offload records (the accelerator's peak) against ``--zero 3 --dp N --offload params``."""
+    doc = json.loads(FSDP_OFFLOAD_DATA.read_text(encoding="utf-8"))
+    rows, errs = [], []
+    for r in doc["records"]:
+        est = fsdp_estimate(r)
+        peak = float(est["peak_allocated_bytes"][0])
+        err = peak / r["peak_bytes"] - 1
+        errs.append(abs(err))
+        host = r["host_after_step"]["total"] / 1e6
+        rows.append(f"| {r['name']} | {r['peak_phase']} | {r['peak_bytes'] / 1e6:,.1f} | {host:,.1f} | "
+                    f"{peak / 1e6:,.1f} | {float(est['host_bytes'][0]) / 1e6:,.1f} | {est['peak_phase'][0]} | "
+                    f"{err:+.1%} |")
+    return [
+        "### FSDP2 with CPU offload",
+        "",
+        "The same runs with `CPUOffloadPolicy` on every `fully_shard` (torchtitan's `training.enable_cpu_offload`,",
+        "torchtune's `fsdp_cpu_offload`): the sharded parameters, gradients and optimizer states on the host, each",
+        "block's parameters copied to the device for its all-gather and its reduce-scatter output copied back. A",
+        "CPU-only torch cannot run autograd on fake `cuda` tensors (no CUDA device guard), so the compute runs on a",
+        "fake accelerator, a Python `PrivateUse1` backend (`validation/fake_accelerator.py`), and the tracker keeps",
+        "its bytes apart from the CPU's; a run without offload on it gives the CPU trace's peak (less AdamW's step",
+        "counters, which stay on the host as on CUDA: 75 kB of Llama-3.2-1B's 16.0 GB). aicalc runs with",
+        "`--zero 3 --dp N --offload params` (`tests/test_train_peak.py`: within 5 %). Host MB: the host's bytes",
+        "between steps (parameters and optimizer states; the gradients freed by `zero_grad`) and aicalc's",
+        "`host_bytes`, which also counts the sharded gradients the backward makes there.",
+        "",
+        f"**{len(errs)} records; worst {max(errs):.1%}.**",
+        "",
+        "| record | traced phase | device MB | host MB | aicalc MB | aicalc host MB | aicalc phase | error |",
+        "|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ]

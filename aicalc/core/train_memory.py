@@ -538,7 +538,7 @@ def fsdp2_expert_rows(experts, ep=1, edp=1):
 
 
 def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, tied=False, root_grads=None,
-                  layer_grads=None, r=4.0, accumulating=False):
+                  layer_grads=None, r=4.0, accumulating=False, offload=False):
     """FSDP2's own buffers on one rank (``torch.distributed.fsdp.fully_shard`` on every decoder layer and on the
     whole model, as torchtitan's ``apply_fsdp`` and torchtune's ``shard_model``; ``reshard_after_forward=True``;
     parameters unsharded in ``a`` bytes, the ``param_dtype`` of torchtitan's ``MixedPrecisionPolicy`` or the
@@ -567,7 +567,15 @@ def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, t
       ``r·root_grads/shard`` more. With tied embeddings (``tied``) the trace also holds the root's unsharded
       parameters and the first layer's reduce-scatter input (``ReduceScatterState``, ``r·layer``) at that moment,
       ``a·root + r·layer`` more: seen in both tied records (Llama-3.2-1B and Qwen3-1.7B shapes, exact to 0.01 %)
-      and in neither untied one; why tying keeps them is not worked out from FSDP2's code.
+      and in neither untied one; why tying keeps them is not worked out from FSDP2's code. A moment later the
+      root's reduce-scatter output is allocated (``reduce_scatter_comm.allocate`` in ``foreach_reduce``, ``r``
+      bytes over ``shard``) beside its input while the untied output layer's unsharded gradient (``a·V·H``) is
+      still held, the rest freed: ``r·root_grads·(1 + 1/shard) + a·V·H``, above the first moment where ``shard``
+      is 2 (Llama-3.1-8B at dp 2: 7,354.7 MB against 6,304.1 MB, traced with and without CPU offload; its
+      no-offload record peaks in the optimizer step);
+    * ``offload`` (``CPUOffloadPolicy``, the sharded gradients on the host): the reduce-scatter output is copied
+      to the host, so none of it is counted among the device's gradients and nothing is taken off for it
+      (step_peak_fsdp_offload.json: the root's moment is ``(a + r)·root_grads`` at dp 4 and 8, exact).
 
     Returns (loss, backward, gradients): the bytes each phase holds besides the sharded states and gradients.
     Checked with ``validation/record_step_peak.py`` (``FSDPMemTracker`` on a fake process group,
@@ -580,8 +588,12 @@ def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, t
     layer_g = layer if layer_grads is None else layer_grads
     loss = a * (root + layer)
     backward = a * root + 2 * a * layer + (a + r) * layer_g + a * vocab_hidden
-    out = 0.0 if accumulating else r * root_g / shard
+    # the reduce-scatter output that becomes the sharded gradients (counted with them) where they are on the device
+    out = 0.0 if accumulating or offload else r * root_g / shard
     gradients = (a + r) * root_g - out
     if tied:  # beside the root's reduce-scatter (none where the root has nothing to train)
         gradients = gradients + np.where(np.asarray(root_g) > 0, a * root + r * layer_g, 0.0)
+    else:  # the output allocated, the untied output layer's unsharded gradient still held
+        gradients = np.maximum(gradients, r * root_g * (1 + 1 / shard) - out
+                               + np.where(np.asarray(root_g) > 0, a * vocab_hidden, 0.0))
     return loss, backward, gradients

@@ -506,6 +506,11 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     if o.offload == "params":
         host = host + weights
         weights = weights * 0.0
+        # FSDP2's CPUOffloadPolicy keeps the sharded gradients on the host too: each reduce-scatter output is
+        # copied there (``_fsdp_collectives.foreach_reduce``: ``new_sharded_grad.to(cpu)``) and accumulated there;
+        # none lives on the device between layers (validation/record_step_peak.py, step_peak_fsdp_offload.json)
+        host = host + np.where(fsdp, grads, 0.0)
+        grads = np.where(fsdp, 0.0, grads)
     overhead = tm.CUDA_OVERHEAD_BYTES if o.overhead is None else o.overhead
     context, comm = 0.0, 0.0
     if o.overhead is None and o.context_bytes is not None:
@@ -551,11 +556,13 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             # output layer, final norm) is frozen, so it has no gradients to reduce (nor an output-layer gradient)
             lora_layer = lora_total / arch.layers / tp
             f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block + lora_layer, a, 0.0, shard, arch.tied_embeddings,
-                                                       0.0, lora_layer, asb.grads, accumulating)
+                                                       0.0, lora_layer, asb.grads, accumulating,
+                                                       offload=o.offload == "params")
         else:
             f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block, a, np.where(is_last, arch.vocab * arch.hidden / tp,
                                                                                      0.0), shard,
-                                                       arch.tied_embeddings, r=fsdp_reduce, accumulating=accumulating)
+                                                       arch.tied_embeddings, r=fsdp_reduce, accumulating=accumulating,
+                                                       offload=o.offload == "params")
         f_loss, f_back, f_grads = (np.where(fsdp, x, 0.0) for x in (f_loss, f_back, f_grads))
         freed = _pick(np.asarray(pp) > 1, 0.0, outside["last"])
         if litgpt:  # the loop's ``logits`` list lives through the backward
