@@ -22,6 +22,7 @@ from step_peak_doc import (  # noqa: E402
     GPU_DATA,
     RESERVE_CALIBRATION,
     RESERVE_FACTOR_CALIBRATION,
+    estimate,
     gpu_records,
     gpu_rows,
     not_cuda,
@@ -109,8 +110,6 @@ def test_third_run_new_families_and_the_step_that_ran_out_of_memory():
     """The third run (held out: new families at released widths) holds every step to 5 % like the others, and its
     one step that ran out of memory on the H200 (Gemma-3 4B's widths, eager, batch 6 × 4,096) is called out of
     memory, while the same model at batch 4, which ran, is called a fit."""
-    import aicalc
-
     third = [r for r in DOC_RECORDS_ALL if r.get("run") == 3]
     assert len({r["config"]["model_type"] for r in third}) >= 12
     oom = [r for r in third if "OutOfMemoryError" in r.get("error", "")]
@@ -120,9 +119,7 @@ def test_third_run_new_families_and_the_step_that_ran_out_of_memory():
     assert ran and all(r["batch"] < oom[0]["batch"] for r in ran)
 
     def fits(r):
-        e = aicalc.train_memory(r["config"], batch=r["batch"], seq=r["seq"], attention=r["attention"],
-                                precision=r["precision"], recompute=r["recompute"], adamw=r["adamw"], chip="h200")
-        return bool(e["fits"][0])
+        return bool(estimate(r, chip="h200")["fits"][0])
 
     assert not fits(oom[0])
     assert all(fits(r) for r in ran)

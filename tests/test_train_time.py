@@ -535,19 +535,31 @@ def test_attention_exponential_bound_per_generation():
     assert training_chip("tpu-v5p")[1].exp_per_s == 0.0  # no SFU figure: attention at its tensor rate alone
 
 
+def _attention_forward_s(s, chip, eff) -> float:
+    """Seconds of one 4,096-token sequence's forward attention ops in 16-bit, priced as a training step prices them
+    (``train_attention_efficiency`` of the chip's 16-bit peak), without the exponential bound."""
+    import numpy as np
+
+    from aicalc.core.forward import formats, forward_ops
+    from aicalc.core.pricing import Roofs, op_times
+    from aicalc.core.train_time import training_efficiency
+
+    roofs = Roofs(chip.peak_16bit_flop_per_s, chip.bandwidth_bytes_per_s, chip.link_bytes_per_s)
+    e = training_efficiency(eff)._replace(flop_max=0.4, low_precision_flop_factor=1.0)
+    return sum(float(np.sum(op_times(op, roofs, e, 1.0, False)[1]))
+               for op in forward_ops(s, formats("bf16", flash=True), 1.0, 4096.0, 0.0, 1.0) if op.kind == "attention")
+
+
 def test_exponential_bound_lengthens_the_attention_passes():
     """gpt-oss-120B on a B200 with selective recompute: the attention forward and its recompute at 1.875x, the
     backward unchanged: (2 × 1.875 + 2.5) / 4.5 = 1.389x the attention time of a chip without the bound; the step
     grows by that much of its attention (the forward's attention ops, priced as the step prices them, times the
     4.5 passes), everything else priced alike."""
-    import numpy as np
 
     from aicalc.api.catalog import load_model
     from aicalc.api.train_time import training_chip
     from aicalc.core.efficiency import Efficiency
-    from aicalc.core.forward import formats, forward_ops
-    from aicalc.core.pricing import Roofs, op_times
-    from aicalc.core.train_time import step_time, training_efficiency
+    from aicalc.core.train_time import step_time
 
     s = shape_of(load_model("gpt-oss-120b").arch)
     chip = training_chip("b200")[1]
@@ -555,10 +567,7 @@ def test_exponential_bound_lengthens_the_attention_passes():
     kw = dict(seq=4096, global_batch=8, micro_batch=1, tp=1, pp=1, dp=8, recompute="selective")
     bound = step_time(s, chip, eff, **kw)["step_s"]
     free = step_time(s, chip._replace(exp_per_s=0.0), eff, **kw)["step_s"]
-    roofs = Roofs(chip.peak_16bit_flop_per_s, chip.bandwidth_bytes_per_s, chip.link_bytes_per_s)
-    e = training_efficiency(eff)._replace(flop_max=0.4, low_precision_flop_factor=1.0)
-    fwd = sum(float(np.sum(op_times(op, roofs, e, 1.0, False)[1]))
-              for op in forward_ops(s, formats("bf16", flash=True), 1.0, 4096.0, 0.0, 1.0) if op.kind == "attention")
+    fwd = _attention_forward_s(s, chip, eff)
     r = 2250 / (75 / 16 * 256)
     assert bound - free == pytest.approx(4.5 * fwd * ((2 * r + 2.5) / 4.5 - 1.0), rel=1e-6)
 
@@ -630,14 +639,11 @@ def test_fp8_attention_time_b200_against_gb300():
     it (0.9375 t each), the backward at 2.5 · 0.694 t: (2 · 0.9375 + 1.736) / 4.5 = 0.8025x. The step changes by that
     share of its attention time (the forward's attention ops priced as the step prices 16-bit attention, its
     memory traffic and kernel launches negligible at seq 4096), everything else priced alike."""
-    import numpy as np
 
     from aicalc.api.catalog import load_model
     from aicalc.api.train_time import training_chip
     from aicalc.core.efficiency import Efficiency
-    from aicalc.core.forward import formats, forward_ops
-    from aicalc.core.pricing import Roofs, op_times
-    from aicalc.core.train_time import step_time, training_efficiency
+    from aicalc.core.train_time import step_time
 
     s = shape_of(load_model("llama-3.1-8b").arch)
     eff = Efficiency(train_attention_efficiency=0.4, low_precision_flop_factor=0.72, kernel_overhead_s=0.0)
@@ -646,10 +652,7 @@ def test_fp8_attention_time_b200_against_gb300():
         chip = training_chip(chip_id, "fp8", fp8_attention=True)[1]
         fp8 = step_time(s, chip, eff, **kw)["step_s"]
         sixteen = step_time(s, chip._replace(attention_8bit_flop_per_s=0.0), eff, **kw)["step_s"]
-        roofs = Roofs(chip.peak_16bit_flop_per_s, chip.bandwidth_bytes_per_s, chip.link_bytes_per_s)
-        e = training_efficiency(eff)._replace(flop_max=0.4, low_precision_flop_factor=1.0)
-        t = sum(float(np.sum(op_times(op, roofs, e, 1.0, False)[1]))
-                for op in forward_ops(s, formats("bf16", flash=True), 1.0, 4096.0, 0.0, 1.0) if op.kind == "attention")
+        t = _attention_forward_s(s, chip, eff)
         assert 1.0 + float(fp8 - sixteen) / (4.5 * t) == pytest.approx(ratio, rel=0.01)
 
 

@@ -42,11 +42,14 @@ def not_cuda(rec: dict) -> str:
     return ""
 
 
-def estimate(rec: dict):
+def estimate(rec: dict, chip: str | None = None):
+    """``aicalc.train_memory`` with a record's settings (on ``chip`` where one is named: its ``fits`` verdict)."""
     import aicalc
 
     kw = dict(batch=rec["batch"], seq=rec["seq"], attention=rec["attention"], precision=rec["precision"],
               recompute=rec["recompute"], adamw=rec["adamw"])
+    if chip is not None:
+        kw["chip"] = chip
     if rec["microbatches"] > 1:
         kw["microbatches"] = rec["microbatches"]
     if rec.get("lora"):
@@ -196,7 +199,8 @@ def gpu_section() -> list[str]:
     doc = json.loads(GPU_DATA.read_text(encoding="utf-8"))
     rows, errs, trace = [], [], []
     records = gpu_records()
-    for r, est, cpu in gpu_rows():
+    every = gpu_rows()
+    for r, est, cpu in every:
         err = est / r["peak_bytes"] - 1
         errs.append(abs(err))
         cerr = "" if cpu is None else f"{cpu / r['peak_bytes'] - 1:+.1%}"
@@ -239,7 +243,7 @@ def gpu_section() -> list[str]:
         "linears, the MoE widths with recompute; `run 2` below) is held out: "
         f"{held_summary()}.",
         "",
-        *third_run(),
+        *third_run(every, records),
         "",
         "| step | H200 peak MB | H200 reserved MB | CPU trace MB | trace error | aicalc MB | aicalc error | reserved error |",
         "|---|---|---|---|---|---|---|---|",
@@ -249,26 +253,21 @@ def gpu_section() -> list[str]:
     ]
 
 
-def third_run() -> list[str]:
+def third_run(every: list | None = None, records: list | None = None) -> list[str]:
     """The third and fourth runs' paragraphs (``run 3``, ``run 4``): new families at released widths, held out, the
-    step that ran out of memory against aicalc's verdict, then the same families under AMP, recompute and LoRA."""
-    import aicalc
-
-    every = gpu_rows()
-    rows = [(r, est) for r, est, _ in every if r.get("run") == 3]
-    errs = [est / r["peak_bytes"] - 1 for r, est in rows]
-    fourth = [(r, est) for r, est, _ in every if r.get("run") == 4]
-    errs4 = [est / r["peak_bytes"] - 1 for r, est in fourth]
-    oom = [r for r in gpu_records() if r.get("run") == 3 and "error" in r]
+    step that ran out of memory against aicalc's verdict, then the same families under AMP, recompute and LoRA.
+    ``every`` and ``records``: :func:`gpu_rows` and :func:`gpu_records` where the caller has them."""
+    every = gpu_rows() if every is None else every
+    records = gpu_records() if records is None else records
+    errs, errs4 = ([est / r["peak_bytes"] - 1 for r, est, _ in every if r.get("run") == run] for run in (3, 4))
     verdicts = []
-    for r in oom:
-        e = aicalc.train_memory(r["config"], batch=r["batch"], seq=r["seq"], attention=r["attention"],
-                                precision=r["precision"], recompute=r["recompute"], adamw=r["adamw"], chip="h200")
+    for r in (r for r in records if r.get("run") == 3 and "error" in r):
+        e = estimate(r, chip="h200")
         verdicts.append(f"{r['name'].removeprefix('full-size/')} ran out of memory on the H200; aicalc: "
                         f"{float(e['peak_allocated_bytes'][0]) / 1e9:,.1f} GB allocated, fits "
                         f"{'yes' if bool(e['fits'][0]) else 'no'}")
     return [
-        f"A third run (`run 3`, `--part full3`, {len(rows)} steps, held out: measured after every term above was",
+        f"A third run (`run 3`, `--part full3`, {len(errs)} steps, held out: measured after every term above was",
         "set) took the families the CPU harness does not trace, at their released widths (the presets' config.json)",
         "on a few layers: gpt-oss, Gemma-3, OLMo-2, Granite-3.3, Phi-4, Command R7B, Mistral-NeMo with LoRA,",
         "Llama-4 Scout, GLM-4.7-Flash, MiniMax-M2.7, Qwen3-235B (full recompute, 4k tokens), DeepSeek-V4-Flash (32",
@@ -281,7 +280,7 @@ def third_run() -> list[str]:
         "1 % of aicalc). The OLMo-2 step ran after that failure, with the cache still reserved: its reserved",
         "figure is not the step's.",
         "",
-        f"A fourth run (`run 4`, `--part full4`, {len(fourth)} steps, held out, nothing changed after it): the same",
+        f"A fourth run (`run 4`, `--part full4`, {len(errs4)} steps, held out, nothing changed after it): the same",
         "families under torch AMP (gpt-oss, Llama-4 Scout at 129.5 GB of the card's 139.8 GiB, Phi-4, OLMo-2 with",
         "full recompute), full recompute at 4k tokens (GLM-4.7-Flash, MiniMax-M2.7, Qwen3-Next, DeepSeek-V4-Flash),",
         "selective-op (Gemma-3), eager Granite and LoRA on Command R7B: within 5 % on "

@@ -293,14 +293,15 @@ def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropo
     if sdpa_math is None:
         sdpa_math = sdpa_math_path(arch, a)
     if attention == "eager" or (attention == "sdpa" and sdpa_math):
-        probs_fp32 = arch.norm == "rms"  # Llama-family eager upcasts the softmax to fp32; GPT-2 does not
         heads_ss = B * (A / t) * S * S
-        soft = np.where(probs_fp32, 4.0, a) * heads_ss
-        cast = np.where(probs_fp32 & (a < 4), a * heads_ss, 0.0)
+        if arch.attention_sinks:  # gpt-oss: one softmax in the logits' dtype over S + 1 columns, max's indices
+            soft, cast = a * heads_ss * (S + 1) / S + 8 * B * (A / t) * S, 0.0
+        else:
+            probs_fp32 = arch.norm == "rms"  # Llama-family eager upcasts the softmax to fp32; GPT-2 does not
+            soft = np.where(probs_fp32, 4.0, a) * heads_ss
+            cast = np.where(probs_fp32 & (a < 4), a * heads_ss, 0.0)
         drop = (mask_bytes + a) * heads_ss if attn_dropout > 0 else 0.0
         attn = a * BS * Ad * 4 + soft + cast + drop
-        if arch.attention_sinks:  # gpt-oss: one softmax in the logits' dtype over S + 1 columns, max's indices
-            attn = a * BS * Ad * 4 + a * heads_ss * (S + 1) / S + 8 * B * (A / t) * S + drop
     else:
         attn = a * BS * (2 * Ad + 2 * Kd) + 4 * B * (A / t) * S
     if arch.family == "gpt2":
