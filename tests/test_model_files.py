@@ -446,3 +446,24 @@ def test_the_bounded_gguf_reader_agrees_with_the_gguf_package(tmp_path):
     w.close()
     oracle = {t.name: int(t.n_bytes) for t in gguf.GGUFReader(str(path)).tensors}
     assert _GGUF(path).tensors == oracle
+
+
+@pytest.mark.parametrize("repo, offline", [("meta-llama/Llama-3.1-8B", False),
+                                           ("META-LLAMA/llama-3.1-8b-instruct", False),
+                                           ("meta-llama/Llama-3.1-8B-Instruct", True)])
+def test_a_presets_hub_id_answers_from_the_preset_when_the_hub_is_unreachable(tmp_path, repo, offline):
+    """No connection (port 9 refuses it) or HF_HUB_OFFLINE with nothing cached: the built-in preset whose hf_repo is
+    the id (or the id less a chat suffix) stands in, and says so. Llama 3.1 8B's KV cache per token, by hand:
+    2 (K and V) x 32 layers x 8 KV heads x 128 x 2 bytes = 131,072 B."""
+    pytest.importorskip("huggingface_hub")
+    r = _hub_cli("http://127.0.0.1:9", tmp_path, "kv-cache", repo, "--context", "1", "--block-size", "1", "--json",
+                 offline=offline)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["inputs"]["model"] == "llama-3.1-8b"
+    assert doc["rows"][0]["kv_bytes_per_token"] == 2 * 32 * 8 * 128 * 2
+    shown = _hub_cli("http://127.0.0.1:9", tmp_path, "presets", "show", repo, "--json", offline=offline)
+    assert shown.returncode == 0 and "built-in preset llama-3.1-8b for hf://" in shown.stdout
+    # a repo no preset copies keeps the Hub's error: one line, exit 2
+    other = _hub_cli("http://127.0.0.1:9", tmp_path, "kv-cache", "meta-llama/Llama-9-8B", offline=offline)
+    assert other.returncode == 2 and other.stderr.count("\n") == 1

@@ -90,7 +90,13 @@ def _from_files(name: str):
     if len(name) <= 200 and "/" in name and not exists(path) and re.fullmatch(_HUB_ID, name) and not name.endswith(".json"):
         from aicalc.catalog import checkpoint
 
-        cfg, ck = checkpoint.from_hub(name)
+        try:
+            cfg, ck = checkpoint.from_hub(name)
+        except AicalcError as e:
+            builtin = _offline_preset(name, e)
+            if builtin is None:
+                raise
+            return builtin
         return ModelSpec(id=name, name=name, source=f"hf://{name}", arch=arch_from_config(cfg, name),
                            checkpoint=ck, hf_repo=name, config=cfg if isinstance(cfg, dict) else None)
     spec = store.resolve_model(name)
@@ -104,6 +110,23 @@ def _from_files(name: str):
         if ck is not None:
             return spec._replace(checkpoint=ck)
     return spec
+
+
+def _offline_preset(name: str, error: AicalcError):
+    """The built-in preset that copies Hub repo ``name``'s config.json (:func:`aicalc.catalog.store.preset_for_repo`)
+    when the Hub cannot be reached (no connection, or HF_HUB_OFFLINE with nothing cached); None otherwise (the
+    error stands). Its ``source`` says which preset stood in and why, and the id stays the preset's."""
+    from aicalc.catalog import store
+    from aicalc.catalog.hub import HubError
+
+    offline = isinstance(error, HubError) and error.unreachable or "HF_HUB_OFFLINE" in str(error)
+    found = store.preset_for_repo(name) if offline else None
+    if found is None:
+        return None
+    spec = store.resolve_model(found[0])
+    why = "the Hub is unreachable" if isinstance(error, HubError) else "HF_HUB_OFFLINE is set and it is not cached"
+    return spec._replace(source=f"{spec.source} (built-in preset {spec.id} for hf://{name}: {why}; "
+                                f"its config.json is {found[1]}'s)")
 
 
 class WeightFormat(Named):

@@ -950,6 +950,33 @@ def resolve_model(name: str) -> ModelSpec:
     return ModelSpec(arch=arch_from_config(dict(cfg), str(path)), config=dict(cfg), **meta)
 
 
+CHAT_SUFFIXES = ("-Instruct", "-Chat", "-it")  # a fine-tune's repo beside its base: the same config.json shapes
+
+
+def preset_for_repo(repo_id: str) -> tuple[str, str] | None:
+    """``(preset id, the repo it copies)`` of the model preset whose ``hf_repo`` is ``repo_id`` (case-insensitive),
+    or, failing that, is ``repo_id`` less one chat suffix (``meta-llama/Llama-3.1-8B-Instruct`` →
+    ``meta-llama/Llama-3.1-8B``: a chat fine-tune keeps its base's shapes); None when no preset copies it. Reads
+    each preset's ``hf_repo:`` line only (a fallback when the Hub cannot be reached, not the path of a query)."""
+    import re
+
+    wanted = repo_id.casefold()
+    bases = [repo_id[: -len(s)].casefold() for s in CHAT_SUFFIXES if repo_id.casefold().endswith(s.casefold())]
+    found: dict[str, tuple[str, str]] = {}
+    for pid, path in _index("model").items():
+        try:
+            head = read_text(path)
+        except AicalcError:
+            continue
+        m = re.search(r"^hf_repo:[ \t]*['\"]?([^'\"\s#]+)", head, re.M)
+        if m:
+            found.setdefault(m.group(1).casefold(), (pid, m.group(1)))
+    for key in (wanted, *bases):
+        if key in found:
+            return found[key]
+    return None
+
+
 def resolve_chip(name: str):
     """``(chip, count)``: a chip id gives one chip, a node id (``dgx-h100``) its chips."""
     chip = canonical("chip", name)
