@@ -82,6 +82,11 @@ REFERENCE_IDS: dict[str, str | None] = {
     "mi350x": None,
     "mi355x": None,
     "tpu7x": None,
+    "h800": None,
+    "h20": None,
+    "rtx-pro-6000": None,
+    "rtx-5090": None,
+    "a10g": None,
 }
 # Where the reference stores a dtype under another key: preset id -> {preset dtype: reference key}.
 REFERENCE_DTYPE_KEYS: dict[str, dict[str, str]] = {
