@@ -228,6 +228,12 @@ _SHARED = {
                                                                         "head: mtp, eagle")],
     "DraftTokens": lambda: Annotated[int, typer.Option("--draft-tokens", help="tokens drafted per round (K)")],
     "Acceptance": lambda: Annotated[str, typer.Option("--acceptance", help="per-token acceptance rate of drafted tokens (0.7, 70%)")],
+    "MemFractionStatic": lambda: Annotated[str | None, typer.Option(
+        "--mem-fraction-static", help="SGLang's share of each device's memory for weights and KV pool (0.85, 85%; "
+                                      "--engine sglang; default: SGLang's own by the chip and layout)")],
+    "SwaFullTokensRatio": lambda: Annotated[str | None, typer.Option(
+        "--swa-full-tokens-ratio", help="SGLang's SWA-pool tokens per full-pool token for a hybrid sliding-window "
+                                        "model (--engine sglang; default 0.8, DeepSeek-V4 0.1)")],
 }
 
 
@@ -351,7 +357,8 @@ def _check(Format, Json, Columns):
 
 
 @command(app, "roofline", short_help="Prefill and decode: bound, TTFT, TPOT, tokens/s.")
-def _roofline(Format, Json, Columns, Model, Chip, Ep, AttentionDp, RedundantExperts, WeightDtype, KvDtype, Engine, Draft, DraftTokens, Acceptance):
+def _roofline(Format, Json, Columns, Model, Chip, Ep, AttentionDp, RedundantExperts, WeightDtype, KvDtype, Engine, Draft, DraftTokens, Acceptance,
+              MemFractionStatic, SwaFullTokensRatio):
     def roofline(
         model: Model,
         chip: Chip = None,
@@ -374,6 +381,8 @@ def _roofline(Format, Json, Columns, Model, Chip, Ep, AttentionDp, RedundantExpe
         draft: Draft = None,
         draft_tokens: DraftTokens = 4,
         acceptance: Acceptance = "0.7",
+        mem_fraction_static: MemFractionStatic = None,
+        swa_full_tokens_ratio: SwaFullTokensRatio = None,
         ops: Annotated[bool, typer.Option("--ops", help="one row per operation as well")] = False,
         eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
         plot: Annotated[str | None, typer.Option("--plot", help="write the roofline chart to FILE (.png/.svg; needs matplotlib)")] = None,
@@ -394,7 +403,8 @@ def _roofline(Format, Json, Columns, Model, Chip, Ep, AttentionDp, RedundantExpe
             r = cmd.run(model, c, batch=batch, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype, tp=tp,
                         compute_dtype=compute_dtype, group_size=group_size, attention=attention, ops=ops, eff=eff,
                         kv_per_query_head=kv_per_query_head, engine=engine, draft=draft, draft_tokens=draft_tokens,
-                        acceptance=acceptance, ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts)
+                        acceptance=acceptance, ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts,
+                        mem_fraction_static=mem_fraction_static, swa_full_tokens_ratio=swa_full_tokens_ratio)
             if "peak_flop_per_s" in r.inputs:
                 roofs.append((c, r.rows[0]["ridge_point"], r.inputs["peak_flop_per_s"],
                               r.inputs["memory_bandwidth_bytes_per_s"]))
@@ -583,7 +593,8 @@ def _train_mem(Format, Json, Columns, Model):
 
 
 @command(app, "serve", short_help="A deployment under load: latency, throughput, cost.")
-def _serve(Format, Json, Columns, Model, Chip, Price, Ep, AttentionDp, RedundantExperts, WeightDtype, KvDtype, Engine, Draft, DraftTokens, Acceptance):
+def _serve(Format, Json, Columns, Model, Chip, Price, Ep, AttentionDp, RedundantExperts, WeightDtype, KvDtype, Engine, Draft, DraftTokens, Acceptance,
+           MemFractionStatic, SwaFullTokensRatio):
     def serve(
         model: Model,
         chip: Chip = None,
@@ -613,6 +624,8 @@ def _serve(Format, Json, Columns, Model, Chip, Price, Ep, AttentionDp, Redundant
         acceptance: Acceptance = "0.7",
         prefix_hit: Annotated[str, typer.Option("--prefix-hit", help="share of each prompt found in the prefix cache "
                                                                      "(0.5, 50%)")] = "0",
+        mem_fraction_static: MemFractionStatic = None,
+        swa_full_tokens_ratio: SwaFullTokensRatio = None,
         rate: Annotated[str | None, typer.Option("--rate", help="traffic: requests/s arriving (Poisson; sweepable); "
                                                                 "simulates the scheduler of each replica (of tp × "
                                                                 "pp chips)")] = None,
@@ -653,7 +666,8 @@ def _serve(Format, Json, Columns, Model, Chip, Price, Ep, AttentionDp, Redundant
                        draft_tokens=draft_tokens, acceptance=acceptance, prefix_hit=prefix_hit, rate=rate,
                        requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot,
                        requests_per_day=requests_per_day, peak_factor=peak_factor, policy=policy, ep=ep,
-                       attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp)
+                       attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp,
+                       mem_fraction_static=mem_fraction_static, swa_full_tokens_ratio=swa_full_tokens_ratio)
 
         chip = chip or ["h100-sxm"]
         if emit_engine is not None:

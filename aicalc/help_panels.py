@@ -11,7 +11,8 @@ _PANELS = {
     "Precision and memory": "dtype kv_dtype compute_dtype group_size precision optimizer grad_dtype optimizer_dtype "
                             "lora_rank lora_targets lora_dtype lora_dropout loss optimizer_in_backward quant bnb_keeps_inputs offload "
                             "dropout "
-                            "recompute compile_ attention fp8_attention overhead utilization kv_per_query_head",
+                            "recompute compile_ attention fp8_attention overhead utilization kv_per_query_head "
+                            "mem_fraction_static swa_full_tokens_ratio",
     "Performance model": "eff mfu achieved attention_flops dp_bandwidth ops policy",
     "Limits and cost": "budget max_ttft max_tpot price fail_on_warn",
     "Output": "fmt json_ columns plot emit_engine junit schema help",
@@ -28,7 +29,8 @@ METAVAR = {
     "group_size": "WEIGHTS",
     "budget": "BYTES", "overhead": "BYTES", "dp_bandwidth": "BYTES/s", "achieved": "FLOP/s",
     "max_ttft": "SECONDS", "max_tpot": "SECONDS", "rate": "REQ/s", "requests_per_day": "REQ/day", "years": "YEARS",
-    "utilization": "FRACTION", "prefix_hit": "FRACTION", "acceptance": "FRACTION", "mfu": "FRACTION|auto",
+    "utilization": "FRACTION", "mem_fraction_static": "FRACTION", "swa_full_tokens_ratio": "RATIO",
+    "prefix_hit": "FRACTION", "acceptance": "FRACTION", "mfu": "FRACTION|auto",
     "dropout": "FRACTION", "price": "USD/h", "peak_factor": "FACTOR",
     "chip": "ID", "engine": "ID", "draft": "ID", "dtype": "DTYPE", "kv_dtype": "DTYPE", "compute_dtype": "DTYPE",
     "eff": "KEY=VALUE", "plot": "FILE", "fmt": "FORMAT",

@@ -65,14 +65,15 @@ def test_sglang_cap_follows_its_formula_on_the_kv_pool():
 
 def test_sglang_cap_is_per_attention_dp_rank():
     """Under --enable-dp-attention each DP rank runs its own scheduler over its own GPU's KV pool, so the whole
-    deployment holds the per-rank cap times the ranks. DeepSeek-V3 (163,840-token context) on 8 H200 as DP8/EP8:
-    a rank's pool holds about 40 GiB of MLA cache at 70,272 B a token (576 × 61 layers × 2 B), some 600k tokens,
-    under the 655,360 (= 2048 × 163,840 / 512) at which the formula leaves its floor: 2048 per rank, far fewer
-    than the ~4,800 short requests a rank's KV holds; the deployment runs 8 × 2048."""
+    deployment holds the per-rank cap times the ranks. DeepSeek-V3 (163,840-token context) on 8 H200 as DP8/EP8
+    at --mem-fraction-static 0.9: a rank's pool holds 0.9 × 139.8 GiB less 93.8 GiB of weights, about 32 GiB of MLA
+    cache at 70,272 B a token (576 × 61 layers × 2 B), some 490k tokens, under the 655,360 (= 2048 × 163,840 / 512)
+    at which the formula leaves its floor: 2048 per rank, fewer than the ~5,000 short requests a rank's KV holds;
+    the deployment runs 8 × 2048."""
     import aicalc
     from aicalc.api.serving import scheduler_limits
 
-    kw = dict(tp=8, chips=8, ep=8, attention_dp=8, prompt=64, gen=64)
+    kw = dict(tp=8, chips=8, ep=8, attention_dp=8, prompt=64, gen=64, utilization=0.9)
     fit, cap, schedulers = scheduler_limits("deepseek-v3", "h200", engine="sglang", **kw)
     assert schedulers == 8 and cap == 2048 and fit > cap
     assert aicalc.max_concurrency("deepseek-v3", "h200", engine="sglang", **kw) == 8 * 2048

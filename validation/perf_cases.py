@@ -86,6 +86,17 @@ def engine_max_seqs(engine: str | None, chip: str) -> int | None:
                                 load_node_or_chip(chip)[0])
 
 
+def default_share(args: dict):
+    """An engine's own memory share for a row's deployment where it derives one (SGLang's default
+    --mem-fraction-static and --chunked-prefill-size: aicalc.catalog.profiles.static_reserve), else None."""
+    from aicalc.api.catalog import load_model, load_node_or_chip
+    from aicalc.catalog import profiles
+
+    return profiles.static_reserve(profiles.load("engine", args.get("engine") or profiles.DEFAULT_ENGINE).options,
+                                   load_node_or_chip(args["chip"])[0], load_model(args["model"]).arch,
+                                   int(args.get("tp", 1)), 1, int(args.get("attention_dp", 1)))
+
+
 def _entries(calibration: str, names: tuple[str, ...]) -> tuple[list[dict], set[str]]:
     """The rows of the case files ``names`` (each tagged with its file as ``collection``) and the ids of the
     calibration subset: those listed in ``calibration`` and those whose ``split`` says so (the MoE-era files)."""
@@ -171,12 +182,16 @@ def published_cases() -> list[dict]:
                                                  dtype=args.get("dtype", "release"),
                                                  kv_dtype=args.get("kv_dtype", "bf16"), engine=args["engine"],
                                                  ep=args.get("ep", 1), attention_dp=args.get("attention_dp", 1),
-                                                 utilization=args.get("utilization", 0.9),
+                                                 utilization=args.get("utilization"),
                                                  swa_full_tokens_ratio=args.get("swa_full_tokens_ratio"))
                 if bound and fit > bound:
                     per = " per attention-DP rank" if args.get("attention_dp", 1) > 1 else " per replica"
                     assumed = [f"{bound} running sequences{per} (the engine's default cap on this chip)"
                                if x == "as many requests as fit" else x for x in assumed]
+                share = default_share(args)
+                if share and args.get("utilization") is None:  # SGLang's own --mem-fraction-static, not the row's
+                    assumed.append(f"--mem-fraction-static {share.fraction:g} and chunked prefill {share.chunk} "
+                                   "(SGLang's defaults on this chip and layout)")
             if args.get("engine") == "trtllm" and TRTLLM_OVERVIEW in e["source"] and cap:
                 n = TRTLLM_BENCH_REQUESTS.get((args["prompt"], args["gen"]))
                 if n is None:

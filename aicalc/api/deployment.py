@@ -18,7 +18,7 @@ class Deployments(Table):
 
 def disaggregated(model, chip="h100-sxm", chips: int = 8, *, prompt=1024, gen=256, prefill_tp: int = 1,
                   decode_tp: int = 1, dtype="release", kv_dtype="bf16", max_ttft=None, max_tpot=None, engine=None,
-                  utilization=0.9):
+                  utilization=None):
     """Every split of ``chips`` into prefill replicas (TP ``prefill_tp``) and decode replicas (TP ``decode_tp``):
     prefill pools prefill prompts in batches within the token budget, no larger than meets ``max_ttft``, and ship
     each request's KV cache to a

@@ -257,7 +257,7 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
              tp=None, compute_dtype: str | None = None, group_size: int | None = None, attention: str = "flash",
              kv_shared: bool | None = None, engine: str | None = None, efficiency=None, draft=None,
              draft_tokens: int = 4, acceptance=0.7, ep: int = 1, attention_dp: int = 1,
-             redundant_experts: int = 0) -> Roofline:
+             redundant_experts: int = 0, utilization=None, swa_full_tokens_ratio: float | None = None) -> Roofline:
     """Prefill and decode of ``batch`` sequences of ``prompt`` + ``gen`` tokens on a TP group of ``chip``
     (arrays broadcast; ``tp`` defaults to a node's chips, else 1): FLOPs, bytes, bound, TTFT, TPOT and tokens/s,
     estimated and ideal. ``engine``: an engine
@@ -268,7 +268,14 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     ``attention_dp``: expert and attention-data parallelism inside the replica of ``tp`` chips
     (:func:`aicalc.core.geometry.check_parallel`): ``batch`` is the replica's, spread over the attention groups;
     ``redundant_experts``: extra expert replicas over the EP ranks (EPLB).
-    ``dtype`` "release" (default): the official checkpoint's precision."""
+    ``dtype`` "release" (default): the official checkpoint's precision.
+
+    ``fits``: the weights and the batch's KV cache within one device's memory; for an engine that gives weights and
+    KV pool a share of it (SGLang's --mem-fraction-static: ``utilization``, default its own by the chip and layout,
+    :func:`aicalc.catalog.profiles.static_reserve`) within that share, and a hybrid sliding-window model's cache
+    within the full and SWA pools it sizes from the share less the weights (``swa_full_tokens_ratio``, its
+    --swa-full-tokens-ratio; :func:`aicalc.core.capacity.swa_requests`). ``utilization`` and
+    ``swa_full_tokens_ratio`` are refused for an engine without that share or those pools."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -333,6 +340,16 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     need = weights + kv
     mem = float(cs.chip.usable_memory_bytes)
     fits = need <= mem
+    if cs.engine_options.get("mem_fraction_static_reserve"):
+        fits = _static_share_fits(cs, need, weights, Ba, S + Gs, TP, tps, attention_dp, utilization,
+                                  swa_full_tokens_ratio)
+    elif utilization is not None or swa_full_tokens_ratio is not None:
+        from aicalc.errors import ParameterError
+
+        name, value = ("utilization", utilization) if utilization is not None else \
+            ("swa_full_tokens_ratio", swa_full_tokens_ratio)
+        raise ParameterError(name, value, f"applies to an engine that gives weights and KV cache a share of memory "
+                             f"(sglang), not {cs.engine}")
     chips_needed = np.multiply(need, TPs, out=need if np.ndim(TPs) == 0 else None)  # need·TP / memory, rounded up
     chips_needed /= mem
     np.ceil(chips_needed, out=chips_needed)
@@ -388,10 +405,42 @@ def roofline(model, chip="h100-sxm", batch=1, prompt=512, gen=256, *, dtype: str
     warnings = list(cs.warnings)
     if not bool(np.all(cols["fits"])):
         sram_only = cs.chip.kind in SRAM_KINDS or (cs.chip.sram is not None and cs.chip.sram == cs.chip.memory)
-        warnings.append(f"weights + KV cache exceed one device's {'on-chip SRAM' if sram_only else 'memory'} at "
-                        f"some points (up to {int(cols['chips_needed'].max())} {cs.chip.id} chips needed; see "
-                        "chips_needed)")
+        where = "on-chip SRAM" if sram_only else "memory"
+        if cs.engine_options.get("mem_fraction_static_reserve"):
+            where = "memory share for weights and KV cache (--mem-fraction-static)"
+        warnings.append(f"weights + KV cache exceed one device's {where} at some points (up to "
+                        f"{int(cols['chips_needed'].max())} {cs.chip.id} chips needed; see chips_needed)")
     return Roofline(cols, warnings, setup=cs, efficiency=eff, prefill=pre, decode=dec, regime=regime(cs, dec, B))
+
+
+def _static_share_fits(cs, need, weights, batch, context, TP, tps, attention_dp: int, utilization, given_ratio):
+    """roofline's ``fits`` for an engine whose weights and KV pool take a share of the memory (SGLang): ``need``
+    (weights + KV bytes per device) within ``utilization`` (else the engine's default share at each TP degree,
+    :func:`aicalc.api.serving.kv_memory`) of the memory; a hybrid sliding-window model's ``batch`` sequences of
+    ``context`` tokens per attention group within the pools the share less the ``weights`` holds
+    (:func:`aicalc.core.capacity.swa_requests`)."""
+    import numpy as np
+
+    from aicalc.api.serving import kv_memory, pool_ratio
+    from aicalc.core import capacity
+    from aicalc.core.kv_cache import kv_shape
+
+    arch, mem = cs.model.arch, float(cs.chip.usable_memory_bytes)
+    fits = np.zeros(np.shape(need), dtype=bool)
+    for t in tps:
+        sel = np.broadcast_to(np.asarray(TP == t), fits.shape)
+        share = kv_memory(cs.chip, cs.engine_options, arch, 0.0, int(t), 1, attention_dp, utilization).utilization
+        limit = np.ceil(mem * share)
+        shape = kv_shape(arch, cs.kv_dtype, int(t) // attention_dp)
+        ratio = pool_ratio(cs.engine_options, cs.engine, arch, shape, given_ratio)
+        if ratio is None:
+            ok = np.broadcast_to(need, fits.shape) <= limit
+        else:  # SGLang's full and SWA pools, sized from what the share leaves beside the weights
+            held = capacity.swa_requests(shape, limit - np.broadcast_to(weights, fits.shape), ratio,
+                                         np.broadcast_to(context, fits.shape))
+            ok = (held >= np.ceil(np.broadcast_to(batch, fits.shape))) & (held > 0)
+        fits[sel] = np.broadcast_to(ok, fits.shape)[sel]
+    return fits
 
 
 def regime(cs: CostSetup, dec, batch) -> str:

@@ -3,8 +3,52 @@
 from __future__ import annotations
 
 from aicalc.api.results import Table
+from aicalc.tuples import Named
 
 BLOCK = 16  # vLLM's paged-cache block
+
+
+class KvMemory(Named):
+    """A device's memory as an engine splits it (:func:`kv_memory`): ``budget`` (bytes for the KV cache, 0 when
+    none), ``utilization`` (the share of the memory in use: vLLM's gpu_memory_utilization, TensorRT-LLM's
+    free_gpu_memory_fraction, SGLang's --mem-fraction-static), ``overhead`` (bytes the engine holds besides weights
+    and KV cache: the generic runtime overhead, or the share SGLang keeps for activations and CUDA graphs),
+    ``reserve`` (SGLang's derivation of its default share, :func:`aicalc.catalog.profiles.static_reserve`; None for
+    another engine) and ``given`` (the share was given, not the engine's default)."""
+
+    budget: float
+    utilization: float
+    overhead: float
+    reserve: object = None
+    given: bool = False
+
+
+def kv_memory(chip, opts: dict, arch, weights, tp: int = 1, pp: int = 1, attention_dp: int = 1,
+              utilization=None) -> KvMemory:
+    """The KV budget per device of an engine (its profile's ``opts``) on ``chip`` beside ``weights`` bytes per
+    device. An engine with a ``mem_fraction_static_reserve`` (SGLang) takes ``utilization`` (its
+    --mem-fraction-static) or else its default share of the memory for weights and KV pool
+    (:func:`aicalc.catalog.profiles.static_reserve` for the replica's ``tp``, ``pp`` and ``attention_dp``), and
+    the pool is that share less the weights (model_runner_kv_cache_mixin.py: 'rest_memory = available_gpu_memory -
+    total_gpu_memory * (1 - mem_fraction_static)'); what the share leaves is its reserve for activations and CUDA
+    graphs, so the generic runtime overhead (:func:`aicalc.core.capacity.runtime_overhead_bytes`, an estimate of
+    the same activations and graphs) is not taken off too. Other engines: ``utilization`` (default 0.9) of the
+    whole memory or of what the weights leave (their ``kv_budget``), less that runtime overhead."""
+    from aicalc.api import inputs
+    from aicalc.catalog import profiles
+    from aicalc.core import capacity
+
+    mem = float(chip.usable_memory_bytes)
+    given = utilization is not None
+    reserve = profiles.static_reserve(opts, chip, arch, tp, pp, attention_dp)
+    if reserve is not None:
+        share = inputs.fraction("utilization", utilization) if given else reserve.fraction
+        budget = float(capacity.kv_budget_bytes(mem, share, weights, 0.0, "total"))
+        return KvMemory(budget, share, mem * (1.0 - share), reserve, given)
+    share = inputs.fraction("utilization", utilization) if given else capacity.DEFAULT_UTILIZATION
+    overhead = capacity.runtime_overhead_bytes(arch, tp)
+    return KvMemory(float(capacity.kv_budget_bytes(mem, share, weights, overhead, opts.get("kv_budget", "total"))),
+                    share, overhead, None, given)
 
 
 class Serving(Table):
@@ -18,7 +62,7 @@ class Serving(Table):
 
 
 def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024, gen=256,
-                    dtype: str = "release", kv_dtype: str = "bf16", utilization=0.9, engine: str | None = None,
+                    dtype: str = "release", kv_dtype: str = "bf16", utilization=None, engine: str | None = None,
                     ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0, pp: int = 1,
                     swa_full_tokens_ratio: float | None = None) -> int:
     """Requests of ``prompt + gen`` tokens the whole deployment holds in its KV budget (0 when none) — each at its
@@ -30,7 +74,8 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
     scheduler (SGLang's and vLLM's DP ranks). ``pp``: pipeline stages per replica of ``tp·pp`` chips; each device
     holds its stage's layers of every sequence's cache; the engine's ``max_num_seqs`` still caps the replica's
     running requests (vLLM's scheduler admits no more than ``max_num_running_reqs`` whatever the pipeline's
-    micro-batches in flight). ``swa_full_tokens_ratio``: SGLang's --swa-full-tokens-ratio (:func:`scheduler_limits`)."""
+    micro-batches in flight). ``swa_full_tokens_ratio``: SGLang's --swa-full-tokens-ratio (:func:`scheduler_limits`).
+    ``utilization``: the engine's share of each device's memory, None for its default (:func:`kv_memory`)."""
     fit, cap, schedulers = scheduler_limits(model, chip, tp=tp, chips=chips, prompt=prompt, gen=gen, dtype=dtype,
                                             kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
                                             attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp,
@@ -39,7 +84,7 @@ def max_concurrency(model, chip="h100-sxm", *, tp: int | None = None, chips: int
 
 
 def scheduler_limits(model, chip="h100-sxm", *, tp: int | None = None, chips: int | None = None, prompt=1024,
-                     gen=256, dtype: str = "release", kv_dtype: str = "bf16", utilization=0.9,
+                     gen=256, dtype: str = "release", kv_dtype: str = "bf16", utilization=None,
                      engine: str | None = None, ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0,
                      pp: int = 1, swa_full_tokens_ratio: float | None = None) -> tuple[int, int | None, int]:
     """(requests one scheduler's KV budget holds, the ``engine``'s default cap on one scheduler's running
@@ -76,9 +121,7 @@ def scheduler_limits(model, chip="h100-sxm", *, tp: int | None = None, chips: in
         from aicalc.catalog import profiles
 
         opts = profiles.load("engine", engine).options
-    budget = float(capacity.kv_budget_bytes(chip_obj.usable_memory_bytes, inputs.fraction("utilization", utilization),
-                                            weights, capacity.runtime_overhead_bytes(arch, tp),
-                                            opts.get("kv_budget", "total")))
+    budget = kv_memory(chip_obj, opts, arch, weights, tp, pp, attention_dp, utilization).budget
     from aicalc.core.serving import held_context
 
     longest = float(held_context(inputs.positive("prompt", prompt, whole=True).max(),
@@ -89,12 +132,7 @@ def scheduler_limits(model, chip="h100-sxm", *, tp: int | None = None, chips: in
     pool = budget / stage / shape.bytes_per_token if budget > 0 and shape.bytes_per_token > 0 else 0.0
     from aicalc.catalog import profiles
 
-    if swa_full_tokens_ratio is not None and opts.get("swa_full_tokens_ratio") is None:
-        from aicalc.errors import ParameterError
-
-        raise ParameterError("swa_full_tokens_ratio", swa_full_tokens_ratio, f"applies to an engine that sizes a "
-                             f"sliding-window pool apart (sglang), not {engine or 'no engine'}")
-    ratio = profiles.swa_ratio(opts, arch.family, swa_full_tokens_ratio) if shape.sliding_layers else None
+    ratio = pool_ratio(opts, engine, arch, shape, swa_full_tokens_ratio)
     if ratio is not None:  # SGLang's full and SWA pools
         fit, pool = capacity.swa_fit(shape, budget / stage, ratio, longest)
     cap = None
@@ -104,8 +142,24 @@ def scheduler_limits(model, chip="h100-sxm", *, tp: int | None = None, chips: in
     return fit, cap, attention_dp * replicas
 
 
+def pool_ratio(opts: dict, engine, arch, shape, given=None) -> float | None:
+    """SWA-pool tokens per full-pool token of an engine that sizes a hybrid sliding-window model's pools apart
+    (SGLang: ``given``, its --swa-full-tokens-ratio, else the model's default or the profile's,
+    :func:`aicalc.catalog.profiles.swa_ratio`); None for a model with no sliding layer or another engine. A ratio
+    given for an engine with one pool is refused."""
+    if given is not None and opts.get("swa_full_tokens_ratio") is None:
+        from aicalc.errors import ParameterError
+
+        raise ParameterError("swa_full_tokens_ratio", given, f"applies to an engine that sizes a sliding-window pool "
+                             f"apart (sglang), not {engine or 'no engine'}")
+    from aicalc.catalog import profiles
+
+    ratio = profiles.swa_ratio(opts, arch.family, given)  # a given ratio is checked, whatever the model
+    return ratio if shape.sliding_layers else None
+
+
 def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, dtype: str = "release",
-               kv_dtype: str = "bf16", utilization=0.9, engine: str | None = None, ep: int = 1, attention_dp: int = 1,
+               kv_dtype: str = "bf16", utilization=None, engine: str | None = None, ep: int = 1, attention_dp: int = 1,
                redundant_experts: int = 0, pp: int = 1, swa_full_tokens_ratio: float | None = None) -> int:
     """The tensor-parallel degree a deployment of ``chips`` chips gets when none is given: the smallest divisor
     of ``chips / pp`` whose replicas hold ``concurrency`` requests of the longest ``prompt + gen`` in their KV
@@ -145,7 +199,7 @@ def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, 
 
 def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: int | None = None, chips: int | None = None,
           dtype: str = "release", kv_dtype: str = "bf16", max_ttft=None, max_tpot=None, price=None,
-          utilization=0.9, engine: str | None = None, efficiency=None, draft=None, draft_tokens: int = 4,
+          utilization=None, engine: str | None = None, efficiency=None, draft=None, draft_tokens: int = 4,
           acceptance=0.7, prefix_hit=0.0, ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0,
           pp: int = 1, swa_full_tokens_ratio: float | None = None) -> Serving:
     """``concurrency`` requests of ``prompt`` + ``gen`` tokens over ``chips`` chips in replicas of TP ``tp``
@@ -167,7 +221,10 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     queue), each passing every stage in turn, so a micro-batch's step takes ``pp`` times the slowest stage's time
     (the whole model's at its batch for an even split) plus the ``pp − 1`` hops of its hidden states between
     stages, over the scale-up link inside a domain, else the scale-out NIC. ``swa_full_tokens_ratio``: the SGLang
-    server's --swa-full-tokens-ratio, for what ``concurrency="max"`` holds (:func:`scheduler_limits`)."""
+    server's --swa-full-tokens-ratio, for what ``concurrency="max"`` holds (:func:`scheduler_limits`) and for
+    ``fits`` (a scheduler's requests within what its two pools hold, :func:`aicalc.core.capacity.swa_requests`).
+    ``utilization``: the engine's share of each device's memory (vLLM's gpu_memory_utilization, SGLang's
+    --mem-fraction-static), None for its default (:func:`kv_memory`)."""
     import numpy as np
 
     from aicalc.api import inputs
@@ -222,15 +279,13 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     max_tpot = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else None
     if price is not None:
         price = inputs.single("price", price)
-    utilization = inputs.fraction("utilization", utilization)
     from aicalc.api.catalog import resident_weights
 
     weights = resident_weights(cs.model, dtype, tp, ep=ep, attention_dp=attention_dp, redundant=redundant, pp=pp)
     dtype, kv_dtype = cs.dtype_label, cs.kv_dtype
-    overhead = capacity.runtime_overhead_bytes(arch, tp)
     eng_opts = cs.engine_options
-    budget = float(capacity.kv_budget_bytes(cs.chip.usable_memory_bytes, utilization, weights, overhead,
-                                            eng_opts.get("kv_budget", "total")))
+    memory = kv_memory(cs.chip, eng_opts, arch, weights, tp, pp, attention_dp, utilization)
+    budget, utilization, overhead = memory.budget, memory.utilization, memory.overhead
     per_rep = np.ceil(C / replicas)
     per_mb = np.ceil(per_rep / pp) if pp > 1 else per_rep  # sequences of one pipeline micro-batch
     hit = inputs.share("prefix_hit", prefix_hit)  # a number or "75%", as the command line reads it
@@ -274,6 +329,9 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         kv_dev = kv_dev + kv_cache_bytes(kv_shape(spec["arch"], kv_dtype, tp), per_rep, held + spec["k"],
                                          BLOCK)
     fits = (kv_dev <= budget) & (budget > 0)
+    ratio = pool_ratio(eng_opts, engine, arch, shape_kv, swa_full_tokens_ratio)
+    if ratio is not None and budget > 0:  # SGLang's two pools: a scheduler's requests within what they hold
+        fits &= np.ceil(per_rep / D) <= capacity.swa_requests(shape_kv, budget / stage, ratio, held)
     if sram is not None:  # weights and cache spread over the replica's chips, no engine runtime beside them
         overhead, budget = 0.0, float(cs.chip.usable_memory_bytes)
         chips = sram if given_chips is None else chips
@@ -311,6 +369,12 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         if not fits.all():
             warnings.append(f"{int((~fits).sum())} row(s) need more than the {chips} {cs.chip.id} chips given: "
                             "weights and KV cache live in on-chip SRAM only (see chips_needed)")
+    elif budget <= 0 and memory.reserve is not None:  # SGLang: weights and KV pool within its static share
+        short = weights - np.ceil(cs.chip.usable_memory_bytes * utilization)
+        warnings.append(f"does not fit: weights ({weights / 2**30:.1f} GiB) per device exceed the "
+                        f"{utilization:.3g} of {cs.chip.id}'s memory the engine gives weights and KV cache "
+                        f"(--mem-fraction-static) by {short / 2**30:.1f} GiB; use more chips per replica (tp), a "
+                        f"smaller dtype, or a larger chip")
     elif budget <= 0:
         short = weights + overhead - np.ceil(cs.chip.usable_memory_bytes * utilization)
         warnings.append(f"does not fit: weights ({weights / 2**30:.1f} GiB) and runtime overhead ({overhead / 2**30:.1f} "
@@ -320,7 +384,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         warnings.append(f"{int((~fits).sum())} row(s) do not fit: the KV cache of {int(per_rep.max())} sequences per "
                         f"replica exceeds the {budget / 2**30:.1f} GiB left per device beside weights and overhead")
     return Serving(cols, warnings, setup=cs, replicas=replicas, chips=chips, price=price, budget_bytes=budget,
-                   max_ttft=max_ttft, max_tpot=max_tpot, utilization=utilization)
+                   max_ttft=max_ttft, max_tpot=max_tpot, utilization=utilization, memory=memory)
 
 
 def stage_share(arch, pp: int) -> float:

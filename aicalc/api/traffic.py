@@ -314,10 +314,11 @@ def policy_of(engine: str | None, policy: str | None = None) -> str:
 
 
 def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int | None = None,
-            token_budget: int | None = None, utilization=0.9, longest: int = 2048, cs=None,
+            token_budget: int | None = None, utilization=None, longest: int = 2048, cs=None,
             need: int | None = None) -> Replica:
     """A replica of ``layout`` for the simulation: step-time tables up to ``longest`` tokens of context, and the
-    KV blocks of 16 tokens vLLM's budget leaves beside weights and overhead (``utilization`` of memory).
+    KV blocks of 16 tokens the engine's budget leaves beside weights and overhead (:func:`aicalc.api.serving.kv_memory`:
+    ``utilization`` of memory, None for the engine's default: 0.9, or SGLang's --mem-fraction-static default).
 
     With ``layout.pp`` stages each device holds its stage's layers of the weights and of every sequence's cache
     (as :func:`aicalc.api.serving.serve` prices a given deployment), so the replica's blocks are those its fullest
@@ -336,8 +337,7 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int | 
     from aicalc.api import inputs
     from aicalc.api.catalog import resident_weights
     from aicalc.api.roofline import cost_setup
-    from aicalc.api.serving import check_pipeline, stage_share
-    from aicalc.core import capacity
+    from aicalc.api.serving import check_pipeline, kv_memory, stage_share
     from aicalc.core.geometry import cache_bytes_per_token_layer, check_parallel
     from aicalc.errors import ParameterError
 
@@ -350,9 +350,7 @@ def replica(model, layout: Layout, *, engine=None, policy=None, max_seqs: int | 
     check_pipeline(cs, pp)
     weights = resident_weights(cs.model, layout.dtype, tp, ep=ep, attention_dp=adp, pp=pp)
     eng_opts = cs.engine_options
-    budget = float(capacity.kv_budget_bytes(cs.chip.usable_memory_bytes, inputs.fraction("utilization", utilization),
-                                            weights, capacity.runtime_overhead_bytes(arch, tp),
-                                            eng_opts.get("kv_budget", "total")))
+    budget = kv_memory(cs.chip, eng_opts, arch, weights, tp, pp, adp, utilization).budget
     if max_seqs is None:
         max_seqs = default_seqs(cs, tp, adp, budget / stage_share(arch, pp))
     if token_budget is None:
@@ -410,7 +408,7 @@ def _rate_text(rate):
 def simulate(model, chip="h100-sxm", rate=None, *, requests=None, prompt=1024, gen=256, num_requests: int = 1000,
              tp: int | None = None, chips: int | None = None, dtype: str = "release", kv_dtype: str = "bf16", engine=None,
              max_ttft=None, max_tpot=None, max_seqs: int | None = None, token_budget: int | None = None,
-             utilization=0.9,
+             utilization=None,
              seed: int = 0, policy: str | None = None, ep: int = 1, attention_dp: int = 1, pp: int = 1,
              efficiency=None) -> Traffic:
     """Requests arriving at ``rate`` per second (Poisson; an array sweeps it) over the whole deployment, spread

@@ -32,7 +32,11 @@ kind whose factors and options it starts from, or an engine family's name: its l
   memory reads 0; a profile that sets ``max_num_seqs`` alone drops
   the rules of the profile it extends), ``max_num_batched_tokens`` and ``max_num_batched_tokens_by_chip`` (the
   tokens one scheduler step batches by default, and rules that set it by the chip, as for ``max_num_seqs``;
-  :func:`token_budget`), ``max_running_from_pool`` (a cap derived from the KV
+  :func:`token_budget`; a rule may also hold ``min_tp``, the fewest tensor-parallel chips of a replica it matches),
+  ``cuda_graph_max_bs_by_chip`` (rules for the largest batch the decode CUDA graph captures, SGLang's),
+  ``mem_fraction_static_reserve`` (the constants of SGLang's default --mem-fraction-static, :func:`static_reserve`:
+  an engine with one takes that share of the whole memory for weights and KV pool by default, and its reserve
+  replaces the generic runtime overhead), ``max_running_from_pool`` (a cap derived from the KV
   pool one scheduler holds, SGLang's: ``{per_context_length, at_least, at_most, tokens_per_request}``, the cap
   min(T // tokens_per_request, min(max(floor(T / context_len · per_context_length), at_least), at_most)) for a pool
   of T tokens and the model's context length; :func:`max_running`), ``kv_reserve`` (``live``: a running sequence
@@ -141,7 +145,7 @@ def _yaml_files(folder: Path) -> list[Path]:
 # (aicalc.api.roofline: pipeline_over_chips, kv_shared, gguf_compute, gguf_compute_vendors, by_class;
 # aicalc.api.train_memory: context_bytes, nccl_communicator_bytes, nccl_all_to_all_bytes; aicalc.api.serving:
 # max_num_seqs, max_num_seqs_by_chip, max_running_from_pool, model_defaults (through max_running), swa_full_tokens_ratio,
-# kv_reserve, kv_budget;
+# kv_reserve, kv_budget, mem_fraction_static_reserve and cuda_graph_max_bs_by_chip (through static_reserve);
 # aicalc.api.traffic: scheduler, max_num_batched_tokens, max_num_batched_tokens_by_chip (through token_budget);
 # aicalc.commands.train_time: default_zero;
 # aicalc.api.train_time: reduce_dtype), each with an optional
@@ -251,23 +255,62 @@ def _kinds(v) -> str | None:
     return None
 
 
+RULE_KEYS = ("min_memory_gib", "value", "name_excludes", "kind_excludes", "min_tp")
+
+
 def _seq_rules(v) -> str | None:
-    """``max_num_seqs_by_chip`` (and ``max_num_batched_tokens_by_chip``): a list of ``{min_memory_gib: number, value:
-    a whole number, name_excludes: [texts], kind_excludes: [chip kinds]}``."""
+    """``max_num_seqs_by_chip`` (and ``max_num_batched_tokens_by_chip``, ``cuda_graph_max_bs_by_chip``): a list of
+    ``{min_memory_gib: number, value: a whole number, name_excludes: [texts], kind_excludes: [chip kinds], min_tp: a
+    whole number}`` (``min_tp``: the rule matches a replica of at least that many tensor-parallel chips only)."""
     if not isinstance(v, list) or not v or len(v) > 64:
-        return f"must be a list of rules {{min_memory_gib, value, name_excludes, kind_excludes}}, got {_show(v)}"
+        return f"must be a list of rules {{{', '.join(RULE_KEYS)}}}, got {_show(v)}"
     for rule in v:
-        if not isinstance(rule, dict) or not {"min_memory_gib", "value"} <= set(rule) or \
-                set(rule) - {"min_memory_gib", "value", "name_excludes", "kind_excludes"}:
-            return (f"each rule must hold min_memory_gib and value (and may hold name_excludes, kind_excludes), "
-                    f"got {_show(rule)}")
+        if not isinstance(rule, dict) or not {"min_memory_gib", "value"} <= set(rule) or set(rule) - set(RULE_KEYS):
+            return (f"each rule must hold min_memory_gib and value (and may hold name_excludes, kind_excludes, "
+                    f"min_tp), got {_show(rule)}")
         m = rule["min_memory_gib"]
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 2**20:
             return f"min_memory_gib must be a number of GiB from 0 to 2^20, got {_show(m)}"
         problem = (_sequences(rule["value"]) or (_texts(rule["name_excludes"]) if "name_excludes" in rule else None)
-                   or (_kinds(rule["kind_excludes"]) if "kind_excludes" in rule else None))
+                   or (_kinds(rule["kind_excludes"]) if "kind_excludes" in rule else None)
+                   or (f"min_tp {_sequences(rule['min_tp'])}" if "min_tp" in rule and _sequences(rule["min_tp"])
+                       else None))
         if problem:
             return problem
+    return None
+
+
+# SGLang's reserve besides weights and KV pool (``mem_fraction_static_reserve``; :func:`static_reserve`): each a
+# number of MiB or tokens from 0 to 2^20; ``prefill_graph_sizes``: [first, last or null, step] runs of the prefill
+# CUDA graph's captured token counts; ``prefill_graph_vendors``: the chip vendors whose default runs that graph;
+# ``prefill_graph_off``: model types whose default turns it off
+RESERVE_NUMBERS = ("base_mib", "per_chunk_token_mib", "min_activation_tokens", "per_rank_mib", "per_graph_bs_mib",
+                   "dp_attention_per_graph_bs_mib", "dp_attention_large_graph_bs",
+                   "dp_attention_large_per_graph_bs_mib", "prefill_graph_per_size_mib", "prefill_graph_mla_mib",
+                   "floor_mib", "floor_above_mib")
+RESERVE_KEYS = (*RESERVE_NUMBERS, "prefill_graph_sizes", "prefill_graph_vendors", "prefill_graph_off")
+
+
+def _reserve(v) -> str | None:
+    """``mem_fraction_static_reserve``: the constants of SGLang's default --mem-fraction-static (every key of
+    :data:`RESERVE_KEYS`)."""
+    if not isinstance(v, dict) or set(v) != set(RESERVE_KEYS):
+        return f"must be a mapping of {', '.join(RESERVE_KEYS)}, got {_show(v)}"
+    for k in RESERVE_NUMBERS:
+        x = v[k]
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 2**20:
+            return f"{k} must be a number from 0 to 2^20, got {_show(x)}"
+    runs = v["prefill_graph_sizes"]
+    if not isinstance(runs, list) or not runs or len(runs) > 64 or any(
+            not isinstance(r, list) or len(r) != 3 or any(isinstance(x, bool) for x in r)
+            or not isinstance(r[0], int) or not isinstance(r[2], int) or not (r[1] is None or isinstance(r[1], int))
+            or not 1 <= r[0] <= 2**20 or not 1 <= r[2] <= 2**20 or (r[1] is not None and not r[0] <= r[1] <= 2**20)
+            for r in runs):
+        return (f"prefill_graph_sizes must be a list of [first, last or null, step] whole numbers from 1 to 2^20, "
+                f"got {_show(runs)}")
+    for k in ("prefill_graph_vendors", "prefill_graph_off"):
+        if not isinstance(v[k], list) or len(v[k]) > 256 or not all(isinstance(x, str) and x for x in v[k]):
+            return f"{k} must be a list of texts, got {_show(v[k])}"
     return None
 
 
@@ -331,19 +374,71 @@ def swa_ratio(options: dict, model_type: str | None = None, given: float | None 
     return float(r) if r is not None else None
 
 
-def _chip_rule(options: dict, key: str, chip):
+def _chip_rule(options: dict, key: str, chip, tp: int = 1, memory_bytes: float | None = None):
     """The ``value`` of the first ``KEY_by_chip`` rule ``chip`` meets (its memory at least ``min_memory_gib`` GiB,
     its name holding none of ``name_excludes``, case-insensitive, its kind none of ``kind_excludes``: vLLM V1's
     EngineArgs._set_default_args reads the device so, and on a TPU, whose platform raises on
-    get_device_total_memory, reads 0 GiB), else the profile's ``KEY``, else None."""
-    memory_gib = float(getattr(chip, "memory_bytes", 0) or 0) / 2**30
+    get_device_total_memory, reads 0 GiB; a replica of ``tp`` chips at least the rule's ``min_tp``: SGLang's
+    decode CUDA-graph batch by 'tp_size < 4'), else the profile's ``KEY``, else None. The memory is the chip's
+    preset memory, or ``memory_bytes`` where the caller reads the device as its engine does
+    (:func:`static_reserve`)."""
+    memory = getattr(chip, "memory_bytes", 0) if memory_bytes is None else memory_bytes
+    memory_gib = float(memory or 0) / 2**30
     name = str(getattr(chip, "name", "") or "").lower()
     kind = getattr(chip, "kind", None)
     for rule in options.get(f"{key}_by_chip") or ():
         if memory_gib >= rule["min_memory_gib"] and kind not in rule.get("kind_excludes", ()) and \
-                not any(x.lower() in name for x in rule.get("name_excludes", ())):
+                tp >= rule.get("min_tp", 1) and not any(x.lower() in name for x in rule.get("name_excludes", ())):
             return rule["value"]
     return options.get(key)
+
+
+class StaticReserve(Named):
+    """SGLang's default --mem-fraction-static on a chip and layout (:func:`static_reserve`): ``fraction`` (of the
+    device's memory, weights and KV pool together), ``reserved_mib`` (what it keeps for activations and CUDA
+    graphs), ``gpu_mem_mib`` (the device's memory as the engine reads it), ``chunk`` (--chunked-prefill-size),
+    ``graph_bs`` (the decode CUDA graph's largest batch) and ``prefill_graph_mib`` (the prefill graph's share of
+    the reserve, 0 where it is off)."""
+
+    fraction: float
+    reserved_mib: float
+    gpu_mem_mib: int
+    chunk: int
+    graph_bs: int
+    prefill_graph_mib: float
+
+
+def device_mib(chip) -> int:
+    """A device's memory in whole MiB as an engine reads its total: the preset's measured usable memory
+    (torch.cuda.mem_get_info's total, cudaMemGetInfo) where it has one, else its label."""
+    return int(float(getattr(chip, "usable_memory_bytes", 0) or getattr(chip, "memory_bytes", 0) or 0) // 2**20)
+
+
+def static_reserve(options: dict, chip, arch, tp: int = 1, pp: int = 1, attention_dp: int = 1) -> StaticReserve | None:
+    """SGLang's default --mem-fraction-static (python/sglang/srt/arg_groups/memory_hook.py,
+    handle_gpu_memory_settings) for a replica of ``tp`` chips in ``pp`` stages with ``attention_dp`` DP-attention
+    ranks, from the profile's ``mem_fraction_static_reserve`` (None for an engine without one): the device's memory
+    M in MiB (:func:`device_mib`) sets --chunked-prefill-size C (``max_num_batched_tokens_by_chip``) and the
+    decode CUDA graph's largest batch (``cuda_graph_max_bs_by_chip``, by M and tp); the prefill CUDA graph runs on
+    the ``prefill_graph_vendors``' chips at pp 1 unless the model's type is in ``prefill_graph_off``, and reserves
+    ``prefill_graph_mla_mib`` for an MLA model (its backend), else ``prefill_graph_per_size_mib`` for each captured
+    token count up to C; then the reserve and round((M − reserve) / M, 3)
+    (:func:`aicalc.core.capacity.static_reserve_mib`)."""
+    from aicalc.core.capacity import prefill_graph_sizes, static_fraction, static_reserve_mib
+
+    rule = options.get("mem_fraction_static_reserve")
+    if not rule:
+        return None
+    mem = device_mib(chip)
+    chunk = int(_chip_rule(options, "max_num_batched_tokens", chip, tp, mem * 2**20) or 0)
+    graph_bs = int(_chip_rule(options, "cuda_graph_max_bs", chip, tp, mem * 2**20) or 0)
+    prefill = 0.0
+    if pp == 1 and getattr(chip, "vendor", None) in rule["prefill_graph_vendors"] and \
+            getattr(arch, "family", None) not in rule["prefill_graph_off"]:
+        prefill = float(rule["prefill_graph_mla_mib"]) if getattr(arch, "mla", None) is not None else \
+            prefill_graph_sizes(rule["prefill_graph_sizes"], chunk) * float(rule["prefill_graph_per_size_mib"])
+    reserved = static_reserve_mib(mem, chunk, graph_bs, tp, pp, attention_dp, prefill, rule)
+    return StaticReserve(static_fraction(mem, reserved), reserved, mem, chunk, graph_bs, prefill)
 
 
 def token_budget(options: dict, chip) -> int:
@@ -393,6 +488,7 @@ OPTIONS = {
                "gguf_compute_vendors": _texts, "max_num_seqs": _sequences, "max_num_seqs_by_chip": _seq_rules,
                "max_num_batched_tokens": _sequences, "max_num_batched_tokens_by_chip": _seq_rules,
                "max_running_from_pool": _pool_rule, "scheduler": _scheduler,
+               "cuda_graph_max_bs_by_chip": _seq_rules, "mem_fraction_static_reserve": _reserve,
                "swa_full_tokens_ratio": _ratio, "model_defaults": _model_defaults,
                "kv_reserve": _kv_reserve, "kv_budget": _kv_budget,
                "by_class": None},  # by_class: read by _read_by

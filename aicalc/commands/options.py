@@ -128,10 +128,12 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                         texts="chip",
                         params={"micro_batch": "batch", "sequence_parallel": "sp", "interleave": "virtual_stages",
                                 "compile": "compile_"}),
-    "roofline": _kinds(text="batch prompt gen dtype kv_dtype tp compute_dtype attention engine draft acceptance plot",
+    "roofline": _kinds(text="batch prompt gen dtype kv_dtype tp compute_dtype attention engine draft acceptance plot "
+                            "mem_fraction_static swa_full_tokens_ratio",
                        int="group_size draft_tokens ep attention_dp redundant_experts", flag="kv_per_query_head ops", texts="chip eff"),
     "serve": _kinds(text="chips tp prompt gen concurrency max_ttft max_tpot dtype kv_dtype price engine draft "
-                         "acceptance prefix_hit rate requests num_requests plot emit requests_per_day peak_factor policy",
+                         "acceptance prefix_hit rate requests num_requests plot emit requests_per_day peak_factor policy "
+                         "mem_fraction_static swa_full_tokens_ratio",
                     int="draft_tokens seed ep attention_dp redundant_experts pp", flag="search", texts="chip",
                     params={"emit": "emit_engine"}),
     "train-time": _kinds(text="chips tokens seq global_batch micro_batch tp pp dp mfu achieved recompute attention "
@@ -195,3 +197,35 @@ def engine_release(engine_id: str) -> dict | None:
     from aicalc.catalog.profiles import load
 
     return load("engine", engine_id).options.get("release")
+
+
+def memory_inputs(memory, ratio) -> dict:
+    """A result's inputs on an engine's memory share (:func:`aicalc.api.serving.kv_memory`): SGLang's
+    ``mem_fraction_static`` and, where the engine derived it, ``chunked_prefill_size`` and the reserve; the
+    ``swa_full_tokens_ratio`` given. Nothing for an engine without that share."""
+    if memory.reserve is None:
+        return {}
+    r = memory.reserve
+    return {"mem_fraction_static": memory.utilization, "mem_fraction_static_given": memory.given,
+            "mem_fraction_static_default": r.fraction, "static_reserve_bytes": r.reserved_mib * 2**20,
+            "chunked_prefill_size": r.chunk, "cuda_graph_max_bs": r.graph_bs,
+            **({"swa_full_tokens_ratio": ratio} if ratio is not None else {})}
+
+
+def memory_notes(memory, tp: int, pp: int = 1, attention_dp: int = 1,
+                 head: str = "memory: weights and KV pool take") -> list[str]:
+    """The line a table prints on an engine's memory share where the engine has one of its own (SGLang's
+    --mem-fraction-static, given or its default on the chip and layout, with the chunked-prefill size and the
+    decode CUDA graph's batch it derived it from), beginning with ``head``; none for other engines."""
+    if memory.reserve is None:
+        return []
+    r = memory.reserve
+    layout = f"TP {tp}" + (f", PP {pp}" if pp > 1 else "") + (f", DP attention {attention_dp}" if attention_dp > 1
+                                                              else "")
+    head = f"{head} {memory.utilization:g} of each device's {r.gpu_mem_mib:,} MiB"
+    if memory.given:
+        return [f"{head} (--mem-fraction-static, given; the engine's default here is {r.fraction:g}); chunked prefill "
+                f"{r.chunk:,} tokens (docs/serve.md#memory)"]
+    return [f"{head}, the engine's default --mem-fraction-static at {layout}: it keeps {r.reserved_mib:,.0f} MiB for "
+            f"activations and CUDA graphs (chunked prefill {r.chunk:,} tokens, decode graphs to batch {r.graph_bs}) "
+            "in place of the generic runtime overhead; --mem-fraction-static sets the share (docs/serve.md#memory)"]

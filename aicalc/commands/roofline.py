@@ -14,13 +14,18 @@ from aicalc.result import Result
 def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: str = "release", kv_dtype: str = "bf16",
         tp=None, compute_dtype=None, group_size=None, attention: str = "flash", ops: bool = False, eff=None,
         kv_per_query_head: bool = False, engine=None, draft=None, draft_tokens=4, acceptance="0.7", ep=1,
-        attention_dp=1, redundant_experts=0) -> Result:
+        attention_dp=1, redundant_experts=0, mem_fraction_static=None, swa_full_tokens_ratio=None) -> Result:
     from aicalc.commands.merge import choices, over
+    from aicalc.commands.serve import check_share_engine, memory_options
 
+    share, ratio = memory_options(mem_fraction_static, swa_full_tokens_ratio)
     if len(choices(dtype)) > 1 or len(choices(kv_dtype)) > 1:  # a table across formats
         return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
             model, chip, batch, prompt, gen, d, kd, tp, compute_dtype, group_size, attention, ops, eff,
-            kv_per_query_head, engine, draft, draft_tokens, acceptance, ep, attention_dp, redundant_experts)))
+            kv_per_query_head, engine, draft, draft_tokens, acceptance, ep, attention_dp, redundant_experts,
+            mem_fraction_static, swa_full_tokens_ratio)))
+    if share is not None:
+        check_share_engine(mem_fraction_static, engine, chip)
 
     from aicalc.api.roofline import roofline
     from aicalc.catalog.profiles import release_note
@@ -29,6 +34,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
         engine_default,
         engine_release,
         links_note,
+        memory_inputs,
+        memory_notes,
         time_attention,
     )
     from aicalc.sweep import grid, int_sweep
@@ -45,7 +52,8 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
                  compute_dtype=compute_dtype, group_size=group_size, attention=attention,
                  kv_shared=False if kv_per_query_head else None, engine=engine,
                  efficiency=efficiency_overrides(eff), draft=draft, draft_tokens=draft_tokens, acceptance=acceptance,
-                 ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts)
+                 ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts, utilization=share,
+                 swa_full_tokens_ratio=ratio)
     cs, effm = r.meta["setup"], r.meta["efficiency"]
     ridge = cs.roofs.ridge_point
     c = r.columns
@@ -108,6 +116,13 @@ def run(model: str, chip="h100-sxm", batch="1", prompt="512", gen="256", dtype: 
              "ideal = bare roofline, no overheads; override factors with --eff KEY=VALUE",
              f"engine profile: {release_note(cs.engine)}{engine_default(engine, cs.chip)}"]
     notes += links_note(cs, int(c["tp"].max()), 1, ep, attention_dp)
+    if cs.engine_options.get("mem_fraction_static_reserve"):
+        from aicalc.api.serving import kv_memory
+
+        for t in sorted({int(x) for x in c["tp"]}):
+            memory = kv_memory(cs.chip, cs.engine_options, cs.model.arch, 0.0, t, 1, attention_dp, share)
+            inputs.update(memory_inputs(memory, ratio))
+            notes += memory_notes(memory, t, 1, attention_dp, "fits: weights and the batch's KV cache within")
     chart = None
     if not ops and len(r) <= 64:
         from aicalc.plot import terminal_chart

@@ -11,8 +11,22 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         max_tpot=None, dtype: str = "release", kv_dtype: str = "bf16", price=None, engine=None, draft=None,
         draft_tokens=4, acceptance="0.7", prefix_hit="0", rate=None, requests=None, num_requests="1000",
         seed=0, search: bool = False, plot=None, requests_per_day=None, peak_factor="1", policy=None, ep=1,
-        attention_dp=1, redundant_experts=0, pp=1) -> Result:
+        attention_dp=1, redundant_experts=0, pp=1, mem_fraction_static=None, swa_full_tokens_ratio=None) -> Result:
     import numpy as np
+
+    share, ratio = memory_options(mem_fraction_static, swa_full_tokens_ratio)
+    if (share is not None or ratio is not None) and (search or requests_per_day is not None):
+        from aicalc.errors import ParameterError
+
+        name, value = ("mem_fraction_static", mem_fraction_static) if share is not None else \
+            ("swa_full_tokens_ratio", swa_full_tokens_ratio)
+        raise ParameterError(name, value, "sets a given deployment's memory; --search sizes each deployment with "
+                             "its engine's defaults")
+    if ratio is not None and (rate is not None or requests is not None):
+        from aicalc.errors import ParameterError
+
+        raise ParameterError("swa_full_tokens_ratio", swa_full_tokens_ratio, "sizes SGLang's two pools for serve's "
+                             "estimate; the traffic simulation ({rate}, {requests}) runs one KV pool")
 
     if pp != 1 and (search or requests_per_day is not None):
         from aicalc.errors import ParameterError
@@ -61,7 +75,10 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         return over("kv_dtype", choices(kv_dtype), lambda kd: over("dtype", choices(dtype), lambda d: run(
             model, chip, chips, tp, prompt, gen, concurrency, max_ttft, max_tpot, d, kd, price, engine, draft,
             draft_tokens, acceptance, prefix_hit, rate, requests, num_requests, seed, policy=policy, ep=ep,
-            attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp)))
+            attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp,
+            mem_fraction_static=mem_fraction_static, swa_full_tokens_ratio=swa_full_tokens_ratio)))
+    if share is not None:
+        check_share_engine(mem_fraction_static, engine, chip)
     from aicalc.api.catalog import node_count, node_split
 
     chosen = None  # the TP picked for --chips on a chip without --tp (a note says so)
@@ -74,15 +91,24 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         tp = chosen = fitting_tp(model, chip, int(chips), prompt=int_sweep(prompt, "--prompt"),
                                  gen=int_sweep(gen, "--gen"), concurrency=load, dtype=dtype, kv_dtype=kv_dtype,
                                  engine=engine, ep=ep, attention_dp=attention_dp,
-                                 redundant_experts=redundant_experts, pp=pp)
+                                 redundant_experts=redundant_experts, pp=pp, utilization=share,
+                                 swa_full_tokens_ratio=ratio)
     tp, chips = node_split(chip, tp, chips)  # a node: its chips, one TP group unless --tp splits it
     if rate is not None or requests is not None:
         return _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate,
-                        requests, num_requests, seed, policy, ep, attention_dp, pp)
+                        requests, num_requests, seed, policy, ep, attention_dp, pp, share)
 
     from aicalc.api.serving import max_concurrency, serve
     from aicalc.catalog.profiles import release_note
-    from aicalc.commands.options import cost_note, engine_default, engine_release, links_note, price_per_hour
+    from aicalc.commands.options import (
+        cost_note,
+        engine_default,
+        engine_release,
+        links_note,
+        memory_inputs,
+        memory_notes,
+        price_per_hour,
+    )
     from aicalc.core.serving import concurrency_ladder
     from aicalc.sweep import grid, int_sweep
 
@@ -96,12 +122,13 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     if str(concurrency).strip().lower() == "max":  # as many requests as the KV cache holds
         conc = [float(max(1, max_concurrency(spec, chip, tp=tp, chips=chips, prompt=prompts, gen=gens, dtype=dtype,
                                              kv_dtype=kv_dtype, engine=engine, ep=ep, attention_dp=attention_dp,
-                                             redundant_experts=redundant_experts, pp=pp)))]
+                                             redundant_experts=redundant_experts, pp=pp, utilization=share,
+                                             swa_full_tokens_ratio=ratio)))]
     elif concurrency is None:
         conc = concurrency_ladder(max_concurrency(spec, chip, tp=tp, chips=chips, prompt=prompts, gen=gens,
                                                   dtype=dtype, kv_dtype=kv_dtype, engine=engine, ep=ep,
                                                   attention_dp=attention_dp, redundant_experts=redundant_experts,
-                                                  pp=pp),
+                                                  pp=pp, utilization=share, swa_full_tokens_ratio=ratio),
                                   (int(chips) // (tp * pp)) if chips is not None else 1)
     else:
         conc = int_sweep(concurrency, "--concurrency")
@@ -110,7 +137,8 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
               kv_dtype=kv_dtype, max_ttft=max_ttft, max_tpot=max_tpot, price=price_per_hour(price), engine=engine,
               draft=draft,
               draft_tokens=int(draft_tokens), acceptance=acceptance, prefix_hit=_share(prefix_hit), ep=ep,
-              attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp)
+              attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp, utilization=share,
+              swa_full_tokens_ratio=ratio)
     m, c = r.meta, r.columns
     cs = m["setup"]
     warnings, exit_code = list(r.warnings), ExitCode.OK
@@ -152,12 +180,12 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
               "draft": draft, "draft_tokens": int(draft_tokens) if draft else None,
               "acceptance": float(_share(acceptance)) if draft else None, "prefix_hit": _share(prefix_hit),
               "efficiency_sources": list(cs.sources), "price_per_chip_hour_usd": price_v,
-              "gpu_memory_utilization": m["utilization"]}
+              "gpu_memory_utilization": m["utilization"], **memory_inputs(m["memory"], ratio)}
     notes = [*answer, "continuous batching in steady state: TPOT = decode step + the batched prefills interleaved per step; "
              "TTFT = own batch's prefill + one running decode step (docs/serve.md)",
              f"efficiency: engine {release_note(cs.engine)} (presets/engines/{cs.engine}.yaml), chip class "
              f"{cs.chip_class} (presets/classes/{cs.chip_class}.yaml){engine_default(engine, cs.chip)}",
-             cost_note(cs.chip, price_v, price is not None)]
+             cost_note(cs.chip, price_v, price is not None), *memory_notes(m["memory"], tp, pp, attention_dp)]
     if str(concurrency).strip().lower() == "max":
         notes.append(_admission(cs.engine_options, cs.chip))
     notes += links_note(cs, tp, pp, ep, attention_dp)
@@ -197,11 +225,13 @@ def _share(text) -> float:
 
 
 def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate, requests,
-             num_requests, seed, policy=None, ep=1, attention_dp=1, pp=1) -> Result:
+             num_requests, seed, policy=None, ep=1, attention_dp=1, pp=1, share=None) -> Result:
     """serve with traffic: a discrete-event simulation of the scheduler (one row per arrival rate); ``pp``: each
-    replica's pipeline stages, run with ``pp`` micro-batches in flight (:func:`aicalc.api.traffic.replica`)."""
+    replica's pipeline stages, run with ``pp`` micro-batches in flight (:func:`aicalc.api.traffic.replica`);
+    ``share``: SGLang's --mem-fraction-static (None: the engine's default)."""
+    from aicalc.api.serving import kv_memory
     from aicalc.api.traffic import simulate
-    from aicalc.commands.options import engines_note, links_note
+    from aicalc.commands.options import engines_note, links_note, memory_inputs, memory_notes
     from aicalc.sweep import sweep
     from aicalc.units import parse_int
 
@@ -210,15 +240,17 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
                  prompt=parse_int(str(prompt), "--prompt"), gen=parse_int(str(gen), "--gen"),
                  num_requests=parse_int(str(num_requests), "--num-requests"), tp=tp, chips=chips, dtype=dtype,
                  kv_dtype=kv_dtype, engine=engine, max_ttft=max_ttft, max_tpot=max_tpot, seed=int(seed), policy=policy,
-                 ep=ep, attention_dp=attention_dp, pp=pp)
+                 ep=ep, attention_dp=attention_dp, pp=pp, utilization=share)
     m = r.meta
     cs = m["setup"]
+    memory = kv_memory(cs.chip, cs.engine_options, cs.model.arch, 0.0, tp, pp, attention_dp, share)  # its share
     src = f"trace {requests}" if requests else f"{r.requests[0]:,} requests of {prompt} + {gen} tokens, Poisson arrivals"
     inputs = {"model": cs.model.id, "chip": cs.chip.id, "chips": m["chips"], "tp": tp, "pp": pp, "ep": ep,
               "attention_dp": attention_dp, "replicas": m["replicas"], "rate": rate, "requests": requests, "prompt": prompt, "gen": gen, "max_ttft": max_ttft,
               "max_tpot": max_tpot, "dtype": dtype, "kv_dtype": kv_dtype, "engine": cs.engine, "seed": int(seed),
               "kv_blocks_per_replica": m["kv_blocks"], "policy": m["policy"], "max_seqs_per_replica": m["max_seqs"],
-              "token_budget": m["token_budget"]}
+              "token_budget": m["token_budget"], "gpu_memory_utilization": memory.utilization,
+              **memory_inputs(memory, None)}
     columns = ["rate", *(["pp"] if pp > 1 else []), "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s",
                "output_tokens_per_s", "goodput_requests_per_s", "preemptions"]
     kv = ("paged KV, prompt + output reserved at admission (no preemption)"
@@ -228,7 +260,7 @@ def _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_
              f"token budget {m['token_budget']}, at most {m['max_seqs']} sequences per replica, {kv}), step times from "
              "the cost model (docs/serve.md)",
              "goodput: requests per second meeting --max-ttft and --max-tpot (all requests when none is given)",
-             engines_note([cs.chip.id], engine)]
+             engines_note([cs.chip.id], engine), *memory_notes(memory, tp, pp, attention_dp)]
     if pp > 1:
         notes.insert(1, f"pipeline: each replica's {pp} stages of {tp} chips hold their layers' weights and KV cache "
                         f"and run {pp} micro-batches in flight; a step is a round in which each passes every stage "
@@ -396,12 +428,11 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
     """serve --emit: the launch commands of the deployment ``result`` estimated (with --search, of its best row),
     one row per pool. The sequence cap is the concurrency per replica the estimate used; the memory share, the
     token budget and the maximum length (prompt + gen) are the estimate's own."""
-    import inspect
     import math
 
     from aicalc.api.emit import NAMES, RELEASES, launch_commands
-    from aicalc.api.serving import serve
     from aicalc.api.traffic import DEFAULT_SEQS
+    from aicalc.core.capacity import DEFAULT_UTILIZATION
     from aicalc.core.serving import TOKEN_BUDGET
     from aicalc.errors import AicalcError
     from aicalc.sweep import int_sweep
@@ -410,7 +441,7 @@ def launch(result: Result, engine: str, draft=None, draft_tokens=4) -> Result:
     rows = result.rows
     prompt = max(int_sweep(str(_axis_text(inp["prompt"])), "--prompt"))
     gen = max(int_sweep(str(_axis_text(inp["gen"])), "--gen"))
-    utilization = inp.get("gpu_memory_utilization") or inspect.signature(serve).parameters["utilization"].default
+    utilization = inp.get("gpu_memory_utilization") or DEFAULT_UTILIZATION  # the estimate's share of memory
     budget = TOKEN_BUDGET  # the step's batched tokens the estimate ran with (the fleet's pinned, serve's fixed batch)
     if inp.get("fleet"):  # the fleet search's cheapest row: simulated with the scheduler's sequence cap
         if not rows:
@@ -522,3 +553,43 @@ def _admission(opts: dict, chip) -> str:
         cap += (", at most the engine's max_running_requests per scheduler (derived from its KV pool and the "
                 "model's context length)")
     return f"concurrency max: as many requests as the KV budget holds, {held}{cap}"
+
+
+def memory_options(mem_fraction_static, swa_full_tokens_ratio) -> tuple[float | None, float | None]:
+    """--mem-fraction-static (a fraction in (0, 1], ``0.85`` or ``85%``) and --swa-full-tokens-ratio (a number) as
+    numbers, None where not given; a bad value is one line naming the flag (exit 2)."""
+    from aicalc.api import inputs
+
+    share = None if mem_fraction_static is None else inputs.fraction("mem_fraction_static", mem_fraction_static)
+    ratio = None
+    if swa_full_tokens_ratio is not None:
+        from aicalc.catalog.profiles import _ratio
+        from aicalc.errors import ParameterError
+
+        try:
+            ratio = float(str(swa_full_tokens_ratio).strip())
+        except ValueError:
+            raise ParameterError("swa_full_tokens_ratio", swa_full_tokens_ratio, "is not a number (examples: 0.8, "
+                                 "0.1)") from None
+        problem = _ratio(ratio)
+        if problem:
+            raise ParameterError("swa_full_tokens_ratio", swa_full_tokens_ratio, problem.split(", got")[0])
+    return share, ratio
+
+
+def check_share_engine(given, engine, chip) -> None:
+    """--mem-fraction-static is SGLang's: refused (exit 2) for an engine whose profile gives weights and KV cache no
+    share of memory of its own (every engine but sglang; ``engine`` None: the chip's default)."""
+    from aicalc.catalog import profiles
+
+    for one in str(chip).split(","):
+        if not one.strip():
+            continue
+        from aicalc.api.catalog import load_node_or_chip
+
+        eng = profiles.load("engine", engine or profiles.default_engine(load_node_or_chip(one.strip())[0]))
+        if not eng.options.get("mem_fraction_static_reserve"):
+            from aicalc.errors import ParameterError
+
+            raise ParameterError("mem_fraction_static", given, f"is SGLang's share of memory for weights and KV "
+                                 f"cache: give it with --engine sglang (the estimate's engine is {eng.id})")

@@ -45,6 +45,56 @@ def room_bytes(memory_bytes: float, utilization: float, weights: float, overhead
 
 
 KV_BUDGET = ("total", "free")  # what an engine's memory fraction is a fraction of (engine profiles' ``kv_budget``)
+DEFAULT_UTILIZATION = 0.9  # vLLM's gpu_memory_utilization and TensorRT-LLM's free_gpu_memory_fraction default
+
+
+def prefill_graph_sizes(runs, max_tokens: int) -> int:
+    """How many token counts the prefill CUDA graph captures up to ``max_tokens``: the counts of ``runs``, each
+    [first, last (None: no end of its own), step], that are at most ``max_tokens`` (sgl-project/sglang
+    python/sglang/srt/arg_groups/cuda_graph_hook.py, generate_prefill_cuda_graph_batch_sizes: 'capture_sizes =
+    (list(range(4, 33, 4)) + ... + list(range(4608, max_bs + 1, 512)))', then '[s for s in capture_sizes if s <=
+    max_bs]')."""
+    n = 0
+    for first, last, step in runs:
+        top = max_tokens if last is None else min(last, max_tokens)
+        if top >= first:
+            n += (top - first) // step + 1
+    return n
+
+
+def static_reserve_mib(gpu_mem_mib: float, chunk: int, graph_bs: int, tp: int, pp: int, dp: int,
+                       prefill_graph_mib: float, rule: dict) -> float:
+    """MiB SGLang keeps out of --mem-fraction-static for activations and CUDA graphs on a device of
+    ``gpu_mem_mib`` (sgl-project/sglang @ 031ed82d8b5ec8db9cf88cffb057c2e91c964262,
+    python/sglang/srt/arg_groups/memory_hook.py, handle_gpu_memory_settings and reserve_for_graph_mb), with the
+    constants of ``rule`` (an engine profile's ``mem_fraction_static_reserve``):
+
+    base_mib + max(``chunk``, min_activation_tokens) × per_chunk_token_mib ('reserved_mem = 512; reserved_mem +=
+    activation_tokens * 1.5', activation_tokens = max(chunked_prefill_size, 2048)) + ``tp`` · ``pp`` ×
+    per_rank_mib ('cfg.tp_size * cfg.pp_size / 8 * 1024') + ``graph_bs`` × per_graph_bs_mib (the decode graph:
+    'decode_cuda_graph_config.max_bs * 2'); with DP attention (``dp`` > 1 ranks) ``graph_bs`` · ``dp`` ×
+    dp_attention_per_graph_bs_mib ('max_bs * cfg.dp_size * 3') and, above dp_attention_large_graph_bs, ``graph_bs``
+    · ``dp`` × dp_attention_large_per_graph_bs_mib ('if max_bs > 300: ... max_bs * cfg.dp_size * 1.5'); plus the
+    prefill graph's ``prefill_graph_mib``; then, on a device above floor_above_mib, at least floor_mib ('if gpu_mem
+    > 60 * 1024: reserved_mem = max(reserved_mem, 10 * 1024)')."""
+    r = rule
+    reserved = r["base_mib"] + max(chunk, r["min_activation_tokens"]) * r["per_chunk_token_mib"]
+    reserved += tp * pp * r["per_rank_mib"] + graph_bs * r["per_graph_bs_mib"]
+    if dp > 1:
+        reserved += graph_bs * dp * r["dp_attention_per_graph_bs_mib"]
+        if graph_bs > r["dp_attention_large_graph_bs"]:
+            reserved += graph_bs * dp * r["dp_attention_large_per_graph_bs_mib"]
+    reserved += prefill_graph_mib
+    if gpu_mem_mib > r["floor_above_mib"]:
+        reserved = max(reserved, r["floor_mib"])
+    return float(reserved)
+
+
+def static_fraction(gpu_mem_mib: float, reserved_mib: float) -> float:
+    """SGLang's default --mem-fraction-static: 'round((gpu_mem - reserved_mem) / gpu_mem, 3)'
+    (memory_hook.py, handle_gpu_memory_settings), the share of the device's memory that weights and the KV pool
+    take (0 where the device reports none)."""
+    return round((gpu_mem_mib - reserved_mib) / gpu_mem_mib, 3) if gpu_mem_mib > 0 else 0.0
 
 
 def kv_budget_bytes(memory_bytes: float, utilization: float, weights: float, overhead: float, of: str = "total"):
@@ -177,10 +227,28 @@ def swa_fit(shape: KVShape, budget: float, ratio: float, context: float) -> tupl
     its whole context in the full pool and at most the window in the SWA pool (the scheduler frees a running
     request's SWA slots once they leave the window: ScheduleBatch.maybe_evict_swa), so min(full // context,
     swa // min(context, W)); the eviction's slack of a page or interval beyond the window is not modelled."""
-    full, swa = swa_pools(shape, budget, ratio)
+    full, _ = swa_pools(shape, budget, ratio)
     if context <= 0 or full <= 0:
         return 0, full
-    n = full // context if (shape.full_layers or shape.compressed) else float("inf")
+    return int(swa_requests(shape, budget, ratio, context)), full
+
+
+def swa_requests(shape: KVShape, budget, ratio: float, context):
+    """:func:`swa_fit`'s requests, elementwise over ``budget`` bytes and ``context`` tokens per request (arrays
+    broadcast): the pools of :func:`swa_pools` (full = floor(budget / bytes per full token), swa = floor(full ×
+    ``ratio``), one pool of ``full`` tokens with no full layer), then min(full // context, swa // min(context, W));
+    0 where the budget holds no token."""
+    import numpy as np
+
+    per_full = swa_bytes_per_full_token(shape, ratio)
+    ctx = np.maximum(np.asarray(context, dtype=np.float64), 1.0)
+    b = np.maximum(np.asarray(budget, dtype=np.float64), 0.0)
+    if per_full <= 0:
+        return np.zeros(np.broadcast_shapes(b.shape, ctx.shape))
+    full = np.floor(b / per_full)
+    both = bool(shape.full_layers or shape.compressed)
+    swa = np.floor(full * ratio) if both else full
+    n = np.floor(full / ctx) if both else np.full(np.broadcast_shapes(b.shape, ctx.shape), np.inf)
     if shape.window:
-        n = min(n, swa // min(float(context), float(shape.window)))
-    return int(n), full
+        n = np.minimum(n, np.floor(swa / np.minimum(ctx, float(shape.window))))
+    return np.where(full > 0, n, 0.0)
