@@ -9,9 +9,10 @@ otherwise). A float is written from the 17 significant digits of its exact value
 arithmetic (Dekker's exact product: T. J. Dekker, "A floating-point technique for extending the available
 precision", Numer. Math. 18, 1971), rounded to fewer digits while the result still reads back as the float (the
 interval of half a unit in the last place either side, as Steele & White's and Gay's shortest conversions define
-it). Values whose rounding the double-double error could decide either way (a tie, a candidate at the edge of the
-interval), powers of two (whose lower interval is half as wide), zeros and values outside 10⁻²⁸⁰..10²⁸⁰ take
-``repr`` itself: a few in a million.
+it); below a power of two, whose lower interval is half as wide, the shortest that reads back can be the candidate
+above when the nearer one below falls outside (2^-695: 6.083493012144512e-210), and is taken. Values whose rounding
+the double-double error could decide either way (a tie, a candidate at the edge of the interval), zeros and values
+outside 10⁻²⁸⁰..10²⁸⁰ take ``repr`` itself: a few in a million.
 """
 
 from __future__ import annotations
@@ -76,22 +77,31 @@ def digit_chars(v, width: int, marked: bool = False, fewest: int = 0):
     included (a fraction's digits), and the leading 1 is dropped. ``fewest``: digits of the shortest v."""
     import numpy as np
 
-    groups, _ = _table()
+    groups, p10 = _table()
     ng = (width + marked + 3) // 4
+    top = _DROP if marked else _STRIP0 if ng == 1 else _STRIP  # the top group: nothing above it
+    if ng == 1:
+        return groups.take(v + top).view(np.uint8).reshape(len(v), 4)[:, 4 - width:]
     out = np.empty((len(v), ng), dtype=np.uint32)
+    parts = []  # eight digits at a time, as uint32: numpy divides those by a constant several times faster than int64
     rest = v
-    g = np.empty_like(v)  # (in place: fresh temporaries of this size cost more than the arithmetic)
-    for i in range(ng):  # four digits at a time from the right, through the table
-        if i == ng - 1:  # the top group: nothing above it
-            out[:, 0] = groups[(_DROP if marked else _STRIP0 if i == 0 else _STRIP) + rest]
-            break
-        q = rest // 10_000
-        np.multiply(q, 10_000, out=g)
-        np.subtract(rest, g, out=g)
-        if fewest <= 4 * (i + 1):  # a row may have no digits above this group: its zeros before are none
-            np.add(g, _DROP if marked else _STRIP0 if i == 0 else _STRIP, out=g, where=q == 0)
-        out[:, ng - 1 - i] = groups[g]
+    for _ in range((ng - 1) // 2):
+        q = rest // 100_000_000
+        parts.append((rest - q * 100_000_000).astype(np.uint32))
         rest = q
+    parts.append(rest.astype(np.uint32))
+    for i in range(ng):  # four digits at a time from the right, through the table
+        if i % 2 == 0:
+            part = parts[i // 2]
+            above = part // 10_000
+            g = (part - above * 10_000).astype(np.intp)
+        else:
+            g = above.astype(np.intp)
+        if i == ng - 1:
+            g += top
+        elif fewest <= 4 * (i + 1):  # a row may have no digits above this group: its zeros before are none
+            g += (v < p10[4 * (i + 1)]) * (_DROP if marked else _STRIP0 if i == 0 else _STRIP)
+        out[:, ng - 1 - i] = groups.take(g)
     return out.view(np.uint8).reshape(len(v), 4 * ng)[:, 4 * ng - width:]
 
 
@@ -146,7 +156,8 @@ def _fewer(N, frac, half, half_low, t):
         up = (r > h2) | ((r == h2) & (frac > _EPS))
         d = (up * t - r).astype(np.float64) - frac
         tie = ((r == h2) & (frac <= _EPS)) | ((r == h2 - 1) & (frac >= 1 - _EPS))
-    limit = half if half_low is None else np.where(d < 0, half_low, half)
+    low = None if half_low is None else d < 0
+    limit = half if half_low is None else np.where(low, half_low, half)
     np.abs(d, out=d)
     ok = d < limit - _EPS
     unsure = d <= limit + _EPS
@@ -154,6 +165,14 @@ def _fewer(N, frac, half, half_low, t):
     tie &= d <= limit + 2 * _EPS  # a tie farther than the interval (1.00390625 at 8 digits) decides nothing: it
     unsure |= tie  # does not read back either way
     ok &= ~tie
+    if low is not None:  # a power of two: the nearest candidate below can fall outside its half as wide interval
+        low &= ~ok  # while the one above lies inside its own (2^-695: 6.083493012144512e-210, as repr writes it)
+        low &= ~unsure
+        far = t - d  # from the candidate above
+        above = low & (far < half - _EPS)
+        unsure |= low & ~above & (far <= half + _EPS)
+        ok |= above
+        up = up | above
     np.add(q, up, out=q)
     return q, ok, unsure
 
@@ -172,18 +191,18 @@ def shortest(a, rows):
     k -= 1  # 3e-7 of it, |e2| < 1100), and one more where a reaches the next power of ten
     k *= 78913
     k >>= 18
-    k += a >= _tens()[k + 326]  # (a float 10^j is rounded: a within one unit of it can be one off, as log10 was)
+    k += a >= _tens().take(k + 326)  # (a float 10^j is rounded: a within one unit of it can be one off, as log10 was)
     k -= 16  # S = a·10^-k has 17 digits before its point
     top = int(k.max())
     js = range(-top, int(-k.min()) + 1)
     at = top - k
     his, los, highs, lows = np.array([_pow10(j) for j in js]).T.copy()
-    hi = his[at]
+    hi = his.take(at)  # (take: a gather numpy does faster than indexing with an array)
     if len(js) == 1:  # one power for every value: its parts are numbers
         p, e = _two_prod(a, hi, highs[0], lows[0])
     else:
-        p, e = _two_prod(a, hi, highs[at], lows[at])
-    t = e + a * los[at] if los.any() else e  # 10^j is a float itself for 0 <= j <= 22
+        p, e = _two_prod(a, hi, highs.take(at), lows.take(at))
+    t = e + a * los.take(at) if los.any() else e  # 10^j is a float itself for 0 <= j <= 22
     s_hi = p + t
     np.subtract(s_hi, p, out=p)
     np.subtract(t, p, out=t)  # s_lo (where log10 was one off, next to a power of ten, S has 16 or 18 digits: repr's)
@@ -206,14 +225,16 @@ def shortest(a, rows):
     c, ok, unsure = _fewer(N, frac, half, half_low, p10[1:2])  # 16 digits, for every value at once
     decided &= ~unsure
     live = np.flatnonzero(ok & decided)
-    best[live] = c[live]
+    best[live] = c.take(live)
     shift[live] = 1
     j = 2
     while j < 17 and len(live):  # fewer digits while the rounded value still reads back as a
         at_once = j > 2 and len(live) * (17 - j) <= 4096  # the last few: every shorter length at once
         t = p10[j:17][None, :] if at_once else p10[j:j + 1]
-        rows = (live, None) if at_once else live
-        c, ok, unsure = _fewer(N[rows], frac[rows], half[rows], None if half_low is None else half_low[rows], t)
+        args = [v.take(live) for v in ((N, frac, half) if half_low is None else (N, frac, half, half_low))]
+        if at_once:
+            args = [v[:, None] for v in args]
+        c, ok, unsure = _fewer(*args[:3], args[3] if half_low is not None else None, t)
         if not at_once:
             if unsure.any():
                 decided[live[unsure]] = False
@@ -230,13 +251,15 @@ def shortest(a, rows):
         shift[live[took]] = first_bad[took] + j - 1
         break
     nd = 17 - shift
-    nd += best == p10[nd]  # a carry (9.96 → 10.0): one digit more, and trailing zeros
-    z = np.flatnonzero((best % 10 == 0) & decided)
-    while len(z):
-        best[z] //= 10
-        shift[z] += 1
-        nd[z] -= 1
-        z = z[best[z] % 10 == 0]
+    # a carry (9.96 → 10.0) makes a power of ten: its one digit is 1. No other value ends in a zero: one that did
+    # would read back with a digit fewer (the same value, so the same distance from a), and the search above went
+    # on while that held (or left it undecided)
+    carry = best == p10.take(nd)
+    nd += carry
+    z = np.flatnonzero(carry & decided)
+    best[z] = 1
+    shift[z] += nd[z] - 1
+    nd[z] = 1
     return best, nd, nd + k + shift, decided
 
 
@@ -288,13 +311,6 @@ def float_blocks(columns, null: str) -> list[list]:
     int_chars = digit_chars(whole, int(int_w.max()), fewest=int(ndigits(whole.min(keepdims=True))[0]))
     frac_chars = digit_chars(rest + p10[frac_len], int(frac_w.max()), marked=True, fewest=int(frac_least.min()) + 1)
     neg_cols, expo_cols = by_col(neg).any(axis=1), by_col(expo).any(axis=1)
-    if any_expo:
-        ev = point - 1
-        e_len = np.where(expo, 2 + (np.abs(ev) >= 100), 0)
-        e_chars = digit_chars(np.where(expo, np.abs(ev) + p10[e_len], 0), int(e_len.max()), marked=True)
-        e_sign = np.where(ev < 0, ord("-"), ord("+")).astype(np.uint8)[:, None]
-        e_w = by_col(e_len).max(axis=1)
-    dot = np.where(frac_len > 0, ord("."), 0).astype(np.uint8)[:, None]
     all_decided = decided.all()
     out = []
     for j in range(m):
@@ -304,15 +320,18 @@ def float_blocks(columns, null: str) -> list[list]:
             parts.append(np.where(neg[rows], ord("-"), 0).astype(np.uint8)[:, None])
         parts.append(int_chars[rows, int_chars.shape[1] - int_w[j]:])
         if frac_w[j]:
-            parts.append("." if frac_least[j] else dot[rows])
+            parts.append("." if frac_least[j] else np.where(frac_len[rows] > 0, ord("."), 0).astype(np.uint8)[:, None])
             if zero_w[j]:
                 parts.append(zero_chars[rows, 2 - zero_w[j]:])
             parts.append(frac_chars[rows, frac_chars.shape[1] - frac_w[j]:])
-        if expo_cols[j]:
-            every = bool(expo[rows].all())
-            parts.append("e" if every else np.where(expo[rows], ord("e"), 0).astype(np.uint8)[:, None])
-            parts.append(e_sign[rows] if every else e_sign[rows] * expo[rows, None])
-            parts.append(e_chars[rows, e_chars.shape[1] - e_w[j]:])
+        if expo_cols[j]:  # the exponent, worked out for the columns that have one (usd_per_request's 4.3e-05)
+            ex, ev = expo[rows], point[rows] - 1
+            every = bool(ex.all())
+            e_len = np.where(ex, 2 + (np.abs(ev) >= 100), 0)
+            parts.append("e" if every else np.where(ex, ord("e"), 0).astype(np.uint8)[:, None])
+            e_sign = np.where(ev < 0, ord("-"), ord("+")).astype(np.uint8)[:, None]
+            parts.append(e_sign if every else e_sign * ex[:, None])
+            parts.append(digit_chars(np.where(ex, np.abs(ev) + p10[e_len], 0), int(e_len.max()), marked=True))
         fix = () if all_decided else np.flatnonzero(~decided[rows])
         if len(fix):
             block = np.concatenate([np.full((n, len(p)), ord(p), np.uint8) if isinstance(p, str) else p
