@@ -297,23 +297,30 @@ def _fast_kinds(cols, words) -> list:
 
     null, true, false = words
     kinds: list = []
-    for i, a in enumerate(cols):
+    by_ends: dict = {}  # the columns written so far as numbers, by their first and last values (most differ there)
+    for a in cols:
         kind = a.dtype.kind
-        if a[0] == a[-1] and bool((a == a[0]).all()) and (kind != "f" or a[0] != 0):  # ±0.0
-            v = a[:1].tolist()[0]
-            kinds.append((true if v else false) if kind == "b" else repr(v) if v - v == 0 else null)
-        elif kind == "b":
+        first, last = a[:1].tolist()[0], a[-1:].tolist()[0]
+        if first == last and bool((a == a[0]).all()) and (kind != "f" or first != 0):  # ±0.0
+            kinds.append((true if first else false) if kind == "b" else repr(first) if first - first == 0 else null)
+            continue
+        if kind == "b":
             kinds.append("bool")
-        elif kind in "iu":
-            kinds.append(next((j for j in range(i) if kinds[j] == "int" and _same_bits(cols[j], a)), "int"))
-        else:
-            same = next((j for j in range(i) if kinds[j] in ("whole", "float") and _same_bits(cols[j], a)), None)
-            if same is not None:  # output_tokens_per_s and its per-chip share on one chip
-                kinds.append(same)
-                continue
+            continue
+        ends = (a.dtype if kind == "f" else "int", first, last)
+        same = next((j for j in by_ends.get(ends, ()) if _same_bits(cols[j], a)), None)
+        if same is not None:  # output_tokens_per_s and its per-chip share on one chip
+            kinds.append(same)
+            continue
+        by_ends.setdefault(ends, []).append(len(kinds))
+        if kind in "iu":
+            kinds.append("int")
+            continue
+        whole = float(first).is_integer() and float(last).is_integer()  # (most float columns end otherwise)
+        if whole:
             with np.errstate(invalid="ignore"):
                 whole = bool(((np.abs(a) < 1e16) & (a == np.trunc(a)) & ~((a == 0) & np.signbit(a))).all())
-            kinds.append("whole" if whole else "float")
+        kinds.append("whole" if whole else "float")
     return kinds
 
 
