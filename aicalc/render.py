@@ -12,6 +12,7 @@ from typing import Any
 
 from aicalc.env import Env
 from aicalc.result import Result, Rows
+from aicalc.sweep import Counts
 from aicalc.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -152,6 +153,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        if type(value) is Counts:  # a range of counts echoed in inputs: ints
+            return value
         kinds = set(map(type, value))
         if kinds <= {int, str} or kinds == {float} and math.isfinite(sum(value)):  # a sweep echoed in inputs
             return value
@@ -473,7 +476,7 @@ def _dump(value: Any, indent: str) -> str:
     if isinstance(value, (list, tuple)):
         if not value:
             return "[]"
-        kinds = set(map(type, value))
+        kinds = {int} if type(value) is Counts else set(map(type, value))
         if kinds == {int} and len(value) >= _FAST_MIN:  # a long sweep of counts echoed in inputs
             text = _int_lines(value, inner)
             if text is not None:
@@ -492,7 +495,7 @@ def _int_lines(values: list[int], inner: str) -> str | None:
     from aicalc import numtext
 
     try:
-        a = np.array(values, dtype=np.int64)
+        a = values.array(np.int64) if type(values) is Counts else np.array(values, dtype=np.int64)
     except OverflowError:
         return None
     block = numtext.int_block(a)
