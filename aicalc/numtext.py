@@ -346,15 +346,17 @@ def int_block(v):
     """``repr`` of each integer of ``v`` (1-D), or None when one is 10^17 or more in size."""
     import numpy as np
 
-    if len(v) and (v.max() >= 10**17 or (v.dtype.kind == "i" and v.min() <= -(10**17))):
+    if not len(v):
+        return digit_chars(v.astype(np.int64), 1)
+    lo, hi = int(v.min()), int(v.max())
+    if hi >= 10**17 or lo <= -(10**17):
         return None
-    v = v.astype(np.int64)
+    v = v.astype(np.int64, copy=False)
+    if lo >= 0:  # (counts and byte counts: no signs to write)
+        return digit_chars(v, len(str(hi)), fewest=len(str(lo)))
     neg = v < 0
-    mag = np.abs(v)
-    chars = digit_chars(mag, len(str(int(mag.max()))) if len(mag) else 1)
-    if neg.any():
-        return np.concatenate([np.where(neg, ord("-"), 0).astype(np.uint8)[:, None], chars], axis=1)
-    return chars
+    chars = digit_chars(np.abs(v), len(str(max(hi, -lo))))
+    return np.concatenate([np.where(neg, ord("-"), 0).astype(np.uint8)[:, None], chars], axis=1)
 
 
 def text_block(v, true: str, false: str):

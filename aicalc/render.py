@@ -304,7 +304,7 @@ def _fast_kinds(cols, words) -> list:
     for a in cols:
         kind = a.dtype.kind
         first, last = a[:1].tolist()[0], a[-1:].tolist()[0]
-        if first == last and bool((a == a[0]).all()) and (kind != "f" or first != 0):  # ±0.0
+        if first == last and bool((a == a[0]).all()) and (kind != "f" or first != 0 or _one_sign(a)):  # ±0.0
             kinds.append((true if first else false) if kind == "b" else repr(first) if first - first == 0 else null)
             continue
         if kind == "b":
@@ -325,6 +325,14 @@ def _fast_kinds(cols, words) -> list:
                 whole = bool(((np.abs(a) < 1e16) & (a == np.trunc(a)) & ~((a == 0) & np.signbit(a))).all())
         kinds.append("whole" if whole else "float")
     return kinds
+
+
+def _one_sign(a) -> bool:
+    """Whether zeros ``a`` are all 0.0 or all -0.0 (the same text)."""
+    import numpy as np
+
+    sign = np.signbit(a)
+    return bool((sign == sign[0]).all())
 
 
 def _same_bits(a, b) -> bool:
