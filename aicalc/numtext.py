@@ -142,15 +142,13 @@ def _fewer(N, frac, half, half_low, t):
     q = N // t
     r = q * t  # (in place where it can be: fresh temporaries of this size cost more than the arithmetic)
     np.subtract(N, r, out=r)
-    if t.ndim == 1 and t[0] <= 100:  # the remainder and the fraction add up exactly in a float
+    fast = t.ndim == 1 and t[0] <= 100  # the remainder and the fraction add up exactly in a float
+    if fast:
         rest = r + frac
         half_t = float(t[0]) / 2
         up = rest > half_t
         d = up * float(t[0])
         np.subtract(d, rest, out=d)
-        np.subtract(rest, half_t, out=rest)
-        np.abs(rest, out=rest)
-        tie = rest <= _EPS
     else:
         h2 = t // 2
         up = (r > h2) | ((r == h2) & (frac > _EPS))
@@ -159,10 +157,13 @@ def _fewer(N, frac, half, half_low, t):
     low = None if half_low is None else d < 0
     limit = half if half_low is None else np.where(low, half_low, half)
     np.abs(d, out=d)
-    ok = d < limit - _EPS
-    unsure = d <= limit + _EPS
-    unsure &= ~ok
-    tie &= d <= limit + 2 * _EPS  # a tie farther than the interval (1.00390625 at 8 digits) decides nothing: it
+    if fast:  # S halfway between two candidates: the nearest is t/2 away
+        tie = d >= half_t - _EPS
+    over = d - limit  # past the edge of the interval (inside where negative)
+    ok = over < -_EPS
+    unsure = over <= _EPS
+    unsure ^= ok  # (every sure one is among them)
+    tie &= over <= 2 * _EPS  # a tie farther than the interval (1.00390625 at 8 digits) decides nothing: it
     unsure |= tie  # does not read back either way
     ok &= ~tie
     if low is not None:  # a power of two: the nearest candidate below can fall outside its half as wide interval
