@@ -9,7 +9,8 @@ otherwise). A float is written from the 17 significant digits of its exact value
 arithmetic (Dekker's exact product: T. J. Dekker, "A floating-point technique for extending the available
 precision", Numer. Math. 18, 1971), rounded to fewer digits while the result still reads back as the float (the
 interval of half a unit in the last place either side, as Steele & White's and Gay's shortest conversions define
-it); below a power of two, whose lower interval is half as wide, the shortest that reads back can be the candidate
+it): to 16 and to 15 digits, then a digit fewer for each zero the 15 end with (that interval is at most 22.2 units
+of the 17th digit wide, so no other multiple of 1,000 of them can lie within it); below a power of two, whose lower interval is half as wide, the shortest that reads back can be the candidate
 above when the nearer one below falls outside (2^-695: 6.083493012144512e-210), and is taken. Values whose rounding
 the double-double error could decide either way (a tie, a candidate at the edge of the interval), zeros and values
 outside 10⁻²⁸⁰..10²⁸⁰ take ``repr`` itself: a few in a million.
@@ -134,31 +135,23 @@ def _two_prod(x, y, yh, yl):
     return p, e
 
 
-def _fewer(N, frac, half, half_low, t):
-    """(S = N + frac rounded to a multiple of t, in units of t; whether that reads back as the float, surely;
-    whether that is too close to call), elementwise (broadcast): within ``half`` above S, ``half_low`` below."""
+def _fewer(N, frac, half, half_low, t: int):
+    """(S = N + frac rounded to a multiple of ``t`` (10 or 100), in units of t; whether that reads back as the float,
+    surely; whether that is too close to call), elementwise: within ``half`` above S, ``half_low`` below."""
     import numpy as np
 
     q = N // t
-    r = q * t  # (in place where it can be: fresh temporaries of this size cost more than the arithmetic)
-    np.subtract(N, r, out=r)
-    fast = t.ndim == 1 and t[0] <= 100  # the remainder and the fraction add up exactly in a float
-    if fast:
-        rest = r + frac
-        half_t = float(t[0]) / 2
-        up = rest > half_t
-        d = up * float(t[0])
-        np.subtract(d, rest, out=d)
-    else:
-        h2 = t // 2
-        up = (r > h2) | ((r == h2) & (frac > _EPS))
-        d = (up * t - r).astype(np.float64) - frac
-        tie = ((r == h2) & (frac <= _EPS)) | ((r == h2 - 1) & (frac >= 1 - _EPS))
+    rest = q * t  # (in place where it can be: fresh temporaries of this size cost more than the arithmetic)
+    np.subtract(N, rest, out=rest)
+    rest = rest + frac  # the remainder and the fraction add up exactly in a float
+    half_t = t / 2
+    up = rest > half_t
+    d = up * float(t)
+    np.subtract(d, rest, out=d)
     low = None if half_low is None else d < 0
     limit = half if half_low is None else np.where(low, half_low, half)
     np.abs(d, out=d)
-    if fast:  # S halfway between two candidates: the nearest is t/2 away
-        tie = d >= half_t - _EPS
+    tie = d >= half_t - _EPS  # S halfway between two candidates: the nearest is t/2 away
     over = d - limit  # past the edge of the interval (inside where negative)
     ok = over < -_EPS
     unsure = over <= _EPS
@@ -223,44 +216,37 @@ def shortest(a, rows):
     half_low = np.where(power, half / 2, half) if power.any() else None
     best = N + (frac > 0.5)  # 17 digits, correctly rounded: always within the interval
     shift = np.zeros(len(a), dtype=np.int64)
-    c, ok, unsure = _fewer(N, frac, half, half_low, p10[1:2])  # 16 digits, for every value at once
+    c, ok, unsure = _fewer(N, frac, half, half_low, 10)  # 16 digits, for every value at once
     decided &= ~unsure
     live = np.flatnonzero(ok & decided)
-    best[live] = c.take(live)
+    c = c.take(live)
+    best[live] = c
     shift[live] = 1
-    j = 2
-    while j < 17 and len(live):  # fewer digits while the rounded value still reads back as a
-        at_once = j > 2 and len(live) * (17 - j) <= 4096  # the last few: every shorter length at once
-        t = p10[j:17][None, :] if at_once else p10[j:j + 1]
+    last = c - c // 10 * 10  # 15 digits: a multiple of 100 within 11.1 of S rounds to 16 digits ending in 0, 1 or 9
+    last -= 2
+    live = live[last.view(np.uint64) >= 7]  # (0, 1 and 9 less 2, unsigned)
+    if len(live):
         args = [v.take(live) for v in ((N, frac, half) if half_low is None else (N, frac, half, half_low))]
-        if at_once:
-            args = [v[:, None] for v in args]
-        c, ok, unsure = _fewer(*args[:3], args[3] if half_low is not None else None, t)
-        if not at_once:
-            if unsure.any():
-                decided[live[unsure]] = False
-            live = live[ok]
-            best[live] = c[ok]
-            shift[live] = j
-            j += 1
-            continue
-        first_bad = np.where(ok.all(axis=1), ok.shape[1], ok.argmin(axis=1))  # validity only shrinks with digits
-        unsure = (unsure & (np.arange(ok.shape[1]) <= first_bad[:, None])).any(axis=1)
-        decided[live[unsure]] = False
-        took = np.flatnonzero((first_bad > 0) & ~unsure)
-        best[live[took]] = c[took, first_bad[took] - 1]
-        shift[live[took]] = first_bad[took] + j - 1
-        break
+        c, ok, unsure = _fewer(*args[:3], args[3] if half_low is not None else None, 100)
+        if unsure.any():
+            decided[live[unsure]] = False
+        live = live[ok]
+        best[live] = c[ok]
+        shift[live] = 2
+    # 14 digits and fewer: a multiple of 1,000 or more is farther apart than the widest interval (22.2), so the one
+    # that can lie within it is the value found, where it ends in zeros (and a carry's power of ten, 9.96 → 10.0): a
+    # digit fewer for each (the same value, so the same distance from a; the 17 and 16 digits found above end in none)
     nd = 17 - shift
-    # a carry (9.96 → 10.0) makes a power of ten: its one digit is 1. No other value ends in a zero: one that did
-    # would read back with a digit fewer (the same value, so the same distance from a), and the search above went
-    # on while that held (or left it undecided)
     carry = best == p10.take(nd)
     nd += carry
     z = np.flatnonzero(carry & decided)
-    best[z] = 1
-    shift[z] += nd[z] - 1
-    nd[z] = 1
+    z = np.concatenate([live, z]) if len(z) else live  # (the 15 digits found: decided)
+    z = z[best.take(z) % 10 == 0]
+    while len(z):
+        best[z] //= 10
+        shift[z] += 1
+        nd[z] -= 1
+        z = z[best.take(z) % 10 == 0]
     return best, nd, nd + k + shift, decided
 
 
