@@ -9,9 +9,11 @@ otherwise). A float is written from the 17 significant digits of its exact value
 arithmetic (Dekker's exact product: T. J. Dekker, "A floating-point technique for extending the available
 precision", Numer. Math. 18, 1971), rounded to fewer digits while the result still reads back as the float (the
 interval of half a unit in the last place either side, as Steele & White's and Gay's shortest conversions define
-it). Values whose rounding the double-double error could decide either way (a tie, a candidate at the edge of the
-interval), powers of two (whose lower interval is half as wide), zeros and values outside 10⁻²⁸⁰..10²⁸⁰ take
-``repr`` itself: a few in a million.
+it): to 16 and to 15 digits, then a digit fewer for each zero the 15 end with (that interval is at most 22.2 units
+of the 17th digit wide, so no other multiple of 1,000 of them can lie within it); below a power of two, whose lower interval is half as wide, the shortest that reads back can be the candidate
+above when the nearer one below falls outside (2^-695: 6.083493012144512e-210), and is taken. Values whose rounding
+the double-double error could decide either way (a tie, a candidate at the edge of the interval), zeros and values
+outside 10⁻²⁸⁰..10²⁸⁰ take ``repr`` itself: a few in a million.
 """
 
 from __future__ import annotations
@@ -76,22 +78,31 @@ def digit_chars(v, width: int, marked: bool = False, fewest: int = 0):
     included (a fraction's digits), and the leading 1 is dropped. ``fewest``: digits of the shortest v."""
     import numpy as np
 
-    groups, _ = _table()
+    groups, p10 = _table()
     ng = (width + marked + 3) // 4
+    top = _DROP if marked else _STRIP0 if ng == 1 else _STRIP  # the top group: nothing above it
+    if ng == 1:
+        return groups.take(v + top).view(np.uint8).reshape(len(v), 4)[:, 4 - width:]
     out = np.empty((len(v), ng), dtype=np.uint32)
+    parts = []  # eight digits at a time, as uint32: numpy divides those by a constant several times faster than int64
     rest = v
-    g = np.empty_like(v)  # (in place: fresh temporaries of this size cost more than the arithmetic)
-    for i in range(ng):  # four digits at a time from the right, through the table
-        if i == ng - 1:  # the top group: nothing above it
-            out[:, 0] = groups[(_DROP if marked else _STRIP0 if i == 0 else _STRIP) + rest]
-            break
-        q = rest // 10_000
-        np.multiply(q, 10_000, out=g)
-        np.subtract(rest, g, out=g)
-        if fewest <= 4 * (i + 1):  # a row may have no digits above this group: its zeros before are none
-            np.add(g, _DROP if marked else _STRIP0 if i == 0 else _STRIP, out=g, where=q == 0)
-        out[:, ng - 1 - i] = groups[g]
+    for _ in range((ng - 1) // 2):
+        q = rest // 100_000_000
+        parts.append((rest - q * 100_000_000).astype(np.uint32))
         rest = q
+    parts.append(rest.astype(np.uint32))
+    for i in range(ng):  # four digits at a time from the right, through the table
+        if i % 2 == 0:
+            part = parts[i // 2]
+            above = part // 10_000
+            g = (part - above * 10_000).astype(np.intp)
+        else:
+            g = above.astype(np.intp)
+        if i == ng - 1:
+            g += top
+        elif fewest <= 4 * (i + 1):  # a row may have no digits above this group: its zeros before are none
+            g += (v < p10[4 * (i + 1)]) * (_DROP if marked else _STRIP0 if i == 0 else _STRIP)
+        out[:, ng - 1 - i] = groups.take(g)
     return out.view(np.uint8).reshape(len(v), 4 * ng)[:, 4 * ng - width:]
 
 
@@ -124,36 +135,38 @@ def _two_prod(x, y, yh, yl):
     return p, e
 
 
-def _fewer(N, frac, half, half_low, t):
-    """(S = N + frac rounded to a multiple of t, in units of t; whether that reads back as the float, surely;
-    whether that is too close to call), elementwise (broadcast): within ``half`` above S, ``half_low`` below."""
+def _fewer(N, frac, half, half_low, t: int):
+    """(S = N + frac rounded to a multiple of ``t`` (10 or 100), in units of t; whether that reads back as the float,
+    surely; whether that is too close to call), elementwise: within ``half`` above S, ``half_low`` below."""
     import numpy as np
 
     q = N // t
-    r = q * t  # (in place where it can be: fresh temporaries of this size cost more than the arithmetic)
-    np.subtract(N, r, out=r)
-    if t.ndim == 1 and t[0] <= 100:  # the remainder and the fraction add up exactly in a float
-        rest = r + frac
-        half_t = float(t[0]) / 2
-        up = rest > half_t
-        d = up * float(t[0])
-        np.subtract(d, rest, out=d)
-        np.subtract(rest, half_t, out=rest)
-        np.abs(rest, out=rest)
-        tie = rest <= _EPS
-    else:
-        h2 = t // 2
-        up = (r > h2) | ((r == h2) & (frac > _EPS))
-        d = (up * t - r).astype(np.float64) - frac
-        tie = ((r == h2) & (frac <= _EPS)) | ((r == h2 - 1) & (frac >= 1 - _EPS))
-    limit = half if half_low is None else np.where(d < 0, half_low, half)
+    rest = q * t  # (in place where it can be: fresh temporaries of this size cost more than the arithmetic)
+    np.subtract(N, rest, out=rest)
+    rest = rest + frac  # the remainder and the fraction add up exactly in a float
+    half_t = t / 2
+    up = rest > half_t
+    d = up * float(t)
+    np.subtract(d, rest, out=d)
+    low = None if half_low is None else d < 0
+    limit = half if half_low is None else np.where(low, half_low, half)
     np.abs(d, out=d)
-    ok = d < limit - _EPS
-    unsure = d <= limit + _EPS
-    unsure &= ~ok
-    tie &= d <= limit + 2 * _EPS  # a tie farther than the interval (1.00390625 at 8 digits) decides nothing: it
+    tie = d >= half_t - _EPS  # S halfway between two candidates: the nearest is t/2 away
+    over = d - limit  # past the edge of the interval (inside where negative)
+    ok = over < -_EPS
+    unsure = over <= _EPS
+    unsure ^= ok  # (every sure one is among them)
+    tie &= over <= 2 * _EPS  # a tie farther than the interval (1.00390625 at 8 digits) decides nothing: it
     unsure |= tie  # does not read back either way
     ok &= ~tie
+    if low is not None:  # a power of two: the nearest candidate below can fall outside its half as wide interval
+        low &= ~ok  # while the one above lies inside its own (2^-695: 6.083493012144512e-210, as repr writes it)
+        low &= ~unsure
+        far = t - d  # from the candidate above
+        above = low & (far < half - _EPS)
+        unsure |= low & ~above & (far <= half + _EPS)
+        ok |= above
+        up = up | above
     np.add(q, up, out=q)
     return q, ok, unsure
 
@@ -172,18 +185,18 @@ def shortest(a, rows):
     k -= 1  # 3e-7 of it, |e2| < 1100), and one more where a reaches the next power of ten
     k *= 78913
     k >>= 18
-    k += a >= _tens()[k + 326]  # (a float 10^j is rounded: a within one unit of it can be one off, as log10 was)
+    k += a >= _tens().take(k + 326)  # (a float 10^j is rounded: a within one unit of it can be one off, as log10 was)
     k -= 16  # S = a·10^-k has 17 digits before its point
     top = int(k.max())
     js = range(-top, int(-k.min()) + 1)
     at = top - k
     his, los, highs, lows = np.array([_pow10(j) for j in js]).T.copy()
-    hi = his[at]
+    hi = his.take(at)  # (take: a gather numpy does faster than indexing with an array)
     if len(js) == 1:  # one power for every value: its parts are numbers
         p, e = _two_prod(a, hi, highs[0], lows[0])
     else:
-        p, e = _two_prod(a, hi, highs[at], lows[at])
-    t = e + a * los[at] if los.any() else e  # 10^j is a float itself for 0 <= j <= 22
+        p, e = _two_prod(a, hi, highs.take(at), lows.take(at))
+    t = e + a * los.take(at) if los.any() else e  # 10^j is a float itself for 0 <= j <= 22
     s_hi = p + t
     np.subtract(s_hi, p, out=p)
     np.subtract(t, p, out=t)  # s_lo (where log10 was one off, next to a power of ten, S has 16 or 18 digits: repr's)
@@ -203,40 +216,37 @@ def shortest(a, rows):
     half_low = np.where(power, half / 2, half) if power.any() else None
     best = N + (frac > 0.5)  # 17 digits, correctly rounded: always within the interval
     shift = np.zeros(len(a), dtype=np.int64)
-    c, ok, unsure = _fewer(N, frac, half, half_low, p10[1:2])  # 16 digits, for every value at once
+    c, ok, unsure = _fewer(N, frac, half, half_low, 10)  # 16 digits, for every value at once
     decided &= ~unsure
     live = np.flatnonzero(ok & decided)
-    best[live] = c[live]
+    c = c.take(live)
+    best[live] = c
     shift[live] = 1
-    j = 2
-    while j < 17 and len(live):  # fewer digits while the rounded value still reads back as a
-        at_once = j > 2 and len(live) * (17 - j) <= 4096  # the last few: every shorter length at once
-        t = p10[j:17][None, :] if at_once else p10[j:j + 1]
-        rows = (live, None) if at_once else live
-        c, ok, unsure = _fewer(N[rows], frac[rows], half[rows], None if half_low is None else half_low[rows], t)
-        if not at_once:
-            if unsure.any():
-                decided[live[unsure]] = False
-            live = live[ok]
-            best[live] = c[ok]
-            shift[live] = j
-            j += 1
-            continue
-        first_bad = np.where(ok.all(axis=1), ok.shape[1], ok.argmin(axis=1))  # validity only shrinks with digits
-        unsure = (unsure & (np.arange(ok.shape[1]) <= first_bad[:, None])).any(axis=1)
-        decided[live[unsure]] = False
-        took = np.flatnonzero((first_bad > 0) & ~unsure)
-        best[live[took]] = c[took, first_bad[took] - 1]
-        shift[live[took]] = first_bad[took] + j - 1
-        break
+    last = c - c // 10 * 10  # 15 digits: a multiple of 100 within 11.1 of S rounds to 16 digits ending in 0, 1 or 9
+    last -= 2
+    live = live[last.view(np.uint64) >= 7]  # (0, 1 and 9 less 2, unsigned)
+    if len(live):
+        args = [v.take(live) for v in ((N, frac, half) if half_low is None else (N, frac, half, half_low))]
+        c, ok, unsure = _fewer(*args[:3], args[3] if half_low is not None else None, 100)
+        if unsure.any():
+            decided[live[unsure]] = False
+        live = live[ok]
+        best[live] = c[ok]
+        shift[live] = 2
+    # 14 digits and fewer: a multiple of 1,000 or more is farther apart than the widest interval (22.2), so the one
+    # that can lie within it is the value found, where it ends in zeros (and a carry's power of ten, 9.96 → 10.0): a
+    # digit fewer for each (the same value, so the same distance from a; the 17 and 16 digits found above end in none)
     nd = 17 - shift
-    nd += best == p10[nd]  # a carry (9.96 → 10.0): one digit more, and trailing zeros
-    z = np.flatnonzero((best % 10 == 0) & decided)
+    carry = best == p10.take(nd)
+    nd += carry
+    z = np.flatnonzero(carry & decided)
+    z = np.concatenate([live, z]) if len(z) else live  # (the 15 digits found: decided)
+    z = z[best.take(z) % 10 == 0]
     while len(z):
         best[z] //= 10
         shift[z] += 1
         nd[z] -= 1
-        z = z[best[z] % 10 == 0]
+        z = z[best.take(z) % 10 == 0]
     return best, nd, nd + k + shift, decided
 
 
@@ -288,13 +298,6 @@ def float_blocks(columns, null: str) -> list[list]:
     int_chars = digit_chars(whole, int(int_w.max()), fewest=int(ndigits(whole.min(keepdims=True))[0]))
     frac_chars = digit_chars(rest + p10[frac_len], int(frac_w.max()), marked=True, fewest=int(frac_least.min()) + 1)
     neg_cols, expo_cols = by_col(neg).any(axis=1), by_col(expo).any(axis=1)
-    if any_expo:
-        ev = point - 1
-        e_len = np.where(expo, 2 + (np.abs(ev) >= 100), 0)
-        e_chars = digit_chars(np.where(expo, np.abs(ev) + p10[e_len], 0), int(e_len.max()), marked=True)
-        e_sign = np.where(ev < 0, ord("-"), ord("+")).astype(np.uint8)[:, None]
-        e_w = by_col(e_len).max(axis=1)
-    dot = np.where(frac_len > 0, ord("."), 0).astype(np.uint8)[:, None]
     all_decided = decided.all()
     out = []
     for j in range(m):
@@ -304,15 +307,18 @@ def float_blocks(columns, null: str) -> list[list]:
             parts.append(np.where(neg[rows], ord("-"), 0).astype(np.uint8)[:, None])
         parts.append(int_chars[rows, int_chars.shape[1] - int_w[j]:])
         if frac_w[j]:
-            parts.append("." if frac_least[j] else dot[rows])
+            parts.append("." if frac_least[j] else np.where(frac_len[rows] > 0, ord("."), 0).astype(np.uint8)[:, None])
             if zero_w[j]:
                 parts.append(zero_chars[rows, 2 - zero_w[j]:])
             parts.append(frac_chars[rows, frac_chars.shape[1] - frac_w[j]:])
-        if expo_cols[j]:
-            every = bool(expo[rows].all())
-            parts.append("e" if every else np.where(expo[rows], ord("e"), 0).astype(np.uint8)[:, None])
-            parts.append(e_sign[rows] if every else e_sign[rows] * expo[rows, None])
-            parts.append(e_chars[rows, e_chars.shape[1] - e_w[j]:])
+        if expo_cols[j]:  # the exponent, worked out for the columns that have one (usd_per_request's 4.3e-05)
+            ex, ev = expo[rows], point[rows] - 1
+            every = bool(ex.all())
+            e_len = np.where(ex, 2 + (np.abs(ev) >= 100), 0)
+            parts.append("e" if every else np.where(ex, ord("e"), 0).astype(np.uint8)[:, None])
+            e_sign = np.where(ev < 0, ord("-"), ord("+")).astype(np.uint8)[:, None]
+            parts.append(e_sign if every else e_sign * ex[:, None])
+            parts.append(digit_chars(np.where(ex, np.abs(ev) + p10[e_len], 0), int(e_len.max()), marked=True))
         fix = () if all_decided else np.flatnonzero(~decided[rows])
         if len(fix):
             block = np.concatenate([np.full((n, len(p)), ord(p), np.uint8) if isinstance(p, str) else p
@@ -327,15 +333,17 @@ def int_block(v):
     """``repr`` of each integer of ``v`` (1-D), or None when one is 10^17 or more in size."""
     import numpy as np
 
-    if len(v) and (v.max() >= 10**17 or (v.dtype.kind == "i" and v.min() <= -(10**17))):
+    if not len(v):
+        return digit_chars(v.astype(np.int64), 1)
+    lo, hi = int(v.min()), int(v.max())
+    if hi >= 10**17 or lo <= -(10**17):
         return None
-    v = v.astype(np.int64)
+    v = v.astype(np.int64, copy=False)
+    if lo >= 0:  # (counts and byte counts: no signs to write)
+        return digit_chars(v, len(str(hi)), fewest=len(str(lo)))
     neg = v < 0
-    mag = np.abs(v)
-    chars = digit_chars(mag, len(str(int(mag.max()))) if len(mag) else 1)
-    if neg.any():
-        return np.concatenate([np.where(neg, ord("-"), 0).astype(np.uint8)[:, None], chars], axis=1)
-    return chars
+    chars = digit_chars(np.abs(v), len(str(max(hi, -lo))))
+    return np.concatenate([np.where(neg, ord("-"), 0).astype(np.uint8)[:, None], chars], axis=1)
 
 
 def text_block(v, true: str, false: str):

@@ -12,6 +12,7 @@ from typing import Any
 
 from aicalc.env import Env
 from aicalc.result import Result, Rows
+from aicalc.sweep import Counts
 from aicalc.units import fmt_bytes, fmt_count, fmt_rate, fmt_seconds
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -152,6 +153,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        if type(value) is Counts:  # a range of counts echoed in inputs: ints
+            return value
         kinds = set(map(type, value))
         if kinds <= {int, str} or kinds == {float} and math.isfinite(sum(value)):  # a sweep echoed in inputs
             return value
@@ -297,24 +300,39 @@ def _fast_kinds(cols, words) -> list:
 
     null, true, false = words
     kinds: list = []
-    for i, a in enumerate(cols):
+    by_ends: dict = {}  # the columns written so far as numbers, by their first and last values (most differ there)
+    for a in cols:
         kind = a.dtype.kind
-        if a[0] == a[-1] and bool((a == a[0]).all()) and (kind != "f" or a[0] != 0):  # ±0.0
-            v = a[:1].tolist()[0]
-            kinds.append((true if v else false) if kind == "b" else repr(v) if v - v == 0 else null)
-        elif kind == "b":
+        first, last = a[:1].tolist()[0], a[-1:].tolist()[0]
+        if first == last and bool((a == a[0]).all()) and (kind != "f" or first != 0 or _one_sign(a)):  # ±0.0
+            kinds.append((true if first else false) if kind == "b" else repr(first) if first - first == 0 else null)
+            continue
+        if kind == "b":
             kinds.append("bool")
-        elif kind in "iu":
-            kinds.append(next((j for j in range(i) if kinds[j] == "int" and _same_bits(cols[j], a)), "int"))
-        else:
-            same = next((j for j in range(i) if kinds[j] in ("whole", "float") and _same_bits(cols[j], a)), None)
-            if same is not None:  # output_tokens_per_s and its per-chip share on one chip
-                kinds.append(same)
-                continue
+            continue
+        ends = (a.dtype if kind == "f" else "int", first, last)
+        same = next((j for j in by_ends.get(ends, ()) if _same_bits(cols[j], a)), None)
+        if same is not None:  # output_tokens_per_s and its per-chip share on one chip
+            kinds.append(same)
+            continue
+        by_ends.setdefault(ends, []).append(len(kinds))
+        if kind in "iu":
+            kinds.append("int")
+            continue
+        whole = float(first).is_integer() and float(last).is_integer()  # (most float columns end otherwise)
+        if whole:
             with np.errstate(invalid="ignore"):
                 whole = bool(((np.abs(a) < 1e16) & (a == np.trunc(a)) & ~((a == 0) & np.signbit(a))).all())
-            kinds.append("whole" if whole else "float")
+        kinds.append("whole" if whole else "float")
     return kinds
+
+
+def _one_sign(a) -> bool:
+    """Whether zeros ``a`` are all 0.0 or all -0.0 (the same text)."""
+    import numpy as np
+
+    sign = np.signbit(a)
+    return bool((sign == sign[0]).all())
 
 
 def _same_bits(a, b) -> bool:
@@ -466,7 +484,7 @@ def _dump(value: Any, indent: str) -> str:
     if isinstance(value, (list, tuple)):
         if not value:
             return "[]"
-        kinds = set(map(type, value))
+        kinds = {int} if type(value) is Counts else set(map(type, value))
         if kinds == {int} and len(value) >= _FAST_MIN:  # a long sweep of counts echoed in inputs
             text = _int_lines(value, inner)
             if text is not None:
@@ -485,7 +503,7 @@ def _int_lines(values: list[int], inner: str) -> str | None:
     from aicalc import numtext
 
     try:
-        a = np.array(values, dtype=np.int64)
+        a = values.array(np.int64) if type(values) is Counts else np.array(values, dtype=np.int64)
     except OverflowError:
         return None
     block = numtext.int_block(a)

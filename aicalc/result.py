@@ -122,8 +122,14 @@ AXES = ("batch", "seq", "context", "prompt", "gen", "tp", "pp", "dp", "cp", "chi
 def _axis(value):
     if value is None or isinstance(value, bool):
         return value
+    from aicalc.sweep import Counts
+
+    if type(value) is Counts:  # an arithmetic range of counts: ints already
+        return value.copy()
     values = value if isinstance(value, (list, tuple)) else [value]
     kinds = set(map(type, values))
+    if kinds == {int}:  # counts (an 80,000-point sweep: nothing to convert)
+        return list(values)
     if kinds == {float} and all(map(float.is_integer, values)):  # a sweep of counts: as integers
         return list(map(int, values))
     if kinds <= {int, float}:  # numbers: as they are, whole floats as integers

@@ -31,3 +31,18 @@ def test_constant_columns_are_read_only_views_of_one_number():
     col = many["weights_bytes_per_device"]
     assert col.shape == (1000,) and not col.flags.writeable and col.strides == (0,)
     assert float(col[999]) == float(one["weights_bytes_per_device"][0])
+
+
+def test_a_tables_one_number_columns_are_read_only_views():
+    """serve's replicas, TP and weights per device at one layout are one number at every row: read-only broadcast
+    views (api.results.Table, as Block.full gives them), not a column written per row, equal to a one-row call's."""
+    import numpy as np
+
+    import aicalc
+
+    one = aicalc.serve("llama-3.1-8b", chip="h100-sxm", concurrency=1)
+    many = aicalc.serve("llama-3.1-8b", chip="h100-sxm", concurrency=np.arange(1, 1001))
+    for key in ("replicas", "tp", "weights_bytes_per_device"):
+        col = many[key]
+        assert col.shape == (1000,) and not col.flags.writeable and col.strides == (0,), key
+        assert col[999] == one[key][0], key

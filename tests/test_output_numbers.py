@@ -59,6 +59,18 @@ def test_each_float_reads_as_repr_writes_it(seed):
         assert all(float(g) == v for g, v in zip(got, col.tolist(), strict=True) if g != "null")
 
 
+def test_powers_of_two_and_their_neighbours():
+    """A power of two has a float below it half as far as the one above, so the nearest shorter decimal can fall
+    outside its interval below while the one above lies inside: repr writes that one (2^-695 is
+    6.083493012144512e-210, not the 17 digits 6.0834930121445114e-210), and so does float_blocks."""
+    powers = np.ldexp(1.0, np.arange(-1074, 1024))
+    below, above = np.nextafter(powers, 0), np.nextafter(powers, np.inf)
+    columns = [powers, -powers, below, above[np.isfinite(above)]]
+    for col, got in zip(columns, _texts(columns), strict=True):
+        assert got == [float.__repr__(v) for v in col.tolist()]
+    assert _texts([np.array([2.0**-695] * 70)]) == [["6.083493012144512e-210"] * 70]
+
+
 def test_columns_of_one_kind_and_single_values():
     """A column whose every value is written in exponent form, a column of one value, a single column."""
     rng = np.random.default_rng(5)

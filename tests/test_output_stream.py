@@ -147,6 +147,42 @@ def test_csv_parses_to_the_reference_cells(n, seed):
         assert new == ref
 
 
+def _command(name: str) -> Result:
+    """A few thousand rows of a command's sweep: numbers of every kind, texts, empty cells (roofline's ops without a
+    compute-bound batch), a long count range echoed in the inputs."""
+    if name == "serve":
+        from aicalc.commands.serve import run
+
+        return run("llama-3.1-8b", chip="h100-sxm", concurrency="1:3000:+1", max_tpot="30ms")
+    if name == "serve-pp":
+        from aicalc.commands.serve import run
+
+        return run("llama-3.1-8b", chip="a100-80gb", tp=2, pp=2, chips=8, concurrency="1:2000:+1",
+                   prefix_hit="0.5")
+    if name == "kv-cache":
+        from aicalc.commands.kv_cache import run
+
+        return run("llama-3.1-70b", chip="h100-sxm", batch="1:1500:+1", context="1k,128k")
+    if name == "roofline":
+        from aicalc.commands.roofline import run
+
+        return run("llama-3.1-8b", chip="h100-sxm", batch="1:1000:+1")
+    from aicalc.commands.train_mem import run
+
+    return run("llama-3.1-8b", chip="h100-sxm", batch="1:64:+1", seq="1Ki:64Ki:x2", zero="0,1,2,3")
+
+
+@pytest.mark.parametrize("name", ["serve", "serve-pp", "kv-cache", "roofline", "train-mem"])
+def test_command_sweeps_are_the_reference_text(name):
+    """The JSON and CSV of real sweeps, character for character the reference encoders' (json.dumps, the csv
+    module), whichever way each column is written (numbers a column at a time, texts and empty cells a value at a
+    time)."""
+    result = _command(name)
+    assert len(result.rows) >= 1000
+    assert _written(result, "json") == _reference_json(result)
+    assert _written(result, "csv") == _reference_csv(result)
+
+
 def test_one_column_csv_with_empty_cells():
     result = Result("x", {}, [{"a": ""}, {"a": None}, {"a": "x,y"}])
     assert _written(result, "csv") == _reference_csv(result)
