@@ -9,8 +9,8 @@ _PANELS = {
                 "num_requests seed requests_per_day peak_factor years prefix_hit draft draft_tokens acceptance solve block_size",
     "Parallelism": "tp pp dp cp ep attention_dp redundant_experts zero sp sequence_parallel virtual_stages interleave microbatches search top",
     "Precision and memory": "dtype kv_dtype compute_dtype group_size precision optimizer grad_dtype optimizer_dtype "
-                            "lora_rank lora_targets lora_dtype lora_dropout loss optimizer_in_backward quant bnb_keeps_inputs offload "
-                            "dropout "
+                            "lora_rank lora_targets lora_dtype lora_dropout loss optimizer_in_backward quant bnb_keeps_inputs "
+                            "bnb_fused_matmul offload dropout "
                             "recompute compile_ attention fp8_attention overhead utilization kv_per_query_head "
                             "mem_fraction_static swa_full_tokens_ratio",
     "Performance model": "eff mfu achieved attention_flops dp_bandwidth ops policy",

@@ -64,10 +64,16 @@ def test_compile_lands_on_the_compiled_peak(rec):
 
 def test_compile_is_refused_where_it_is_not_modelled():
     llama = next(r for r in RECORDS if r["model"] == "llama3.2-1b-style")["config"]
-    with pytest.raises(ParameterError, match="quantized base"):  # bitsandbytes' 4-bit matmuls: not traced
-        aicalc.train_memory(llama, compile=True, lora_rank=8, quant="nf4")
+    with pytest.raises(ParameterError, match="LLM.int8"):  # int8 matmuls: not traced under compile
+        aicalc.train_memory(llama, compile=True, lora_rank=8, quant="int8")
+    with pytest.raises(ParameterError, match="0.43.2"):  # bitsandbytes before its torch.library ops
+        aicalc.train_memory(llama, compile=True, lora_rank=8, quant="nf4", bnb_keeps_inputs=True)
+    with pytest.raises(ParameterError, match="framework"):
+        aicalc.train_memory(llama, compile=True, lora_rank=8, quant="nf4", framework="litgpt")
     with pytest.raises(ParameterError, match="RMSNorm"):
         aicalc.train_memory("mixtral-8x7b", compile=True)
+    with pytest.raises(ParameterError, match="give one"):  # two bitsandbytes versions at once
+        aicalc.train_memory(llama, lora_rank=8, quant="nf4", bnb_keeps_inputs=True, bnb_fused_matmul=True)
 
 
 def test_compile_on_the_command_line(cli):
@@ -82,8 +88,29 @@ def test_compile_on_the_command_line(cli):
     assert table.code == 0 and "each layer torch.compile'd" in table.out  # the table says what it assumed
     bad = cli("train-mem", "mixtral-8x7b", "--compile")
     assert bad.code == 2 and bad.err.count("\n") == 1 and "--compile" in bad.err
-    qlora = cli("train-mem", "llama-3.2-3b", "--compile", "--lora-rank", "8", "--quant", "nf4")
-    assert qlora.code == 2 and qlora.err.count("\n") == 1 and "quantized base" in qlora.err
+    int8 = cli("train-mem", "llama-3.2-3b", "--compile", "--lora-rank", "8", "--quant", "int8")
+    assert int8.code == 2 and int8.err.count("\n") == 1 and "--quant int8" in int8.err and "--compile" in int8.err
+
+
+def test_compiled_qlora_on_the_command_line(cli):
+    """QLoRA under --compile: the compiled LoRA layer plus a bf16 copy of every 4-bit frozen weight
+    (train_peak.qlora_compiled_weights; validation/record_compiled.py, qlora records), but the first layer's q, k,
+    v; none with --bnb-fused-matmul (bitsandbytes 0.50's fused forward), which keeps the eager dequantization
+    transient, one copy of the largest weight, in the workspace (the saved copies replace it otherwise)."""
+    args = ("train-mem", "llama-3.2-3b", "--batch", "2", "--seq", "2048", "--precision", "bf16", "--lora-rank", "8",
+            "--lora-targets", "all", "--compile", "--json")
+    lora, qlora, fused = cli(*args), cli(*args, "--quant", "nf4"), cli(*args, "--quant", "nf4", "--bnb-fused-matmul")
+    assert lora.code == qlora.code == fused.code == 0
+    H, A, K, d, F, L = 3072, 24, 8, 128, 8192, 28  # Llama-3.2-3B
+    qkv = H * A * d + 2 * H * K * d
+    copies = 2 * (L * (qkv + A * d * H + 3 * H * F) - qkv)  # bf16
+    lo, q, f = (x.json["rows"][0] for x in (lora, qlora, fused))
+    assert q["activations_bytes"] - lo["activations_bytes"] == copies
+    assert f["activations_bytes"] == lo["activations_bytes"]
+    assert f["workspace_bytes"] - lo["workspace_bytes"] == 2 * H * F  # the largest weight, dequantized
+    assert q["workspace_bytes"] == lo["workspace_bytes"]
+    table = cli("train-mem", "llama-3.2-3b", "--lora-rank", "8", "--quant", "nf4", "--compile")
+    assert table.code == 0 and "a 16-bit copy of each 4-bit weight saved" in table.out
 
 
 def test_compile_with_selective_op_on_the_command_line(cli):

@@ -89,10 +89,18 @@ def setup_of(**kw):
         raise ParameterError("recompute", s.recompute, "is not modelled with {lora_rank} (the adapters' matmuls "
                              "shift which outputs torchtitan's every-second-mm policy keeps); use none, full or "
                              "every-N")
-    if s.compile and (s.framework != "hf" or s.quant != "none"):
-        raise ParameterError("compile", True, "is modelled for transformers models ({framework=hf}) trained in full "
-                             "or with LoRA, without a quantized base (bitsandbytes' 4-bit matmuls are not traced "
-                             "here, not modelled: the eager estimate is an upper bound, docs/train-mem.md)")
+    if s.compile and s.framework != "hf":
+        raise ParameterError("compile", True, "is modelled for transformers models ({framework=hf}) trained in full, "
+                             "with LoRA or with QLoRA (nf4, nf4-dq), not this framework (docs/train-mem.md)")
+    if s.compile and s.quant == "int8":
+        raise ParameterError("quant", "int8", "is not modelled with {compile}: LLM.int8()'s matmuls were not traced "
+                             "under torch.compile (nf4 and nf4-dq were, docs/train-mem.md)")
+    if s.compile and s.quant != "none" and s.bnb_keeps_inputs:
+        raise ParameterError("bnb_keeps_inputs", True, "(bitsandbytes < 0.43.2) is not modelled with {compile}: "
+                             "bitsandbytes registers its 4-bit ops for torch.compile from 0.46 on")
+    if s.bnb_fused_matmul and s.bnb_keeps_inputs:
+        raise ParameterError("bnb_fused_matmul", True, "is bitsandbytes 0.50 or later, {bnb_keeps_inputs} before "
+                             "0.43.2: give one")
     if s.framework == "hf" and (s.sp or s.virtual_stages > 1):
         raise ParameterError("framework", "hf", "has no sequence parallelism or virtual pipeline stages; use "
                              "{framework=megatron}")

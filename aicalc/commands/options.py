@@ -124,7 +124,8 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                              "adamw",
                         int="ep etp first_stage_layers last_stage_layers virtual_stages interleave microbatches "
                             "lora_rank chips top", float="dropout lora_dropout",
-                        flag="sequence_parallel sp optimizer_in_backward bnb_keeps_inputs compile search trace",
+                        flag="sequence_parallel sp optimizer_in_backward bnb_keeps_inputs bnb_fused_matmul compile "
+                             "search trace",
                         texts="chip",
                         params={"micro_batch": "batch", "sequence_parallel": "sp", "interleave": "virtual_stages",
                                 "compile": "compile_"}),

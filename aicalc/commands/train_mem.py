@@ -13,7 +13,7 @@ SETUP = ("precision", "optimizer", "grad_dtype", "optimizer_dtype", "ep", "etp",
          "last_stage_layers", "sp", "virtual_stages", "microbatches",
          "recompute", "framework", "attention", "lora_rank", "lora_targets", "lora_dtype", "loss",
          "optimizer_in_backward", "quant", "offload", "dropout", "adamw", "lora_dropout", "bnb_keeps_inputs",
-         "compile")
+         "bnb_fused_matmul", "compile")
 
 
 def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp="1", chip=None, budget=None,
@@ -108,7 +108,8 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
         columns.append("fits")
     notes = [f"{spec.id}: {rows[0]['params']:,} params; {st.precision} + {st.optimizer}; framework {st.framework}, "
              f"attention {st.attention}, recompute {st.recompute}" + (", each layer torch.compile'd" if st.compile
-                                                                       else ""), _state_dtypes(st),
+                                                                       else "") + _compiled_quant_note(st),
+             _state_dtypes(st),
              "peak = weights + optimizer + the largest phase of the step (hf: the loss with every saved activation, "
              "a layer's backward, the gradients with a layer's workspace, the optimizer step with its foreach "
              "temporaries; under torch AMP with recompute also the forward's end, autocast's weight casts cached; "
@@ -120,6 +121,16 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
     notes += caveats
     return Result("train-mem", inputs_, rows, warnings, code, title=f"train-mem {spec.id}", notes=notes,
                   columns=columns)
+
+
+def _compiled_quant_note(st) -> str:
+    """What a compiled layer over a 4-bit base saves besides a 16-bit one's (core.train_peak.qlora_compiled_weights)."""
+    if not (st.compile and st.lora_rank and st.quant != "none"):
+        return ""
+    if st.bnb_fused_matmul:
+        return " (bitsandbytes >= 0.50's fused gemm_4bit forward: no dequantized weight saved)"
+    return (" (a 16-bit copy of each 4-bit weight saved for backward, as torchao's linear_nf4 and bitsandbytes "
+            "0.46-0.49 compile; --bnb-fused-matmul for bitsandbytes >= 0.50)")
 
 
 def _v4_note(framework: str) -> str:

@@ -618,16 +618,19 @@ def hf_frozen_saving(B, S, arch: Arch, a, attention="sdpa", t=1):
     return norms + a * BS * F / t + o_in + qk
 
 
-def hf_frozen_outside(B, S, arch: Arch, a, stat_bytes=4, stage="all"):
+def hf_frozen_outside(B, S, arch: Arch, a, stat_bytes=4, stage="all", compiled=False):
     """Bytes of :func:`hf_outside` not saved when the base weights are frozen: the final norm's normalized
     copy and the ``lm_head`` input (as in :func:`hf_frozen_saving`), and, on the first stage, the first
     layer's input norm entirely: the frozen embedding's output needs no gradient, so nothing reading it
-    saves it (RMSNorm's fp32 copy and rstd, 4BSH + 4BS; LayerNorm's input, mean and rstd)."""
+    saves it (RMSNorm's fp32 copy and rstd, 4BSH + 4BS; LayerNorm's input, mean and rstd). ``compiled``: a
+    compiled frozen layer keeps the norm's a-byte input instead of its fp32 copy (:func:`compiled_saving`), so the
+    first layer's norm saves ``a·BSH + 4BS`` less there (validation/record_compiled.py, ``layer0`` records)."""
     import numpy as np
 
     B, S, a = (np.asarray(x, dtype=np.float64) for x in (B, S, a))
     BS, H = B * S, arch.hidden
-    first = (4 * BS * H + 4 * BS) if arch.norm == "rms" else (a * BS * H + 2 * stat_bytes * BS)
+    upcast = a if compiled else 4.0
+    first = (upcast * BS * H + 4 * BS) if arch.norm == "rms" else (a * BS * H + 2 * stat_bytes * BS)
     last = (2 if arch.norm == "rms" else 1) * a * BS * H
     return {"first": first, "last": last, "all": first + last}[stage]
 

@@ -55,6 +55,9 @@ class TrainSetup(Named):
     adamw: str = "foreach"
     lora_dropout: float = 0.0  # LoRA's own dropout on the adapters' input (PEFT/LitGPT lora_dropout)
     bnb_keeps_inputs: bool = False  # bitsandbytes < 0.43.2: MatMul4Bit keeps its input (tm.bnb_kept_inputs)
+    # bitsandbytes ≥ 0.50: MatMul4Bit's forward is one fused gemm_4bit op, so a compiled layer saves no dequantized
+    # weight (qlora_compiled_weights)
+    bnb_fused_matmul: bool = False
     compile: bool = False  # each decoder layer torch.compile'd (act.compiled_saving)
 
 
@@ -312,6 +315,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         grad_dtype = "fp32"  # Megatron accumulates and all-reduces gradients in fp32 by default (TM-03/TM-04)
     sb = tm.state_bytes(o.precision, o.optimizer, grad_dtype, o.optimizer_dtype)
     a = 4.0 if o.precision == "fp32" else 2.0
+    # compiled QLoRA whose dequantization is a node of the layer's graph: the partitioner saves its output
+    dequant_saved = o.compile and bool(o.lora_rank) and o.quant != "none" and not o.bnb_fused_matmul
     dense_dev, expert_dev = tm.stage_params(split, arch.layers, arch.n_moe_layers, stage_layers, stage_moe, is_first,
                                             is_last, tp, o.ep, o.etp)
     n_dev = dense_dev + expert_dev
@@ -427,6 +432,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         if o.compile and o.lora_rank:  # the same over a frozen base, and the adapters' merged fp32 casts
             layer = layer - act.compiled_saving(B, S_loc, arch, a, tp, frozen=True) - lora_compiled_merge(
                 arch, targets, B, S_loc, a, tp, o.lora_dtype == "fp32")
+            if dequant_saved:  # and a 16-bit copy of each 4-bit frozen weight
+                layer = layer + qlora_compiled_weights(arch, a, tp)
         elif o.compile:  # inductor recomputes a layer's pointwise ops in the backward instead of saving them
             layer = layer - act.compiled_saving(B, S_loc, arch, a, tp, _pick(fsdp, False, amp))
         # full / every-N: checkpointed layers keep their input, the others everything (act.checkpointed_layers);
@@ -468,8 +475,11 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             outside["last"] = outside["last"] + 4.0 * B * S_loc * arch.vocab / tp
         if o.lora_rank:
             outside = {st: v - np.where(np.asarray(recompute) == "full", 0.0,
-                                        act.hf_frozen_outside(B, S_loc, arch, a, stage=st)) if st in ends else v
-                       for st, v in outside.items()}
+                                        act.hf_frozen_outside(B, S_loc, arch, a, stage=st, compiled=o.compile))
+                       if st in ends else v for st, v in outside.items()}
+            if dequant_saved and "first" in ends:  # the first layer's q, k, v inputs need no gradient
+                outside["first"] = outside["first"] - np.where(np.asarray(recompute) == "full", 0.0,
+                                                               qlora_compiled_weights(arch, a, tp, qkv_only=True))
         # 1F1B: rank r holds pp − r micro-batches in flight (PipeDream-Flush, Narayanan et al. 2021 §2.2); the first
         # stage the embedding terms, the last the final norm and the loss (one stage: both)
         activ = _plus(activ, _pick(is_first, outside["first"], 0.0), _pick(is_last, outside["last"], 0.0))
@@ -482,7 +492,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         # LitGPT quantizes the lm_head too, from fp16 (tm.dequantized_weight_bytes): the head's dequantized copies
         # are made for each logits chunk at the end of the forward, everything saved by then
         dq = tm.dequantized_weight_bytes(arch, a, tp, head=litgpt, from_fp16=litgpt and o.precision != "fp16")
-        workspace = workspace + dq
+        if not dequant_saved:  # (compiled, the dequantized copies are saved instead, qlora_compiled_weights)
+            workspace = workspace + dq
         if litgpt:
             loss_t = loss_t + _pick(is_last, dq, 0.0)
             if o.bnb_keeps_inputs:  # the previous micro-batch's graph, alive through this forward (one stage)
@@ -739,6 +750,37 @@ def _lora_inputs(arch, tp):
     group = {"q": "attn_in", "k": "attn_in", "v": "attn_in", "o": "o", "gate": "mlp_in", "up": "mlp_in",
              "down": "down"}
     return ins, group
+
+
+def qlora_compiled_weights(arch, a, tp=1, qkv_only=False):
+    """Bytes a ``torch.compile``'d decoder layer saves over a 4-bit frozen base beside what it saves over a 16-bit
+    one (:func:`lora_compiled_merge`, ``activations.compiled_saving(frozen=True)``): a copy of each frozen linear
+    weight in the compute dtype, ``a·(H·(A + 2K)·d + A·d·H + 3·H·F)/t`` (Llama-2-7B in bf16: 405 MB a layer, the
+    whole base at 16 bits over its 32 layers).
+
+    The 4-bit linear dequantizes its weight in the forward and again in the backward (torchao's ``linear_nf4``,
+    which torchtune's QLoRA runs: ``F.linear(input, weight.to(input.dtype))`` and ``grad_output @
+    weight.to(grad_output.dtype)``, pytorch/ao @ 0598012, ``torchao/dtypes/nf4tensor.py``; bitsandbytes 0.46-0.49's
+    ``MatMul4Bit``: ``F.dequantize_4bit``, a ``torch.library`` custom op, in both, bitsandbytes-foundation/
+    bitsandbytes @ 0.49.2, ``bitsandbytes/autograd/_functions.py``). AOTAutograd traces forward and backward into
+    one joint graph whose common-subexpression pass (``torch._functorch.config.cse``) makes the two
+    dequantizations one node; the backward's matmul must materialize it, and the min-cut partitioner never
+    recomputes such a node (``should_ban_recomputation``: "materialized in backward",
+    ``torch/_functorch/partitioners.py``, torch 2.13.0), so the layer saves it. Eagerly nothing of the kind is
+    saved: torchao saves the NF4 weight, bitsandbytes keeps the packed weight on ``ctx``. Counted with saved-tensor
+    hooks on compiled PEFT layers over re-implemented torchao and bitsandbytes 4-bit linears
+    (validation/record_compiled.py, ``qlora`` records; the re-implementations checked against bitsandbytes 0.49.2
+    and 0.50.2 and torchao 0.18.0 by validation/crosscheck_qlora_libs.py: the same bytes). bitsandbytes 0.50's
+    forward is one ``gemm_4bit`` op with no dequantized output in the graph: nothing is saved (``bnb-gemm``
+    records).
+
+    ``qkv_only``: the q, k and v copies alone, which the first layer does not save (its input, the frozen
+    embedding's output, needs no gradient, so neither do those three matmuls' inputs; ``layer0`` records)."""
+    H, A, K, d, F = arch.hidden, arch.heads, arch.kv_heads, arch.head_dim, arch.ffn
+    qkv = H * (A + 2 * K) * d
+    if qkv_only:
+        return a * qkv / tp
+    return a * (qkv + A * d * H + (3 if arch.gated_ffn else 2) * H * F) / tp
 
 
 def lora_compiled_merge(arch, targets, B, S, a, tp, fp32_adapters=True):
