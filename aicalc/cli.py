@@ -231,6 +231,11 @@ _SHARED = {
     "MemFractionStatic": lambda: Annotated[str | None, typer.Option(
         "--mem-fraction-static", help="SGLang's share of each device's memory for weights and KV pool (0.85, 85%; "
                                       "--engine sglang; default: SGLang's own by the chip and layout)")],
+    "GpuMemoryUtilization": lambda: Annotated[str | None, typer.Option(
+        "--gpu-memory-utilization", help="the engine's share of each device's memory (0.9, 90%): vLLM's "
+                                         "gpu_memory_utilization, TensorRT-LLM's free_gpu_memory_fraction (of what "
+                                         "the weights leave); default 0.9; with --engine sglang use "
+                                         "--mem-fraction-static")],
     "SwaFullTokensRatio": lambda: Annotated[str | None, typer.Option(
         "--swa-full-tokens-ratio", help="SGLang's SWA-pool tokens per full-pool token for a hybrid sliding-window "
                                         "model (--engine sglang; default 0.8, DeepSeek-V4 0.1)")],
@@ -595,7 +600,7 @@ def _train_mem(Format, Json, Columns, Model):
 
 @command(app, "serve", short_help="A deployment under load: latency, throughput, cost.")
 def _serve(Format, Json, Columns, Model, Chip, Price, Ep, AttentionDp, RedundantExperts, WeightDtype, KvDtype, Engine, Draft, DraftTokens, Acceptance,
-           MemFractionStatic, SwaFullTokensRatio):
+           MemFractionStatic, SwaFullTokensRatio, GpuMemoryUtilization):
     def serve(
         model: Model,
         chip: Chip = None,
@@ -626,6 +631,7 @@ def _serve(Format, Json, Columns, Model, Chip, Price, Ep, AttentionDp, Redundant
         prefix_hit: Annotated[str, typer.Option("--prefix-hit", help="share of each prompt found in the prefix cache "
                                                                      "(0.5, 50%)")] = "0",
         mem_fraction_static: MemFractionStatic = None,
+        gpu_memory_utilization: GpuMemoryUtilization = None,
         swa_full_tokens_ratio: SwaFullTokensRatio = None,
         rate: Annotated[str | None, typer.Option("--rate", help="traffic: requests/s arriving (Poisson; sweepable); "
                                                                 "simulates the scheduler of each replica (of tp × "
@@ -668,7 +674,8 @@ def _serve(Format, Json, Columns, Model, Chip, Price, Ep, AttentionDp, Redundant
                        requests=requests, num_requests=num_requests, seed=seed, search=search, plot=plot,
                        requests_per_day=requests_per_day, peak_factor=peak_factor, policy=policy, ep=ep,
                        attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp,
-                       mem_fraction_static=mem_fraction_static, swa_full_tokens_ratio=swa_full_tokens_ratio)
+                       mem_fraction_static=mem_fraction_static, swa_full_tokens_ratio=swa_full_tokens_ratio,
+                        gpu_memory_utilization=gpu_memory_utilization)
 
         chip = chip or ["h100-sxm"]
         if emit_engine is not None:

@@ -12,7 +12,7 @@ _PANELS = {
                             "lora_rank lora_targets lora_dtype lora_dropout loss optimizer_in_backward quant bnb_keeps_inputs "
                             "bnb_fused_matmul offload dropout "
                             "recompute compile_ attention fp8_attention overhead utilization kv_per_query_head "
-                            "mem_fraction_static swa_full_tokens_ratio",
+                            "mem_fraction_static swa_full_tokens_ratio gpu_memory_utilization",
     "Performance model": "eff mfu achieved attention_flops dp_bandwidth ops policy",
     "Limits and cost": "budget max_ttft max_tpot price fail_on_warn",
     "Output": "fmt json_ columns plot emit_engine junit schema help",
@@ -29,7 +29,7 @@ METAVAR = {
     "group_size": "WEIGHTS",
     "budget": "BYTES", "overhead": "BYTES", "dp_bandwidth": "BYTES/s", "achieved": "FLOP/s",
     "max_ttft": "SECONDS", "max_tpot": "SECONDS", "rate": "REQ/s", "requests_per_day": "REQ/day", "years": "YEARS",
-    "utilization": "FRACTION", "mem_fraction_static": "FRACTION", "swa_full_tokens_ratio": "RATIO",
+    "utilization": "FRACTION", "mem_fraction_static": "FRACTION", "gpu_memory_utilization": "FRACTION", "swa_full_tokens_ratio": "RATIO",
     "prefix_hit": "FRACTION", "acceptance": "FRACTION", "mfu": "FRACTION|auto",
     "dropout": "FRACTION", "price": "USD/h", "peak_factor": "FACTOR",
     "chip": "ID", "engine": "ID", "draft": "ID", "dtype": "DTYPE", "kv_dtype": "DTYPE", "compute_dtype": "DTYPE",

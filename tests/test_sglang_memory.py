@@ -251,3 +251,35 @@ def test_rules_are_checked():
     assert "floor_mib" in profiles._reserve({**good, "floor_mib": -1})
     assert "prefill_graph_sizes" in profiles._reserve({**good, "prefill_graph_sizes": [[4, 2, 1]]})
     assert "prefill_graph_vendors" in profiles._reserve({**good, "prefill_graph_vendors": "NVIDIA"})
+
+
+def test_cli_gpu_memory_utilization(cli):
+    """serve --gpu-memory-utilization: vLLM's share of the whole memory (its KV budget u·M − weights − overhead), so
+    a tenth less memory holds 0.1·M / (bytes a request holds) fewer requests. Llama-3.1-8B: 2 × 32 layers × 8 KV
+    heads × 128 × 2 B = 131,072 B a token; ``--concurrency max`` holds prompt + gen/2 = 1,024 + 128 tokens a
+    request (vLLM's 16-token blocks divide it)."""
+    import aicalc
+
+    base = ("serve", "llama-3.1-8b", "--chip", "h100-sxm", "--engine", "vllm", "--concurrency", "max", "--json")
+    at_09, at_08 = cli(*base), cli(*base, "--gpu-memory-utilization", "80%")
+    assert at_09.code == 0 and at_08.code == 0, at_08.err
+    assert (at_09.json["inputs"]["gpu_memory_utilization"], at_08.json["inputs"]["gpu_memory_utilization"]) == \
+        (0.9, 0.8)
+    per_request = 2 * 32 * 8 * 128 * 2 * (1024 + 128)
+    fewer = 0.1 * aicalc.load_chip("h100-sxm").usable_memory_bytes / per_request
+    dropped = at_09.json["rows"][0]["concurrency"] - at_08.json["rows"][0]["concurrency"]
+    assert abs(dropped - fewer) <= 1
+    emitted = cli(*base[:-1], "--gpu-memory-utilization", "0.85", "--emit", "vllm").out
+    assert "--gpu-memory-utilization 0.85" in emitted
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--engine", "sglang", "--gpu-memory-utilization", "0.8"), "sglang's is --mem-fraction-static"),
+    (("--engine", "sglang", "--gpu-memory-utilization", "0.8", "--mem-fraction-static", "0.8"), "give the one"),
+    (("--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization 1.5 is not a fraction"),
+    (("--gpu-memory-utilization", "0.8", "--search", "--chips", "8"), "--search sizes each deployment"),
+])
+def test_gpu_memory_utilization_refusals(cli, args, message):
+    r = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", *args)
+    assert r.code == 2, r.err
+    assert message in r.err and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err

@@ -134,7 +134,7 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                        int="group_size draft_tokens ep attention_dp redundant_experts", flag="kv_per_query_head ops", texts="chip eff"),
     "serve": _kinds(text="chips tp prompt gen concurrency max_ttft max_tpot dtype kv_dtype price engine draft "
                          "acceptance prefix_hit rate requests num_requests plot emit requests_per_day peak_factor policy "
-                         "mem_fraction_static swa_full_tokens_ratio",
+                         "mem_fraction_static swa_full_tokens_ratio gpu_memory_utilization",
                     int="draft_tokens seed ep attention_dp redundant_experts pp", flag="search", texts="chip",
                     params={"emit": "emit_engine"}),
     "train-time": _kinds(text="chips tokens seq global_batch micro_batch tp pp dp mfu achieved recompute attention "

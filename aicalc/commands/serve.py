@@ -11,14 +11,16 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         max_tpot=None, dtype: str = "release", kv_dtype: str = "bf16", price=None, engine=None, draft=None,
         draft_tokens=4, acceptance="0.7", prefix_hit="0", rate=None, requests=None, num_requests="1000",
         seed=0, search: bool = False, plot=None, requests_per_day=None, peak_factor="1", policy=None, ep=1,
-        attention_dp=1, redundant_experts=0, pp=1, mem_fraction_static=None, swa_full_tokens_ratio=None) -> Result:
+        attention_dp=1, redundant_experts=0, pp=1, mem_fraction_static=None, swa_full_tokens_ratio=None,
+        gpu_memory_utilization=None) -> Result:
     import numpy as np
 
-    share, ratio = memory_options(mem_fraction_static, swa_full_tokens_ratio)
+    share, ratio = memory_options(mem_fraction_static, swa_full_tokens_ratio, gpu_memory_utilization)
     if (share is not None or ratio is not None) and (search or requests_per_day is not None):
         from aicalc.errors import ParameterError
 
-        name, value = ("mem_fraction_static", mem_fraction_static) if share is not None else \
+        name, value = (("mem_fraction_static", mem_fraction_static) if mem_fraction_static is not None else
+                       ("gpu_memory_utilization", gpu_memory_utilization)) if share is not None else \
             ("swa_full_tokens_ratio", swa_full_tokens_ratio)
         raise ParameterError(name, value, "sets a given deployment's memory; --search sizes each deployment with "
                              "its engine's defaults")
@@ -76,9 +78,10 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
             model, chip, chips, tp, prompt, gen, concurrency, max_ttft, max_tpot, d, kd, price, engine, draft,
             draft_tokens, acceptance, prefix_hit, rate, requests, num_requests, seed, policy=policy, ep=ep,
             attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp,
-            mem_fraction_static=mem_fraction_static, swa_full_tokens_ratio=swa_full_tokens_ratio)))
+            mem_fraction_static=mem_fraction_static, swa_full_tokens_ratio=swa_full_tokens_ratio,
+            gpu_memory_utilization=gpu_memory_utilization)))
     if share is not None:
-        check_share_engine(mem_fraction_static, engine, chip)
+        check_share_engine(mem_fraction_static, engine, chip, gpu_memory_utilization)
     from aicalc.api.catalog import node_count, node_split
 
     chosen = None  # the TP picked for --chips on a chip without --tp (a note says so)
@@ -555,12 +558,21 @@ def _admission(opts: dict, chip) -> str:
     return f"concurrency max: as many requests as the KV budget holds, {held}{cap}"
 
 
-def memory_options(mem_fraction_static, swa_full_tokens_ratio) -> tuple[float | None, float | None]:
-    """--mem-fraction-static (a fraction in (0, 1], ``0.85`` or ``85%``) and --swa-full-tokens-ratio (a number) as
-    numbers, None where not given; a bad value is one line naming the flag (exit 2)."""
+def memory_options(mem_fraction_static, swa_full_tokens_ratio, gpu_memory_utilization=None
+                   ) -> tuple[float | None, float | None]:
+    """(the engine's share of each device's memory, --swa-full-tokens-ratio) as numbers, None where not given: the
+    share from --mem-fraction-static (SGLang's) or --gpu-memory-utilization (vLLM's gpu_memory_utilization,
+    TensorRT-LLM's free_gpu_memory_fraction; the generic engine's), a fraction in (0, 1] (``0.85`` or ``85%``), at
+    most one of them; a bad value is one line naming the flag (exit 2)."""
     from aicalc.api import inputs
+    from aicalc.errors import ParameterError
 
+    if mem_fraction_static is not None and gpu_memory_utilization is not None:
+        raise ParameterError("gpu_memory_utilization", gpu_memory_utilization, "and {mem_fraction_static} both give "
+                             "the engine's share of memory: give the one of the estimate's engine")
     share = None if mem_fraction_static is None else inputs.fraction("mem_fraction_static", mem_fraction_static)
+    if gpu_memory_utilization is not None:
+        share = inputs.fraction("gpu_memory_utilization", gpu_memory_utilization)
     ratio = None
     if swa_full_tokens_ratio is not None:
         from aicalc.catalog.profiles import _ratio
@@ -577,9 +589,11 @@ def memory_options(mem_fraction_static, swa_full_tokens_ratio) -> tuple[float | 
     return share, ratio
 
 
-def check_share_engine(given, engine, chip) -> None:
-    """--mem-fraction-static is SGLang's: refused (exit 2) for an engine whose profile gives weights and KV cache no
-    share of memory of its own (every engine but sglang; ``engine`` None: the chip's default)."""
+def check_share_engine(given, engine, chip, utilization=None) -> None:
+    """--mem-fraction-static (``given``) is SGLang's: refused (exit 2) for an engine whose profile gives weights and
+    KV cache no share of memory of its own (every engine but sglang; ``engine`` None: the chip's default);
+    --gpu-memory-utilization (``utilization``) is every other engine's: refused for SGLang, whose flag is the
+    other."""
     from aicalc.catalog import profiles
 
     for one in str(chip).split(","):
@@ -588,7 +602,13 @@ def check_share_engine(given, engine, chip) -> None:
         from aicalc.api.catalog import load_node_or_chip
 
         eng = profiles.load("engine", engine or profiles.default_engine(load_node_or_chip(one.strip())[0]))
-        if not eng.options.get("mem_fraction_static_reserve"):
+        sglang = bool(eng.options.get("mem_fraction_static_reserve"))
+        if utilization is not None and sglang:
+            from aicalc.errors import ParameterError
+
+            raise ParameterError("gpu_memory_utilization", utilization, f"is vLLM's and TensorRT-LLM's share of "
+                                 f"memory; {eng.id}'s is {{mem_fraction_static}}")
+        if utilization is None and not sglang:
             from aicalc.errors import ParameterError
 
             raise ParameterError("mem_fraction_static", given, f"is SGLang's share of memory for weights and KV "
