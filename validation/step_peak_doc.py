@@ -288,14 +288,21 @@ def third_run(every: list | None = None, records: list | None = None) -> list[st
     ]
 
 
-def fsdp_section() -> list[str]:
-    """The FSDP2 records (one rank of ``fully_shard`` on a fake process group) against ``--zero 3 --dp N``."""
-    doc = json.loads(FSDP_DATA.read_text(encoding="utf-8"))
-    rows, errs = [], []
-    for r in doc["records"]:
+def fsdp_scored(path):
+    """(record, estimate, aicalc's peak allocated bytes, its error against the traced peak) for each FSDP2 record of
+    the file at ``path``."""
+    out = []
+    for r in json.loads(path.read_text(encoding="utf-8"))["records"]:
         est = fsdp_estimate(r)
         peak = float(est["peak_allocated_bytes"][0])
-        err = peak / r["peak_bytes"] - 1
+        out.append((r, est, peak, peak / r["peak_bytes"] - 1))
+    return out
+
+
+def fsdp_section() -> list[str]:
+    """The FSDP2 records (one rank of ``fully_shard`` on a fake process group) against ``--zero 3 --dp N``."""
+    rows, errs = [], []
+    for r, est, peak, err in fsdp_scored(FSDP_DATA):
         errs.append(abs(err))
         b = r["peak_breakdown"]
         fsdp = (b["unsharded_param"] + b["unsharded_grad"] + b["all_gather"] + b["reduce_scatter"]) / 1e6
@@ -328,12 +335,8 @@ def fsdp_section() -> list[str]:
 
 def fsdp_offload_section() -> list[str]:
     """The FSDP2 CPU-offload records (the accelerator's peak) against ``--zero 3 --dp N --offload params``."""
-    doc = json.loads(FSDP_OFFLOAD_DATA.read_text(encoding="utf-8"))
     rows, errs = [], []
-    for r in doc["records"]:
-        est = fsdp_estimate(r)
-        peak = float(est["peak_allocated_bytes"][0])
-        err = peak / r["peak_bytes"] - 1
+    for r, est, peak, err in fsdp_scored(FSDP_OFFLOAD_DATA):
         errs.append(abs(err))
         host = r["host_after_step"]["total"] / 1e6
         rows.append(f"| {r['name']} | {r['peak_phase']} | {r['peak_bytes'] / 1e6:,.1f} | {host:,.1f} | "
