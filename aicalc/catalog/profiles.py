@@ -374,16 +374,14 @@ def swa_ratio(options: dict, model_type: str | None = None, given: float | None 
     return float(r) if r is not None else None
 
 
-def _chip_rule(options: dict, key: str, chip, tp: int = 1, memory_bytes: float | None = None):
+def _chip_rule(options: dict, key: str, chip, tp: int = 1):
     """The ``value`` of the first ``KEY_by_chip`` rule ``chip`` meets (its memory at least ``min_memory_gib`` GiB,
     its name holding none of ``name_excludes``, case-insensitive, its kind none of ``kind_excludes``: vLLM V1's
     EngineArgs._set_default_args reads the device so, and on a TPU, whose platform raises on
     get_device_total_memory, reads 0 GiB; a replica of ``tp`` chips at least the rule's ``min_tp``: SGLang's
-    decode CUDA-graph batch by 'tp_size < 4'), else the profile's ``KEY``, else None. The memory is the chip's
-    preset memory, or ``memory_bytes`` where the caller reads the device as its engine does
-    (:func:`static_reserve`)."""
-    memory = getattr(chip, "memory_bytes", 0) if memory_bytes is None else memory_bytes
-    memory_gib = float(memory or 0) / 2**30
+    decode CUDA-graph batch by 'tp_size < 4'), else the profile's ``KEY``, else None. The memory is the device's
+    total as the engines read it (:func:`device_mib`: vLLM's get_device_total_memory and SGLang's gpu_mem alike)."""
+    memory_gib = device_mib(chip) / 1024
     name = str(getattr(chip, "name", "") or "").lower()
     kind = getattr(chip, "kind", None)
     for rule in options.get(f"{key}_by_chip") or ():
@@ -430,8 +428,8 @@ def static_reserve(options: dict, chip, arch, tp: int = 1, pp: int = 1, attentio
     if not rule:
         return None
     mem = device_mib(chip)
-    chunk = int(_chip_rule(options, "max_num_batched_tokens", chip, tp, mem * 2**20) or 0)
-    graph_bs = int(_chip_rule(options, "cuda_graph_max_bs", chip, tp, mem * 2**20) or 0)
+    chunk = int(_chip_rule(options, "max_num_batched_tokens", chip, tp) or 0)
+    graph_bs = int(_chip_rule(options, "cuda_graph_max_bs", chip, tp) or 0)
     prefill = 0.0
     if pp == 1 and getattr(chip, "vendor", None) in rule["prefill_graph_vendors"] and \
             getattr(arch, "family", None) not in rule["prefill_graph_off"]:
