@@ -308,7 +308,7 @@ def test_a_newline_in_a_check_name_stays_on_its_stderr_line(cli, tmp_path):
 def test_a_deployment_that_does_not_fit_fails_every_limit(cli, tmp_path):
     """Llama-3.1-70B's bf16 weights (~141 GB) do not fit one 24 GB L4: its latencies describe nothing that can
     run, so even a generous latency limit fails (it passed)."""
-    check = {"name": "big", "command": "serve", "model": "llama-3.1-70b", "args": {"chip": "l4", "concurrency": 1},
+    check = {"name": "big", "command": "serve", "model": "llama-3.1-70b", "args": {"chip": "l4", "tp": 1, "concurrency": 1},
              "limits": {"max_ttft": "1000s"}}
     r = cli("check", write(tmp_path, [check]), "--json")
     assert r.code == 1 and [row["status"] for row in r.json["rows"]] == ["fail"]

@@ -158,6 +158,20 @@ def pool_ratio(opts: dict, engine, arch, shape, given=None) -> float | None:
     return ratio if shape.sliding_layers else None
 
 
+# A deployment given no chips and no TP is one replica of the smallest TP group of this many chips, or fewer, that
+# holds the model (a server of 8 GPUs or accelerators, a TPU host's 8 chips: HGX/DGX, MI300X platforms, Gaudi 3 and
+# TPU v5e/v6e hosts, the chip presets' ``interconnect.domain`` for most); a system-on-chip or NPU serves on one.
+TP_POOL = 8
+TP_POOL_KINDS = ("gpu", "tpu", "accelerator")
+
+
+def tp_pool(chip) -> int:
+    """The chips :func:`fitting_tp` may group when a deployment names no chips and no TP (:data:`TP_POOL`)."""
+    from aicalc.api.catalog import load_node_or_chip
+
+    return TP_POOL if load_node_or_chip(chip)[0].kind in TP_POOL_KINDS else 1
+
+
 def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, dtype: str = "release",
                kv_dtype: str = "bf16", utilization=None, engine: str | None = None, ep: int = 1, attention_dp: int = 1,
                redundant_experts: int = 0, pp: int = 1, swa_full_tokens_ratio: float | None = None) -> int:
@@ -238,8 +252,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     from aicalc.errors import ParameterError
 
     given_chips = chips
-    if tp is None and chips is not None and node_count(chip) == 1:  # chips given, no TP: the smallest that holds it
-        tp = fitting_tp(model, chip, chips, prompt=prompt, gen=gen, concurrency=concurrency, dtype=dtype,
+    if tp is None and node_count(chip) == 1:  # no TP: the smallest that holds it, of the chips or a server's (TP_POOL)
+        tp = fitting_tp(model, chip, chips if chips is not None else tp_pool(chip) * pp, prompt=prompt, gen=gen, concurrency=concurrency, dtype=dtype,
                         kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep, attention_dp=attention_dp,
                         redundant_experts=redundant_experts, pp=pp, swa_full_tokens_ratio=swa_full_tokens_ratio)
     tp, chips = node_split(chip, tp, chips)

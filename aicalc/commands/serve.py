@@ -84,14 +84,15 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         check_share_engine(mem_fraction_static, engine, chip, gpu_memory_utilization)
     from aicalc.api.catalog import node_count, node_split
 
-    chosen = None  # the TP picked for --chips on a chip without --tp (a note says so)
-    if tp is None and chips is not None and node_count(chip) == 1:
-        from aicalc.api.serving import fitting_tp
+    chosen = None  # the TP picked for a chip without --tp (a note says so)
+    if tp is None and node_count(chip) == 1:
+        from aicalc.api.serving import fitting_tp, tp_pool
         from aicalc.sweep import int_sweep
 
         load = "max" if concurrency is None or str(concurrency).strip().lower() == "max" else \
             int_sweep(concurrency, "--concurrency")
-        tp = chosen = fitting_tp(model, chip, int(chips), prompt=int_sweep(prompt, "--prompt"),
+        pool = int(chips) if chips is not None else tp_pool(chip) * pp
+        tp = chosen = fitting_tp(model, chip, pool, prompt=int_sweep(prompt, "--prompt"),
                                  gen=int_sweep(gen, "--gen"), concurrency=load, dtype=dtype, kv_dtype=kv_dtype,
                                  engine=engine, ep=ep, attention_dp=attention_dp,
                                  redundant_experts=redundant_experts, pp=pp, utilization=share,
@@ -192,8 +193,15 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     if str(concurrency).strip().lower() == "max":
         notes.append(_admission(cs.engine_options, cs.chip))
     notes += links_note(cs, tp, pp, ep, attention_dp)
-    if chosen is not None and not sram:  # an SRAM-only chip's replica spans the chips its bytes fill, not a TP
-        held = "one request" if concurrency is None or str(concurrency).strip().lower() == "max" else "the requests"
+    held = "one request" if concurrency is None or str(concurrency).strip().lower() == "max" else "the requests"
+    if chosen is not None and not sram and chips is None and pool > pp and (chosen > 1 or not fits.all()):
+        # no --chips: one replica, as small as holds the model, of a server's chips (api.serving.TP_POOL)
+        notes.append(f"TP {tp}: the smallest tensor-parallel group (of up to {pool // pp} chips, one server) that "
+                     f"holds the weights and {held} (--tp or --chips sets it)" if fits.all() else
+                     f"TP {tp}: no tensor-parallel group of up to {pool // pp} chips (one server) holds the weights "
+                     f"and {held}; the largest runs (--tp, --pp or --chips sets it)")
+    elif chosen is not None and not sram and chips is not None:  # an SRAM-only chip's replica spans the chips
+        # its bytes fill, not a TP
         notes.append(f"TP {tp}: the smallest tensor-parallel degree whose replicas hold the weights and {held} on "
                      f"{int(m['chips'])} chips (--tp sets it)" if fits.all() else
                      f"TP {tp}: the largest tensor-parallel degree {int(m['chips'])} chips allow; no replica of "
