@@ -131,3 +131,18 @@ def test_price_comma_chips_and_format_sweep_as_in_the_other_commands(cli):
     swept = cli("compare", "llama-3.1-8b", "--dtype", "bf16,fp8", "--json").json["rows"]
     assert {r["dtype"] for r in swept} == {"bf16", "fp8"}
     assert cli("compare", "llama-3.1-8b", "--dtype", "checkpoint").code == 2  # a preset has no files to read
+
+
+def test_a_tp_without_room_for_one_request_has_no_fitting_row():
+    """compare skips serving a TP whose KV budget holds no request (max_concurrency < 1): exact only if serve's own
+    ``fits`` is then false at one request, checked here over models and chips of every size."""
+    from aicalc.api.serving import max_concurrency, serve
+
+    skipped = 0
+    for model in ("llama-3.1-70b", "deepseek-v3", "gpt-oss-120b", "gemma-2-27b", "mixtral-8x22b"):
+        for chip in ("h100-sxm", "l4", "mi300x", "tpu-v6e"):
+            for tp in (1, 2, 4, 8):
+                if max_concurrency(model, chip, tp=tp, prompt=1024, gen=256) < 1:
+                    skipped += 1
+                    assert not serve(model, chip, [1.0], 1024, 256, tp=tp).rows()[0]["fits"], (model, chip, tp)
+    assert skipped >= 20

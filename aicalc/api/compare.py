@@ -124,8 +124,11 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
             except AicalcError:
                 continue
             try:
-                ladder = [1.0] if on_device else concurrency_ladder(max_concurrency(
-                    model, chip, tp=tp, prompt=prompt, gen=gen, dtype=dt, kv_dtype=kv_dtype, engine=engine))
+                most = 1.0 if on_device else max_concurrency(model, chip, tp=tp, prompt=prompt, gen=gen, dtype=dt,
+                                                             kv_dtype=kv_dtype, engine=engine)
+                if most < 1:  # not one request beside the weights: no row of this TP fits (serve's own fits)
+                    continue
+                ladder = [1.0] if on_device else concurrency_ladder(most)
                 res = serve(model, chip, ladder, prompt, gen, tp=tp, dtype=dt, kv_dtype=kv_dtype, max_ttft=max_ttft,
                             max_tpot=max_tpot, engine=engine).rows()
             except AicalcError as e:  # e.g. no throughput figure for this dtype on this chip
