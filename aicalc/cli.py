@@ -609,7 +609,7 @@ def _serve(Format, Json, Columns, Model, Chip, Price, Ep, AttentionDp, Redundant
         tp: Annotated[str | None, typer.Option("--tp", help="tensor-parallel degree of one replica (sweepable; default: "
                                                              "a node's chips; with --chips of a chip, the smallest "
                                                              "whose replicas hold the load; else one replica, the "
-                                                             "smallest of up to 8 chips that holds it)")] = None,
+                                                             "smallest of up to 8 chips that holds one request)")] = None,
         pp: Annotated[int, typer.Option("--pp", help="pipeline stages per replica of tp × pp chips (vLLM "
                                                      "--pipeline-parallel-size, SGLang --pp-size), pp micro-batches "
                                                      "in flight; with or without traffic")] = 1,

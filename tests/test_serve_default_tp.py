@@ -61,3 +61,12 @@ def test_the_library_takes_the_same_default():
 
     r = serve("llama-3.1-70b", "h100-sxm")
     assert int(r.tp[0]) == 2 and bool(r.fits[0])
+
+
+def test_a_concurrency_sweep_keeps_the_tp_that_holds_one_request(cli):
+    # Llama-3.1-8B: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 131,072 B a token; 4,096 requests of 1,024 + 256
+    # tokens hold 4096 x 1280 x 131072 B = 640 GiB, more than one H100 (or eight) has: the TP stays the one that holds
+    # the model and the last row does not fit, where growing the TP with the sweep would have changed the deployment
+    assert 4096 * 1280 * 32 * 8 * 128 * 2 * 2 / GIB == 640
+    rows = cli("serve", "llama-3.1-8b", "--chip", "h100-sxm", "--concurrency", "1,4096", "--json").json["rows"]
+    assert [(r["tp"], r["fits"]) for r in rows] == [(1, True), (1, False)]

@@ -172,15 +172,22 @@ def tp_pool(chip) -> int:
     return TP_POOL if load_node_or_chip(chip)[0].kind in TP_POOL_KINDS else 1
 
 
-def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, dtype: str = "release",
-               kv_dtype: str = "bf16", utilization=None, engine: str | None = None, ep: int = 1, attention_dp: int = 1,
-               redundant_experts: int = 0, pp: int = 1, swa_full_tokens_ratio: float | None = None) -> int:
+def fitting_tp(model, chip, chips: int, **kw) -> int:
+    """The tensor-parallel degree a deployment of ``chips`` chips gets when none is given (:func:`fitting_layout`)."""
+    return fitting_layout(model, chip, chips, **kw)[0]
+
+
+def fitting_layout(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, dtype: str = "release",
+                   kv_dtype: str = "bf16", utilization=None, engine: str | None = None, ep: int = 1,
+                   attention_dp: int = 1, redundant_experts: int = 0, pp: int = 1,
+                   swa_full_tokens_ratio: float | None = None) -> tuple[int, bool]:
     """The tensor-parallel degree a deployment of ``chips`` chips gets when none is given: the smallest divisor
     of ``chips / pp`` whose replicas hold ``concurrency`` requests of the longest ``prompt + gen`` in their KV
     budget (:func:`max_concurrency`; ``"max"``: one request) with the layout valid (``ep``, ``attention_dp``,
     heads: :func:`aicalc.core.geometry.check_parallel`) — the way an engine user picks ``--tensor-parallel-size``:
     as many replicas as fit, each as small as holds the weights and the load (vLLM's data-parallel deployment
-    guide). None holds it: the largest valid one, whose ``fits`` column then says no. No valid one: 1 (the
+    guide); with whether it holds them. None holds it: the largest valid one, whose ``fits`` column then says no.
+    No valid one: 1 (the
     layout's own error follows). A chip whose only memory is on-chip SRAM (Groq, Cerebras) keeps 1: its replica is
     a pipeline over the chips its bytes fill, whatever the TP (:func:`_sram_chips`)."""
     import numpy as np
@@ -191,7 +198,7 @@ def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, 
     from aicalc.errors import ParameterError
 
     if load_chip(chip).kind in SRAM_KINDS:  # as compare tells them apart
-        return 1
+        return 1, True
     spec = load_model(model)
     n, pp = inputs.whole("chips", chips), inputs.whole("pp", pp)
     need = 1.0 if isinstance(concurrency, str) else float(np.max(inputs.positive("concurrency", concurrency,
@@ -207,8 +214,8 @@ def fitting_tp(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, 
                            kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
                            attention_dp=attention_dp, redundant_experts=redundant_experts, pp=pp,
                            swa_full_tokens_ratio=swa_full_tokens_ratio) >= need:
-            return t
-    return valid[-1] if valid else 1
+            return t, True
+    return (valid[-1] if valid else 1), False
 
 
 def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: int | None = None, chips: int | None = None,
@@ -253,7 +260,8 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
 
     given_chips = chips
     if tp is None and node_count(chip) == 1:  # no TP: the smallest that holds it, of the chips or a server's (TP_POOL)
-        tp = fitting_tp(model, chip, chips if chips is not None else tp_pool(chip) * pp, prompt=prompt, gen=gen, concurrency=concurrency, dtype=dtype,
+        tp = fitting_tp(model, chip, chips if chips is not None else tp_pool(chip) * pp, prompt=prompt, gen=gen,
+                        concurrency=concurrency if chips is not None else "max", dtype=dtype,
                         kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep, attention_dp=attention_dp,
                         redundant_experts=redundant_experts, pp=pp, swa_full_tokens_ratio=swa_full_tokens_ratio)
     tp, chips = node_split(chip, tp, chips)

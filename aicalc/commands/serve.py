@@ -86,17 +86,20 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
 
     chosen = None  # the TP picked for a chip without --tp (a note says so)
     if tp is None and node_count(chip) == 1:
-        from aicalc.api.serving import fitting_tp, tp_pool
+        from aicalc.api.serving import fitting_layout, tp_pool
         from aicalc.sweep import int_sweep
 
-        load = "max" if concurrency is None or str(concurrency).strip().lower() == "max" else \
+        # the requests of --chips's replicas; without --chips one request: the deployment holds the model, and a
+        # --concurrency sweep shows where its KV budget ends (its TP does not grow with the sweep)
+        load = "max" if chips is None or concurrency is None or str(concurrency).strip().lower() == "max" else \
             int_sweep(concurrency, "--concurrency")
         pool = int(chips) if chips is not None else tp_pool(chip) * pp
-        tp = chosen = fitting_tp(model, chip, pool, prompt=int_sweep(prompt, "--prompt"),
-                                 gen=int_sweep(gen, "--gen"), concurrency=load, dtype=dtype, kv_dtype=kv_dtype,
-                                 engine=engine, ep=ep, attention_dp=attention_dp,
-                                 redundant_experts=redundant_experts, pp=pp, utilization=share,
-                                 swa_full_tokens_ratio=ratio)
+        tp, holds = fitting_layout(model, chip, pool, prompt=int_sweep(prompt, "--prompt"),
+                                   gen=int_sweep(gen, "--gen"), concurrency=load, dtype=dtype, kv_dtype=kv_dtype,
+                                   engine=engine, ep=ep, attention_dp=attention_dp,
+                                   redundant_experts=redundant_experts, pp=pp, utilization=share,
+                                   swa_full_tokens_ratio=ratio)
+        chosen = tp
     tp, chips = node_split(chip, tp, chips)  # a node: its chips, one TP group unless --tp splits it
     if rate is not None or requests is not None:
         return _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate,
@@ -194,12 +197,13 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         notes.append(_admission(cs.engine_options, cs.chip))
     notes += links_note(cs, tp, pp, ep, attention_dp)
     held = "one request" if concurrency is None or str(concurrency).strip().lower() == "max" else "the requests"
-    if chosen is not None and not sram and chips is None and pool > pp and (chosen > 1 or not fits.all()):
-        # no --chips: one replica, as small as holds the model, of a server's chips (api.serving.TP_POOL)
+    if chosen is not None and not sram and chips is None and pool > pp and (chosen > 1 or not holds):
+        # no --chips: one replica, as small as holds the weights and one request, of a server's chips
+        # (api.serving.TP_POOL)
         notes.append(f"TP {tp}: the smallest tensor-parallel group (of up to {pool // pp} chips, one server) that "
-                     f"holds the weights and {held} (--tp or --chips sets it)" if fits.all() else
+                     f"holds the weights and one request (--tp or --chips sets it)" if holds else
                      f"TP {tp}: no tensor-parallel group of up to {pool // pp} chips (one server) holds the weights "
-                     f"and {held}; the largest runs (--tp, --pp or --chips sets it)")
+                     f"and one request; the largest runs (--tp, --pp or --chips sets it)")
     elif chosen is not None and not sram and chips is not None:  # an SRAM-only chip's replica spans the chips
         # its bytes fill, not a TP
         notes.append(f"TP {tp}: the smallest tensor-parallel degree whose replicas hold the weights and {held} on "
