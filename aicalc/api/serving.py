@@ -224,8 +224,10 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
           acceptance=0.7, prefix_hit=0.0, ep: int = 1, attention_dp: int = 1, redundant_experts: int = 0,
           pp: int = 1, swa_full_tokens_ratio: float | None = None) -> Serving:
     """``concurrency`` requests of ``prompt`` + ``gen`` tokens over ``chips`` chips in replicas of TP ``tp``
-    (arrays broadcast); ``concurrency="max"``: as many as the KV budget holds and the engine's scheduler runs
-    (serving at full load).
+    (arrays broadcast); no ``tp``: with ``chips``, the smallest TP whose replicas hold ``concurrency``
+    (:func:`fitting_layout`), without, one replica of the smallest TP of up to :data:`TP_POOL` chips that holds the
+    weights and one request (a node: its chips); ``concurrency="max"``: as many as the KV budget holds and the
+    engine's scheduler runs (serving at full load).
     ``max_ttft`` / ``max_tpot`` (seconds or ``"500ms"``) set ``meets_slo``; ``price``: USD per chip-hour
     (default: the chip preset's); ``engine``: an engine profile (default generic).
 
