@@ -252,3 +252,22 @@ def test_fsdp_offload_root_reduce_scatter_worked_by_hand():
         assert float(grads) == expect
         traced = by[f"fsdp2-dp{dp}+offload/llama3.1-8b-style/sdpa/bf16-mixed+full/foreach/b1s{seq}"]["peak_bytes"]
         assert 0 <= traced - expect < 32 * 1024
+
+
+def test_gradients_not_yet_made_at_the_first_layers_peak_are_the_traced_ones():
+    """train_peak.grads_not_yet, worked out by hand for the GPT-2-style record (H 384, F 1536, 2 layers, V 8192, 1024
+    positions, tied embeddings) and read off its trace: at the peak of full recompute (the first layer's rebuilt MLP
+    backward) the tracker holds as gradients every parameter's but the tied token table's (its head gradient waits in
+    the autograd engine's input buffer, a temporary, until the embedding's backward adds to it) and those of
+    grads_not_yet: the first layer's norms, attention and MLP input projection, and the position table."""
+    from aicalc.catalog.hf_config import arch_from_config
+    from aicalc.core.train_peak import grads_not_yet
+
+    rec = next(r for r in RECORDS if r["name"] == "gpt2-style/eager/fp32+full/foreach/b2s256")
+    arch = arch_from_config(rec["config"])
+    H, F, V, P = 384, 1536, 8192, 1024
+    layer = 2 * (2 * H) + (H * 3 * H + 3 * H) + (H * H + H) + (H * F + F)  # ln_1, ln_2, c_attn, c_proj, mlp.c_fc
+    assert grads_not_yet(arch, False) == layer == 1_184_256
+    assert grads_not_yet(arch, True) == layer + P * H
+    made = rec["params"] - V * H - grads_not_yet(arch, True)
+    assert rec["peak_breakdown"]["gradients"] == 4 * made  # fp32 gradients
