@@ -24,6 +24,19 @@ def fixture_records() -> dict:
     return {r["name"]: r for r in records if r["kind"] == "config"}
 
 
+def check_preset_answers(cli, name: str, params: int) -> None:
+    """A new built-in model preset through the CLI: ``presets show`` names it with ``params`` parameters, and
+    kv-cache, serve and train-mem answer for it (exit 1 is a 'does not fit' verdict, not an error)."""
+    shown = cli("presets", "show", name, "--json")
+    row = shown.json["rows"][0]
+    assert shown.code == 0 and row["id"] == name and row["params"] == params
+    for args in (("kv-cache", name, "--chip", "h200"), ("serve", name, "--chip", "h200", "--chips", 8),
+                 ("train-mem", name, "--chip", "h100-sxm")):
+        r = cli(*args, "--json")
+        assert r.code in (0, 1) and not r.err.startswith("Traceback"), args
+        assert r.json
+
+
 class Run:
     def __init__(self, code, out, err):
         self.code, self.out, self.err = code, out, err

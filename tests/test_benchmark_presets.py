@@ -16,7 +16,7 @@ from aicalc.catalog.hf_config import arch_from_config
 from aicalc.core.kv_cache import kv_bytes_per_token
 from aicalc.core.params import count_params
 
-from conftest import DATA, ROOT
+from conftest import DATA, ROOT, check_preset_answers
 
 BOOKKEEPING = {"_name_or_path", "transformers_version", "auto_map", "quantization_config"}
 NEW = ("glm-4.5-air", "qwen3-coder-30b-a3b", "qwen3-4b", "qwen3-1.7b", "qwen3-0.6b", "llama-3.2-1b")
@@ -176,12 +176,4 @@ def test_preset_is_the_fixture_file_less_its_bookkeeping(preset, fixture):
 
 @pytest.mark.parametrize("name", NEW)
 def test_cli_runs_each_new_preset(cli, name):
-    """presets show, kv-cache, serve and train-mem answer for each (exit 1 is a 'does not fit' verdict, not an error)."""
-    shown = cli("presets", "show", name, "--json")
-    row = shown.json["rows"][0]
-    assert shown.code == 0 and row["id"] == name and row["params"] == _count(name).total
-    for args in (("kv-cache", name, "--chip", "h200"), ("serve", name, "--chip", "h200", "--chips", 8),
-                 ("train-mem", name, "--chip", "h100-sxm")):
-        r = cli(*args, "--json")
-        assert r.code in (0, 1) and not r.err.startswith("Traceback"), args
-        assert r.json
+    check_preset_answers(cli, name, _count(name).total)

@@ -17,7 +17,7 @@ from aicalc.catalog.hf_config import arch_from_config
 from aicalc.core.kv_cache import kv_bytes_per_token
 from aicalc.core.params import count_params
 
-from conftest import DATA, ROOT
+from conftest import DATA, ROOT, check_preset_answers
 
 NEW = ("llama-3.3-70b", "deepseek-r1-distill-llama-70b", "qwen2.5-32b", "qwen2.5-14b", "qwq-32b",
        "deepseek-r1-distill-qwen-32b", "mistral-small-24b", "glm-4.7")
@@ -203,12 +203,4 @@ def test_new_presets_are_bf16_releases(name):
 
 @pytest.mark.parametrize("name", NEW)
 def test_cli_runs_each_new_preset(cli, name):
-    """presets show, kv-cache, serve and train-mem answer for each (exit 1 is a 'does not fit' verdict, not an error)."""
-    shown = cli("presets", "show", name, "--json")
-    row = shown.json["rows"][0]
-    assert shown.code == 0 and row["id"] == name and row["params"] == _count(name).total
-    for args in (("kv-cache", name, "--chip", "h200"), ("serve", name, "--chip", "h200", "--chips", 8),
-                 ("train-mem", name, "--chip", "h100-sxm")):
-        r = cli(*args, "--json")
-        assert r.code in (0, 1) and not r.err.startswith("Traceback"), args
-        assert r.json
+    check_preset_answers(cli, name, _count(name).total)
