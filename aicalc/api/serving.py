@@ -166,15 +166,20 @@ TP_POOL_KINDS = ("gpu", "tpu", "accelerator")
 
 
 def tp_pool(chip) -> int:
-    """The chips :func:`fitting_tp` may group when a deployment names no chips and no TP (:data:`TP_POOL`)."""
+    """The chips :func:`default_layout` may group when a deployment names no chips and no TP (:data:`TP_POOL`)."""
     from aicalc.api.catalog import load_node_or_chip
 
     return TP_POOL if load_node_or_chip(chip)[0].kind in TP_POOL_KINDS else 1
 
 
-def fitting_tp(model, chip, chips: int, **kw) -> int:
-    """The tensor-parallel degree a deployment of ``chips`` chips gets when none is given (:func:`fitting_layout`)."""
-    return fitting_layout(model, chip, chips, **kw)[0]
+def default_layout(model, chip, chips: int | None, *, concurrency=1, pp: int = 1, **kw) -> tuple[int, bool]:
+    """``(tp, holds)`` of a deployment on one kind of chip given no TP (:func:`fitting_layout`): with ``chips``, the
+    smallest TP whose replicas hold ``concurrency``; without, one replica of the smallest TP of up to
+    :func:`tp_pool` chips that holds the weights and one request (a ``concurrency`` sweep keeps that TP and shows
+    where its KV budget ends)."""
+    if chips is None:
+        return fitting_layout(model, chip, tp_pool(chip) * pp, concurrency="max", pp=pp, **kw)
+    return fitting_layout(model, chip, chips, concurrency=concurrency, pp=pp, **kw)
 
 
 def fitting_layout(model, chip, chips: int, *, prompt=1024, gen=256, concurrency=1, dtype: str = "release",
@@ -261,11 +266,11 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     from aicalc.errors import ParameterError
 
     given_chips = chips
-    if tp is None and node_count(chip) == 1:  # no TP: the smallest that holds it, of the chips or a server's (TP_POOL)
-        tp = fitting_tp(model, chip, chips if chips is not None else tp_pool(chip) * pp, prompt=prompt, gen=gen,
-                        concurrency=concurrency if chips is not None else "max", dtype=dtype,
-                        kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep, attention_dp=attention_dp,
-                        redundant_experts=redundant_experts, pp=pp, swa_full_tokens_ratio=swa_full_tokens_ratio)
+    if tp is None and node_count(chip) == 1:  # no TP: the smallest that holds it, of the chips or a server's
+        tp = default_layout(model, chip, chips, concurrency=concurrency, pp=pp, prompt=prompt, gen=gen, dtype=dtype,
+                            kv_dtype=kv_dtype, utilization=utilization, engine=engine, ep=ep,
+                            attention_dp=attention_dp, redundant_experts=redundant_experts,
+                            swa_full_tokens_ratio=swa_full_tokens_ratio)[0]
     tp, chips = node_split(chip, tp, chips)
     tp = inputs.whole("tp", tp)
     pp = inputs.whole("pp", pp)

@@ -86,18 +86,15 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
 
     chosen = None  # the TP picked for a chip without --tp (a note says so)
     if tp is None and node_count(chip) == 1:
-        from aicalc.api.serving import fitting_layout, tp_pool
+        from aicalc.api.serving import default_layout
         from aicalc.sweep import int_sweep
 
-        # the requests of --chips's replicas; without --chips one request: the deployment holds the model, and a
-        # --concurrency sweep shows where its KV budget ends (its TP does not grow with the sweep)
-        load = "max" if chips is None or concurrency is None or str(concurrency).strip().lower() == "max" else \
+        load = "max" if concurrency is None or str(concurrency).strip().lower() == "max" else \
             int_sweep(concurrency, "--concurrency")
-        pool = int(chips) if chips is not None else tp_pool(chip) * pp
-        tp, holds = fitting_layout(model, chip, pool, prompt=int_sweep(prompt, "--prompt"),
-                                   gen=int_sweep(gen, "--gen"), concurrency=load, dtype=dtype, kv_dtype=kv_dtype,
-                                   engine=engine, ep=ep, attention_dp=attention_dp,
-                                   redundant_experts=redundant_experts, pp=pp, utilization=share,
+        tp, holds = default_layout(model, chip, None if chips is None else int(chips), concurrency=load, pp=pp,
+                                   prompt=int_sweep(prompt, "--prompt"), gen=int_sweep(gen, "--gen"), dtype=dtype,
+                                   kv_dtype=kv_dtype, engine=engine, ep=ep, attention_dp=attention_dp,
+                                   redundant_experts=redundant_experts, utilization=share,
                                    swa_full_tokens_ratio=ratio)
         chosen = tp
     tp, chips = node_split(chip, tp, chips)  # a node: its chips, one TP group unless --tp splits it
@@ -105,7 +102,7 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         return _traffic(model, chip, chips, tp, prompt, gen, max_ttft, max_tpot, dtype, kv_dtype, engine, rate,
                         requests, num_requests, seed, policy, ep, attention_dp, pp, share)
 
-    from aicalc.api.serving import max_concurrency, serve
+    from aicalc.api.serving import max_concurrency, serve, tp_pool
     from aicalc.catalog.profiles import release_note
     from aicalc.commands.options import (
         cost_note,
@@ -197,12 +194,12 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
         notes.append(_admission(cs.engine_options, cs.chip))
     notes += links_note(cs, tp, pp, ep, attention_dp)
     held = "one request" if concurrency is None or str(concurrency).strip().lower() == "max" else "the requests"
-    if chosen is not None and not sram and chips is None and pool > pp and (chosen > 1 or not holds):
+    server = tp_pool(chip) if chosen is not None and chips is None else 1
+    if not sram and server > 1 and (chosen > 1 or not holds):
         # no --chips: one replica, as small as holds the weights and one request, of a server's chips
-        # (api.serving.TP_POOL)
-        notes.append(f"TP {tp}: the smallest tensor-parallel group (of up to {pool // pp} chips, one server) that "
+        notes.append(f"TP {tp}: the smallest tensor-parallel group (of up to {server} chips, one server) that "
                      f"holds the weights and one request (--tp or --chips sets it)" if holds else
-                     f"TP {tp}: no tensor-parallel group of up to {pool // pp} chips (one server) holds the weights "
+                     f"TP {tp}: no tensor-parallel group of up to {server} chips (one server) holds the weights "
                      f"and one request; the largest runs (--tp, --pp or --chips sets it)")
     elif chosen is not None and not sram and chips is not None:  # an SRAM-only chip's replica spans the chips
         # its bytes fill, not a TP
