@@ -179,6 +179,11 @@ def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant
     touched = experts_touched(E, k, routed, ep, redundant) + zero
     m_e = copies * imb / np.where(touched > 0, touched, 1.0)  # rows per reached expert on the busiest rank
     wbe, wb = fm.expert_bytes or fm.weight_bytes, fm.weight_bytes
+    # the routed experts' width: H, or a latent MoE's latent (Nemotron 3 Super: fc1_latent_proj H → latent before the
+    # dispatch, fc2_latent_proj latent → H after the combine, transformers NemotronHMoE.forward; Megatron-Core's
+    # moe_latent_size: "reducing routed parameter loads and all-to-all traffic by a factor of d/ℓ")
+    latent = s.arch.moe.latent if s.arch.moe is not None else None
+    W = float(latent or H)
     ops = []
 
     def add(name, kind, flop, nbytes, weights=0.0, kernels=1.0, **kw):
@@ -204,10 +209,10 @@ def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant
     # scatter them back weighted (read H per copy, write H per token); under TP attention every rank permutes all
     # of its group's tokens (activations are replicated), under attention DP the copies it received
     rows = copies * imb  # token copies on the busiest rank
-    perm = rows * H * (1.0 + 1.0 / k)
+    perm = rows * W * (1.0 + 1.0 / k)
     add("moe_permute", "stream", 0.0, perm * ab * Lm, kernels=2.0)
-    add("moe_unpermute", "stream", 2.0 * rows * H * Lm, perm * ab * Lm)
-    for name, n_, k_ in (("moe_up", s.expert_in, H), ("moe_down", H, s.expert_ffn)):
+    add("moe_unpermute", "stream", 2.0 * rows * W * Lm, perm * ab * Lm)
+    for name, n_, k_ in (("moe_up", s.expert_in, W), ("moe_down", W, s.expert_ffn)):
         n_dev = (n_ / etp) if name == "moe_up" else n_ + 0.0 * etp
         k_dev = k_ if name == "moe_up" else k_ / etp
         w = touched * Lm * n_ * k_ / etp * wbe
@@ -231,11 +236,19 @@ def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant
         add("shared_down", "gemm", 2.0 * M * H * s.shared_ffn / tp * Lm, M * (s.shared_ffn / tp + H) * ab * Lm,
             Lm * s.shared_ffn * H / tp * wb, dims=(M + zero, H + zero, s.shared_ffn / tp + zero),
             quantized=fm.quantized, bytes_per_weight=wb)
+    if latent:  # the two latent projections: dense linears on the group's own tokens, split over its tp ranks
+        for name, n_, k_ in (("moe_latent_in", W / tp, H), ("moe_latent_out", H, W / tp)):
+            if per_token:
+                linear(name, "gemm", 2.0 * n_ * k_ * Lm, (n_ + k_) * ab * Lm, Lm * n_ * k_ * wb, dims=(M, n_, k_),
+                       quantized=fm.quantized, bytes_per_weight=wb)
+            else:
+                add(name, "gemm", 2.0 * M * n_ * k_ * Lm, M * (n_ + k_) * ab * Lm, Lm * n_ * k_ * wb,
+                    dims=(M + zero, n_ + zero, k_ + zero), quantized=fm.quantized, bytes_per_weight=wb)
     # dispatch + combine where the EP group gathers tokens from other groups (attention DP, training's EP over DP)
     # (its tokens' bytes per copy; aicalc.core.pricing prices the copies on the links the EP group spans:
     # aicalc.core.collectives.moe_alltoall_copies, EP ranks etp chips apart)
     exchange = np.where((ep > 1.0) & (src > 1.0), 1.0, 0.0)
-    token_bytes = M / tp * H * ab  # per direction per layer per device, one copy of each token
+    token_bytes = M / tp * W * ab  # per direction per layer per device, one copy of each token (its latent)
     moe = s.arch.moe
     ops.append(Op("moe_alltoall", "alltoall", flop=zero, bytes=zero, weight_bytes=zero, kernels=zero,
                   comm_bytes=2.0 * token_bytes * Lm * exchange + zero, collectives=2.0 * Lm * exchange + zero,
