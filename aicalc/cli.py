@@ -560,6 +560,7 @@ def _train_mem(Format, Json, Columns, Model):
         bnb_fused_matmul: Annotated[bool, typer.Option("--bnb-fused-matmul", help="bitsandbytes >= 0.50 (one fused gemm_4bit op in MatMul4Bit's forward): with --compile and --quant nf4/nf4-dq no dequantized weight is saved (default: torchao's linear_nf4 as torchtune runs it, or bitsandbytes 0.46-0.49, which save a 16-bit copy of each frozen weight)")] = False,
         compile_: Annotated[bool, typer.Option("--compile", help="each decoder layer torch.compile'd (torchtitan, torchtune): inductor recomputes the norms' and SwiGLU's pointwise ops instead of saving them (full training, LoRA, QLoRA with nf4/nf4-dq)")] = False,
         offload: Annotated[str, typer.Option("--offload", help="none | optimizer | params (to host memory)")] = "none",
+        fsdp_version: Annotated[int, typer.Option("--fsdp-version", help="the PyTorch FSDP behind --zero 3: 2 (fully_shard: torchtitan, torchtune) or 1 (FullyShardedDataParallel: HF Trainer / accelerate's default)")] = 2,
         dropout: Annotated[float | None, typer.Option("--dropout", help="hidden dropout (default: the family's)")] = None,
         chip: Annotated[list[str] | None, typer.Option("--chip", help="chip id: fits per device (repeatable)",
                                                        autocompletion=_complete(("chip", "node")))] = None,
@@ -591,7 +592,7 @@ def _train_mem(Format, Json, Columns, Model):
                            lora_rank=lora_rank, lora_targets=lora_targets, lora_dtype=lora_dtype, loss=loss,
                            optimizer_in_backward=optimizer_in_backward, quant=quant, offload=offload, dropout=dropout,
                            adamw=adamw, lora_dropout=lora_dropout, bnb_keeps_inputs=bnb_keeps_inputs,
-                           bnb_fused_matmul=bnb_fused_matmul, compile=compile_)
+                           bnb_fused_matmul=bnb_fused_matmul, compile=compile_, fsdp_version=fsdp_version)
 
             result = per_chip(chip, one) if chip else one(None)
         return emit(result, fmt, json_, columns)

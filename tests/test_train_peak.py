@@ -185,6 +185,87 @@ def test_fsdp_expert_rows_follow_torch_chunk():
     assert float(fsdp2_expert_rows(60, 4, 4)) == pytest.approx(math.ceil(15 / 4) / (15 / 4))  # 15 experts a rank
 
 
+# FSDP1 (validation/record_step_peak.py, ``measure_fsdp1``): FullyShardedDataParallel, FULL_SHARD, flat parameters,
+# one rank on the fake process group, the compute on the fake accelerator; the FSDP2 setups and pure-bf16 training.
+FSDP1_DATA = FSDP_DATA.with_name("step_peak_fsdp1.json")
+FSDP1 = json.loads(FSDP1_DATA.read_text())["records"] if FSDP1_DATA.exists() else []
+
+
+def test_fsdp1_records_cover_the_setups():
+    assert len(FSDP1) >= 26 and all(r["fsdp"] == 1 for r in FSDP1)
+    assert {r["dp"] for r in FSDP1} == {2, 4, 8}
+    assert {r["config"]["model_type"] for r in FSDP1} == {"llama", "qwen3", "qwen2_moe"}
+    assert {(r["precision"], bool(r.get("lora"))) for r in FSDP1} == {("bf16-mixed", False), ("bf16", True),
+                                                                        ("bf16", False)}
+    assert any(r["microbatches"] > 1 for r in FSDP1)
+    # the end of the backward sets the traced peak with tied and untied embeddings, in fp32 and bf16 reduce-scatters
+    at_root = {(r["config"]["tie_word_embeddings"], r["precision"]) for r in FSDP1
+               if fsdp_estimate(r)["peak_phase"][0] == "gradients"}
+    assert at_root >= {(True, "bf16-mixed"), (False, "bf16-mixed"), (True, "bf16"), (False, "bf16")}
+
+
+@pytest.mark.parametrize("rec", FSDP1, ids=[r["name"] for r in FSDP1])
+def test_fsdp1_peak_within_5_percent(rec):
+    est = float(fsdp_estimate(rec)["peak_allocated_bytes"][0])
+    err = est / rec["peak_bytes"] - 1
+    assert abs(err) <= TOLERANCE, f"{rec['name']}: estimate {est:,.0f} vs traced {rec['peak_bytes']:,} ({err:+.2%})"
+
+
+def test_fsdp1_holds_fsdp2s_peak_at_the_loss():
+    """Where the loss sets the peak, FSDP1 and FSDP2 hold the same bytes (the same setups traced both ways): the root
+    unsharded through the forward, one layer's parameters and the activations; FSDP1 (flat parameters split evenly)
+    only holds less where FSDP2 gives rank 0 whole experts' rows (Qwen1.5-MoE's 60 experts over 8 ranks)."""
+    fsdp2 = {r["name"].replace("fsdp2-", ""): r for r in FSDP}
+    pairs = [(r, fsdp2[r["name"].replace("fsdp1-", "")]) for r in FSDP1 if r["name"].replace("fsdp1-", "") in fsdp2]
+    assert len(pairs) >= 20
+    at_loss = [(one, two) for one, two in pairs if fsdp_estimate(one)["peak_phase"][0] == "loss"
+               and "num_experts" not in one["config"]]
+    assert len(at_loss) >= 10
+    for one, two in at_loss:
+        assert one["peak_bytes"] == pytest.approx(two["peak_bytes"], rel=2e-4), one["name"]
+    uneven = [(one, two) for one, two in pairs if "num_experts" in one["config"]
+              and one["config"]["num_experts"] % one["dp"]]
+    assert uneven and all(one["peak_bytes"] < two["peak_bytes"] for one, two in uneven)
+
+
+def test_fsdp1_root_reduce_scatter_worked_by_hand():
+    """Llama-3.1-8B's root, 2·V·H + H = 1,050,677,248 parameters (V = 128256, H = 4096), at dp 8 with full recompute
+    and batch 1 × 512 (the end of the backward sets the peak). FSDP1's ``_reduce_grad`` holds the bf16 gradient
+    autograd made, its fp32 cast and the new fp32 shard at once: 2 + 4 bytes of the root beyond the counted shards;
+    FSDP2 frees its inputs before the shard is counted, 4/8 bytes a parameter less. So the two estimates differ by
+    4 × 1,050,677,248 / 8 = 525,338,624 B, and so do the two traces, to 0.1 %."""
+    name = "llama3.1-8b-style/sdpa/bf16-mixed+full/foreach/b1s512"
+    one = next(r for r in FSDP1 if r["name"] == f"fsdp1-dp8/{name}")
+    two = next(r for r in FSDP if r["name"] == f"fsdp2-dp8/{name}")
+    root = 2 * 128256 * 4096 + 4096
+    assert root == 1_050_677_248
+    delta = 4 * root / 8
+    est1, est2 = (float(fsdp_estimate(r)["peak_allocated_bytes"][0]) for r in (one, two))
+    assert est1 - est2 == pytest.approx(delta, rel=1e-9)
+    assert one["peak_bytes"] - two["peak_bytes"] == pytest.approx(delta, rel=1e-3)
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"fsdp_version": 3}, "must be 1"),
+    ({"fsdp_version": 1, "framework": "megatron"}, "distributed optimizer"),
+    ({"fsdp_version": 1, "offload": "params"}, "CPUOffload"),
+])
+def test_fsdp_version_refusals(kw, says):
+    import aicalc
+    from aicalc.errors import ParameterError
+
+    with pytest.raises(ParameterError, match=says):
+        aicalc.train_memory("llama-3.1-8b", zero=3, dp=8, **kw)
+
+
+def test_fsdp_version_refused_with_expert_parallelism(capsys):
+    from aicalc.cli import main
+
+    assert main(["train-mem", "qwen3-30b-a3b", "--zero", "3", "--dp", "8", "--ep", "2", "--fsdp-version", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--fsdp-version 1 has no expert parallelism" in err[0]
+
+
 # FSDP2 with CPUOffloadPolicy (validation/record_step_peak.py, ``fsdp_offload_cases``): the same runs, the compute on a
 # fake accelerator (validation/fake_accelerator.py) and the sharded states on the host; peak_bytes is the device's.
 OFFLOAD_DATA = FSDP_DATA.with_name("step_peak_fsdp_offload.json")

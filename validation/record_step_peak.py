@@ -675,6 +675,158 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
     return out if host is None else {**out, "host_after_step": host}
 
 
+# FSDP1 (``FullyShardedDataParallel``) on the same fake process group: one rank traced, the FSDP2 cases' setups
+FSDP1_FILENAME = "step_peak_fsdp1.json"
+FSDP1_METHOD = ("MemTracker under FakeTensorMode on the fake accelerator (fake_accelerator.py; FSDP1 refuses a CPU "
+                "device), one rank of a fake process group; FullyShardedDataParallel(FULL_SHARD, use_orig_params=False, "
+                "the default BACKWARD_PRE prefetch and limit_all_gathers) with a ModuleWrapPolicy of the decoder layer "
+                "class (LoRA: also every leaf module with a trainable weight, torchtune's lora_fsdp_wrap_policy); "
+                "bf16-mixed: fp32 params, MixedPrecision(param_dtype=bf16, reduce_dtype=fp32, buffer_dtype=bf16), bf16: "
+                f"a bf16 model without a policy; {STEPS} steps, the first not recorded; {BLOCK}-byte blocks; CUDA's "
+                "native_dropout; record_stream a no-op (it delays a block's reuse in the caching allocator, not what "
+                "is allocated)")
+
+
+def fsdp1_cases() -> list[dict[str, Any]]:
+    """The setups of :func:`fsdp_cases` (full training, gradient accumulation with a reduce-scatter every
+    micro-batch, LoRA, the MoE model) under FSDP1, as HF Trainer (accelerate's ``fsdp_version`` 1, its default)
+    and torchtune's 2024 recipes ran it, and pure-bf16 full training (torchtune's 2024 full-finetune recipe)."""
+    out = [{**c, "fsdp": 1} for c in fsdp_cases()]
+    # full training of a bf16 model without a mixed-precision policy (torchtune's 2024 full_finetune_distributed):
+    # gradients reduce-scattered in bf16, with tied and untied embeddings, at the end of the backward (batch 1 × 512,
+    # full recompute) and at the loss
+    for model, batch, seq, recompute, dp in (("llama3.2-1b-style", 1, 512, "full", 8),
+                                             ("llama3.1-8b-style", 1, 512, "full", 8),
+                                             ("llama3.1-8b-style", 2, 2048, "full", 4)):
+        out.append({**_case(model, batch, seq, "sdpa", "bf16", recompute), "dp": dp, "fsdp": 1})
+    return out
+
+
+def fsdp1_case_name(c: dict[str, Any]) -> str:
+    return f"fsdp1-dp{c['dp']}/" + case_name(c)
+
+
+def measure_fsdp1(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
+    """One rank's training step under FSDP1: ``FullyShardedDataParallel`` with ``ShardingStrategy.FULL_SHARD`` and
+    ``use_orig_params=False`` (every wrapped module's parameters flattened into one ``FlatParameter``, padded to a
+    multiple of ``dp`` and split evenly), a ``ModuleWrapPolicy`` of the decoder layer class (transformers'
+    ``transformer_layer_cls_to_wrap``, accelerate's ``TRANSFORMER_BASED_WRAP``) so that the root holds the
+    embedding, final norm and output layer, the defaults otherwise (``BackwardPrefetch.BACKWARD_PRE``,
+    ``limit_all_gathers=True``, the root not resharded after the forward). ``precision`` "bf16-mixed": fp32
+    parameters and ``MixedPrecision(param_dtype=bf16, reduce_dtype=fp32, buffer_dtype=bf16)``; "bf16": a bf16
+    model without a policy (torchtune's 2024 ``lora_finetune_distributed``), with LoRA's adapters wrapped apart
+    (its ``lora_fsdp_wrap_policy``: every leaf module with a trainable weight), so that the frozen base and the
+    adapters are different flat parameters. ``microbatches`` > 1: a reduce-scatter every micro-batch (no
+    ``no_sync``), the sharded gradients accumulated in ``_saved_grad_shard``.
+
+    FSDP1 runs on an accelerator only ("FSDP needs a non-CPU accelerator device"): the model, buffers and inputs
+    are on the fake accelerator of ``fake_accelerator.py``, whose memory ``MemTracker`` counts; FSDP1 frees an
+    unsharded flat parameter by resizing its storage to 0 (``_free_storage``), which ``MemTracker`` follows
+    (``torch.UntypedStorage.resize_``). ``record_stream`` (which the fake device does not implement) is made a
+    no-op: on CUDA it delays the reuse of a freed block by the caching allocator, not what is allocated. As for
+    FSDP2, the first step is not recorded."""
+    import copy
+    import functools
+
+    import fake_accelerator as fa
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.fsdp._common_utils as fsdp_common
+    import torch.distributed.fsdp._flat_param as fsdp_flat
+    import torch.distributed.fsdp._runtime_utils as fsdp_runtime
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy, _or_policy, lambda_auto_wrap_policy
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from transformers import AutoModelForCausalLM
+
+    dev = fa.device()
+    record_stream = {mod: mod._no_dispatch_record_stream for mod in (fsdp_common, fsdp_flat, fsdp_runtime)
+                     if hasattr(mod, "_no_dispatch_record_stream")}
+    for mod in record_stream:
+        mod._no_dispatch_record_stream = lambda tensor, stream: None
+    sdpa = F.scaled_dot_product_attention
+    orig, cuda_dropout = _cuda_dropout()
+    F.dropout = cuda_dropout
+    F.scaled_dot_product_attention = fa.flash_sdpa(sdpa)
+    cfg = rp.build_config(FSDP_MODELS[c["model"]])
+    mixed = c["precision"] == "bf16-mixed"
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=c["dp"])
+    try:
+        with FakeTensorMode():
+            torch.manual_seed(0)
+            m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"],
+                                                 dtype=torch.float32 if mixed else torch.bfloat16)
+            if c["recompute"] != "none":
+                _enable_recompute(m, c["recompute"])
+            policy = ModuleWrapPolicy({type(layer) for layer in m.model.layers})
+            if c.get("lora"):
+                m = _peft(m, c["lora"], torch.bfloat16)
+                adapters = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda mod: (
+                    not list(mod.children()) and getattr(mod, "weight", None) is not None
+                    and mod.weight.requires_grad))
+                policy = functools.partial(_or_policy, policies=[adapters, policy])
+            fa.move(m, dev)
+            mp = (MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.bfloat16)
+                  if mixed else None)
+            m = FullyShardedDataParallel(m, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD,
+                                         device_id=dev, mixed_precision=mp, use_orig_params=False)
+            m.train()
+            trainable = [p for p in m.parameters() if p.requires_grad]
+            opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=c["adamw"] == "foreach", fused=c["adamw"] == "fused")
+            ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]), device=dev)
+            mt = _tracker()
+            mt.track_external(m, opt)
+            phases: dict[str, dict[str, int]] = {}
+            state = {}
+
+            def phase(name, fn):
+                cur = mt.get_tracker_snapshot("current")
+                mt._peak_mem = {d: s["Total"] for d, s in cur.items()}
+                mt._peak_mem_snap = copy.deepcopy(cur)
+                fn()
+                snap = _fsdp_snap(mt.get_tracker_snapshot("peak"), dev)
+                if snap["total"] > phases.get(name, {}).get("total", -1):
+                    phases[name] = snap
+
+            def forward():
+                mt.reset_mod_stats()
+                state["loss"] = m(input_ids=ids, labels=ids).loss / c["microbatches"]
+
+            def backward():
+                state.pop("loss").backward()
+
+            def step():
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            best, where = {"total": -1}, ""
+            with mt:
+                for s in range(STEPS):
+                    phases.clear()
+                    for _ in range(c["microbatches"]):
+                        phase("forward", forward)
+                        phase("backward", backward)
+                    phase("optimizer", step)
+                    for name, snap in phases.items():
+                        if s > 0 and snap["total"] > best["total"]:
+                            best, where = snap, f"step {s + 1} {name}"
+                after = _fsdp_snap(mt.get_tracker_snapshot("current"), dev)
+            n_params = sum(p.numel() for p in m.parameters())
+            n_trainable = sum(p.numel() for p in trainable)
+    finally:
+        F.dropout = orig
+        F.scaled_dot_product_attention = sdpa
+        for mod, fn in record_stream.items():
+            mod._no_dispatch_record_stream = fn
+        dist.destroy_process_group()
+    if verbose:
+        print(f"  peak at {where}: {best}", file=sys.stderr)
+    return {"params": int(n_params), "trainable_params": int(n_trainable), "peak_bytes": best["total"],
+            "peak_phase": where, "peak_breakdown": best, "phases_last_step": phases, "after_step": after}
+
+
 def _record(cases_, name_of, measure_one, models, label, only, verbose) -> list[dict[str, Any]]:
     """Trace every case of ``cases_`` (those whose name contains ``only``), each with its model's config."""
     records = []
@@ -702,6 +854,10 @@ def record_fsdp_offload(only: str | None = None, verbose: bool = False) -> list[
                    only, verbose)
 
 
+def record_fsdp1(only: str | None = None, verbose: bool = False) -> list[dict[str, Any]]:
+    return _record(fsdp1_cases(), fsdp1_case_name, measure_fsdp1, FSDP_MODELS, "FSDP1 cases", only, verbose)
+
+
 def record_all(only: str | None = None, verbose: bool = False) -> list[dict[str, Any]]:
     import torch
 
@@ -726,8 +882,10 @@ def main(argv: list[str] | None = None) -> int:
     records = record_all(args.only, args.verbose)
     fsdp = record_fsdp(args.only, args.verbose)
     offload = record_fsdp_offload(args.only, args.verbose)
+    fsdp1 = record_fsdp1(args.only, args.verbose)
     path, fsdp_path = rp.out_path(FILENAME), rp.out_path(FSDP_FILENAME)
     offload_path = rp.out_path(FSDP_OFFLOAD_FILENAME)
+    fsdp1_path = rp.out_path(FSDP1_FILENAME)
     extra = {"method": f"MemTracker under FakeTensorMode, {STEPS} steps (forward+loss, backward, AdamW step, "
                        f"zero_grad(set_to_none=True)); {BLOCK}-byte blocks; CUDA's native_dropout",
              "excluded": EXCLUDED}
@@ -739,14 +897,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         return (rp.check_envelope(path, records, ("name",), **extra)
                 | rp.check_envelope(fsdp_path, fsdp, ("name",), **fsdp_extra)
-                | rp.check_envelope(offload_path, offload, ("name",), **offload_extra))
+                | rp.check_envelope(offload_path, offload, ("name",), **offload_extra)
+                | rp.check_envelope(fsdp1_path, fsdp1, ("name",), method=FSDP1_METHOD))
     if args.only:
         return 0
     rp.write_envelope(path, GENERATED_BY, records, **extra)
     rp.write_envelope(fsdp_path, GENERATED_BY, fsdp, **fsdp_extra)
     rp.write_envelope(offload_path, GENERATED_BY, offload, **offload_extra)
+    rp.write_envelope(fsdp1_path, GENERATED_BY, fsdp1, method=FSDP1_METHOD)
     print(f"wrote {path.relative_to(rp.ROOT)} ({len(records)} records), {fsdp_path.relative_to(rp.ROOT)} "
-          f"({len(fsdp)} records), {offload_path.relative_to(rp.ROOT)} ({len(offload)} records)")
+          f"({len(fsdp)} records), {offload_path.relative_to(rp.ROOT)} ({len(offload)} records), "
+          f"{fsdp1_path.relative_to(rp.ROOT)} ({len(fsdp1)} records)")
     return 0
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "validation" / "step_peak.json"
 FSDP_DATA = DATA.with_name("step_peak_fsdp.json")
 FSDP_OFFLOAD_DATA = DATA.with_name("step_peak_fsdp_offload.json")
+FSDP1_DATA = DATA.with_name("step_peak_fsdp1.json")
 GPU_DATA = DATA.parent.parent / "measured" / "h200-step-peak.json"
 # A second run on an H200 (measure_gpu.py --part full2), after the reserve and the peak terms were set from the
 # first: every recompute mode at full size; held out for the reserve
@@ -59,10 +60,13 @@ def estimate(rec: dict, chip: str | None = None):
 
 def fsdp_estimate(rec: dict):
     """``aicalc.train_memory`` with an FSDP2 record's settings: ``--zero 3 --dp N`` (and the record's micro-batches
-    and LoRA adapters, in the dtype the record made them; ``--offload params`` for a CPU-offload record)."""
+    and LoRA adapters, in the dtype the record made them; ``--offload params`` for a CPU-offload record;
+    ``--fsdp-version 1`` for an FSDP1 record)."""
     import aicalc
 
     kw = {}
+    if rec.get("fsdp") == 1:
+        kw["fsdp_version"] = 1
     if rec.get("offload") == "cpu":
         kw["offload"] = "params"
     if rec["microbatches"] > 1:
@@ -330,6 +334,46 @@ def fsdp_section() -> list[str]:
         *rows,
         "",
         *fsdp_offload_section(),
+        "",
+        *fsdp1_section(),
+    ]
+
+
+def fsdp1_section() -> list[str]:
+    """The FSDP1 records (one rank of ``FullyShardedDataParallel``) against ``--zero 3 --dp N --fsdp-version 1``."""
+    fsdp2 = {r["name"].split("/", 1)[1] + r["name"].split("/", 1)[0][5:]: r["peak_bytes"]
+             for r in json.loads(FSDP_DATA.read_text(encoding="utf-8"))["records"]}
+    rows, errs = [], []
+    for r, est, peak, err in fsdp_scored(FSDP1_DATA):
+        errs.append(abs(err))
+        two = fsdp2.get(r["name"].split("/", 1)[1] + r["name"].split("/", 1)[0][5:])
+        same = f"{r['peak_bytes'] / two - 1:+.1%}" if two else "—"
+        rows.append(f"| {r['name']} | {r['peak_phase']} | {r['peak_bytes'] / 1e6:,.1f} | {same} | {peak / 1e6:,.1f} | "
+                    f"{est['peak_phase'][0]} | {err:+.1%} |")
+    return [
+        "### FSDP1",
+        "",
+        "FSDP1 (`FullyShardedDataParallel`, `FULL_SHARD`, `use_orig_params=False`, a wrap policy of the decoder",
+        "layer class; what HF Trainer runs through accelerate by default and torchtune's recipes ran before",
+        "2024-09) traced the same way: one rank on the fake process group, its compute on the fake accelerator",
+        "(FSDP1 refuses a CPU device), counted by `MemTracker`, which follows FSDP1's storage resizes (it frees an",
+        "unsharded flat parameter with `resize_(0)`). Mixed precision is `MixedPrecision(param_dtype=bf16,",
+        "reduce_dtype=fp32)` on fp32 parameters; `bf16` rows are a bf16 model without a policy (torchtune's 2024",
+        "recipes; LoRA's adapters wrapped apart, its `lora_fsdp_wrap_policy`). At the loss, where most records",
+        "peak, FSDP1 holds what FSDP2 holds to the byte (vs FSDP2: the same setup's FSDP2 record). It differs at",
+        "the end of the backward (`tm.fsdp1_gradients`: the root's reduce-scatter holds the gradient autograd made",
+        "beside its fp32 cast and the new shard; with tied embeddings the tied weight's gradient sum while the root",
+        "is unsharded, without FSDP2's held layer reduce-scatter input) and with stacked experts: a flat parameter",
+        "is split evenly, where FSDP2 gives rank 0 whole experts' rows (60 over 8: 8). aicalc runs with",
+        "`--zero 3 --dp N --fsdp-version 1` (`tests/test_train_peak.py`: within 5 %). On a GPU the caching",
+        "allocator keeps a freed gradient's block until its reduce-scatter ends (`record_stream`, a no-op here),",
+        "which can hold a layer's reduce-scatter input a little longer than the trace does.",
+        "",
+        f"**{len(errs)} records; worst {max(errs):.1%}.**",
+        "",
+        "| record | traced phase | traced MB | vs FSDP2 | aicalc MB | aicalc phase | error |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
     ]
 
 

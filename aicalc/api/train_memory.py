@@ -101,6 +101,17 @@ def setup_of(**kw):
     if s.bnb_fused_matmul and s.bnb_keeps_inputs:
         raise ParameterError("bnb_fused_matmul", True, "is bitsandbytes 0.50 or later, {bnb_keeps_inputs} before "
                              "0.43.2: give one")
+    if s.fsdp_version not in (1, 2):
+        raise ParameterError("fsdp_version", s.fsdp_version, "must be 1 (FullyShardedDataParallel) or 2 (fully_shard)")
+    if s.fsdp_version == 1 and s.framework == "megatron":
+        raise ParameterError("fsdp_version", 1, "is PyTorch's FSDP; {framework=megatron} shards with its distributed "
+                             "optimizer (zero 1-2) or Megatron-FSDP")
+    if s.fsdp_version == 1 and s.offload == "params":
+        raise ParameterError("fsdp_version", 1, "is not modelled with {offload=params} (FSDP1's CPUOffload was not "
+                             "traced; FSDP2's CPUOffloadPolicy is, {fsdp_version=2})")
+    if s.fsdp_version == 1 and s.ep > 1:
+        raise ParameterError("fsdp_version", 1, "has no expert parallelism (FSDP1 shards every flat parameter over all "
+                             "ranks); {ep} > 1 is FSDP2's (torchtitan)")
     if s.framework == "hf" and (s.sp or s.virtual_stages > 1):
         raise ParameterError("framework", "hf", "has no sequence parallelism or virtual pipeline stages; use "
                              "{framework=megatron}")

@@ -123,7 +123,7 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                              "recompute framework attention lora_targets lora_dtype loss quant offload budget overhead "
                              "adamw",
                         int="ep etp first_stage_layers last_stage_layers virtual_stages interleave microbatches "
-                            "lora_rank chips top", float="dropout lora_dropout",
+                            "lora_rank chips top fsdp_version", float="dropout lora_dropout",
                         flag="sequence_parallel sp optimizer_in_backward bnb_keeps_inputs bnb_fused_matmul compile "
                              "search trace",
                         texts="chip",

@@ -13,7 +13,7 @@ SETUP = ("precision", "optimizer", "grad_dtype", "optimizer_dtype", "ep", "etp",
          "last_stage_layers", "sp", "virtual_stages", "microbatches",
          "recompute", "framework", "attention", "lora_rank", "lora_targets", "lora_dtype", "loss",
          "optimizer_in_backward", "quant", "offload", "dropout", "adamw", "lora_dropout", "bnb_keeps_inputs",
-         "bnb_fused_matmul", "compile")
+         "bnb_fused_matmul", "compile", "fsdp_version")
 
 
 def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp="1", chip=None, budget=None,
@@ -108,7 +108,8 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
         columns.append("fits")
     notes = [f"{spec.id}: {rows[0]['params']:,} params; {st.precision} + {st.optimizer}; framework {st.framework}, "
              f"attention {st.attention}, recompute {st.recompute}" + (", each layer torch.compile'd" if st.compile
-                                                                       else "") + _compiled_quant_note(st),
+                                                                       else "") + _compiled_quant_note(st)
+             + _fsdp_note(st, r.zero),
              _state_dtypes(st),
              "peak = weights + optimizer + the largest phase of the step (hf: the loss with every saved activation, "
              "a layer's backward, the gradients with a layer's workspace, the optimizer step with its foreach "
@@ -121,6 +122,16 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
     notes += caveats
     return Result("train-mem", inputs_, rows, warnings, code, title=f"train-mem {spec.id}", notes=notes,
                   columns=columns)
+
+
+def _fsdp_note(st, zero) -> str:
+    """Which PyTorch FSDP a ZeRO-3 row outside Megatron stands for (core.train_peak.TrainSetup.fsdp_version)."""
+    import numpy as np
+
+    if st.framework == "megatron" or st.quant != "none" or not np.any(np.asarray(zero) >= 3):
+        return ""
+    return ("; zero 3: FSDP1 (FullyShardedDataParallel, FULL_SHARD; --fsdp-version)" if st.fsdp_version == 1 else
+            "; zero 3: FSDP2 (fully_shard; --fsdp-version 1 for FullyShardedDataParallel)")
 
 
 def _compiled_quant_note(st) -> str:

@@ -597,3 +597,42 @@ def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, t
         gradients = np.maximum(gradients, r * root_g * (1 + 1 / shard) - out
                                + np.where(np.asarray(root_g) > 0, a * vocab_hidden, 0.0))
     return loss, backward, gradients
+
+
+def fsdp1_gradients(root_params, root_grads, a=2.0, r=4.0, shard=1, tied=False, accumulating=False):
+    """The end of the backward under FSDP1 (``FullyShardedDataParallel``, ``FULL_SHARD``, ``use_orig_params=False``,
+    a wrap policy of the decoder layer class, so the root is the embedding, final norm and output layer in one
+    ``FlatParameter``), in place of :func:`fsdp2_buffers`' gradients phase; its loss and backward phases are
+    FSDP2's (the traces agree to the byte there, step_peak_fsdp1.json). Bytes held besides the sharded states and
+    every sharded gradient (the root's counted with them, though it is made last), the largest of three moments:
+
+    * the root's gradient assembled: its modules' weights are views of the flat parameter, and autograd runs the
+      views' backward (``split``) once every view's gradient is in its input buffer, writing one flat a-byte
+      gradient; the root's parameters are still unsharded (the root is not resharded after the forward,
+      ``a·root_params``), its views' gradients and the flat one held at once: ``a·root_params + 2·a·root_grads``;
+    * with tied embeddings (``tied``), the moment before: the tied weight's two gradients (the output layer's and
+      the embedding's) and their sum in that input buffer, ``a·root_params + 3·a·root_grads``; in both the root's
+      shard is not made yet (``r·root_grads/shard`` less, unless accumulating, where the kept shard is there);
+    * the root's reduce-scatter (``_post_backward_hook`` → ``_reduce_grad``, ``torch/distributed/fsdp/
+      _runtime_utils.py``), its unsharded parameters freed: the a-byte gradient autograd made
+      (``autograd_computed_grad``, a local that lives through the call), its cast to the ``reduce_dtype`` where
+      that differs (``flat_param.grad.to(handle._reduce_dtype)``, ``r`` bytes) and the new sharded gradient
+      (``torch.empty_like(chunks[0])`` in ``_get_reduce_scatter_tensors``: one of the counted shards, or, under
+      gradient accumulation, added into the ``_saved_grad_shard`` kept from the micro-batch before and held beside
+      it, ``r·root_grads/shard`` more): ``(a + r)·root_grads``, ``a·root_grads`` where ``r == a``.
+
+    A flat parameter whose size ``shard`` does not divide is padded for the reduce-scatter (an ``r``-byte copy),
+    which the decoder shapes do not need. Checked with ``validation/record_step_peak.py`` (``measure_fsdp1``):
+    exact on the records whose peak is here (batch 1 × 512 with full recompute: tied and untied, fp32 and bf16
+    reduce-scatters, with accumulation). The trace counts a freed unsharded gradient as freed when the
+    reduce-scatter is issued (``record_stream`` is a no-op on the fake device); on a GPU the caching allocator
+    keeps its block until the collective ends, which can hold a layer's reduce-scatter input a little longer."""
+    import numpy as np
+
+    r_cast = np.where(np.asarray(r) == np.asarray(a), 0.0, r)
+    own = r * root_grads / shard
+    reduce = (a + r_cast) * root_grads + (own if accumulating else 0.0)
+    made = 0.0 if accumulating else own
+    grads = 3 * a * root_grads if tied else 2 * a * root_grads
+    assembled = np.where(np.asarray(root_grads) > 0, a * root_params + grads - made, 0.0)
+    return np.maximum(reduce, assembled)

@@ -59,6 +59,9 @@ class TrainSetup(Named):
     # weight (qlora_compiled_weights)
     bnb_fused_matmul: bool = False
     compile: bool = False  # each decoder layer torch.compile'd (act.compiled_saving)
+    # which PyTorch FSDP runs zero 3 outside Megatron: 2 (fully_shard: torchtitan, torchtune) or 1
+    # (FullyShardedDataParallel: HF Trainer through accelerate, torchtune before 2024-09); tm.fsdp1_gradients
+    fsdp_version: int = 2
 
 
 CHUNK = 1 << 17  # grid points evaluated at a time: every intermediate array stays in the processor's cache
@@ -328,7 +331,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     # FSDP2 (zero 3 outside Megatron): fully_shard on every decoder layer and the root (tm.fsdp2_buffers); its
     # dim-0 sharding gives the most-loaded rank ceil(E/(ep·edp)) experts' rows (tm.fsdp2_expert_rows)
     fsdp = (np.asarray(zero) >= 3) & (o.framework != "megatron") & (o.quant == "none")
-    if arch.moe is not None and np.any(fsdp):
+    # FSDP1 flattens a wrapped module's parameters and splits them evenly (FlatParameter): no expert rows
+    if arch.moe is not None and np.any(fsdp) and o.fsdp_version == 2:
         expert_dev = expert_dev * np.where(fsdp, tm.fsdp2_expert_rows(arch.moe.experts, o.ep, edp), 1.0)
         n_dev = dense_dev + expert_dev
 
@@ -560,7 +564,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         root = dense_dev - split.layers * stage_layers / arch.layers / tp
         block = split.layers / arch.layers / tp
         if arch.n_moe_layers:
-            rows = np.where(fsdp, tm.fsdp2_expert_rows(arch.moe.experts, o.ep, edp), 1.0)
+            rows = np.where(fsdp & (o.fsdp_version == 2), tm.fsdp2_expert_rows(arch.moe.experts, o.ep, edp), 1.0)
             block = block + split.experts / arch.n_moe_layers / (o.ep * etp) * rows
         if o.lora_rank:
             # LoRA: the adapters are gathered with their layer and are all that it reduces; the root (embedding,
@@ -574,6 +578,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
                                                                                      0.0), shard,
                                                        arch.tied_embeddings, r=fsdp_reduce, accumulating=accumulating,
                                                        offload=o.offload == "params")
+            if o.fsdp_version == 1:  # FSDP1's end of the backward (its loss and backward phases are FSDP2's)
+                f_grads = tm.fsdp1_gradients(root, root, a, fsdp_reduce, shard, arch.tied_embeddings, accumulating)
         f_loss, f_back, f_grads = (np.where(fsdp, x, 0.0) for x in (f_loss, f_back, f_grads))
         freed = _pick(np.asarray(pp) > 1, 0.0, outside["last"])
         if litgpt:  # the loop's ``logits`` list lives through the backward
