@@ -157,11 +157,15 @@ def test_fsdp_sharded_states_are_the_traced_ones(rec):
     """Between steps FSDP2 holds its parameter shard and two AdamW states per trainable parameter, and no gradients
     (zero_grad(set_to_none=True)): under torchtitan's mixed precision (bf16-mixed) the fp32 shard is the master
     copy and the states are fp32, 12 bytes over dp; torchtune's LoRA (bf16) keeps the bf16 base and adapters, 2
-    bytes over dp, and the adapters' two bf16 states, 4 bytes over dp. The root's parameters are unsharded in bf16
-    through the forward (tm.fsdp2_buffers)."""
+    bytes over dp, and the adapters' two bf16 states, 4 bytes over dp; its full fine-tune (bf16 without a policy)
+    the bf16 shard and two bf16 states, 6 bytes over dp. The root's parameters are unsharded in bf16 through the
+    forward (tm.fsdp2_buffers)."""
     est = fsdp_estimate(rec)
     after, dp, n = rec["after_step"], rec["dp"], _sharded_params(rec)
-    expect = 2 * n / dp + 4 * rec["trainable_params"] / dp if rec.get("lora") else 12 * n / dp
+    if rec.get("lora"):
+        expect = 2 * n / dp + 4 * rec["trainable_params"] / dp
+    else:
+        expect = (6 if rec["precision"] == "bf16" else 12) * n / dp
     assert after["sharded_param"] + after["optstate"] == pytest.approx(expect, rel=1e-3)
     assert after["sharded_grad"] == 0
     held = float(est["weights_bytes"][0]) + float(est["optimizer_bytes"][0])
@@ -183,6 +187,27 @@ def test_fsdp_expert_rows_follow_torch_chunk():
     assert float(fsdp2_expert_rows(64, 1, 8)) == 1.0
     assert float(fsdp2_expert_rows(8, 1, 64)) == 1.0
     assert float(fsdp2_expert_rows(60, 4, 4)) == pytest.approx(math.ceil(15 / 4) / (15 / 4))  # 15 experts a rank
+
+
+def test_fsdp_tied_gradient_sum_worked_by_hand():
+    """Llama-3.2-1B's tied embedding (V = 128256, H = 2048) in pure bf16 (a = r = 2 bytes), batch 1 × 512 with full
+    recompute at dp 8: the end of the backward peaks while autograd sums the tied weight's two gradients, the
+    output layer's and the embedding's: three V·H bf16 tensors, 3 × 2 × 262,668,288 = 1,576,009,728 B (with the final
+    norm's 4,096 B gradient), beside the
+    root's unsharded bf16 parameters (V·H + H: 525,340,672 B) and the first layer's bf16 reduce-scatter input
+    (q, k, v, o 2·2048² + 2·2048·512, MLP 3·2048·8192, two norms: 60,821,504 parameters, 121,643,008 B). With
+    torchtitan's fp32 reduce-scatter (r = 4) the sum, 3a, equals a + r, so the bf16-mixed records could not tell it
+    from the root's reduce-scatter; here r = a."""
+    rec = next(r for r in FSDP if r["name"] == "fsdp2-dp8/llama3.2-1b-style/sdpa/bf16+full/foreach/b1s512")
+    b = rec["peak_breakdown"]
+    vh, h = 128256 * 2048, 2048
+    layer = 2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 8192 + 2 * 2048
+    assert layer == 60_821_504
+    assert b["temp"] == 3 * 2 * vh + 2 * h  # and the final norm's bf16 gradient
+    assert b["unsharded_param"] == 2 * (vh + h)
+    assert b["reduce_scatter"] == 2 * layer
+    est = float(fsdp_estimate(rec)["peak_allocated_bytes"][0])
+    assert est == pytest.approx(rec["peak_bytes"], rel=1e-4)
 
 
 # FSDP1 (validation/record_step_peak.py, ``measure_fsdp1``): FullyShardedDataParallel, FULL_SHARD, flat parameters,

@@ -460,7 +460,7 @@ FSDP_MODELS: dict[str, dict[str, Any]] = {
 def fsdp_cases() -> list[dict[str, Any]]:
     """One rank of FSDP2 at dp 2, 4 and 8, with and without full recompute (torchtitan's setup: bf16 compute); the
     batch 1 × 512 runs with full recompute leave the peak to the root's reduce-scatter at the end of the backward
-    (tied and untied embeddings); then gradient accumulation, LoRA and a MoE model."""
+    (tied and untied embeddings); then gradient accumulation, LoRA, a MoE model and pure-bf16 full training."""
     out = []
     for model, batch, seq, recompute, dp in (
             ("llama3.2-1b-style", 2, 2048, "none", 2), ("llama3.2-1b-style", 2, 2048, "none", 8),
@@ -491,6 +491,13 @@ def fsdp_cases() -> list[dict[str, Any]]:
                                              ("qwen2moe-a2.7b-style", 2, 2048, "none", 8),
                                              ("qwen2moe-a2.7b-style", 2, 2048, "full", 8)):
         out.append({**_case(model, batch, seq, "sdpa", "bf16-mixed", recompute), "dp": dp})
+    # full training of a bf16 model without a mixed-precision policy (torchtune's full_finetune_distributed):
+    # gradients reduce-scattered in bf16, with tied and untied embeddings, at the end of the backward (batch 1 × 512,
+    # full recompute) and at the loss
+    for model, batch, seq, recompute, dp in (("llama3.2-1b-style", 1, 512, "full", 8),
+                                             ("llama3.1-8b-style", 1, 512, "full", 8),
+                                             ("llama3.1-8b-style", 2, 2048, "full", 4)):
+        out.append({**_case(model, batch, seq, "sdpa", "bf16", recompute), "dp": dp})
     return out
 
 
@@ -690,16 +697,8 @@ FSDP1_METHOD = ("MemTracker under FakeTensorMode on the fake accelerator (fake_a
 def fsdp1_cases() -> list[dict[str, Any]]:
     """The setups of :func:`fsdp_cases` (full training, gradient accumulation with a reduce-scatter every
     micro-batch, LoRA, the MoE model) under FSDP1, as HF Trainer (accelerate's ``fsdp_version`` 1, its default)
-    and torchtune's 2024 recipes ran it, and pure-bf16 full training (torchtune's 2024 full-finetune recipe)."""
-    out = [{**c, "fsdp": 1} for c in fsdp_cases()]
-    # full training of a bf16 model without a mixed-precision policy (torchtune's 2024 full_finetune_distributed):
-    # gradients reduce-scattered in bf16, with tied and untied embeddings, at the end of the backward (batch 1 × 512,
-    # full recompute) and at the loss
-    for model, batch, seq, recompute, dp in (("llama3.2-1b-style", 1, 512, "full", 8),
-                                             ("llama3.1-8b-style", 1, 512, "full", 8),
-                                             ("llama3.1-8b-style", 2, 2048, "full", 4)):
-        out.append({**_case(model, batch, seq, "sdpa", "bf16", recompute), "dp": dp, "fsdp": 1})
-    return out
+    and torchtune's 2024 recipes ran it."""
+    return [{**c, "fsdp": 1} for c in fsdp_cases()]
 
 
 def fsdp1_case_name(c: dict[str, Any]) -> str:
@@ -891,7 +890,7 @@ def main(argv: list[str] | None = None) -> int:
              "excluded": EXCLUDED}
     fsdp_extra = {"method": f"FSDPMemTracker under FakeTensorMode, one rank of a fake process group; fully_shard "
                             f"per decoder layer and the root, reshard_after_forward; bf16-mixed: bf16 params / "
-                            f"fp32 reduce (torchtitan), bf16: a bf16 model without a policy (torchtune's LoRA); "
+                            f"fp32 reduce (torchtitan), bf16: a bf16 model without a policy (torchtune's LoRA and full fine-tune); "
                             f"{STEPS} steps, the first not recorded; {BLOCK}-byte blocks; CUDA's native_dropout"}
     offload_extra = {"method": OFFLOAD_METHOD}
     if args.check:

@@ -564,10 +564,15 @@ def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, t
       gradients) when they are None, after ``unsharded_grads.clear()``, so it is not counted here; under gradient
       accumulation (``accumulating``: a later micro-batch, the sharded gradients kept from the one before) the
       output is added into them (``sharded_param.grad._local_tensor += new_sharded_grad``) and lives beside them,
-      ``r·root_grads/shard`` more. With tied embeddings (``tied``) the trace also holds the root's unsharded
-      parameters and the first layer's reduce-scatter input (``ReduceScatterState``, ``r·layer``) at that moment,
-      ``a·root + r·layer`` more: seen in both tied records (Llama-3.2-1B and Qwen3-1.7B shapes, exact to 0.01 %)
-      and in neither untied one; why tying keeps them is not worked out from FSDP2's code. A moment later the
+      ``r·root_grads/shard`` more. With tied embeddings (``tied``) the moment before is larger: autograd sums the
+      tied weight's two gradients (the output layer's and the embedding's, and their sum: ``3·a·root_grads``)
+      while the root's parameters are unsharded (``a·root``) and the first layer's reduce-scatter input is still
+      held (``ReduceScatterState``, ``r·layer``): both tied bf16-mixed records (Llama-3.2-1B and Qwen3-1.7B
+      shapes, where ``(a + r)`` happens to be ``3a``) and the pure-bf16 one (``r = a``). Before the root, the
+      first layer's backward (the last a layer runs): the root and that layer unsharded, the all-gather output
+      kept beside it, its gradients and their reduce-scatter input, the output layer's gradient, and every other
+      layer's shard made (its own and the root's not yet: ``r·layer/shard`` and ``r·root/shard`` less), which
+      sets the peak of a pure-bf16 untied model with little to save (Llama-3.1-8B, batch 1 × 512). A moment later the
       root's reduce-scatter output is allocated (``reduce_scatter_comm.allocate`` in ``foreach_reduce``, ``r``
       bytes over ``shard``) beside its input while the untied output layer's unsharded gradient (``a·V·H``) is
       still held, the rest freed: ``r·root_grads·(1 + 1/shard) + a·V·H``, above the first moment where ``shard``
@@ -591,12 +596,16 @@ def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, t
     # the reduce-scatter output that becomes the sharded gradients (counted with them) where they are on the device
     out = 0.0 if accumulating or offload else r * root_g / shard
     gradients = (a + r) * root_g - out
-    if tied:  # beside the root's reduce-scatter (none where the root has nothing to train)
-        gradients = gradients + np.where(np.asarray(root_g) > 0, a * root + r * layer_g, 0.0)
+    if tied:  # the tied weight's gradients summed (none where the root has nothing to train)
+        gradients = np.maximum(gradients, np.where(np.asarray(root_g) > 0, a * root + 3 * a * root_g + r * layer_g
+                                                   - out, 0.0))
     else:  # the output allocated, the untied output layer's unsharded gradient still held
         gradients = np.maximum(gradients, r * root_g * (1 + 1 / shard) - out
                                + np.where(np.asarray(root_g) > 0, a * vocab_hidden, 0.0))
-    return loss, backward, gradients
+    # the first layer's backward, the last a layer runs: every other layer's shard made, its own and the root's not yet
+    own_layer = 0.0 if accumulating or offload else r * layer_g / shard
+    first = a * root + 2 * a * layer + (a + r) * layer_g + a * vocab_hidden - out - own_layer
+    return loss, backward, np.maximum(gradients, first)
 
 
 def fsdp1_gradients(root_params, root_grads, a=2.0, r=4.0, shard=1, tied=False, accumulating=False):
