@@ -56,3 +56,47 @@ def test_lambda_b200_throughput():
     r = aicalc.roofline("nemotron-3-super-120b-a12b", chip="b200", batch=32, prompt=8192, gen=1024, kv_dtype="fp8",
                         engine="vllm-v1")
     assert float(r["output_tokens_per_s"][0]) == pytest.approx(1517, rel=0.10)
+
+
+def _super_shape():
+    import yaml
+
+    from aicalc.catalog.hf_config import arch_from_config
+    from aicalc.core.forward import shape_of
+
+    from conftest import ROOT
+
+    cfg = yaml.safe_load((ROOT / "presets" / "models" / "nemotron-3-super-120b-a12b.yaml").read_text())["config"]
+    return shape_of(arch_from_config(cfg))
+
+
+def test_training_reads_the_latent_too():
+    """train-time's expert width, the weights a token touches in a MoE block and the routed experts' parameters
+    (whose gradients the experts' data-parallel group reduces) by hand: 22 experts of 2688 on the 1024-wide latent
+    (up and down), the shared expert of 5376 (up and down), the 512 × 4096 router and the two 4096 × 1024
+    projections; 512 × 1024 × 2 × 2688 × 40 = 112,742,891,520 routed-expert parameters, which transformers' count
+    of the whole model (tests/data/validation/params.json, 120,668,687,360) holds."""
+    from aicalc.core.train_time import expert_width, moe_params_per_token
+
+    s = _super_shape()
+    assert expert_width(s) == LAT
+    assert moe_params_per_token(s) == K * LAT * 2 * F + H * (2 * 5376 + 512) + 2 * H * LAT
+    routed = s.moe_layers * s.experts * expert_width(s) * (s.expert_in + s.expert_ffn)
+    assert routed == 512 * LAT * 2 * F * LM == 112_742_891_520
+    assert routed < s.total_params == 120_668_687_360
+
+
+def test_latent_dispatch_is_a_quarter_of_the_hidden_one(capsys):
+    """EP's all-to-all carries each token's latent (1024 of H = 4096): the same model and layout priced with the
+    experts on H (moe_latent_size removed, a plain MoE of the same experts) exchanges 4 times the bytes."""
+    import yaml
+
+    from aicalc.api.train_time import train_time
+
+    from conftest import ROOT
+
+    cfg = yaml.safe_load((ROOT / "presets" / "models" / "nemotron-3-super-120b-a12b.yaml").read_text())["config"]
+    kw = dict(chip="b200", dp=64, tp=1, pp=1, ep=8, seq=4096, global_batch=512, micro_batch=1)
+    latent = train_time(cfg, **kw)
+    plain = train_time({**cfg, "moe_latent_size": None}, **kw)
+    assert float(plain["ep_comm_s"][0]) > 3.0 * float(latent["ep_comm_s"][0])

@@ -52,17 +52,29 @@ MAMBA_STREAMS = ("mamba_conv", "mamba_gate_norm")  # Mamba layers' elementwise o
 OPTIMIZER_BYTES_PER_PARAM = 34.0  # Adam, mixed precision: read master/m/v/grad (16 B), write master/m/v + bf16 copy
 
 
-def matmul_params_per_layer(s: Shape) -> float:
-    """Average matmul weights per layer touched per token (MoE: k routed + shared experts + router; a latent MoE's
-    experts on the latent width and its two projections; a Gated DeltaNet hybrid's linear-attention layers their
-    input and output projections in place of attention's; a one-mixer hybrid's attention on its attention layers
-    only and its Mamba mixers' in and out projections)."""
-    dense = s.H * (s.ffn_in + s.ffn)
-    moe = s.H * (s.experts_per_token * (s.expert_in + s.expert_ffn) + s.shared_in + s.shared_ffn + s.experts)
+def expert_width(s: Shape) -> float:
+    """The width the routed experts read and write, and their tokens are permuted and dispatched on: H, or a latent
+    MoE's latent (Nemotron 3 Super's ``moe_latent_size``: ``fc1_latent_proj`` H → latent before the dispatch,
+    ``fc2_latent_proj`` after the combine; transformers ``NemotronHMoE.forward``)."""
     e = s.arch.moe
-    if e is not None and e.latent:  # experts on the latent width, plus H → latent → H
-        moe = s.experts_per_token * e.latent * (s.expert_in + s.expert_ffn) + s.H * (
-            s.shared_in + s.shared_ffn + s.experts + 2.0 * e.latent)
+    return float(e.latent) if e is not None and e.latent else float(s.H)
+
+
+def moe_params_per_token(s: Shape) -> float:
+    """Matmul weights one token touches in a MoE layer: its k routed experts (on :func:`expert_width`), the shared
+    experts and the router (on H), and a latent MoE's two projections H → latent → H."""
+    W = expert_width(s)
+    latent = 2.0 * s.H * W if W != s.H else 0.0
+    return s.experts_per_token * W * (s.expert_in + s.expert_ffn) + s.H * (s.shared_in + s.shared_ffn + s.experts) \
+        + latent
+
+
+def matmul_params_per_layer(s: Shape) -> float:
+    """Average matmul weights per layer touched per token (MoE: :func:`moe_params_per_token`; a Gated DeltaNet
+    hybrid's linear-attention layers their input and output projections in place of attention's; a one-mixer
+    hybrid's attention on its attention layers only and its Mamba mixers' in and out projections)."""
+    dense = s.H * (s.ffn_in + s.ffn)
+    moe = moe_params_per_token(s)
     m = s.arch.mamba
     mixer = s.H * (3 * m.inner + 2 * m.groups * m.state + m.heads) if m is not None else 0.0  # in_proj + out_proj
     return ((s.attn_in_params + s.attn_out_params) * s.attn_layers + s.linear_layers * s.H * (s.linear_in + s.linear_out)
@@ -173,8 +185,7 @@ def op_sac_recomputed_params(s: Shape) -> float:
     shares = op_sac_recompute(s)
     attn_in = shares["qkv_proj"] * s.attn_in_params + shares["o_proj"] * s.attn_out_params
     ffn_dense = s.H * (shares["mlp_up"] * s.ffn_in + shares["mlp_down"] * s.ffn)
-    ffn_moe = s.H * (s.experts_per_token * (s.expert_in + s.expert_ffn) + s.shared_in + s.shared_ffn + s.experts)
-    return s.attn_layers * attn_in + s.dense_layers * ffn_dense + s.moe_layers * ffn_moe
+    return s.attn_layers * attn_in + s.dense_layers * ffn_dense + s.moe_layers * moe_params_per_token(s)
 
 
 def time_from_rate(tokens, flops_per_token_counted, chips, achieved_flop_per_s_per_chip):
@@ -413,9 +424,10 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
                         + ELEMENTWISE_KERNELS_PER_LAYER * elem_passes * eff.kernel_overhead_s)
     t_layers = t_layers + t_elem
     t_fwd = t_fwd + t_elem / elem_passes
-    if s.moe_layers:  # token permutation: the k copies of each token gathered into expert order (read H, write
-        #               k·H) and scattered back (read k·H, write H), in the forward, the backward and a recompute
-        perm = 2.0 * (1.0 + s.experts_per_token) * s.H * ACT_BYTES * M / split * (elem_passes - 1.0)
+    if s.moe_layers:  # token permutation: the k copies of each token gathered into expert order (read W, write
+        #               k·W) and scattered back (read k·W, write W), in the forward, the backward and a recompute;
+        #               W the experts' width (expert_width: a latent MoE permutes its latent)
+        perm = 2.0 * (1.0 + s.experts_per_token) * expert_width(s) * ACT_BYTES * M / split * (elem_passes - 1.0)
         t_layers = t_layers + s.moe_layers * perm / (bw * eff.bandwidth)
     # MoE: dispatch and combine all-to-alls per MoE layer, in every pass but the last backward's weight grads
     t_a2a = 0.0
@@ -424,7 +436,7 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
         # EP ranks (ranks tp apart), across the network once per destination domain, forwarded inside
         # (aicalc.core.collectives.moe_alltoall_copies)
         moe = s.arch.moe
-        t_one = moe_alltoall_seconds(M / split * s.H * ACT_BYTES, s.experts_per_token, ep, etp, chip.domain,
+        t_one = moe_alltoall_seconds(M / split * expert_width(s) * ACT_BYTES, s.experts_per_token, ep, etp, chip.domain,
                                      chip.link_bytes_per_s, chip.dp_bytes_per_s, eff.link,
                                      moe.n_group if moe else 1, moe.topk_group if moe else 1)
         n_a2a = 2.0 * (elem_passes - 1.0) * s.moe_layers
@@ -441,7 +453,7 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     # data-parallel group tp·cp·dp/(ep·etp)
     shards = dp * cp
     eshards = tp * shards / (ep * etp)
-    expert_params = s.moe_layers * s.experts * s.H * (s.expert_in + s.expert_ffn)
+    expert_params = s.moe_layers * s.experts * expert_width(s) * (s.expert_in + s.expert_ffn)
     dense_dev = (s.total_params - expert_params) / (tp * pp)
     expert_dev = expert_params / (etp * pp * ep)
     def allreduce(elements_bytes, n, stride):
