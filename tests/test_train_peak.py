@@ -274,13 +274,15 @@ def test_fsdp1_root_reduce_scatter_worked_by_hand():
     ({"fsdp_version": 3}, "must be 1"),
     ({"fsdp_version": 1, "framework": "megatron"}, "distributed optimizer"),
     ({"fsdp_version": 1, "offload": "params"}, "CPUOffload"),
+    ({"fsdp_version": 1, "zero": 0}, "applies with zero=3"),
+    ({"fsdp_version": 1, "lora_rank": 8, "quant": "nf4"}, "not modelled with quant"),
 ])
 def test_fsdp_version_refusals(kw, says):
     import aicalc
     from aicalc.errors import ParameterError
 
     with pytest.raises(ParameterError, match=says):
-        aicalc.train_memory("llama-3.1-8b", zero=3, dp=8, **kw)
+        aicalc.train_memory("llama-3.1-8b", **{"zero": 3, "dp": 8, **kw})
 
 
 def test_fsdp_version_refused_with_expert_parallelism(capsys):

@@ -256,6 +256,11 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
         raise ParameterError("offload", "params", "needs {zero=3} (ZeRO-Infinity / FSDP CPU offload)")
     if st.quant != "none" and not st.lora_rank:
         raise ParameterError("quant", st.quant, "needs {lora_rank} (quantized base weights are frozen; QLoRA)")
+    if st.fsdp_version == 1 and np.all(g["zero"] < 3):
+        raise ParameterError("fsdp_version", 1, "applies with {zero=3} (FSDP's full shard), which no row asks for")
+    if st.fsdp_version == 1 and st.quant != "none":
+        raise ParameterError("fsdp_version", 1, "is not modelled with {quant} (QLoRA's sharding is DeepSpeed's ZeRO-3 "
+                             "gather here)")
     warnings = []
     seq_run = g["seq"]
     if st.sp and not xla:
