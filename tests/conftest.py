@@ -17,6 +17,30 @@ def fixture_config(name: str) -> dict:
     return json.loads((DATA / "configs" / name / "config.json").read_text())
 
 
+# the keys of a released config.json that a model preset leaves out (presets/models/*.yaml header)
+BOOKKEEPING = {"_name_or_path", "transformers_version", "auto_map", "quantization_config"}
+
+
+def model_preset(name: str) -> dict:
+    """presets/models/NAME.yaml as written (id, release, notes, config)."""
+    import yaml
+
+    return yaml.safe_load((ROOT / "presets" / "models" / f"{name}.yaml").read_text())
+
+
+def preset_config(name: str) -> dict:
+    """The config.json keys a model preset holds."""
+    return model_preset(name)["config"]
+
+
+def preset_params(name: str):
+    """aicalc's parameter count (``aicalc.core.params.ParamCount``) of a model preset's config."""
+    from aicalc.catalog.hf_config import arch_from_config
+    from aicalc.core.params import count_params
+
+    return count_params(arch_from_config(preset_config(name)))
+
+
 def fixture_records() -> dict:
     """validation/record_params.py's records of those fixtures by name (a preset of the same name is another
     record: its config leaves out the file's bookkeeping keys)."""

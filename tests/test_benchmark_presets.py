@@ -10,24 +10,14 @@ publish (model cards' totals, active and non-embedding counts; the released safe
 import json
 
 import pytest
-import yaml
 
 from aicalc.catalog.hf_config import arch_from_config
 from aicalc.core.kv_cache import kv_bytes_per_token
 from aicalc.core.params import count_params
 
-from conftest import DATA, ROOT, check_preset_answers
+from conftest import BOOKKEEPING, DATA, check_preset_answers, preset_config, preset_params
 
-BOOKKEEPING = {"_name_or_path", "transformers_version", "auto_map", "quantization_config"}
 NEW = ("glm-4.5-air", "qwen3-coder-30b-a3b", "qwen3-4b", "qwen3-1.7b", "qwen3-0.6b", "llama-3.2-1b")
-
-
-def _config(name):
-    return yaml.safe_load((ROOT / "presets" / "models" / f"{name}.yaml").read_text())["config"]
-
-
-def _count(name):
-    return count_params(arch_from_config(_config(name)))
 
 
 def _gqa_attention(c, bias=False):
@@ -56,8 +46,8 @@ def _dense_by_hand(c, qk_norm):
     ("llama-3.2-1b", False, 1.23e9, 0.005, None, None),
 ])
 def test_dense_counts_by_hand_and_published(name, qk_norm, total, rel, non_embedding, rel_ne):
-    c = _config(name)
-    n = _count(name)
+    c = preset_config(name)
+    n = preset_params(name)
     assert c["tie_word_embeddings"] is True and n.lm_head == 0  # the head is the embedding: counted once
     assert n.total == n.active == _dense_by_hand(c, qk_norm)
     assert n.total == pytest.approx(total, rel=rel)
@@ -70,16 +60,16 @@ def test_dense_counts_written_out():
     F 9728, 36 layers; Llama-3.2-1B: V 128256, H 2048, 32 / 8 heads of 64, F 8192, 16 layers)."""
     qwen3_4b_layer = (2560 * 4096 + 2 * 2560 * 1024 + 4096 * 2560) + 2 * 128 + 3 * 2560 * 9728 + 2 * 2560
     assert qwen3_4b_layer == 100_930_816
-    assert _count("qwen3-4b").total == 36 * qwen3_4b_layer + 2560 + 151936 * 2560 == 4_022_468_096
+    assert preset_params("qwen3-4b").total == 36 * qwen3_4b_layer + 2560 + 151936 * 2560 == 4_022_468_096
     llama_1b_layer = (2048 * 2048 + 2 * 2048 * 512 + 2048 * 2048) + 3 * 2048 * 8192 + 2 * 2048
-    assert _count("llama-3.2-1b").total == 16 * llama_1b_layer + 2048 + 128256 * 2048 == 1_235_814_400
+    assert preset_params("llama-3.2-1b").total == 16 * llama_1b_layer + 2048 + 128256 * 2048 == 1_235_814_400
 
 
 def test_qwen3_0_6b_release_stores_the_tied_head_twice():
     """The release's model.safetensors lists lm_head.weight [151936, 1024] beside model.embed_tokens.weight: 311
     tensors of 751,632,384 elements (a public model-information report of Qwen3-0.6B, preset notes). transformers ties
     them at load, so the model holds one V x H matrix fewer than the file."""
-    n = _count("qwen3-0.6b")
+    n = preset_params("qwen3-0.6b")
     assert n.total + 151936 * 1024 == 751_632_384
     assert n.embedding == 151936 * 1024
 
@@ -105,8 +95,8 @@ def _glm4_moe_by_hand(c):
 def test_glm_4_5_air_counts_by_hand_and_published():
     """Model card: "GLM-4.5-Air ... 106 billion total parameters and 12 billion active parameters". The card's active
     figure leaves out the embedding and the untied LM head (12.18B; 13.42B with them)."""
-    c = _config("glm-4.5-air")
-    n = _count("glm-4.5-air")
+    c = preset_config("glm-4.5-air")
+    n = preset_params("glm-4.5-air")
     total, active = _glm4_moe_by_hand(c)
     assert (n.total, n.active) == (total, active)
     # written out: attention 4096x12288 + 2x4096x1024 + 12288x4096 weights, 12288 + 2x1024 biases, 2x4096 norms;
@@ -122,20 +112,20 @@ def test_glm_4_5_air_counts_by_hand_and_published():
 
 
 def test_glm_4_5_air_layout_and_the_mtp_layer():
-    c = _config("glm-4.5-air")
+    c = preset_config("glm-4.5-air")
     arch = arch_from_config(c)
     assert arch.family == "glm4_moe" and arch.moe_layers[:2] == (False, True) and arch.n_moe_layers == 45
     assert (arch.qkv_bias, arch.o_bias, arch.qk_norm, arch.head_dim) == (True, False, False, 128)
     assert (arch.moe.experts, arch.moe.experts_per_token, arch.moe.shared_experts) == (128, 8, 1)
     # the checkpoint's MTP layer (model.layers.46.*) is not a module of transformers' model: not counted
-    assert count_params(arch_from_config({**c, "num_nextn_predict_layers": 0})).total == _count("glm-4.5-air").total
+    assert count_params(arch_from_config({**c, "num_nextn_predict_layers": 0})).total == preset_params("glm-4.5-air").total
 
 
 def test_qwen3_coder_30b_a3b_is_qwen3_30b_a3b_with_the_long_context():
     """The Coder file keeps Qwen3-30B-A3B's shapes (so its count, 30.5B / 3.3B on the model card, and its cache) and
     differs in context length, RoPE base, aux-loss coefficient, the unused intermediate_size and max_window_layers
     (no sliding window either way) and three keys Qwen3MoeConfig does not read."""
-    coder, base = _config("qwen3-coder-30b-a3b"), _config("qwen3-30b-a3b")
+    coder, base = preset_config("qwen3-coder-30b-a3b"), preset_config("qwen3-30b-a3b")
     differs = {k for k in coder.keys() | base.keys() if coder.get(k) != base.get(k)}
     assert differs == {"max_position_embeddings", "rope_theta", "router_aux_loss_coef", "intermediate_size",
                        "max_window_layers", "bos_token_id", "torch_dtype", "dtype", "qkv_bias", "use_qk_norm",
@@ -164,16 +154,16 @@ def test_qwen3_coder_30b_a3b_is_qwen3_30b_a3b_with_the_long_context():
     ("llama-3.2-1b", 2 * 16 * 8 * 64 * 2),  # 32,768 B
 ])
 def test_kv_bytes_per_token_by_hand(name, by_hand):
-    assert kv_bytes_per_token(arch_from_config(_config(name)), "bf16") == by_hand
+    assert kv_bytes_per_token(arch_from_config(preset_config(name)), "bf16") == by_hand
 
 
 @pytest.mark.parametrize("preset, fixture", [("qwen3-0.6b", "qwen3-0.6b"), ("llama-3.2-1b", "llama-3.2-1b")])
 def test_preset_is_the_fixture_file_less_its_bookkeeping(preset, fixture):
     """Both presets were read from the published files the fixtures hold (tests/data/configs/SOURCES.md)."""
     real = json.loads((DATA / "configs" / fixture / "config.json").read_text())
-    assert _config(preset) == {k: v for k, v in real.items() if k not in BOOKKEEPING}
+    assert preset_config(preset) == {k: v for k, v in real.items() if k not in BOOKKEEPING}
 
 
 @pytest.mark.parametrize("name", NEW)
 def test_cli_runs_each_new_preset(cli, name):
-    check_preset_answers(cli, name, _count(name).total)
+    check_preset_answers(cli, name, preset_params(name).total)

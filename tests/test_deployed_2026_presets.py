@@ -14,31 +14,16 @@ worked out from the release's per-module precision map.
 import json
 
 import pytest
-import yaml
 
 from aicalc.api.catalog import load_model, resident_weights, weight_format
 from aicalc.catalog.hf_config import arch_from_config
 from aicalc.core import linear_attention, mamba
 from aicalc.core.kv_cache import kv_bytes_per_token
-from aicalc.core.params import count_params
 
-from conftest import DATA, ROOT, check_preset_answers
+from conftest import BOOKKEEPING, DATA, check_preset_answers, model_preset, preset_config, preset_params
 
 NEW = ("nemotron-3-super-120b-a12b", "qwen3.5-35b-a3b", "qwen3.5-4b", "qwen3.5-0.8b-base", "qwen3.6-27b")
 QWEN = NEW[1:]
-BOOKKEEPING = {"_name_or_path", "transformers_version", "auto_map", "quantization_config"}
-
-
-def _preset(name):
-    return yaml.safe_load((ROOT / "presets" / "models" / f"{name}.yaml").read_text())
-
-
-def _config(name):
-    return _preset(name)["config"]
-
-
-def _count(name):
-    return count_params(arch_from_config(_config(name)))
 
 
 @pytest.mark.parametrize("preset, fixture", [("nemotron-3-super-120b-a12b", "nemotron-3-super-120b-a12b-nvfp4"),
@@ -46,7 +31,7 @@ def _count(name):
 def test_preset_is_the_fixture_file_less_its_bookkeeping(preset, fixture):
     """Three presets were read from the same published copies as the fixtures (tests/data/configs/SOURCES.md)."""
     real = json.loads((DATA / "configs" / fixture / "config.json").read_text())
-    assert _config(preset) == {k: v for k, v in real.items() if k not in BOOKKEEPING}
+    assert preset_config(preset) == {k: v for k, v in real.items() if k not in BOOKKEEPING}
 
 
 # --- Nemotron 3 Super 120B-A12B ------------------------------------------------------------------------------------
@@ -83,7 +68,7 @@ def _super_modules(c):
 
 
 def test_super_counts_by_hand():
-    c = _config(SUPER)
+    c = preset_config(SUPER)
     m = _super_modules(c)
     assert c["hybrid_override_pattern"] == SUPER_PATTERN and c["num_hidden_layers"] == len(SUPER_PATTERN)
     n_m, n_e, n_a = (SUPER_PATTERN.count(k) for k in "ME*")
@@ -95,7 +80,7 @@ def test_super_counts_by_hand():
     total = n_m * mamba_block + n_e * (moe_common + m["experts"]) + n_a * attention_block + outside
     k, E = c["num_experts_per_tok"], c["n_routed_experts"]
     active = n_m * mamba_block + n_e * (moe_common + m["experts"] * k // E) + n_a * attention_block + outside
-    n = _count(SUPER)
+    n = preset_params(SUPER)
     assert (n.total, n.active) == (total, active) == (120_668_687_360, 12_770_216_960)
     # the same with every number written out: in_proj 4096 x (2·8192 + 2·8·128 + 128), conv 10240 x 4 + 10240 bias
     assert mamba_block == 4096 * 18560 + 10240 * 5 + 3 * 128 + 8192 + 8192 * 4096 + 4096
@@ -106,7 +91,7 @@ def test_super_published_sizes():
     """NVIDIA: "120 billion (active 12 billion)" (the tech report's abstract, the model cards' "120B (12B active)").
     The active figure leaves out the embedding and the untied head (11.70B); with them it is 12.77B. The MTP module
     (mtp_hybrid_override_pattern "*E") is not built by transformers and is not in the count."""
-    n = _count(SUPER)
+    n = preset_params(SUPER)
     assert n.total == pytest.approx(120e9, rel=0.006)
     assert n.active - n.embedding - n.lm_head == pytest.approx(12e9, rel=0.03)
 
@@ -115,7 +100,7 @@ def test_super_cache_and_state_by_hand():
     """Only the 8 attention blocks cache K/V (2 KV heads of 128, K and V, 2 bytes); each of the 40 Mamba blocks keeps
     a conv state of its I + 2GN channels x K_c taps (bf16) and an SSM state of nh x P x N in float32
     (mamba_ssm_cache_dtype), transformers' cache layout."""
-    c = _config(SUPER)
+    c = preset_config(SUPER)
     arch = arch_from_config(c)
     assert kv_bytes_per_token(arch, "bf16") == 8 * 2 * 128 * 2 * 2 == 8192
     assert c["mamba_ssm_cache_dtype"] == "float32"
@@ -172,7 +157,7 @@ def test_super_release_is_nvfp4_experts_and_fp8_block_linears():
     """The release block names one format for the block linears; the release's map has 71 % of those parameters in
     FP8 and the rest BF16. fp8 sizes the checkpoint 2.7 % under the map's bytes, bf16 would be 6.5 % over: the preset
     says fp8, and its resident weights are within 3 % of the release's."""
-    c = _config(SUPER)
+    c = preset_config(SUPER)
     spec = load_model(SUPER)
     assert weight_format(spec, None).label == "fp8+fp4-experts"
     by_hand = _super_release_bytes_by_hand(c)
@@ -250,10 +235,10 @@ COUNTS = {"qwen3.5-35b-a3b": 34_660_610_688, "qwen3.5-4b": 4_205_751_296, "qwen3
 
 @pytest.mark.parametrize("name", QWEN)
 def test_qwen_counts_by_hand_and_the_released_checkpoint(name):
-    c = _config(name)
+    c = preset_config(name)
     t = c["text_config"]
     lm = _qwen35_language_model(t)
-    n = _count(name)
+    n = preset_params(name)
     assert (n.total, n.active) == (lm["total"], lm["active"])
     assert n.total == COUNTS[name]
     assert n.total + _qwen35_vision_tower(c["vision_config"]) + _qwen35_mtp(t, lm) == RELEASED[name]
@@ -269,7 +254,7 @@ def test_qwen3_5_35b_a3b_written_out_and_the_model_card():
     full = 2048 * 8192 + 2 * 2048 * 512 + 4096 * 2048 + 2 * 256
     expert, common = 3 * 2048 * 512, 256 * 2048 + 3 * 2048 * 512 + 2048 + 2 * 2048
     outside = 2048 + 2 * 248320 * 2048
-    n = _count("qwen3.5-35b-a3b")
+    n = preset_params("qwen3.5-35b-a3b")
     assert n.total == 30 * linear + 10 * full + 40 * (256 * expert + common) + outside == 34_660_610_688
     assert n.active == 30 * linear + 10 * full + 40 * (8 * expert + common) + outside == 3_454_988_928
     assert n.total == pytest.approx(35e9, rel=0.01) and 3e9 < n.active < 3.5e9
@@ -283,7 +268,7 @@ def test_qwen3_5_35b_a3b_written_out_and_the_model_card():
     ("qwen3.6-27b", 16 * 2 * 4 * 256 * 2),  # 65,536 B
 ])
 def test_qwen_kv_bytes_per_token_by_hand(name, by_hand):
-    assert kv_bytes_per_token(arch_from_config(_config(name)), "bf16") == by_hand
+    assert kv_bytes_per_token(arch_from_config(preset_config(name)), "bf16") == by_hand
 
 
 @pytest.mark.parametrize("name, layers, conv_channels, value_heads", [
@@ -292,7 +277,7 @@ def test_qwen_kv_bytes_per_token_by_hand(name, by_hand):
 def test_qwen_state_per_sequence_by_hand(name, layers, conv_channels, value_heads):
     """vLLM's per-sequence state of a Gated DeltaNet layer: w − 1 = 3 conv taps of the q/k/v channels and a recurrent
     state of h_v x d_k x d_v, both in bf16 (its MambaStateShapeCalculator, tests/test_gated_delta_net.py)."""
-    arch = arch_from_config(_config(name))
+    arch = arch_from_config(preset_config(name))
     assert linear_attention.state_bytes(arch) == layers * (conv_channels * 3 + value_heads * 128 * 128) * 2
 
 
@@ -300,14 +285,14 @@ def test_qwen_state_per_sequence_by_hand(name, layers, conv_channels, value_head
 def test_qwen_presets_are_bf16_releases(name):
     """The official repositories these presets name hold bf16 weights (the reports' tensor tables; A_log and the
     gated norms fp32 in some): no release block, the default weight format is bf16."""
-    assert "release" not in _preset(name)
-    assert _config(name)["text_config"]["dtype"] == "bfloat16"
+    assert "release" not in model_preset(name)
+    assert preset_config(name)["text_config"]["dtype"] == "bfloat16"
     assert weight_format(load_model(name), None).label == "bf16"
 
 
 @pytest.mark.parametrize("name", NEW)
 def test_cli_runs_each_new_preset(cli, name):
-    check_preset_answers(cli, name, _count(name).total)
+    check_preset_answers(cli, name, preset_params(name).total)
 
 
 def test_serve_on_b200_answers_offline_with_the_release_weights(cli):

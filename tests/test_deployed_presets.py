@@ -10,23 +10,11 @@ sizes, and the element counts and bytes of the released safetensors files (tenso
 import json
 
 import pytest
-import yaml
 
 from aicalc.catalog.hf_config import arch_from_config
 from aicalc.core.kv_cache import kv_bytes_per_token
-from aicalc.core.params import count_params
 
-from conftest import DATA, ROOT
-
-BOOKKEEPING = {"_name_or_path", "transformers_version", "auto_map", "quantization_config"}
-
-
-def _preset(name):
-    return yaml.safe_load((ROOT / "presets" / "models" / f"{name}.yaml").read_text())
-
-
-def _count(name):
-    return count_params(arch_from_config(_preset(name)["config"]))
+from conftest import BOOKKEEPING, DATA, model_preset, preset_params
 
 
 @pytest.mark.parametrize("preset, fixture", [("kimi-k2", "kimi-k2-instruct"), ("minimax-m2.7", "minimax-m2.7"),
@@ -34,7 +22,7 @@ def _count(name):
 def test_preset_is_the_fixture_file_less_its_bookkeeping(preset, fixture):
     """The three presets were read from the same published files as the fixtures (tests/data/configs/SOURCES.md)."""
     real = json.loads((DATA / "configs" / fixture / "config.json").read_text())
-    assert _preset(preset)["config"] == {k: v for k, v in real.items() if k not in BOOKKEEPING}
+    assert model_preset(preset)["config"] == {k: v for k, v in real.items() if k not in BOOKKEEPING}
 
 
 # Model cards: Kimi K2 "1 trillion total parameters" (transformers' count is 2.6 % over: the card rounds to 1T);
@@ -45,19 +33,19 @@ def test_preset_is_the_fixture_file_less_its_bookkeeping(preset, fixture):
                                               ("glm-4.7-flash", 30e9, 0.01), ("qwen3-coder-480b-a35b", 480e9, 0.001),
                                               ("qwen3-32b", 32.8e9, 0.002), ("qwen3-14b", 14.8e9, 0.003)])
 def test_published_totals(name, total, rel):
-    assert _count(name).total == pytest.approx(total, rel=rel)
+    assert preset_params(name).total == pytest.approx(total, rel=rel)
 
 
 def test_published_active_and_non_embedding_counts():
-    assert _count("qwen3-coder-480b-a35b").active == pytest.approx(35e9, rel=0.015)  # 35.47B: the card rounds down
+    assert preset_params("qwen3-coder-480b-a35b").active == pytest.approx(35e9, rel=0.015)  # 35.47B: the card rounds down
     for name, non_embedding in (("qwen3-32b", 31.2e9), ("qwen3-14b", 13.2e9)):  # untied: embedding and head excluded
-        n = _count(name)
+        n = preset_params(name)
         assert n.total - n.embedding - n.lm_head == pytest.approx(non_embedding, rel=0.002), name
 
 
 def test_qwen3_14b_equals_its_checkpoint():
     """The released safetensors hold 14,768,307,200 elements, all bf16 (27.51 GiB): every tensor is a parameter."""
-    assert _count("qwen3-14b").total == 14_768_307_200
+    assert preset_params("qwen3-14b").total == 14_768_307_200
 
 
 @pytest.mark.parametrize("name, stored, extra", [
@@ -74,9 +62,9 @@ def test_checkpoint_elements_are_the_parameters_plus_scales_and_buffers(name, st
     """The released tensor lists count more elements than the model's parameters: what the FP8 release adds (one fp32
     scale per 128 x 128 block) and buffers transformers does not count as parameters. Worked out from the tensor
     shapes, independently of aicalc's formulas."""
-    assert _count(name).total == stored - extra
+    assert preset_params(name).total == stored - extra
 
 
 def test_kimi_k2_caches_deepseek_v3s_latent():
     """61 layers x (512 latent + 64 rope) x 2 bytes = 70,272 B/token, the same as DeepSeek-V3 (MLA)."""
-    assert kv_bytes_per_token(arch_from_config(_preset("kimi-k2")["config"]), "bf16") == 61 * 576 * 2
+    assert kv_bytes_per_token(arch_from_config(model_preset("kimi-k2")["config"]), "bf16") == 61 * 576 * 2

@@ -13,6 +13,8 @@ import pytest
 import aicalc
 from aicalc.cli import main
 
+from conftest import preset_config
+
 H, LAT, F, K, LM = 4096, 1024, 2688, 22, 40
 
 
@@ -59,15 +61,10 @@ def test_lambda_b200_throughput():
 
 
 def _super_shape():
-    import yaml
-
     from aicalc.catalog.hf_config import arch_from_config
     from aicalc.core.forward import shape_of
 
-    from conftest import ROOT
-
-    cfg = yaml.safe_load((ROOT / "presets" / "models" / "nemotron-3-super-120b-a12b.yaml").read_text())["config"]
-    return shape_of(arch_from_config(cfg))
+    return shape_of(arch_from_config(preset_config("nemotron-3-super-120b-a12b")))
 
 
 def test_training_reads_the_latent_too():
@@ -89,13 +86,9 @@ def test_training_reads_the_latent_too():
 def test_latent_dispatch_is_a_quarter_of_the_hidden_one(capsys):
     """EP's all-to-all carries each token's latent (1024 of H = 4096): the same model and layout priced with the
     experts on H (moe_latent_size removed, a plain MoE of the same experts) exchanges 4 times the bytes."""
-    import yaml
-
     from aicalc.api.train_time import train_time
 
-    from conftest import ROOT
-
-    cfg = yaml.safe_load((ROOT / "presets" / "models" / "nemotron-3-super-120b-a12b.yaml").read_text())["config"]
+    cfg = preset_config("nemotron-3-super-120b-a12b")
     kw = dict(chip="b200", dp=64, tp=1, pp=1, ep=8, seq=4096, global_batch=512, micro_batch=1)
     latent = train_time(cfg, **kw)
     plain = train_time({**cfg, "moe_latent_size": None}, **kw)

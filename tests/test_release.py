@@ -13,6 +13,8 @@ import aicalc
 from aicalc.api.catalog import load_model, weight_format
 from aicalc.api.roofline import roofline
 
+from conftest import fixture_config
+
 
 @pytest.mark.parametrize("model, gib", [("gpt-oss-20b", 12.8), ("gpt-oss-120b", 60.8)])
 def test_gpt_oss_weights_are_the_released_mxfp4_checkpoint(model, gib):
@@ -79,17 +81,11 @@ def test_presets_show_states_the_release_and_its_bytes_match_the_published_size(
 
 
 # a model read from its config.json alone (no safetensors headers): the format its quantization_config declares
-def _config(name: str) -> dict:
-    from conftest import ROOT
-
-    return json.loads((ROOT / "tests" / "data" / "configs" / name / "config.json").read_text())
-
-
 def test_a_config_with_an_fp8_quantization_config_is_priced_as_its_fp8_release():
     """Kimi-K2-Instruct's file declares quant_method fp8 (block-scaled e4m3, as DeepSeek-V3's): 1,026,408,209,408
     parameters (transformers' count, tests/data/configs/SOURCES.md), one byte each but the 163,840 × 7,168
     embedding and LM head, which stay bf16."""
-    cfg = _config("kimi-k2-instruct")
+    cfg = fixture_config("kimi-k2-instruct")
     r = roofline(cfg, "h200", 1, 128, 128, tp=1)
     assert r.meta["setup"].dtype_label == "fp8"
     assert r.weights_bytes_per_device[0] == pytest.approx(1_026_408_209_408 + 2 * 163840 * 7168, rel=0.002)
@@ -101,7 +97,7 @@ def test_config_quantization_schemes_and_their_coverage():
 
     assert release_format({"quantization_config": {"quant_method": "mxfp4"}}) == ("bf16", "mxfp4")  # gpt-oss
     # NVIDIA's GLM-4.7 NVFP4: ModelOpt over the MLPs and experts, the attention left bf16 by its ignore list
-    assert release_format(_config("glm-4.7-nvfp4")) == ("bf16", "fp4")
+    assert release_format(fixture_config("glm-4.7-nvfp4")) == ("bf16", "fp4")
     assert release_format({"quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8",
                                                    "ignore": ["lm_head"]}}) == ("fp8", None)
     assert release_format({"quantization_config": {"quant_method": "awq", "bits": 4}}) == ("int4", None)
@@ -115,6 +111,6 @@ def test_config_quantization_schemes_and_their_coverage():
 
 
 def test_a_dense_config_with_an_experts_only_scheme_takes_it_for_every_linear():
-    cfg = dict(_config("qwen3-0.6b"), quantization_config={"quant_method": "mxfp4"})
+    cfg = dict(fixture_config("qwen3-0.6b"), quantization_config={"quant_method": "mxfp4"})
     assert weight_format(load_model(cfg), None).label == "mxfp4"
-    assert weight_format(load_model(_config("qwen3-0.6b")), None).label == "bf16"
+    assert weight_format(load_model(fixture_config("qwen3-0.6b")), None).label == "bf16"

@@ -11,29 +11,15 @@ presets that copy another model's shapes are held to that model's file key by ke
 import json
 
 import pytest
-import yaml
 
 from aicalc.catalog.hf_config import arch_from_config
 from aicalc.core.kv_cache import kv_bytes_per_token
-from aicalc.core.params import count_params
 
-from conftest import DATA, ROOT, check_preset_answers
+from conftest import DATA, check_preset_answers, model_preset, preset_config, preset_params
 
 NEW = ("llama-3.3-70b", "deepseek-r1-distill-llama-70b", "qwen2.5-32b", "qwen2.5-14b", "qwq-32b",
        "deepseek-r1-distill-qwen-32b", "mistral-small-24b", "glm-4.7")
 DENSE = NEW[:-1]
-
-
-def _preset(name):
-    return yaml.safe_load((ROOT / "presets" / "models" / f"{name}.yaml").read_text())
-
-
-def _config(name):
-    return _preset(name)["config"]
-
-
-def _count(name):
-    return count_params(arch_from_config(_config(name)))
 
 
 def _head_dim(c):
@@ -58,8 +44,8 @@ def _dense_by_hand(c):
 
 @pytest.mark.parametrize("name", DENSE)
 def test_dense_counts_by_hand(name):
-    n = _count(name)
-    assert n.total == n.active == _dense_by_hand(_config(name))
+    n = preset_params(name)
+    assert n.total == n.active == _dense_by_hand(preset_config(name))
     assert n.lm_head == n.embedding  # untied: the head is a second V x H matrix
 
 
@@ -67,17 +53,17 @@ def test_dense_counts_written_out():
     """The same counts with every number written out."""
     # Llama 3.3 70B: q 8192x8192, k and v 8192x1024, o 8192x8192; MLP 3x8192x28672; 2 norms; 80 layers; V 128256
     llama_layer = 8192 * 8192 + 2 * 8192 * 1024 + 8192 * 8192 + 3 * 8192 * 28672 + 2 * 8192
-    assert _count("llama-3.3-70b").total == 80 * llama_layer + 8192 + 2 * 128256 * 8192 == 70_553_706_496
+    assert preset_params("llama-3.3-70b").total == 80 * llama_layer + 8192 + 2 * 128256 * 8192 == 70_553_706_496
     # Qwen2.5-32B: q 5120x5120 + 5120 bias, k and v 5120x1024 + 1024 bias each, o 5120x5120; MLP 3x5120x27648; 64 layers
     qwen_attention = 5120 * 5120 + 5120 + 2 * (5120 * 1024 + 1024) + 5120 * 5120
     qwen32_layer = qwen_attention + 3 * 5120 * 27648 + 2 * 5120
-    assert _count("qwen2.5-32b").total == 64 * qwen32_layer + 5120 + 2 * 152064 * 5120 == 32_763_876_352
+    assert preset_params("qwen2.5-32b").total == 64 * qwen32_layer + 5120 + 2 * 152064 * 5120 == 32_763_876_352
     # Qwen2.5-14B: the same attention, MLP 3x5120x13824, 48 layers
     qwen14_layer = qwen_attention + 3 * 5120 * 13824 + 2 * 5120
-    assert _count("qwen2.5-14b").total == 48 * qwen14_layer + 5120 + 2 * 152064 * 5120 == 14_770_033_664
+    assert preset_params("qwen2.5-14b").total == 48 * qwen14_layer + 5120 + 2 * 152064 * 5120 == 14_770_033_664
     # Mistral Small 24B: head_dim 128, so q 5120x4096, k and v 5120x1024, o 4096x5120; MLP 3x5120x32768; 40 layers
     mistral_layer = 5120 * 4096 + 2 * 5120 * 1024 + 4096 * 5120 + 3 * 5120 * 32768 + 2 * 5120
-    assert _count("mistral-small-24b").total == 40 * mistral_layer + 5120 + 2 * 131072 * 5120 == 23_572_403_200
+    assert preset_params("mistral-small-24b").total == 40 * mistral_layer + 5120 + 2 * 131072 * 5120 == 23_572_403_200
 
 
 # Counts published apart from aicalc (preset notes):
@@ -92,7 +78,7 @@ def test_dense_counts_written_out():
     ("deepseek-r1-distill-llama-70b", 70_553_706_496),
 ])
 def test_counts_equal_the_released_checkpoints(name, published):
-    assert _count(name).total == published
+    assert preset_params(name).total == published
 
 
 # Model cards: Qwen2.5-32B "Number of Parameters: 32.5B, Number of Paramaters (Non-Embedding): 31.0B", Qwen2.5-14B
@@ -105,7 +91,7 @@ def test_counts_equal_the_released_checkpoints(name, published):
     ("llama-3.3-70b", 70e9, None),
 ])
 def test_counts_near_the_model_cards(name, total, non_embedding):
-    c, n = _config(name), _count(name)
+    c, n = preset_config(name), preset_params(name)
     assert n.total == pytest.approx(total, rel=0.02)
     if non_embedding:
         assert n.total - 2 * c["vocab_size"] * c["hidden_size"] == pytest.approx(non_embedding, rel=0.01)
@@ -113,7 +99,7 @@ def test_counts_near_the_model_cards(name, total, non_embedding):
 
 def _differing(a, b):
     """The keys whose values differ, or which one file has and the other lacks."""
-    a, b = _config(a), _config(b)
+    a, b = preset_config(a), preset_config(b)
     return {k for k in a.keys() | b.keys() if k not in a or k not in b or a[k] != b[k]}
 
 
@@ -121,20 +107,20 @@ def test_llama_3_3_is_llama_3_1_70b_with_the_instruct_keys():
     """Llama 3.3 keeps Llama 3.1 70B's shapes: the files differ in the Instruct eos list and in head_dim 128 (= 8192 / 64),
     which the 3.1 file leaves to LlamaConfig's default, hidden / heads."""
     assert _differing("llama-3.3-70b", "llama-3.1-70b") == {"eos_token_id", "head_dim"}
-    assert _config("llama-3.3-70b")["head_dim"] == 8192 // 64
-    assert _count("llama-3.3-70b") == _count("llama-3.1-70b")
+    assert preset_config("llama-3.3-70b")["head_dim"] == 8192 // 64
+    assert preset_params("llama-3.3-70b") == preset_params("llama-3.1-70b")
 
 
 def test_the_distills_keep_their_bases_shapes():
     """DeepSeek-R1-Distill-Llama-70B's file is Llama-3.3-70B-Instruct's key for key; QwQ-32B and
     DeepSeek-R1-Distill-Qwen-32B differ from Qwen2.5-32B only in keys that change no shape (the window is inert:
     use_sliding_window false)."""
-    assert _config("deepseek-r1-distill-llama-70b") == _config("llama-3.3-70b")
+    assert preset_config("deepseek-r1-distill-llama-70b") == preset_config("llama-3.3-70b")
     assert _differing("qwq-32b", "qwen2.5-32b") == {"eos_token_id", "sliding_window"}
     assert _differing("deepseek-r1-distill-qwen-32b", "qwen2.5-32b") == {"sliding_window", "rope_scaling"}
-    base = arch_from_config(_config("qwen2.5-32b"))
+    base = arch_from_config(preset_config("qwen2.5-32b"))
     for name in ("qwq-32b", "deepseek-r1-distill-qwen-32b"):
-        assert arch_from_config(_config(name)) == base
+        assert arch_from_config(preset_config(name)) == base
     assert base.sliding_window is None and base.qkv_bias and not base.o_bias
 
 
@@ -143,7 +129,7 @@ def test_qwen2_5_14b_is_qwen2_5_32b_narrower_and_shallower():
 
 
 def test_mistral_small_head_dim_is_explicit_and_attention_full():
-    arch = arch_from_config(_config("mistral-small-24b"))
+    arch = arch_from_config(preset_config("mistral-small-24b"))
     assert (arch.head_dim, arch.hidden // arch.heads) == (128, 160)
     assert arch.sliding_window is None  # sliding_window null in the file: no window (MistralConfig's default is 4096)
 
@@ -154,7 +140,7 @@ def test_glm_4_7_counts_by_hand_and_published():
     e_score_correction_bias is a buffer), 160 routed experts and 1 shared expert of 3 x 5120 x 1536. The MTP layer is not
     built. Model card: "355B total parameters and 32B active parameters"; the active figure leaves out the embedding and
     the untied head."""
-    n = _count("glm-4.7")
+    n = preset_params("glm-4.7")
     attention = 5120 * 12288 + 2 * 5120 * 1024 + 12288 * 5120 + 12288 + 2 * 1024 + 2 * 128 + 2 * 5120
     expert = 3 * 5120 * 1536
     dense_layer = attention + 3 * 5120 * 12288
@@ -164,7 +150,7 @@ def test_glm_4_7_counts_by_hand_and_published():
     assert n.active == 3 * dense_layer + 89 * (moe_common + 8 * expert) + outside == 33_632_251_904
     assert n.total == pytest.approx(355e9, rel=0.01)
     assert n.active - 2 * 151552 * 5120 == pytest.approx(32e9, rel=0.01)
-    arch = arch_from_config(_config("glm-4.7"))
+    arch = arch_from_config(preset_config("glm-4.7"))
     assert (arch.qkv_bias, arch.o_bias, arch.qk_norm, arch.n_moe_layers) == (True, False, True, 89)
     assert (arch.moe.experts, arch.moe.experts_per_token, arch.moe.shared_experts) == (160, 8, 1)
 
@@ -174,7 +160,7 @@ def test_glm_4_7_preset_is_the_nvfp4_fixture_less_its_quantization():
     writes dtype where the official file says torch_dtype and adds its quantization_config and version."""
     fixture = json.loads((DATA / "configs" / "glm-4.7-nvfp4" / "config.json").read_text())
     dropped = {"quantization_config", "transformers_version", "dtype"}
-    preset = _config("glm-4.7")
+    preset = preset_config("glm-4.7")
     assert {k: v for k, v in preset.items() if k != "torch_dtype"} == {k: v for k, v in fixture.items()
                                                                         if k not in dropped}
     assert preset["torch_dtype"] == fixture["dtype"] == "bfloat16"
@@ -192,15 +178,15 @@ def test_glm_4_7_preset_is_the_nvfp4_fixture_less_its_quantization():
     ("glm-4.7", 2 * 92 * 8 * 128 * 2),  # 376,832 B = 368 KiB
 ])
 def test_kv_bytes_per_token_by_hand(name, by_hand):
-    assert kv_bytes_per_token(arch_from_config(_config(name)), "bf16") == by_hand
+    assert kv_bytes_per_token(arch_from_config(preset_config(name)), "bf16") == by_hand
 
 
 @pytest.mark.parametrize("name", NEW)
 def test_new_presets_are_bf16_releases(name):
     """None of these releases declares a quantization_config: no release block, the default weight format is bf16."""
-    assert "release" not in _preset(name) and _config(name)["torch_dtype"] == "bfloat16"
+    assert "release" not in model_preset(name) and preset_config(name)["torch_dtype"] == "bfloat16"
 
 
 @pytest.mark.parametrize("name", NEW)
 def test_cli_runs_each_new_preset(cli, name):
-    check_preset_answers(cli, name, _count(name).total)
+    check_preset_answers(cli, name, preset_params(name).total)
