@@ -340,8 +340,54 @@ def _snap(d: dict) -> dict[str, int]:
     return out
 
 
-def measure(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
+def _run_steps(mt, m, opt, ids, microbatches: int, snap, first: int = 0, autocast=None):
+    """``STEPS`` training steps of ``m`` under the tracker ``mt`` (entered by the caller): each ``microbatches``
+    forwards (``model(input_ids, labels=input_ids)``, the loss over ``microbatches``) and backwards, then
+    ``opt.step()`` and ``opt.zero_grad(set_to_none=True)``. Each phase's own peak is read with ``snap`` (the
+    tracker's peak snapshot as ``{category: bytes}``); returns (the highest phase peak of the steps from ``first``
+    on, where it was, the last step's phase peaks). ``autocast``: a context the forward runs in (torch AMP)."""
+    import contextlib
     import copy
+
+    phases: dict[str, dict[str, int]] = {}
+    state = {}
+
+    def phase(name, fn):
+        cur = mt.get_tracker_snapshot("current")
+        mt._peak_mem = {d: s["Total"] for d, s in cur.items()}  # peak of this phase only
+        mt._peak_mem_snap = copy.deepcopy(cur)
+        fn()
+        peak = snap(mt.get_tracker_snapshot("peak"))
+        if peak["total"] > phases.get(name, {}).get("total", -1):
+            phases[name] = peak
+
+    def forward():
+        mt.reset_mod_stats()  # module snapshots per call; the step's totals are kept
+        with autocast() if autocast else contextlib.nullcontext():
+            out = m(input_ids=ids, labels=ids)
+        state["loss"] = out.loss / microbatches
+
+    def backward():
+        state.pop("loss").backward()
+
+    def step():
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    best, where = {"total": -1}, ""
+    for s in range(STEPS):
+        phases.clear()
+        for _ in range(microbatches):
+            phase("forward", forward)
+            phase("backward", backward)
+        phase("optimizer", step)
+        for name, peak in phases.items():
+            if s >= first and peak["total"] > best["total"]:
+                best, where = peak, f"step {s + 1} {name}"
+    return best, where, phases
+
+
+def measure(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
 
     import torch
     import torch.nn.functional as F
@@ -368,43 +414,10 @@ def measure(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
             ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]))
             mt = _tracker()
             mt.track_external(m, opt, ids)
-            phases: dict[str, dict[str, int]] = {}
-            state = {}
-
-            def phase(name, fn):
-                cur = mt.get_tracker_snapshot("current")
-                mt._peak_mem = {d: s["Total"] for d, s in cur.items()}  # peak of this phase only
-                mt._peak_mem_snap = copy.deepcopy(cur)
-                fn()
-                snap = _snap(mt.get_tracker_snapshot("peak"))
-                if snap["total"] > phases.get(name, {}).get("total", -1):
-                    phases[name] = snap
-
-            def forward():
-                mt.reset_mod_stats()  # module snapshots per call; the step's totals are kept
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
-                    out = m(input_ids=ids, labels=ids)
-                state["loss"] = out.loss / c["microbatches"]
-
-            def backward():
-                state.pop("loss").backward()
-
-            def step():
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-
-            best = {"total": -1}
-            where = ""
             with mt:
-                for s in range(STEPS):
-                    phases.clear()
-                    for _ in range(c["microbatches"]):
-                        phase("forward", forward)
-                        phase("backward", backward)
-                    phase("optimizer", step)
-                    for name, snap in phases.items():
-                        if snap["total"] > best["total"]:
-                            best, where = snap, f"step {s + 1} {name}"
+                best, where, phases = _run_steps(
+                    mt, m, opt, ids, c["microbatches"], _snap,
+                    autocast=lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed))
                 after = _snap(mt.get_tracker_snapshot("current"))
             n_params = sum(p.numel() for p in m.parameters())
             n_trainable = sum(p.numel() for p in trainable)
@@ -572,7 +585,6 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
     are recorded beside it (``host_after_step``). Pinned host memory (torch's default, ``pin_memory=True``) is not
     traced (fake tensors do not implement ``aten._pin_memory``: "NYI"); it changes the host's allocator, not what
     the device holds."""
-    import copy
 
     import fake_accelerator as fa
     import torch
@@ -632,40 +644,9 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
             ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]), device=dev)
             mt = Tracker(m, opt)
             mt.track_inputs((ids,))
-            phases: dict[str, dict[str, int]] = {}
-            state = {}
-
-            def phase(name, fn):
-                cur = mt.get_tracker_snapshot("current")
-                mt._peak_mem = {d: s["Total"] for d, s in cur.items()}
-                mt._peak_mem_snap = copy.deepcopy(cur)
-                fn()
-                snap = _fsdp_snap(mt.get_tracker_snapshot("peak"), dev if offload else None)
-                if snap["total"] > phases.get(name, {}).get("total", -1):
-                    phases[name] = snap
-
-            def forward():
-                mt.reset_mod_stats()
-                state["loss"] = m(input_ids=ids, labels=ids).loss / c["microbatches"]
-
-            def backward():
-                state.pop("loss").backward()
-
-            def step():
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-
-            best, where = {"total": -1}, ""
             with mt:
-                for s in range(STEPS):
-                    phases.clear()
-                    for _ in range(c["microbatches"]):
-                        phase("forward", forward)
-                        phase("backward", backward)
-                    phase("optimizer", step)
-                    for name, snap in phases.items():
-                        if s > 0 and snap["total"] > best["total"]:
-                            best, where = snap, f"step {s + 1} {name}"
+                best, where, phases = _run_steps(mt, m, opt, ids, c["microbatches"],
+                                                 lambda d: _fsdp_snap(d, dev if offload else None), first=1)
                 now = mt.get_tracker_snapshot("current")
                 after = _fsdp_snap(now, dev if offload else None)
                 host = _fsdp_snap(now, torch.device("cpu")) if offload else None
@@ -724,7 +705,6 @@ def measure_fsdp1(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
     (``torch.UntypedStorage.resize_``). ``record_stream`` (which the fake device does not implement) is made a
     no-op: on CUDA it delays the reuse of a freed block by the caching allocator, not what is allocated. As for
     FSDP2, the first step is not recorded."""
-    import copy
     import functools
 
     import fake_accelerator as fa
@@ -777,40 +757,9 @@ def measure_fsdp1(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
             ids = torch.randint(0, cfg.vocab_size, (c["batch"], c["seq"]), device=dev)
             mt = _tracker()
             mt.track_external(m, opt)
-            phases: dict[str, dict[str, int]] = {}
-            state = {}
-
-            def phase(name, fn):
-                cur = mt.get_tracker_snapshot("current")
-                mt._peak_mem = {d: s["Total"] for d, s in cur.items()}
-                mt._peak_mem_snap = copy.deepcopy(cur)
-                fn()
-                snap = _fsdp_snap(mt.get_tracker_snapshot("peak"), dev)
-                if snap["total"] > phases.get(name, {}).get("total", -1):
-                    phases[name] = snap
-
-            def forward():
-                mt.reset_mod_stats()
-                state["loss"] = m(input_ids=ids, labels=ids).loss / c["microbatches"]
-
-            def backward():
-                state.pop("loss").backward()
-
-            def step():
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-
-            best, where = {"total": -1}, ""
             with mt:
-                for s in range(STEPS):
-                    phases.clear()
-                    for _ in range(c["microbatches"]):
-                        phase("forward", forward)
-                        phase("backward", backward)
-                    phase("optimizer", step)
-                    for name, snap in phases.items():
-                        if s > 0 and snap["total"] > best["total"]:
-                            best, where = snap, f"step {s + 1} {name}"
+                best, where, phases = _run_steps(mt, m, opt, ids, c["microbatches"], lambda d: _fsdp_snap(d, dev),
+                                                 first=1)
                 after = _fsdp_snap(mt.get_tracker_snapshot("current"), dev)
             n_params = sum(p.numel() for p in m.parameters())
             n_trainable = sum(p.numel() for p in trainable)

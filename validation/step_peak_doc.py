@@ -341,12 +341,13 @@ def fsdp_section() -> list[str]:
 
 def fsdp1_section() -> list[str]:
     """The FSDP1 records (one rank of ``FullyShardedDataParallel``) against ``--zero 3 --dp N --fsdp-version 1``."""
-    fsdp2 = {r["name"].split("/", 1)[1] + r["name"].split("/", 1)[0][5:]: r["peak_bytes"]
+    # the same setup's FSDP2 record, by the FSDP1 record's name
+    fsdp2 = {r["name"].replace("fsdp2-", "fsdp1-", 1): r["peak_bytes"]
              for r in json.loads(FSDP_DATA.read_text(encoding="utf-8"))["records"]}
     rows, errs = [], []
     for r, est, peak, err in fsdp_scored(FSDP1_DATA):
         errs.append(abs(err))
-        two = fsdp2.get(r["name"].split("/", 1)[1] + r["name"].split("/", 1)[0][5:])
+        two = fsdp2.get(r["name"])
         same = f"{r['peak_bytes'] / two - 1:+.1%}" if two else "—"
         rows.append(f"| {r['name']} | {r['peak_phase']} | {r['peak_bytes'] / 1e6:,.1f} | {same} | {peak / 1e6:,.1f} | "
                     f"{est['peak_phase'][0]} | {err:+.1%} |")
