@@ -110,12 +110,14 @@ def test_a_node_stands_for_its_chip(cli):
 
 
 def test_narrow_terminal_keeps_the_answers_and_names_chips_without_a_price(cli):
-    """At 80 columns the columns that give way are the long layout/precision strings, not memory, time or cost;
-    a chip with no on-demand price is named in the footer instead of leaving its cost cells unexplained."""
-    out = cli("compare", "llama-3.1-8b", "--chip", "gaudi3", "--chip", "h100-sxm", tty=True, width=80).out
-    header = next(line for line in out.splitlines() if "chip" in line and "phase" in line)
-    assert all(h in header for h in ("chips", "memory", "time", "train cost")), header
-    assert "layout" not in header and "precision" not in header
+    """On a narrow terminal the columns that give way are the long layout/precision strings at the right, not
+    the chips, memory, cost and time at the left (at 80 columns the first six fit; the time too a few columns
+    wider); a chip with no on-demand price is named in the footer instead of leaving its cost cells unexplained."""
+    for width, kept in ((80, ("chips", "memory", "train cost", "$/year")), (88, ("time",))):
+        out = cli("compare", "llama-3.1-8b", "--chip", "gaudi3", "--chip", "h100-sxm", tty=True, width=width).out
+        header = next(line for line in out.splitlines() if "chip" in line and "phase" in line)
+        assert all(h in header for h in kept), header
+        assert "layout" not in header and "precision" not in header
     assert "(none for gaudi3)" in cli("compare", "llama-3.1-8b", "--chip", "gaudi3", "--chip", "h100-sxm",
                                       width=400).out
 
@@ -146,3 +148,65 @@ def test_a_tp_without_room_for_one_request_has_no_fitting_row():
                     skipped += 1
                     assert not serve(model, chip, [1.0], 1024, 256, tp=tp).rows()[0]["fits"], (model, chip, tp)
     assert skipped >= 20
+
+
+def test_training_layout_is_the_fastest_that_fits(cli, rows):
+    """Of the layouts train-mem finds fitting on the row's chips (TP ≤ 8), each at the lowest ZeRO stage it fits
+    with, none trains faster by train-time than the one the row takes (derived here from the two commands)."""
+    t = rows[("h100-sxm", "training")]
+    n = t["chips_needed"]
+    fitting = [r for r in cli("train-mem", "llama-2-70b", "--chip", "h100-sxm", "--search", "--chips", n,
+                              "--framework", "megatron", "--sp", "--attention", "flash", "--seq", "4096",
+                              "--top", 20, "--json").json["rows"] if r["fits"] and r["tp"] <= 8]
+    lowest = {}
+    for r in fitting:
+        key = (r["tp"], r["pp"], r["dp"], r["recompute"])
+        lowest[key] = min(lowest.get(key, 3), r["zero"])
+    assert len(lowest) > 1  # a choice was made
+    times = {}
+    for (tp, pp, dp, rc), zero in lowest.items():
+        times[(tp, pp, dp, rc, zero)] = cli(
+            "train-time", "llama-2-70b", "--chip", "h100-sxm", "--tokens", t["tokens"], "--seq", "4096",
+            "--global-batch", max(n, 8) * 8, "--tp", tp, "--pp", pp, "--dp", dp,
+            "--recompute", rc if rc in ("none", "full") else "selective", "--zero", zero,
+            "--json").json["rows"][0]["total_time_s"]
+    assert t["total_time_s"] == pytest.approx(min(times.values()), rel=1e-9)
+    tp, pp, dp, rc, zero = min(times, key=times.get)
+    assert t["layout"] == f"TP {tp} × PP {pp} × DP {dp}, ZeRO-{zero}, recompute {rc}"
+    # the layout with the most headroom (the row's choice before) is slower here
+    first = fitting[0]
+    assert times[(first["tp"], first["pp"], first["dp"], first["recompute"],
+                  lowest[(first["tp"], first["pp"], first["dp"], first["recompute"])])] > t["total_time_s"]
+
+
+@pytest.mark.parametrize("model, chips, ep", [
+    ("llama-3.1-8b", 8, 1),  # dense: no experts to split
+    ("mixtral-8x7b", 16, 8),  # 8 experts
+    ("mixtral-8x7b", 4, 4),  # no more EP ranks than chips
+    ("deepseek-v2", 64, 8),  # 160 experts: 8 divides them
+    ("llama-4-scout", 2, 2),
+    ("qwen3-30b-a3b", 12, 4),  # 12 chips: 4 divides both 128 and 12
+])
+def test_expert_degree(model, chips, ep):
+    from aicalc.api.compare import expert_degree
+
+    assert expert_degree(aicalc.load_model(model).arch, chips) == ep
+
+
+def test_moe_training_row_uses_expert_parallelism(cli):
+    """Qwen3-30B-A3B (128 experts) on H100s trains with EP 8: the row's layout names it, train-mem with --ep 8
+    fits that layout on the row's chips, and train-time with --ep 8 gives the row's time."""
+    r = next(x for x in cli("compare", "qwen3-30b-a3b", "--chip", "h100-sxm", "--json").json["rows"]
+             if x["phase"] == "training")
+    assert "(EP 8)" in r["layout"]
+    tp, pp, dp = (int(r["layout"].split(k)[1].split()[0]) for k in ("TP ", "PP ", "DP "))
+    zero = int(r["layout"].split("ZeRO-")[1][0])
+    rc = r["layout"].split("recompute ")[1]
+    mem = cli("train-mem", "qwen3-30b-a3b", "--chip", "h100-sxm", "--framework", "megatron", "--sp", "--attention",
+              "flash", "--seq", "4096", "--tp", tp, "--pp", pp, "--dp", dp, "--zero", zero, "--recompute", rc,
+              "--ep", 8, "--json").json["rows"][0]
+    assert mem["fits"] and mem["peak_bytes"] == pytest.approx(r["memory_bytes"], rel=1e-9)
+    time = cli("train-time", "qwen3-30b-a3b", "--chip", "h100-sxm", "--tokens", r["tokens"], "--seq", "4096",
+               "--global-batch", max(r["chips_needed"], 8) * 8, "--tp", tp, "--pp", pp, "--dp", dp, "--zero", zero,
+               "--recompute", rc if rc in ("none", "full") else "selective", "--ep", 8, "--json").json["rows"][0]
+    assert time["total_time_s"] == pytest.approx(r["total_time_s"], rel=1e-9)

@@ -1,7 +1,8 @@
 """Training vs inference for one model, chip by chip: memory, chips needed, speed, cost and energy.
 
 Training: the fewest chips any :func:`aicalc.api.train_memory.search_layouts` layout fits on (TP ≤ 8
-preferred), then :func:`aicalc.api.train_time.train_time` at that layout. Inference: the smallest TP group
+preferred; a MoE model with expert parallelism, :func:`expert_degree`), and of the layouts that fit there the one
+:func:`aicalc.api.train_time.train_time` gives the shortest step (:func:`_fastest`). Inference: the smallest TP group
 that :func:`aicalc.api.serving.serve` fits, at the concurrency with the most tokens/s inside the latency
 targets (default MLPerf's llama2-70b server limits, TTFT ≤ 2 s and TPOT ≤ 200 ms); SRAM-only chips through
 :func:`aicalc.api.roofline.roofline`. Money and energy from :mod:`aicalc.core.cost`.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from aicalc.api.results import Table
 
 MAX_CHIPS = 16384
+CANDIDATES = 20  # fitting training layouts (most headroom first) whose step times are compared
 EDGE_KINDS = ("npu", "soc")
 ON_DEVICE_KINDS = ("npu",)  # a phone's or a laptop's NPU: one device, one user, no training unless asked
 ON_DEVICE_LAYOUT = "on-device, one user (batch 1)"
@@ -29,46 +31,89 @@ class Comparison(Table):
 
 def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict:
     from aicalc.api.train_memory import search_layouts
-    from aicalc.api.train_time import train_time
     from aicalc.errors import AicalcError
 
     row = {"chip": chip.id, "phase": "training", "precision": "bf16-mixed, AdamW",
            "stored": "weights + gradients + optimizer states + activations"}
-    n, best = fewest_possible(model, chip), None
+    n, rows, ep = fewest_possible(model, chip), [], 1
     while n <= MAX_CHIPS:
-        try:
-            # Megatron's memory model (sequence parallelism, selective recompute, ZeRO): the framework the
-            # training time below assumes, and the one that lays a model out over many chips
-            res = search_layouts(model, chip, n, seq=seq, framework="megatron", sp=True, attention="flash",
-                                 closest=False)
-        except AicalcError as e:
-            warnings.append(f"no training estimate on {chip.id}: {e}")
-            return row | {"fits": False, "chips_needed": None, "memory_bytes": None}
-        fitting = [r for r in res.rows() if r["fits"]]  # where none fits, no row (closest=False)
-        rows = [r for r in fitting if r["tp"] <= 8] or fitting
+        for ep in dict.fromkeys((expert_degree(model.arch, n), 1)):  # a MoE model with EP first, then without
+            try:
+                # Megatron's memory model (sequence parallelism, selective recompute, ZeRO): the framework the
+                # training time below assumes, and the one that lays a model out over many chips
+                res = search_layouts(model, chip, n, seq=seq, framework="megatron", sp=True, attention="flash",
+                                     closest=False, ep=ep, top=CANDIDATES)
+            except AicalcError as e:
+                warnings.append(f"no training estimate on {chip.id}: {e}")
+                return row | {"fits": False, "chips_needed": None, "memory_bytes": None}
+            fitting = [r for r in res.rows() if r["fits"]]  # where none fits, no row (closest=False)
+            rows = [r for r in fitting if r["tp"] <= 8] or fitting
+            if rows:
+                break
         if rows:
-            best = rows[0]
             break
         n *= 2
-    if best is None:
+    if not rows:
         warnings.append(f"training does not fit on {MAX_CHIPS:,} × {chip.id}")
         return row | {"fits": False, "chips_needed": None, "memory_bytes": None}
+    try:
+        best, t = _fastest(model, chip, rows, tokens, seq, max(n, 8) * 8, ep)
+    except AicalcError as e:  # no step time (e.g. no training profile for the chip): the most headroom
+        warnings.append(f"no training time on {chip.id}: {e}")
+        best, t = rows[0], None
     row |= {"fits": True, "chips_needed": n, "batch": best["batch"],
-            "layout": f"TP {best['tp']} × PP {best['pp']} × DP {best['dp']}, ZeRO-{best['zero']}, "
-                      f"recompute {best['recompute']}",
+            "layout": f"TP {best['tp']} × PP {best['pp']} × DP {best['dp']}{f' (EP {ep})' if ep > 1 else ''}, "
+                      f"ZeRO-{best['zero']}, recompute {best['recompute']}",
             "memory_bytes": best["peak_bytes"], "weights_bytes": best["weights_bytes"],
             "gradients_bytes": best["gradients_bytes"], "optimizer_bytes": best["optimizer_bytes"],
             "activations_bytes": best["activations_bytes"]}
-    try:
-        t = train_time(model, chip, tokens, seq=seq, global_batch=max(n, 8) * 8, tp=best["tp"], pp=best["pp"],
-                       dp=best["dp"], recompute=_time_recompute(best["recompute"]),
-                       zero=int(best["zero"])).rows()[0]
-    except AicalcError as e:
-        warnings.append(f"no training time on {chip.id}: {e}")
+    if t is None:
         return row
     return row | {"tokens": tokens, "mfu": t["mfu"], "model_flop_per_s_per_chip": t["model_flop_per_s_per_chip"],
                   "tokens_per_s": t["tokens_per_s"], "total_time_s": t["total_time_s"], "chip_hours": t["chip_hours"],
                   "bound": "compute", "metric": "MFU, time to train"}
+
+
+def _fastest(model, chip, rows: list[dict], tokens: float, seq: int, global_batch: int, ep: int):
+    """(layout, train-time row) of the fitting ``rows`` (train-mem's, most headroom first) whose step
+    :func:`aicalc.api.train_time.train_time` prices shortest, ties to the one with more headroom. Each layout
+    (TP, PP, DP, recompute) is taken at the lowest ZeRO stage it fits with (the least communication); layouts
+    that share a recompute mode and a ZeRO stage are priced in one call."""
+    from aicalc.api.train_time import train_time
+
+    lowest: dict = {}
+    for r in rows:
+        key = (r["tp"], r["pp"], r["dp"], r["recompute"])
+        if key not in lowest or r["zero"] < lowest[key]["zero"]:
+            lowest[key] = r
+    groups: dict = {}
+    for r in lowest.values():
+        groups.setdefault((r["recompute"], int(r["zero"])), []).append(r)
+    order = {id(r): i for i, r in enumerate(rows)}
+    priced = []
+    for (recompute, zero), group in groups.items():
+        times = train_time(model, chip, tokens, seq=seq, global_batch=global_batch, tp=[r["tp"] for r in group],
+                           pp=[r["pp"] for r in group], dp=[r["dp"] for r in group],
+                           recompute=_time_recompute(recompute), zero=zero, ep=ep).rows()
+        priced += [(t["step_s"], order[id(r)], r, t) for r, t in zip(group, times, strict=True)]
+    _, _, best, t = min(priced, key=lambda x: x[:2])
+    return best, t
+
+
+def expert_degree(arch, chips: int) -> int:
+    """The expert parallelism a MoE model trains with here: the largest power of two up to 8 (the experts of
+    one 8-GPU node's scale-up domain, their all-to-all on its links) that divides both its routed experts and
+    ``chips``; 1 for a dense model. Megatron-Bridge's performance recipes run EP 8 for Qwen3-30B-A3B,
+    Qwen3-235B-A22B and gpt-oss-120B on 8-GPU nodes and for DeepSeek-V3 on 256 B200s, Megatron-Core's Mixtral
+    8x7B reference mapping EP 8 (validation/cases/moe-training.yaml: MO-03, MO-05, MO-07, MO-09, MO-11); EP is
+    folded over the data-parallel ranks with expert TP 1 (Megatron-Core's MoE parallel folding), as
+    :func:`aicalc.api.train_memory.search_layouts` and :func:`aicalc.api.train_time.train_time` take it."""
+    if arch.moe is None:
+        return 1
+    ep = 8
+    while ep > 1 and (arch.moe.experts % ep or chips % ep):
+        ep //= 2
+    return ep
 
 
 def fewest_possible(model, chip) -> int:

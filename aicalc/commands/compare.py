@@ -50,7 +50,7 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
                "mfu",
                "batch", "bound", "layout", "precision"]
     notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (Megatron: sequence "
-             "parallel, flash attention; TP ≤ 8 preferred), "
+             "parallel, flash attention; TP ≤ 8 preferred; MoE with EP up to 8), the fastest of those layouts, "
              f"{fmt_count(m['tokens'])} tokens (Chinchilla's 20 per parameter unless --tokens); inference: smallest TP that serves {m['prompt']}+{m['gen']}-token requests "
              f"within TTFT ≤ {m['max_ttft']:g} s, TPOT ≤ {m['max_tpot'] * 1e3:g} ms at the best concurrency",
              (f"cost: ${price_per_hour(price):,.2f} per chip-hour (--price)" if price is not None else
