@@ -151,32 +151,28 @@ def test_a_tp_without_room_for_one_request_has_no_fitting_row():
 
 
 def test_training_layout_is_the_fastest_that_fits(cli, rows):
-    """Of the layouts train-mem finds fitting on the row's chips (TP ≤ 8), each at the lowest ZeRO stage it fits
-    with, none trains faster by train-time than the one the row takes (derived here from the two commands)."""
+    """Of the layouts (with their ZeRO stages) train-mem finds fitting on the row's chips (TP ≤ 8), none trains
+    faster by train-time than the one the row takes (derived here from the two commands)."""
     t = rows[("h100-sxm", "training")]
     n = t["chips_needed"]
     fitting = [r for r in cli("train-mem", "llama-2-70b", "--chip", "h100-sxm", "--search", "--chips", n,
                               "--framework", "megatron", "--sp", "--attention", "flash", "--seq", "4096",
-                              "--top", 20, "--json").json["rows"] if r["fits"] and r["tp"] <= 8]
-    lowest = {}
-    for r in fitting:
-        key = (r["tp"], r["pp"], r["dp"], r["recompute"])
-        lowest[key] = min(lowest.get(key, 3), r["zero"])
-    assert len(lowest) > 1  # a choice was made
+                              "--top", 1000, "--json").json["rows"] if r["fits"] and r["tp"] <= 8]
+    assert len(fitting) > 10  # a choice was made
     times = {}
-    for (tp, pp, dp, rc), zero in lowest.items():
-        times[(tp, pp, dp, rc, zero)] = cli(
+    for r in fitting:
+        rc = r["recompute"]
+        times[(r["tp"], r["pp"], r["dp"], rc, r["zero"])] = cli(
             "train-time", "llama-2-70b", "--chip", "h100-sxm", "--tokens", t["tokens"], "--seq", "4096",
-            "--global-batch", max(n, 8) * 8, "--tp", tp, "--pp", pp, "--dp", dp,
-            "--recompute", rc if rc in ("none", "full") else "selective", "--zero", zero,
+            "--global-batch", max(n, 8) * 8, "--tp", r["tp"], "--pp", r["pp"], "--dp", r["dp"],
+            "--recompute", rc if rc in ("none", "full") else "selective", "--zero", r["zero"],
             "--json").json["rows"][0]["total_time_s"]
     assert t["total_time_s"] == pytest.approx(min(times.values()), rel=1e-9)
     tp, pp, dp, rc, zero = min(times, key=times.get)
     assert t["layout"] == f"TP {tp} × PP {pp} × DP {dp}, ZeRO-{zero}, recompute {rc}"
     # the layout with the most headroom (the row's choice before) is slower here
     first = fitting[0]
-    assert times[(first["tp"], first["pp"], first["dp"], first["recompute"],
-                  lowest[(first["tp"], first["pp"], first["dp"], first["recompute"])])] > t["total_time_s"]
+    assert times[(first["tp"], first["pp"], first["dp"], first["recompute"], first["zero"])] > t["total_time_s"]
 
 
 @pytest.mark.parametrize("model, chips, ep", [

@@ -672,3 +672,22 @@ def test_fp8_attention_needs_an_8bit_recipe(cli):
     ok = cli("train-time", "llama-3.1-8b", "--chip", "b200", "--precision", "fp8", "--fp8-attention", "--json")
     base = cli("train-time", "llama-3.1-8b", "--chip", "b200", "--precision", "fp8", "--json")
     assert ok.code == base.code and ok.json["rows"][0]["step_s"] < base.json["rows"][0]["step_s"]
+
+
+def test_zero_per_layout_prices_each_layout_as_alone():
+    """``zero`` may give each layout of a broadcast its own stage (DDP, ZeRO-1/2 and FSDP's block-by-block
+    collectives side by side): every row equals the layout priced alone, and a stage outside 0-3 is refused."""
+    import aicalc
+    from aicalc.errors import ParameterError
+
+    tp, pp, dp, zero = [2, 4, 8, 4, 1], [1, 2, 4, 1, 1], [16, 4, 1, 8, 32], [3, 1, 0, 2, 3]
+    kw = dict(seq=4096, global_batch=256, recompute="full")
+    rows = aicalc.train_time("llama-3.1-70b", "h100-sxm", 1e12, tp=tp, pp=pp, dp=dp, zero=zero, **kw).rows()
+    for i, row in enumerate(rows):
+        alone = aicalc.train_time("llama-3.1-70b", "h100-sxm", 1e12, tp=tp[i], pp=pp[i], dp=dp[i], zero=zero[i],
+                                  **kw).rows()[0]
+        assert {k: row[k] for k in ("step_s", "dp_comm_s", "optimizer_s", "total_time_s")} == \
+            {k: alone[k] for k in ("step_s", "dp_comm_s", "optimizer_s", "total_time_s")}
+    assert rows[0]["dp_comm_s"] != rows[3]["dp_comm_s"]  # FSDP's collectives differ from ZeRO-2's all-reduce
+    with pytest.raises(ParameterError, match="zero"):
+        aicalc.train_time("llama-3.1-70b", "h100-sxm", 1e12, tp=[2, 4], dp=[16, 8], zero=[1, 5], **kw)

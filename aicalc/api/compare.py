@@ -13,7 +13,7 @@ from __future__ import annotations
 from aicalc.api.results import Table
 
 MAX_CHIPS = 16384
-CANDIDATES = 20  # fitting training layouts (most headroom first) whose step times are compared
+CANDIDATES = 1000  # fitting training layouts whose step times are compared (every one, at compare's sizes)
 EDGE_KINDS = ("npu", "soc")
 ON_DEVICE_KINDS = ("npu",)  # a phone's or a laptop's NPU: one device, one user, no training unless asked
 ON_DEVICE_LAYOUT = "on-device, one user (batch 1)"
@@ -75,27 +75,21 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
 
 
 def _fastest(model, chip, rows: list[dict], tokens: float, seq: int, global_batch: int, ep: int):
-    """(layout, train-time row) of the fitting ``rows`` (train-mem's, most headroom first) whose step
-    :func:`aicalc.api.train_time.train_time` prices shortest, ties to the one with more headroom. Each layout
-    (TP, PP, DP, recompute) is taken at the lowest ZeRO stage it fits with (the least communication); layouts
-    that share a recompute mode and a ZeRO stage are priced in one call."""
+    """(layout, train-time row) of the fitting ``rows`` (train-mem's layouts with their ZeRO stages, most headroom
+    first) whose step :func:`aicalc.api.train_time.train_time` prices shortest, ties to the one with more headroom;
+    the layouts of one recompute mode are priced in one call."""
     from aicalc.api.train_time import train_time
 
-    lowest: dict = {}
-    for r in rows:
-        key = (r["tp"], r["pp"], r["dp"], r["recompute"])
-        if key not in lowest or r["zero"] < lowest[key]["zero"]:
-            lowest[key] = r
     groups: dict = {}
-    for r in lowest.values():
-        groups.setdefault((r["recompute"], int(r["zero"])), []).append(r)
-    order = {id(r): i for i, r in enumerate(rows)}
+    for i, r in enumerate(rows):
+        groups.setdefault(r["recompute"], []).append((i, r))
     priced = []
-    for (recompute, zero), group in groups.items():
-        times = train_time(model, chip, tokens, seq=seq, global_batch=global_batch, tp=[r["tp"] for r in group],
-                           pp=[r["pp"] for r in group], dp=[r["dp"] for r in group],
-                           recompute=_time_recompute(recompute), zero=zero, ep=ep).rows()
-        priced += [(t["step_s"], order[id(r)], r, t) for r, t in zip(group, times, strict=True)]
+    for recompute, group in groups.items():
+        times = train_time(model, chip, tokens, seq=seq, global_batch=global_batch,
+                           tp=[r["tp"] for _, r in group], pp=[r["pp"] for _, r in group],
+                           dp=[r["dp"] for _, r in group], zero=[int(r["zero"]) for _, r in group],
+                           recompute=_time_recompute(recompute), ep=ep).rows()
+        priced += [(t["step_s"], i, r, t) for (i, r), t in zip(group, times, strict=True)]
     _, _, best, t = min(priced, key=lambda x: x[:2])
     return best, t
 

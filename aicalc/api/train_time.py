@@ -132,7 +132,8 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
                fp8_all_gather: bool = False, attention_flops: str = "causal", fp8_attention: bool = False) -> TrainTime:
     """Training on ``tokens`` tokens with a TP × PP × CP × DP layout (arrays broadcast; ``ep`` experts split over
     EP ranks folded over the tensor, context and data ranks, with ``etp`` the experts' own tensor parallelism,
-    Megatron-Core's MoE parallel folding; default ``tp``). Pipeline stages follow
+    Megatron-Core's MoE parallel folding; default ``tp``; ``zero`` a ZeRO stage, or one per layout broadcast with
+    them). Pipeline stages follow
     :func:`stage_split` (``first_stage_layers`` / ``last_stage_layers``: Megatron's
     ``--decoder-{first,last}-pipeline-num-layers``). ``mfu`` (a fraction) or ``achieved`` (FLOP/s per chip, counted with recompute) give the
     rate; else the step-time model predicts it, with the chip class's and the ``framework``'s profile
@@ -167,7 +168,8 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
         raise ParameterError("recompute", recompute, "is torchtitan's op-level selective activation checkpointing; "
                              "with --framework megatron use none, selective or full")
     check_choice("attention", attention, ("flash", "materialized"))
-    check_choice("zero", zero, (0, 1, 2, 3))
+    for z in (np.asarray(zero).reshape(-1).tolist() if np.ndim(zero) else [zero]):  # a stage, or one per layout
+        check_choice("zero", z, (0, 1, 2, 3))
     interleave = inputs.count("interleave", interleave)  # a whole number ≥ 1, as --interleave
     spec = load_model(model)
     warnings: list[str] = []
@@ -183,7 +185,8 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     g = inputs.broadcast(tp=inputs.positive("tp", tp, whole=True), pp=inputs.positive("pp", pp, whole=True),
                          dp=inputs.positive("dp", dp, whole=True), seq=inputs.positive("seq", seq, whole=True),
                          global_batch=inputs.positive("global_batch", global_batch, whole=True),
-                         micro_batch=inputs.positive("micro_batch", micro_batch, whole=True))
+                         micro_batch=inputs.positive("micro_batch", micro_batch, whole=True),
+                         zero=np.asarray(zero, dtype=np.float64))
     for t in inputs.distinct(g["tp"]):
         check_tp(spec.arch, int(t))
     if fp8_all_gather not in (True, False):
@@ -226,7 +229,7 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     s = shape_of(spec.arch)
     kw = dict(tokens=D, seq=g["seq"], global_batch=g["global_batch"], micro_batch=g["micro_batch"], tp=g["tp"],
               pp=g["pp"], dp=g["dp"], recompute=recompute, flash=attention == "flash",
-              sequence_parallel=sequence_parallel, interleave=interleave, zero=zero, ep=ep_v, cp=cp_v,
+              sequence_parallel=sequence_parallel, interleave=interleave, zero=g["zero"], ep=ep_v, cp=cp_v,
               goodput=goodput, etp=etp_v, stage_layers=stages,
               grad_bytes=GRAD_BYTES[fw.options.get("reduce_dtype", "bf16")], gather_bytes=1.0 if fp8_all_gather else 2.0,
               attention_flops=attention_flops)

@@ -462,7 +462,9 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
 
     m = Bg / (dp * b)  # micro-batches per pipeline per step
     lat = eff.collective_latency_s
-    if zero >= 3:  # FSDP / ZeRO-3, block by block (fsdp_exposed)
+    zero = np.asarray(zero)
+    fsdp = zero >= 3  # a layout's ZeRO stage (an array of them prices each layout's own)
+    if np.any(fsdp):  # FSDP / ZeRO-3, block by block (fsdp_exposed)
         root_dev = (s.embedding_params + (0.0 if s.arch.tied_embeddings else s.V * s.H)) / (tp * pp)
         on = np.where(shards > 1, 1.0, 0.0)
         per_elem = (allreduce(dense_dev - root_dev, shards, tp) + allreduce(expert_dev, eshards, etp * ep)) / 2.0 \
@@ -484,20 +486,24 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
                               + root_gather)
         t_once = np.where(piped, root_gather + gather + np.maximum(n_bottleneck - 1.0, 0.0)
                           * exposed(gather, t_f, eff.dp_overlap) + n_bottleneck * scatter, scatter) + root_scatter
-        t_dp = m * exposed_mb + t_once
-        t_mb = t_compute + t_p2p + exposed_mb
-    else:  # DDP / ZeRO-1/2: one gradient all-reduce (reduce-scatter + all-gather) per step, overlapped with the
-        #    last micro-batch's backward
-        t_once = 0.0
+        fsdp_dp, fsdp_mb = m * exposed_mb + t_once, t_compute + t_p2p + exposed_mb
+    if not np.all(fsdp):  # DDP / ZeRO-1/2: one gradient all-reduce (reduce-scatter + all-gather) per step,
+        #                   overlapped with the last micro-batch's backward
         t_all = (allreduce(dense_dev, shards, tp) + allreduce(expert_dev, eshards, etp * ep)) * grad_bytes \
             + np.where(shards > 1, lat, 0.0)
-        t_dp = exposed(t_all, t_compute * 2.0 / 3.0, eff.dp_overlap)
-        t_mb = t_compute + t_p2p
+        ddp_dp, ddp_mb = exposed(t_all, t_compute * 2.0 / 3.0, eff.dp_overlap), t_compute + t_p2p
+    if np.all(fsdp):
+        t_dp, t_mb = fsdp_dp, fsdp_mb
+    elif not np.any(fsdp):
+        t_dp, t_mb = ddp_dp, ddp_mb
+    else:
+        t_dp, t_mb = np.where(fsdp, fsdp_dp, ddp_dp), np.where(fsdp, fsdp_mb, ddp_mb)
     bubble = (pp - 1.0) / v
     t_pipe = (m + bubble) * t_mb
-    shard = shards if zero >= 1 else 1.0
+    shard = np.where(zero >= 1, shards, 1.0)
     t_opt = (dense_dev + expert_dev) / shard * OPTIMIZER_BYTES_PER_PARAM / (bw * eff.bandwidth)
-    total = t_pipe + (t_dp if zero < 3 else t_once) + t_opt
+    # FSDP's step: the exposed collectives of t_dp plus what waits for the optimizer, t_once (in t_dp too)
+    total = t_pipe + (np.where(fsdp, t_once, t_dp) if np.any(fsdp) else t_dp) + t_opt
     return {"step_s": total, "pipeline_s": t_pipe, "bubble_s": bubble * t_mb, "dp_comm_s": t_dp, "optimizer_s": t_opt,
             "tp_comm_s": m * t_tp * n_bottleneck / s.L, "ep_comm_s": m * t_a2a * n_bottleneck / s.L,
             "pp_comm_s": m * t_p2p,
