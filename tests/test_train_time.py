@@ -691,3 +691,24 @@ def test_zero_per_layout_prices_each_layout_as_alone():
     assert rows[0]["dp_comm_s"] != rows[3]["dp_comm_s"]  # FSDP's collectives differ from ZeRO-2's all-reduce
     with pytest.raises(ParameterError, match="zero"):
         aicalc.train_time("llama-3.1-70b", "h100-sxm", 1e12, tp=[2, 4], dp=[16, 8], zero=[1, 5], **kw)
+
+
+@pytest.mark.parametrize("model, chip, ep", [("llama-3.1-70b", "h100-sxm", 1), ("deepseek-v3", "b200", 8),
+                                             ("mixtral-8x7b", "tpu-v5p", 8), ("qwen3-30b-a3b", "mi300x", 4)])
+def test_more_recompute_is_never_faster(model, chip, ep):
+    """compare prices a layout only with the least recompute it fits with: recomputing more adds forward passes
+    (FLOPs, Korthikanti et al. 2022) and nothing that shortens a step, so none <= selective <= full for every
+    layout, ZeRO stage and micro-batch of a 32-chip grid."""
+    import itertools
+
+    import numpy as np
+
+    import aicalc
+
+    grid = [(t, p, 32 // (t * p), z, b) for t, p, z, b in itertools.product((1, 2, 4, 8), (1, 2, 4), (0, 1, 3), (1, 2))
+            if (32 // (t * p)) % ep == 0 or (t * 32 // (t * p)) % ep == 0]
+    tp, pp, dp, zero, mb = (list(x) for x in zip(*grid, strict=True))
+    steps = [np.array([r["step_s"] for r in aicalc.train_time(
+        model, chip, 1e12, seq=4096, global_batch=512, micro_batch=mb, tp=tp, pp=pp, dp=dp, zero=zero, ep=ep,
+        recompute=rc).rows()]) for rc in ("none", "selective", "full")]
+    assert np.all(steps[0] <= steps[1]) and np.all(steps[1] < steps[2])

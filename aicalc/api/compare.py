@@ -13,6 +13,7 @@ from __future__ import annotations
 from aicalc.api.results import Table
 
 MAX_CHIPS = 16384
+RECOMPUTE_ORDER = ("none", "selective", "full")  # the search's Megatron modes, least recompute first
 CANDIDATES = 1000  # fitting training layouts whose step times are compared (every one, at compare's sizes)
 EDGE_KINDS = ("npu", "soc")
 ON_DEVICE_KINDS = ("npu",)  # a phone's or a laptop's NPU: one device, one user, no training unless asked
@@ -77,12 +78,20 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
 def _fastest(model, chip, rows: list[dict], tokens: float, seq: int, global_batch: int, ep: int):
     """(layout, train-time row) of the fitting ``rows`` (train-mem's layouts with their ZeRO stages, most headroom
     first) whose step :func:`aicalc.api.train_time.train_time` prices shortest, ties to the one with more headroom;
-    the layouts of one recompute mode are priced in one call."""
+    the layouts of one recompute mode are priced in one call, each layout and ZeRO stage with the least recompute
+    it fits with (more recompute adds only compute: the step model never prices its step shorter,
+    tests/test_train_time.py::test_more_recompute_is_never_faster)."""
     from aicalc.api.train_time import train_time
 
+    # a layout that fits with less recompute is priced so only: recomputing more adds compute and saves no time
+    lightest: dict = {}
+    for r in rows:
+        key = (r["tp"], r["pp"], r["dp"], r["zero"])
+        lightest[key] = min(lightest.get(key, len(RECOMPUTE_ORDER)), RECOMPUTE_ORDER.index(r["recompute"]))
     groups: dict = {}
     for i, r in enumerate(rows):
-        groups.setdefault(r["recompute"], []).append((i, r))
+        if RECOMPUTE_ORDER.index(r["recompute"]) == lightest[(r["tp"], r["pp"], r["dp"], r["zero"])]:
+            groups.setdefault(r["recompute"], []).append((i, r))
     priced = []
     for recompute, group in groups.items():
         times = train_time(model, chip, tokens, seq=seq, global_batch=global_batch,
