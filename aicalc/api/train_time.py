@@ -336,22 +336,22 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
             sel = (tp_all * dp_all) % ep == 0
             if not sel.any():
                 continue
-            tp, pp, dp, mb = tp_all[sel], pp_all[sel], dp_all[sel], mb_all[sel]
+            # every ZeRO stage of these layouts in one call (a stage per layout), stage by stage as rows
+            zs = np.repeat(np.asarray(zero, dtype=np.int64), int(sel.sum()))
+            tp, pp, dp, mb = (np.tile(x[sel], len(zero)) for x in (tp_all, pp_all, dp_all, mb_all))
             for rc in recompute:
-                for z in zero:
-                    peak, fits = layout_memory(spec.id, c.id, micro_batch=mb, seq=seq, dp=dp, tp=tp, pp=pp, zero=z,
-                                               recompute=rc, framework=framework, ep=ep, precision=precision,
-                                               etp=etp)
-                    if peak is None:
-                        continue  # selective recompute is Megatron's
-                    t = train_time(spec.id, c.id, tokens, seq=seq, global_batch=gb, micro_batch=mb, tp=tp, pp=pp,
-                                   dp=dp, recompute=rc, zero=z, precision=precision, dp_bandwidth=dp_bandwidth,
-                                   framework=framework, ep=ep, price=price, etp=etp)
-                    cols = dict(t.columns)
-                    cols["recompute"] = np.full(len(t), rc)
-                    cols["zero"] = np.full(len(t), z, dtype=np.int64)
-                    cols["peak_reserved_bytes"], cols["fits"] = peak, fits
-                    parts.append(cols)
+                peak, fits = layout_memory(spec.id, c.id, micro_batch=mb, seq=seq, dp=dp, tp=tp, pp=pp, zero=zs,
+                                           recompute=rc, framework=framework, ep=ep, precision=precision, etp=etp)
+                if peak is None:
+                    continue  # selective recompute is Megatron's
+                t = train_time(spec.id, c.id, tokens, seq=seq, global_batch=gb, micro_batch=mb, tp=tp, pp=pp,
+                               dp=dp, recompute=rc, zero=zs, precision=precision, dp_bandwidth=dp_bandwidth,
+                               framework=framework, ep=ep, price=price, etp=etp)
+                cols = dict(t.columns)
+                cols["recompute"] = np.full(len(t), rc)
+                cols["zero"] = zs
+                cols["peak_reserved_bytes"], cols["fits"] = peak, fits
+                parts.append(cols)
     keys = list(parts[0])
     allc = {k: np.concatenate([p[k] for p in parts]) for k in keys}
     fit = allc["fits"]
