@@ -153,3 +153,14 @@ def test_a_search_too_large_exits_2_on_the_command_line(cli):
             "--seq", "256:1280000:+256", "--cp", "1,2,4,8")
     assert r.code == 2
     assert "118,080,000 layouts" in r.err and "--seq" in r.err and "Traceback" not in r.err
+
+
+def test_a_moe_search_without_ep_says_so(cli):
+    """A MoE search without --ep holds every expert on every rank, which no MoE training run does: the table says
+    so and names --ep; with --ep, or for a dense model, no such note."""
+    base = ("train-mem", "mixtral-8x7b", "--chip", "h100-sxm", "--chips", "16", "--search", "--framework", "megatron")
+    out = cli(*base).out
+    assert "without expert parallelism" in out and "--ep N" in out
+    assert "without expert parallelism" not in cli(*base, "--ep", "8").out
+    assert "without expert parallelism" not in cli("train-mem", "llama-3.1-8b", "--chip", "h100-sxm", "--chips",
+                                                  "8", "--search").out

@@ -193,6 +193,10 @@ def _search(model, chip, chips, budget, seqs, batches, cp, top, progress, setup,
     notes = [f"{m['layouts_fit']:,} of {m['layouts']:,} layouts fit; " +
              (f"ranked by memory headroom (top {top})" if m["layouts_fit"] else
               f"none does: the {len(rows)} closest, ranked by shortfall")]
+    if m["model"].arch.moe is not None and m["setup"].ep == 1:  # what a MoE user is most likely to have meant
+        notes.append(f"{m['model'].id} is a mixture of experts searched without expert parallelism (every rank "
+                     "holds all its experts); --ep N searches with the experts split over N ranks (folded over "
+                     "tp·cp·dp), as MoE training runs")
     inputs_["chips"] = m["chips"]
     return Result("train-mem", inputs_, rows, r.warnings, code, title=f"train-mem --search {m['model'].id}",
                   notes=notes, columns=columns,
