@@ -223,27 +223,21 @@ def moe_ops(s, fm, M, tp, *, ep=1.0, etp=None, sources=None, zero=0.0, redundant
                       expert_width=curve_width(s, name)))
     add("moe_act", "stream", copies * imb * 4.0 * s.expert_ffn / etp * Lm,
         copies * imb / etp * (s.expert_in + s.expert_ffn) * ab * Lm)
-    if s.shared_ffn and per_token:  # always-active experts: a dense FFN on the group's own tokens over tp ranks
-        n_up, n_down = float(s.shared_in / tp), float(s.shared_ffn / tp)
-        linear("shared_up", "gemm", 2.0 * n_up * H * Lm, (n_up + H) * ab * Lm, Lm * H * s.shared_in / tp * wb,
-               dims=(M, n_up, H), quantized=fm.quantized, bytes_per_weight=wb)
-        linear("shared_down", "gemm", 2.0 * H * n_down * Lm, (n_down + H) * ab * Lm, Lm * s.shared_ffn * H / tp * wb,
-               dims=(M, H, n_down), quantized=fm.quantized, bytes_per_weight=wb)
-    elif s.shared_ffn:  # always-active experts: a dense FFN on the group's own tokens, split over its tp ranks
-        add("shared_up", "gemm", 2.0 * M * s.shared_in / tp * H * Lm, M * (s.shared_in / tp + H) * ab * Lm,
-            Lm * H * s.shared_in / tp * wb, dims=(M + zero, s.shared_in / tp + zero, H + zero),
-            quantized=fm.quantized, bytes_per_weight=wb)
-        add("shared_down", "gemm", 2.0 * M * H * s.shared_ffn / tp * Lm, M * (s.shared_ffn / tp + H) * ab * Lm,
-            Lm * s.shared_ffn * H / tp * wb, dims=(M + zero, H + zero, s.shared_ffn / tp + zero),
-            quantized=fm.quantized, bytes_per_weight=wb)
+    def dense(name, n_, k_):
+        """A dense linear on the group's own tokens: ``n_`` outputs from ``k_`` inputs on each device."""
+        if per_token:
+            linear(name, "gemm", 2.0 * n_ * k_ * Lm, (n_ + k_) * ab * Lm, Lm * n_ * k_ * wb, dims=(M, n_, k_),
+                   quantized=fm.quantized, bytes_per_weight=wb)
+        else:
+            add(name, "gemm", 2.0 * M * n_ * k_ * Lm, M * (n_ + k_) * ab * Lm, Lm * n_ * k_ * wb,
+                dims=(M + zero, n_ + zero, k_ + zero), quantized=fm.quantized, bytes_per_weight=wb)
+
+    if s.shared_ffn:  # always-active experts: a dense FFN on the group's own tokens, split over its tp ranks
+        dense("shared_up", s.shared_in / tp, H)
+        dense("shared_down", H, s.shared_ffn / tp)
     if latent:  # the two latent projections: dense linears on the group's own tokens, split over its tp ranks
-        for name, n_, k_ in (("moe_latent_in", W / tp, H), ("moe_latent_out", H, W / tp)):
-            if per_token:
-                linear(name, "gemm", 2.0 * n_ * k_ * Lm, (n_ + k_) * ab * Lm, Lm * n_ * k_ * wb, dims=(M, n_, k_),
-                       quantized=fm.quantized, bytes_per_weight=wb)
-            else:
-                add(name, "gemm", 2.0 * M * n_ * k_ * Lm, M * (n_ + k_) * ab * Lm, Lm * n_ * k_ * wb,
-                    dims=(M + zero, n_ + zero, k_ + zero), quantized=fm.quantized, bytes_per_weight=wb)
+        dense("moe_latent_in", W / tp, H)
+        dense("moe_latent_out", H, W / tp)
     # dispatch + combine where the EP group gathers tokens from other groups (attention DP, training's EP over DP)
     # (its tokens' bytes per copy; aicalc.core.pricing prices the copies on the links the EP group spans:
     # aicalc.core.collectives.moe_alltoall_copies, EP ranks etp chips apart)
