@@ -530,7 +530,8 @@ def _train_mem(Format, Json, Columns, Model):
         tp: Annotated[str, typer.Option("--tp", help="tensor-parallel size")] = "1",
         pp: Annotated[str, typer.Option("--pp", help="pipeline-parallel size")] = "1",
         cp: Annotated[str, typer.Option("--cp", help="context-parallel size (ring attention: sequence split over N ranks)")] = "1",
-        ep: Annotated[int, typer.Option("--ep", help="expert-parallel size (MoE), folded over tp·cp·dp")] = 1,
+        ep: Annotated[str, typer.Option("--ep", help="expert-parallel size (MoE), folded over tp·cp·dp; with --search "
+                                                     "a list (1,8,64) searches each")] = "1",
         etp: Annotated[int | None, typer.Option("--etp", help="expert tensor-parallel size (MoE parallel folding; "
                                                               "default: 1 with --ep > 1, else --tp)")] = None,
         first_stage_layers: Annotated[int | None, typer.Option("--first-stage-layers", help="decoder layers on the first "

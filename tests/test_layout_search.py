@@ -164,3 +164,29 @@ def test_a_moe_search_without_ep_says_so(cli):
     assert "without expert parallelism" not in cli(*base, "--ep", "8").out
     assert "without expert parallelism" not in cli("train-mem", "llama-3.1-8b", "--chip", "h100-sxm", "--chips",
                                                   "8", "--search").out
+
+
+def test_an_ep_list_searches_each_degree_and_merges_them():
+    """--ep 1,8 is the two searches with --ep 1 and --ep 8, ranked together: the layouts that fit add up, each
+    row names its EP degree, and the merged top holds the best of each search in headroom order."""
+    import aicalc
+
+    kw = dict(seq=2048, framework="megatron", top=10)
+    both = aicalc.search_layouts("mixtral-8x7b", "h100-sxm", 16, ep=[1, 8], **kw)
+    one, eight = (aicalc.search_layouts("mixtral-8x7b", "h100-sxm", 16, ep=e, **kw) for e in (1, 8))
+    assert both.meta["layouts_fit"] == one.meta["layouts_fit"] + eight.meta["layouts_fit"]
+    assert both.meta["layouts"] == one.meta["layouts"] + eight.meta["layouts"]
+    rows = both.rows()
+    heads = sorted([r["headroom_bytes"] for r in one.rows()] + [r["headroom_bytes"] for r in eight.rows()],
+                   reverse=True)[:10]
+    assert [r["headroom_bytes"] for r in rows] == heads
+    assert {r["ep"] for r in rows} == {1, 8} and all(r["ep"] == 1 for r in one.rows())
+
+
+def test_an_ep_list_outside_a_search_is_refused(cli):
+    r = cli("train-mem", "mixtral-8x7b", "--chip", "h100-sxm", "--tp", "2", "--dp", "4", "--ep", "2,4")
+    assert r.code == 2 and "--ep" in r.err and "--search" in r.err and "Traceback" not in r.err
+    shown = cli("train-mem", "mixtral-8x7b", "--chip", "h100-sxm", "--chips", "16", "--search", "--framework",
+                "megatron", "--ep", "1,8")
+    header = next(line for line in shown.out.splitlines() if "headroom" in line)
+    assert "ep" in [cell.strip() for cell in header.split("┃")]

@@ -307,7 +307,9 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     from aicalc.errors import ParameterError
 
     spec = load_model(model)
-    st = setup_of(**setup)
+    ep = setup.pop("ep", 1)
+    eps = sorted({int(e) for e in inputs.positive("ep", ep, whole=True).reshape(-1)})  # one search per EP degree
+    st = setup_of(**setup, ep=eps[0])
     if st.framework == "litgpt":
         raise ParameterError("framework", "litgpt", "has one layout per device count (data parallel, or FSDP as "
                              "{zero=3}): give {dp} and {zero} instead of a search")
@@ -330,23 +332,29 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     from aicalc.catalog import profiles
 
     xla = chip_obj is not None and profiles.chip_class(chip_obj) == "tpu"
-    st = with_chip_memory(st, chip_obj)
-    check_experts(spec.arch, st.ep, st.etp, 1, chips)
+    setups = [with_chip_memory(setup_of(**setup, ep=e), chip_obj) for e in eps]
+    for one in setups:
+        check_experts(spec.arch, one.ep, one.etp, 1, chips)
+    st = setups[0]
     max_batch = inputs.whole("max_batch", max_batch)
     n = layout_search.count(spec.arch, chips, seqs, max_batch, cps, recomputes, st.virtual_stages,
-                            st.first_stage_layers, st.last_stage_layers)
+                            st.first_stage_layers, st.last_stage_layers) * len(eps)
     if n > layout_search.MAX_LAYOUTS:  # bounded before any is evaluated (docs/robustness.md)
         raise ParameterError("chips", chips, f"gives {n:,} layouts to search with {len(seqs):,} sequence length(s), "
-                             f"micro-batches up to {max_batch}, {len(cps)} CP degree(s) and {len(recomputes)} "
-                             f"recompute modes; a search is limited to {layout_search.MAX_LAYOUTS:,} layouts "
-                             "(give fewer {seq} values, a smaller micro-batch or fewer {cp} degrees)")
-    sel, fit, n = layout_search.search(spec.arch, st, chips, lim, seqs, max_batch, cps, recomputes,
-                                       inputs.whole("top", top), progress, xla, closest)
-    if sel is None:
+                             f"micro-batches up to {max_batch}, {len(cps)} CP degree(s), {len(recomputes)} "
+                             f"recompute modes and {len(eps)} EP degree(s); a search is limited to "
+                             f"{layout_search.MAX_LAYOUTS:,} layouts (give fewer {{seq}} values, a smaller micro-batch "
+                             "or fewer {cp} or {ep} degrees)")
+    top = inputs.whole("top", top)
+    found = [(one, *layout_search.search(spec.arch, one, chips, lim, seqs, max_batch, cps, recomputes, top,
+                                         progress, xla, closest)) for one in setups]
+    if all(f[1] is None for f in found):
         raise ParameterError("chips", chips, "admits no TP × PP × CP layout of this model")
+    fit, n = sum(f[2] for f in found), sum(f[3] for f in found)
+    sel = _merge_ep([(one.ep, part) for one, part, part_fit, _ in found if part and (part_fit or not fit)], top)
     if not sel:  # none fits, and the closest were not asked for
         return TrainMemory({}, [], model=spec, chip=chip_obj, setup=st, chips=int(chips), limit=lim, layouts_fit=0,
-                           layouts=n, cps=cps)
+                           layouts=n, cps=cps, eps=eps)
     sel["peak_phase"] = phase_names(sel["peak_phase"])
     for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero", "stage", "stage_layers"):
         sel[k] = sel[k].astype(np.int64)
@@ -357,4 +365,21 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
     warnings = [] if fit else [f"no layout of {chips} device{'s' if chips > 1 else ''} fits {fmt_bytes(lim)} per "
                                "device; the closest are shown"]
     return TrainMemory(sel, warnings, model=spec, chip=chip_obj, setup=st, chips=int(chips), limit=lim,
-                       layouts_fit=fit, layouts=n, cps=cps)
+                       layouts_fit=fit, layouts=n, cps=cps, eps=eps)
+
+
+def _merge_ep(parts: list, top: int) -> dict:
+    """One search's columns from its EP degrees' (``(ep, columns)``, EP ascending): an ``ep`` column, then the
+    ``top`` with the most headroom, or where none fits the smallest shortfall, ties in EP order."""
+    import numpy as np
+
+    if len(parts) == 1:
+        ep, sel = parts[0]
+        return {**sel, "ep": np.full(len(sel["fits"]), ep, dtype=np.int64)}
+    if not parts:
+        return {}
+    sel = {k: np.concatenate([p[k] for _, p in parts]) for k in parts[0][1]}
+    sel["ep"] = np.concatenate([np.full(len(p["fits"]), ep, dtype=np.int64) for ep, p in parts])
+    key = -sel["headroom_bytes"] if sel["fits"].all() else sel["shortfall_bytes"]
+    order = np.argsort(key, kind="stable")[:top]
+    return {k: v[order] for k, v in sel.items()}

@@ -120,9 +120,9 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
     "kv-cache": _kinds(text="batch context kv_dtype dtype tp budget engine gpu_memory_utilization overhead solve",
                        int="block_size", texts="chip", params={"gpu_memory_utilization": "utilization"}),
     "train-mem": _kinds(text="micro_batch batch seq precision optimizer grad_dtype optimizer_dtype zero dp tp pp cp "
-                             "recompute framework attention lora_targets lora_dtype loss quant offload budget overhead "
-                             "adamw",
-                        int="ep etp first_stage_layers last_stage_layers virtual_stages interleave microbatches "
+                             "ep recompute framework attention lora_targets lora_dtype loss quant offload budget "
+                             "overhead adamw",
+                        int="etp first_stage_layers last_stage_layers virtual_stages interleave microbatches "
                             "lora_rank chips top fsdp_version", float="dropout lora_dropout",
                         flag="sequence_parallel sp optimizer_in_backward bnb_keeps_inputs bnb_fused_matmul compile "
                              "search trace",

@@ -60,6 +60,14 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
         from aicalc.errors import AicalcError
 
         raise AicalcError("give --chips or --dp, not both (dp = chips / (tp × pp × cp))")
+    if "ep" in setup:  # a list searches each EP degree; a configuration has one
+        eps = [int(e) for e in sweep(setup["ep"], "--ep")]
+        if len(eps) > 1 and not search:
+            from aicalc.errors import ParameterError
+
+            raise ParameterError("ep", setup["ep"], "is a list: one EP degree per configuration (a list with --search "
+                                 "searches each)")
+        setup["ep"] = eps if search else eps[0]
     inputs_ = {"model": model, "batch": batches, "seq": seqs, "zero": zero_list, "dp": dp, "tp": tp, "pp": pp,
                "cp": cp, "chip": chip, "budget": budget, "search": search, "chips": chips, "top": top,
                **{k: v for k, v in setup.items() if v is not None}}
@@ -186,14 +194,15 @@ def _search(model, chip, chips, budget, seqs, batches, cp, top, progress, setup,
 
     rows = Table(cols).rows() if len(r) else []
     code = ExitCode.OK if m["layouts_fit"] else ExitCode.BUDGET
-    columns = ["tp", "pp", *(["cp"] if max(m["cps"]) > 1 else []), "dp", "zero", "batch", "seq", "recompute",
+    columns = ["tp", "pp", *(["cp"] if max(m["cps"]) > 1 else []), *(["ep"] if len(m["eps"]) > 1 else []), "dp",
+               "zero", "batch", "seq", "recompute",
                *(["stage_layers"] if len(r) and np.any(r.pp > 1) else []),
                "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes",
                *(["headroom_bytes"] if m["layouts_fit"] else ["shortfall_bytes", "fits"])]
     notes = [f"{m['layouts_fit']:,} of {m['layouts']:,} layouts fit; " +
              (f"ranked by memory headroom (top {top})" if m["layouts_fit"] else
               f"none does: the {len(rows)} closest, ranked by shortfall")]
-    if m["model"].arch.moe is not None and m["setup"].ep == 1:  # what a MoE user is most likely to have meant
+    if m["model"].arch.moe is not None and m["eps"] == [1]:  # what a MoE user is most likely to have meant
         notes.append(f"{m['model'].id} is a mixture of experts searched without expert parallelism (every rank "
                      "holds all its experts); --ep N searches with the experts split over N ranks (folded over "
                      "tp·cp·dp), as MoE training runs")
