@@ -186,6 +186,11 @@ def test_an_ep_list_searches_each_degree_and_merges_them():
 def test_an_ep_list_outside_a_search_is_refused(cli):
     r = cli("train-mem", "mixtral-8x7b", "--chip", "h100-sxm", "--tp", "2", "--dp", "4", "--ep", "2,4")
     assert r.code == 2 and "--ep" in r.err and "--search" in r.err and "Traceback" not in r.err
+    for bad in ("2.5", "1,2.5"):  # not truncated to 2
+        r = cli("train-mem", "mixtral-8x7b", "--chip", "h100-sxm", "--chips", "16", "--search", "--ep", bad)
+        assert r.code == 2 and "whole number" in r.err
+    assert cli("train-mem", "mixtral-8x7b", "--chip", "h100-sxm", "--tp", "2", "--dp", "4", "--ep", "8",
+               "--json").json["inputs"]["ep"] == 8  # the envelope's value as the option was
     shown = cli("train-mem", "mixtral-8x7b", "--chip", "h100-sxm", "--chips", "16", "--search", "--framework",
                 "megatron", "--ep", "1,8")
     header = next(line for line in shown.out.splitlines() if "headroom" in line)

@@ -61,7 +61,8 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
 
         raise AicalcError("give --chips or --dp, not both (dp = chips / (tp × pp × cp))")
     if "ep" in setup:  # a list searches each EP degree; a configuration has one
-        eps = [int(e) for e in sweep(setup["ep"], "--ep")]
+        # whole numbers as ints (as the option was); anything else is refused where it is used
+        eps = [int(e) if float(e).is_integer() else float(e) for e in sweep(setup["ep"], "--ep")]
         if len(eps) > 1 and not search:
             from aicalc.errors import ParameterError
 
