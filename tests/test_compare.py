@@ -41,14 +41,34 @@ def test_training_chips_needed_is_the_fewest_train_mem_fits_on(cli, rows):
 
 def test_inference_chips_needed_is_the_smallest_tp_that_fits(cli, rows):
     r = rows[("h100-sxm", "inference")]
-    tp = r["chips_needed"]
-    assert tp == 2  # 68.98e9 params × 2 B = 128.5 GiB > 0.9 × 80 GiB
+    assert r["chips_needed"] == 2  # 68.98e9 params × 2 B = 128.5 GiB > 0.9 × 80 GiB
     # a running request holds its prompt and half its output in steady state: 1024 + 256/2 tokens
     one = cli("kv-cache", "llama-2-70b", "--chip", "h100-sxm", "--context", "1152", "--json").json["rows"][0]
     assert not one["fits"]
-    two = cli("kv-cache", "llama-2-70b", "--chip", "h100-sxm", "--tp", "2", "--context", "1152",
-              "--batch", r["batch"], "--json").json["rows"][0]
+    two = cli("kv-cache", "llama-2-70b", "--chip", "h100-sxm", "--tp", "2", "--context", "1152", "--json").json["rows"][0]
     assert two["fits"]
+    # the row's numbers run on its layout's TP, whose cache holds the row's batch
+    held = cli("kv-cache", "llama-2-70b", "--chip", "h100-sxm", "--tp", r["tp"], "--context", "1152",
+               "--batch", r["batch"], "--json").json["rows"][0]
+    assert r["layout"] == f"TP {r['tp']}" and held["fits"]
+
+
+def test_inference_layout_is_the_cheapest_per_token_within_a_server(cli, rows):
+    """Of the TPs from the smallest that holds Llama-2-70B up to one 8-GPU server, the row serves on the one with
+    the lowest cost per output token at its best concurrency within the latency targets (serve's own rows): TP 2
+    holds only a few dozen requests beside 128 GiB of weights, so TP 4 costs about half as much per token."""
+    r = rows[("h100-sxm", "inference")]
+    per_token = {}
+    for tp in (2, 4, 8):
+        out = cli("serve", "llama-2-70b", "--chip", "h100-sxm", "--tp", tp, "--prompt", 1024, "--gen", 256,
+                  "--max-ttft", "2s", "--max-tpot", "200ms", "--json").json["rows"]
+        best = max((x for x in out if x["meets_slo"]), key=lambda x: x["output_tokens_per_s"])
+        per_token[tp] = (best["usd_per_million_output_tokens"], best["output_tokens_per_s"])
+    tp = min(per_token, key=lambda t: per_token[t][0])
+    assert r["tp"] == tp != 2
+    assert r["usd_per_million_output_tokens"] == pytest.approx(per_token[tp][0], rel=1e-9)
+    assert r["output_tokens_per_s"] == pytest.approx(per_token[tp][1], rel=1e-9)
+    assert per_token[2][0] > 1.5 * per_token[tp][0]
 
 
 def test_sram_chip_count(rows):
@@ -72,8 +92,8 @@ def test_cost_arithmetic(rows):
     assert i["annual_inference_cost_usd"] == pytest.approx(i["daily_inference_cost_usd"] * 365)
     share = i["annual_inference_cost_usd"] / (i["annual_inference_cost_usd"] + t["training_cost_usd"])
     assert i["inference_share_of_lifetime_cost"] == pytest.approx(share)
-    # per 1M output tokens: chips × $/h ÷ tokens per hour
-    assert i["usd_per_million_output_tokens"] == pytest.approx(2 * 3.99 / 3600 / i["output_tokens_per_s"] * 1e6)
+    # per 1M output tokens: the layout's chips × $/h ÷ tokens per hour
+    assert i["usd_per_million_output_tokens"] == pytest.approx(i["tp"] * 3.99 / 3600 / i["output_tokens_per_s"] * 1e6)
 
 
 def test_fleet_is_the_one_serve_search_sizes(cli, rows):

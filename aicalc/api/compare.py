@@ -3,8 +3,9 @@
 Training: the fewest chips any :func:`aicalc.api.train_memory.search_layouts` layout fits on (TP ≤ 8
 preferred; a MoE model with expert parallelism, :func:`expert_degree`), and of the layouts that fit there the one
 :func:`aicalc.api.train_time.train_time` gives the shortest step (:func:`_fastest`). Inference: the smallest TP group
-that :func:`aicalc.api.serving.serve` fits, at the concurrency with the most tokens/s inside the latency
-targets (default MLPerf's llama2-70b server limits, TTFT ≤ 2 s and TPOT ≤ 200 ms); SRAM-only chips through
+that :func:`aicalc.api.serving.serve` fits (``chips_needed``), and of the TPs from it up to one 8-GPU server the one
+with the lowest cost per output token at its concurrency with the most tokens/s inside the latency targets (default
+MLPerf's llama2-70b server limits, TTFT ≤ 2 s and TPOT ≤ 200 ms); SRAM-only chips through
 :func:`aicalc.api.roofline.roofline`. Money and energy from :mod:`aicalc.core.cost`.
 """
 
@@ -14,6 +15,7 @@ from aicalc.api.results import Table
 
 MAX_CHIPS = 16384
 RECOMPUTE_ORDER = ("none", "selective", "full")  # the search's Megatron modes, least recompute first
+SERVER_CHIPS = 8  # the inference row's TP choices: up to one 8-GPU server (or the smallest TP, where larger)
 CANDIDATES = 1000  # fitting training layouts whose step times are compared (every one, at compare's sizes)
 EDGE_KINDS = ("npu", "soc")
 ON_DEVICE_KINDS = ("npu",)  # a phone's or a laptop's NPU: one device, one user, no training unless asked
@@ -23,8 +25,9 @@ ON_DEVICE_LAYOUT = "on-device, one user (batch 1)"
 class Comparison(Table):
     """Two rows per chip (one, inference, for an on-device chip unless ``training=True``) (``phase`` training and inference): ``chip``, ``phase``, ``fits``, ``chips_needed``,
     ``memory_bytes`` (per device), ``layout``, ``precision``, ``batch``; training: ``mfu``, ``tokens_per_s``,
-    ``total_time_s``, ``chip_hours``, ``training_cost_usd``, ``training_kwh``; inference: ``ttft_s``,
-    ``tpot_s``, ``output_tokens_per_s``, ``usd_per_million_output_tokens``, ``usd_per_request``,
+    ``total_time_s``, ``chip_hours``, ``training_cost_usd``, ``training_kwh``; inference: ``tp`` (the chips its
+    numbers run on, ``chips_needed`` or more), ``ttft_s``, ``tpot_s``, ``output_tokens_per_s``,
+    ``usd_per_million_output_tokens``, ``usd_per_request``,
     ``fleet_chips``, ``fleet_layout``, ``daily_inference_cost_usd``, ``annual_inference_cost_usd`` (the simulated
     fleet's; none on SRAM-only or on-device chips), ``joules_per_output_token``; both
     ``inference_share_of_lifetime_cost``."""
@@ -164,9 +167,13 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
     arch = load_model(model).arch
     dtypes = [dtype] + ([d for d in ("int8", "int4") if d != dtype] if chip.kind in EDGE_KINDS else [])
     on_device = chip.kind in ON_DEVICE_KINDS
+    price = chip.price_per_hour_usd or 1.0  # without a price, chips per token rank the same
     reasons: list[str] = []
     for dt in dtypes:
+        found = []  # (cost per output token, tp, the best row) of each TP that serves
         for tp in (1,) if on_device else (1, 2, 4, 8, 16, 32, 64):
+            if found and tp > SERVER_CHIPS:
+                break  # the smallest TP that holds the model, and every larger one within one server
             try:
                 check_tp(arch, tp)
             except AicalcError:
@@ -183,19 +190,22 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
                 reasons.append(f"{dt}: {e}")
                 break
             ok = [r for r in res if r["meets_slo"]] or [r for r in res if r["fits"]]
-            if not ok:
-                continue
-            best = max(ok, key=lambda r: r["output_tokens_per_s"])
-            if dt != dtype:
-                warnings.append(f"{arch.family} model fits {chip.id} only at {dt} weights")
-            ridge = ridge_batch(model, chip, prompt, gen, dtype=dt, kv_dtype=kv_dtype, tp=tp, engine=engine)
-            return row | {
-                "fits": True, "chips_needed": tp, "precision": dt,
-                "layout": ON_DEVICE_LAYOUT if on_device else f"TP {tp}", "batch": best["concurrency"],
-                "memory_bytes": best["total_bytes_per_device"], "weights_bytes": best["weights_bytes_per_device"],
-                "kv_cache_bytes": best["kv_cache_bytes_per_device"], "ttft_s": best["ttft_s"], "tpot_s": best["tpot_s"],
-                "output_tokens_per_s": best["output_tokens_per_s"], "meets_slo": best["meets_slo"],
-                "bound": "memory" if best["concurrency"] < ridge else "compute", "metric": metric}
+            if ok:
+                best = max(ok, key=lambda r: r["output_tokens_per_s"])
+                found.append((tp * price / best["output_tokens_per_s"], tp, best))
+        if not found:
+            continue
+        _, tp, best = min(found, key=lambda x: x[:2])  # the cheapest per output token, ties to fewer chips
+        if dt != dtype:
+            warnings.append(f"{arch.family} model fits {chip.id} only at {dt} weights")
+        ridge = ridge_batch(model, chip, prompt, gen, dtype=dt, kv_dtype=kv_dtype, tp=tp, engine=engine)
+        return row | {
+            "fits": True, "chips_needed": found[0][1], "tp": tp, "precision": dt,
+            "layout": ON_DEVICE_LAYOUT if on_device else f"TP {tp}", "batch": best["concurrency"],
+            "memory_bytes": best["total_bytes_per_device"], "weights_bytes": best["weights_bytes_per_device"],
+            "kv_cache_bytes": best["kv_cache_bytes_per_device"], "ttft_s": best["ttft_s"], "tpot_s": best["tpot_s"],
+            "output_tokens_per_s": best["output_tokens_per_s"], "meets_slo": best["meets_slo"],
+            "bound": "memory" if best["concurrency"] < ridge else "compute", "metric": metric}
     warnings.append(f"inference does not fit on {'one' if on_device else 'up to 64 ×'} {chip.id} at "
                     f"{', '.join(dtypes)}"
                     + (f" ({'; '.join(reasons)})" if reasons else ""))
@@ -206,7 +216,7 @@ def _money(row: dict, chip, gen, requests_per_day, price=None) -> None:
     from aicalc.core import cost
 
     price, tdp = price or chip.price_per_hour_usd, chip.tdp_w
-    n = row.get("chips_needed")
+    n = row.get("tp") or row.get("chips_needed")  # the chips the row's numbers run on
     if not row.get("fits") or not n:
         return
     if row["phase"] == "training":

@@ -51,8 +51,10 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
                "batch", "bound", "layout", "precision"]
     notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (Megatron: sequence "
              "parallel, flash attention; TP ≤ 8 preferred; MoE with EP up to 8), the fastest of those layouts, "
-             f"{fmt_count(m['tokens'])} tokens (Chinchilla's 20 per parameter unless --tokens); inference: smallest TP that serves {m['prompt']}+{m['gen']}-token requests "
-             f"within TTFT ≤ {m['max_ttft']:g} s, TPOT ≤ {m['max_tpot'] * 1e3:g} ms at the best concurrency",
+             f"{fmt_count(m['tokens'])} tokens (Chinchilla's 20 per parameter unless --tokens); inference: the TP "
+             "(from the smallest that holds it up to one 8-GPU server) that serves "
+             f"{m['prompt']}+{m['gen']}-token requests at the least cost per token within TTFT ≤ {m['max_ttft']:g} s, "
+             f"TPOT ≤ {m['max_tpot'] * 1e3:g} ms at its best concurrency",
              (f"cost: ${price_per_hour(price):,.2f} per chip-hour (--price)" if price is not None else
               f"cost: chip presets' on-demand prices{_unpriced(m['row_dicts'])}") + "; annual inference: the fleet "
              f"(fleet_chips) that serves {m['requests_per_day']:,.0f} requests/day"
