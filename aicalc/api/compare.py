@@ -86,8 +86,7 @@ def _fastest(model, chip, rows: list[dict], tokens: float, seq: int, global_batc
     tests/test_train_time.py::test_more_recompute_is_never_faster)."""
     from aicalc.api.train_time import train_time
 
-    # a layout that fits with less recompute is priced so only: recomputing more adds compute and saves no time
-    lightest: dict = {}
+    lightest: dict = {}  # each layout and ZeRO stage: the least recompute it fits with
     for r in rows:
         key = (r["tp"], r["pp"], r["dp"], r["zero"])
         lightest[key] = min(lightest.get(key, len(RECOMPUTE_ORDER)), RECOMPUTE_ORDER.index(r["recompute"]))
