@@ -373,9 +373,6 @@ def _merge_ep(parts: list, top: int) -> dict:
     ``top`` with the most headroom, or where none fits the smallest shortfall, ties in EP order."""
     import numpy as np
 
-    if len(parts) == 1:
-        ep, sel = parts[0]
-        return {**sel, "ep": np.full(len(sel["fits"]), ep, dtype=np.int64)}
     if not parts:
         return {}
     sel = {k: np.concatenate([p[k] for _, p in parts]) for k in parts[0][1]}

@@ -464,6 +464,12 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
     lat = eff.collective_latency_s
     zero = np.asarray(zero)
     fsdp = zero >= 3  # a layout's ZeRO stage (an array of them prices each layout's own)
+    fsdp_dp = fsdp_mb = t_once = ddp_dp = ddp_mb = None  # each priced only where some layout needs it
+
+    def pick(of_fsdp, of_ddp):
+        """Each layout's own: FSDP's figure where its ZeRO stage is 3, DDP / ZeRO-1/2's elsewhere."""
+        return of_fsdp if np.all(fsdp) else of_ddp if not np.any(fsdp) else np.where(fsdp, of_fsdp, of_ddp)
+
     if np.any(fsdp):  # FSDP / ZeRO-3, block by block (fsdp_exposed)
         root_dev = (s.embedding_params + (0.0 if s.arch.tied_embeddings else s.V * s.H)) / (tp * pp)
         on = np.where(shards > 1, 1.0, 0.0)
@@ -492,18 +498,14 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
         t_all = (allreduce(dense_dev, shards, tp) + allreduce(expert_dev, eshards, etp * ep)) * grad_bytes \
             + np.where(shards > 1, lat, 0.0)
         ddp_dp, ddp_mb = exposed(t_all, t_compute * 2.0 / 3.0, eff.dp_overlap), t_compute + t_p2p
-    if np.all(fsdp):
-        t_dp, t_mb = fsdp_dp, fsdp_mb
-    elif not np.any(fsdp):
-        t_dp, t_mb = ddp_dp, ddp_mb
-    else:
-        t_dp, t_mb = np.where(fsdp, fsdp_dp, ddp_dp), np.where(fsdp, fsdp_mb, ddp_mb)
+    t_dp, t_mb = pick(fsdp_dp, ddp_dp), pick(fsdp_mb, ddp_mb)
     bubble = (pp - 1.0) / v
     t_pipe = (m + bubble) * t_mb
     shard = np.where(zero >= 1, shards, 1.0)
     t_opt = (dense_dev + expert_dev) / shard * OPTIMIZER_BYTES_PER_PARAM / (bw * eff.bandwidth)
-    # FSDP's step: the exposed collectives of t_dp plus what waits for the optimizer, t_once (in t_dp too)
-    total = t_pipe + (np.where(fsdp, t_once, t_dp) if np.any(fsdp) else t_dp) + t_opt
+    # FSDP's per-micro-batch collectives are in t_pipe already (t_mb): its step adds only what the optimizer waits
+    # for, t_once; DDP's adds its gradient all-reduce
+    total = t_pipe + pick(t_once, ddp_dp) + t_opt
     return {"step_s": total, "pipeline_s": t_pipe, "bubble_s": bubble * t_mb, "dp_comm_s": t_dp, "optimizer_s": t_opt,
             "tp_comm_s": m * t_tp * n_bottleneck / s.L, "ep_comm_s": m * t_a2a * n_bottleneck / s.L,
             "pp_comm_s": m * t_p2p,
