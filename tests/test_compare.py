@@ -226,3 +226,11 @@ def test_moe_training_row_uses_expert_parallelism(cli):
                "--global-batch", max(r["chips_needed"], 8) * 8, "--tp", tp, "--pp", pp, "--dp", dp, "--zero", zero,
                "--recompute", rc if rc in ("none", "full") else "selective", "--ep", 8, "--json").json["rows"][0]
     assert time["total_time_s"] == pytest.approx(r["total_time_s"], rel=1e-9)
+
+
+def test_an_edge_chip_serves_on_the_fewest_devices(cli):
+    """A Mac serves its user on the fewest devices that hold the model; the cheapest-per-token widening is a
+    server's: Qwen3-30B-A3B on one M4 Max (1 chip needed) is served on that one, not spread over four."""
+    r = next(x for x in cli("compare", "qwen3-30b-a3b", "--chip", "apple-m4-max", "--json").json["rows"]
+             if x["phase"] == "inference")
+    assert r["chips_needed"] == r["tp"] == 1 and r["layout"] == "TP 1"

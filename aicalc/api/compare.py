@@ -15,7 +15,8 @@ from aicalc.api.results import Table
 
 MAX_CHIPS = 16384
 RECOMPUTE_ORDER = ("none", "selective", "full")  # the search's Megatron modes, least recompute first
-SERVER_CHIPS = 8  # the inference row's TP choices: up to one 8-GPU server (or the smallest TP, where larger)
+SERVER_CHIPS = 8  # the inference row's TP choices: up to one 8-GPU server (or the smallest TP, where larger; on
+#                   an edge chip the smallest)
 CANDIDATES = 1000  # fitting training layouts whose step times are compared (every one, at compare's sizes)
 EDGE_KINDS = ("npu", "soc")
 ON_DEVICE_KINDS = ("npu",)  # a phone's or a laptop's NPU: one device, one user, no training unless asked
@@ -171,8 +172,9 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
     for dt in dtypes:
         found = []  # (cost per output token, tp, the best row) of each TP that serves
         for tp in (1,) if on_device else (1, 2, 4, 8, 16, 32, 64):
-            if found and tp > SERVER_CHIPS:
-                break  # the smallest TP that holds the model, and every larger one within one server
+            if found and (tp > SERVER_CHIPS or chip.kind in EDGE_KINDS):
+                break  # the smallest TP that holds the model, and every larger one within one server (a laptop or
+                #        a phone: the fewest devices, as its user runs it)
             try:
                 check_tp(arch, tp)
             except AicalcError:
