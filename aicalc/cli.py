@@ -457,8 +457,9 @@ def _train_time(Format, Json, Columns, Model, Chip, Price):
                                                             "default 1)")] = None,
         zero: Annotated[str | None, typer.Option("--zero", help="ZeRO stage 0-3 (sweepable: 0,3; default: the "
                                                                 "framework's, megatron 1, fsdp 3, deepspeed 1)")] = None,
-        precision: Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8 | fp4 (math dtype of the linear "
-                                                                   "layers; fp4: NVFP4, Blackwell; train-mem's "
+        precision: Annotated[str, typer.Option("--precision", help="bf16 | fp16 | fp8 | fp4 | int8 (math dtype of the "
+                                                                   "linear layers; fp4: NVFP4, Blackwell; int8: AQT, "
+                                                                   "weight gradients in bf16; train-mem's "
                                                                    "bf16-mixed, fp16-mixed, fp8-mixed name the same)")] = "bf16",
         dp_bandwidth: Annotated[str | None, typer.Option("--dp-bandwidth", help="inter-node bandwidth per chip per direction (default: the chip preset's scale-out figure, else 25GB/s)")] = None,
         eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,

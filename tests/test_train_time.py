@@ -712,3 +712,37 @@ def test_more_recompute_is_never_faster(model, chip, ep):
         model, chip, 1e12, seq=4096, global_batch=512, micro_batch=mb, tp=tp, pp=pp, dp=dp, zero=zero, ep=ep,
         recompute=rc).rows()]) for rc in ("none", "selective", "full")]
     assert np.all(steps[0] <= steps[1]) and np.all(steps[1] < steps[2])
+
+
+@pytest.mark.parametrize("recompute, passes", [("none", 3), ("full", 4)])
+def test_int8_runs_the_weight_gradient_in_16_bit(recompute, passes):
+    """AQT int8 (MaxText ``quantization=int8``: ``config_v3(fwd_bits=8, dlhs_bits=8, drhs_bits=None)``): of a GEMM's
+    passes (forward, activation gradient, weight gradient, and the recompute's forward) only the weight gradient
+    runs in bf16. On one chip a step is the plain sum of its parts, and the bf16, int8 and all-8-bit steps differ
+    only in their GEMMs, so (int8 − all 8-bit) · passes = bf16 − all 8-bit."""
+    from aicalc.api.catalog import load_model
+    from aicalc.api.train_time import training_chip
+    from aicalc.core.efficiency import Efficiency
+    from aicalc.core.train_time import step_time
+
+    s = shape_of(load_model("llama-3.1-8b").arch)
+    eff = Efficiency()
+    kw = dict(seq=2048, global_batch=4, micro_batch=2, tp=1, pp=1, dp=1, recompute=recompute)
+    bf16 = training_chip("tpu-v6e", "bf16")[1]
+    int8 = training_chip("tpu-v6e", "int8")[1]
+    assert (int8.peak_flop_per_s, int8.peak_16bit_flop_per_s) == (1836e12, 918e12)  # the preset's int8 and bf16
+    t16, t8 = (float(step_time(s, c, eff, **kw)["step_s"]) for c in (bf16, int8))
+    t_all8 = float(step_time(s, int8._replace(wgrad_16bit=False), eff, **kw)["step_s"])
+    assert t_all8 < t8 < t16
+    assert (t8 - t_all8) * passes == pytest.approx(t16 - t_all8, rel=1e-9)
+
+
+def test_int8_needs_a_chip_with_int8_math(cli):
+    """int8 training is refused, in one line, where the chip lists no int8 figure (TPU7x and B300 have fp8 and no
+    int8 math); on v6e it runs faster than bf16."""
+    for chip in ("tpu7x", "b300"):
+        r = cli("train-time", "llama-3.1-8b", "--chip", chip, "--chips", "8", "--precision", "int8")
+        assert r.code == 2 and "int8" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    rate = {p: cli("train-time", "llama-3.1-8b", "--chip", "tpu-v6e", "--chips", "8", "--precision", p,
+                   "--json").json["rows"][0]["tokens_per_s"] for p in ("bf16", "int8")}
+    assert rate["int8"] > rate["bf16"]

@@ -48,7 +48,7 @@ def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: li
     from aicalc.errors import ParameterError, check_choice
     from aicalc.units import parse_rate
 
-    check_choice("precision", precision, ("bf16", "fp16", "fp8", "fp4"))
+    check_choice("precision", precision, PRECISIONS)
     c = load_chip(chip)
     peak = c.peak_flop_per_s(precision)
     if peak is None:
@@ -79,12 +79,16 @@ def training_chip(chip, precision: str = "bf16", dp_bandwidth=None, warnings: li
         if not peak8:
             raise ParameterError("fp8_attention", fp8_attention, f"needs fp8 tensor math, which {c.id} does not list "
                                  f"(it lists: {', '.join(c.dense_tflops)})")
-    return c, TrainChip(peak, c.memory_bandwidth_bytes_per_s, link, dpbw, low_precision=precision in ("fp8", "fp4"),
-                        fp4=precision == "fp4",
+    return c, TrainChip(peak, c.memory_bandwidth_bytes_per_s, link, dpbw,
+                        low_precision=precision in ("fp8", "fp4", "int8"), fp4=precision == "fp4",
+                        wgrad_16bit=precision == "int8",
                         domain=domain, vector_flop_per_s=c.peak_flop_per_s("fp32") or 0.0,
                         peak_16bit_flop_per_s=peak16, exp_per_s=c.exp_per_s, attention_8bit_flop_per_s=peak8)
 
 
+# the math dtype of the linear layers: int8 as AQT runs it (MaxText ``quantization=int8``: the forward and the
+# activation gradients in int8, the weight gradients in bf16; aicalc.core.train_time.TrainChip.wgrad_16bit)
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "int8")
 GRAD_BYTES = {"bf16": 2.0, "fp32": 4.0}  # a framework profile's reduce_dtype: bytes per gradient element reduced
 MIN_SHARE_OF_PEAK = 1e-6  # an MFU or achieved rate below a millionth of the peak is a typo (1e-300 overflowed)
 
@@ -147,7 +151,11 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     the fused attention core in FP8 too, forward and backward (Transformer Engine's ``fp8_dot_product_attention``,
     Megatron-Bridge's ``mixed_precision.fp8_dot_product_attention``; precision fp8 or fp4, flash attention): its
     products at the fp8 peak and ``low_precision_flop_factor`` as inference prices FP8 attention, still bounded by
-    the softmax's exponentials (:func:`aicalc.core.train_time.exp_bound`); else in 16-bit."""
+    the softmax's exponentials (:func:`aicalc.core.train_time.exp_bound`); else in 16-bit. ``precision``: the
+    linear layers' math, one of :data:`PRECISIONS`; "int8" is AQT's int8 training (MaxText ``quantization=int8``,
+    on chips that list int8 math: TPU v5e, v5p, v6e have no fp8): the forward, its recompute and the activation
+    gradients at the int8 peak and ``low_precision_flop_factor``, the weight gradients in bf16; MFU counts against
+    the precision's peak, as for fp8."""
     import numpy as np
 
     from aicalc.api import inputs

@@ -34,7 +34,8 @@ validation/cases/calibration-training.yaml; docs/train-time.md): GEMMs at ``trai
 generation's measured plateau (:data:`GEMM_PLATEAU`); fused attention at ``train_attention_efficiency`` of the
 16-bit peak, its backward 2.5 forwards (:data:`FLASH_BACKWARD`); in 8-bit runs only the linear layers in 8-bit
 unless the attention core runs in FP8 too (``TrainChip.attention_8bit_flop_per_s``: Transformer Engine's
-``fp8_dot_product_attention``, priced as inference prices FP8 attention);
+``fp8_dot_product_attention``, priced as inference prices FP8 attention); int8 runs as AQT quantizes them
+(``TrainChip.wgrad_16bit``: the weight-gradient GEMMs in 16-bit);
 collectives at ``train_link``; the framework's overlap of DP, TP and EP collectives (:func:`exposed`); context
 parallelism splitting the whole sequence's causal attention over the CP ranks; MoE token permutation traffic.
 """
@@ -209,6 +210,10 @@ class TrainChip(Named):
     # FP8 attention (Transformer Engine's fp8_dot_product_attention, forward and backward): the 8-bit peak the
     # attention core's products run at, at low_precision_flop_factor of it as other 8-bit math (0: 16-bit attention)
     attention_8bit_flop_per_s: float = 0.0
+    # int8 training as AQT runs it (MaxText ``quantization=int8``, ``MaxText/layers/quantizations.py``
+    # ``_get_int8_quant_config``: ``aqt_config.config_v3(fwd_bits=8, dlhs_bits=8, drhs_bits=None)``): the forward
+    # (and its recompute) and the activation-gradient GEMMs (dlhs) in int8, the weight-gradient GEMM (drhs) in 16-bit
+    wgrad_16bit: bool = False
 
 
 ELEMENTWISE_KERNELS_PER_LAYER = 6.0  # norms 2, rope + residuals 3, activation 1 (the forward's stream kernels)
@@ -405,8 +410,11 @@ def step_time(s: Shape, chip: TrainChip, eff: Efficiency, *, seq, global_batch, 
             t_fwd = t_fwd + op.t_est
         elif op.kind == "gemm":
             n = passes + (again.get(op.name, 1.0) if again else 0.0)
-            t_layers = t_layers + n * op.t_est
-            t_gemm = t_gemm + n * op.t_est
+            t_op = n * op.t_est
+            if chip.wgrad_16bit and chip.low_precision:  # AQT int8: one of the n passes, the weight gradient, in 16-bit
+                t_op = t_op + op_times(op, roofs16, eff, tp, False)[1] - op.t_est
+            t_layers = t_layers + t_op
+            t_gemm = t_gemm + t_op
             t_fwd = t_fwd + op.t_est
         elif op.kind == "collective":
             t_tp = t_tp + (passes - 1.0) * op.t_est  # 2 per forward pass and per backward (2 more with full)
