@@ -228,6 +228,44 @@ def test_moe_training_row_uses_expert_parallelism(cli):
     assert time["total_time_s"] == pytest.approx(r["total_time_s"], rel=1e-9)
 
 
+def test_moe_training_row_is_the_fastest_over_expert_degrees(cli):
+    """gpt-oss-120B (128 experts) on 32 H100s: of the layouts train-mem fits with EP 8, 16 and 32 (TP ≤ 8, every
+    ZeRO stage), none trains faster by train-time with its EP than the row's; the row's EP crosses the 8-GPU node
+    (EP 8 alone, the row before, was slower)."""
+    r = next(x for x in cli("compare", "gpt-oss-120b", "--chip", "h100-sxm", "--json").json["rows"]
+             if x["phase"] == "training")
+    n = r["chips_needed"]
+    fitting = [x for x in cli("train-mem", "gpt-oss-120b", "--chip", "h100-sxm", "--search", "--chips", n,
+                              "--ep", "8,16,32", "--framework", "megatron", "--sp", "--attention", "flash", "--seq",
+                              "4096", "--top", 1000, "--json").json["rows"] if x["fits"] and x["tp"] <= 8]
+    assert len({x["ep"] for x in fitting}) == 3
+    times = {}
+    for x in fitting:
+        rc = x["recompute"]
+        times[(x["tp"], x["pp"], x["dp"], x["ep"], rc, x["zero"])] = cli(
+            "train-time", "gpt-oss-120b", "--chip", "h100-sxm", "--tokens", r["tokens"], "--seq", "4096",
+            "--global-batch", max(n, 8) * 8, "--tp", x["tp"], "--pp", x["pp"], "--dp", x["dp"], "--ep", x["ep"],
+            "--recompute", rc if rc in ("none", "full") else "selective", "--zero", x["zero"],
+            "--json").json["rows"][0]["total_time_s"]
+    assert r["total_time_s"] == pytest.approx(min(times.values()), rel=1e-9)
+    tp, pp, dp, ep, rc, zero = min(times, key=times.get)
+    assert r["layout"] == f"TP {tp} × PP {pp} × DP {dp} (EP {ep}), ZeRO-{zero}, recompute {rc}"
+    assert ep > 8 and min(t for k, t in times.items() if k[3] == 8) > r["total_time_s"]
+
+
+@pytest.mark.parametrize("model, chips, eps", [
+    ("llama-3.1-8b", 64, (1,)),
+    ("mixtral-8x7b", 64, (8,)),  # 8 experts
+    ("deepseek-v3", 256, (8, 16, 32, 64)),  # 256 experts: up to MAX_EXPERT_DEGREE
+    ("deepseek-v3", 48, (8, 16)),  # 48 chips: 16 divides both, 32 not the chips
+    ("deepseek-v2", 320, (8, 16, 32)),  # 160 experts: 64 does not divide them
+])
+def test_expert_degrees(model, chips, eps):
+    from aicalc.api.compare import expert_degrees
+
+    assert expert_degrees(aicalc.load_model(model).arch, chips) == eps
+
+
 def test_an_edge_chip_serves_on_the_fewest_devices(cli):
     """A Mac serves its user on the fewest devices that hold the model; the cheapest-per-token widening is a
     server's: Qwen3-30B-A3B on one M4 Max (1 chip needed) is served on that one, not spread over four."""

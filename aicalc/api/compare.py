@@ -1,7 +1,7 @@
 """Training vs inference for one model, chip by chip: memory, chips needed, speed, cost and energy.
 
 Training: the fewest chips any :func:`aicalc.api.train_memory.search_layouts` layout fits on (TP ≤ 8
-preferred; a MoE model with expert parallelism, :func:`expert_degree`), and of the layouts that fit there the one
+preferred; a MoE model with expert parallelism, :func:`expert_degrees`), and of the layouts that fit there the one
 :func:`aicalc.api.train_time.train_time` gives the shortest step (:func:`_fastest`). Inference: the smallest TP group
 that :func:`aicalc.api.serving.serve` fits (``chips_needed``), and of the TPs from it up to one 8-GPU server the one
 with the lowest cost per output token at its concurrency with the most tokens/s inside the latency targets (default
@@ -40,18 +40,19 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
 
     row = {"chip": chip.id, "phase": "training", "precision": "bf16-mixed, AdamW",
            "stored": "weights + gradients + optimizer states + activations"}
-    n, rows, ep = fewest_possible(model, chip), [], 1
+    n, rows = fewest_possible(model, chip), []
     while n <= MAX_CHIPS:
-        for ep in dict.fromkeys((expert_degree(model.arch, n), 1)):  # a MoE model with EP first, then without
+        # a MoE model with EP first (every degree of expert_degrees, one search), then without
+        for eps in dict.fromkeys((expert_degrees(model.arch, n), (1,))):
             try:
                 # Megatron's memory model (sequence parallelism, selective recompute, ZeRO): the framework the
                 # training time below assumes, and the one that lays a model out over many chips
                 res = search_layouts(model, chip, n, seq=seq, framework="megatron", sp=True, attention="flash",
-                                     closest=False, ep=ep, top=CANDIDATES)
+                                     closest=False, ep=list(eps), top=CANDIDATES)
             except AicalcError as e:
                 warnings.append(f"no training estimate on {chip.id}: {e}")
                 return row | {"fits": False, "chips_needed": None, "memory_bytes": None}
-            fitting = [r for r in res.rows() if r["fits"]]  # where none fits, no row (closest=False)
+            fitting = [r | {"ep": r.get("ep", eps[0])} for r in res.rows() if r["fits"]]  # none fits: no row
             rows = [r for r in fitting if r["tp"] <= 8] or fitting
             if rows:
                 break
@@ -62,10 +63,11 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
         warnings.append(f"training does not fit on {MAX_CHIPS:,} × {chip.id}")
         return row | {"fits": False, "chips_needed": None, "memory_bytes": None}
     try:
-        best, t = _fastest(model, chip, rows, tokens, seq, max(n, 8) * 8, ep)
+        best, t = _fastest(model, chip, rows, tokens, seq, max(n, 8) * 8)
     except AicalcError as e:  # no step time (e.g. no training profile for the chip): the most headroom
         warnings.append(f"no training time on {chip.id}: {e}")
         best, t = rows[0], None
+    ep = best["ep"]
     row |= {"fits": True, "chips_needed": n, "batch": best["batch"],
             "layout": f"TP {best['tp']} × PP {best['pp']} × DP {best['dp']}{f' (EP {ep})' if ep > 1 else ''}, "
                       f"ZeRO-{best['zero']}, recompute {best['recompute']}",
@@ -79,24 +81,24 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
                   "bound": "compute", "metric": "MFU, time to train"}
 
 
-def _fastest(model, chip, rows: list[dict], tokens: float, seq: int, global_batch: int, ep: int):
-    """(layout, train-time row) of the fitting ``rows`` (train-mem's layouts with their ZeRO stages, most headroom
-    first) whose step :func:`aicalc.api.train_time.train_time` prices shortest, ties to the one with more headroom;
-    the layouts of one recompute mode are priced in one call, each layout and ZeRO stage with the least recompute
-    it fits with (more recompute adds only compute: the step model never prices its step shorter,
-    tests/test_train_time.py::test_more_recompute_is_never_faster)."""
+def _fastest(model, chip, rows: list[dict], tokens: float, seq: int, global_batch: int):
+    """(layout, train-time row) of the fitting ``rows`` (train-mem's layouts with their ZeRO stages and EP degrees,
+    most headroom first) whose step :func:`aicalc.api.train_time.train_time` prices shortest, ties to the one with
+    more headroom; the layouts of one EP degree and recompute mode are priced in one call, each layout and ZeRO
+    stage with the least recompute it fits with (more recompute adds only compute: the step model never prices its
+    step shorter, tests/test_train_time.py::test_more_recompute_is_never_faster)."""
     from aicalc.api.train_time import train_time
 
     lightest: dict = {}  # each layout and ZeRO stage: the least recompute it fits with
     for r in rows:
-        key = (r["tp"], r["pp"], r["dp"], r["zero"])
+        key = (r["tp"], r["pp"], r["dp"], r["ep"], r["zero"])
         lightest[key] = min(lightest.get(key, len(RECOMPUTE_ORDER)), RECOMPUTE_ORDER.index(r["recompute"]))
     groups: dict = {}
     for i, r in enumerate(rows):
-        if RECOMPUTE_ORDER.index(r["recompute"]) == lightest[(r["tp"], r["pp"], r["dp"], r["zero"])]:
-            groups.setdefault(r["recompute"], []).append((i, r))
+        if RECOMPUTE_ORDER.index(r["recompute"]) == lightest[(r["tp"], r["pp"], r["dp"], r["ep"], r["zero"])]:
+            groups.setdefault((r["ep"], r["recompute"]), []).append((i, r))
     priced = []
-    for recompute, group in groups.items():
+    for (ep, recompute), group in groups.items():
         times = train_time(model, chip, tokens, seq=seq, global_batch=global_batch,
                            tp=[r["tp"] for _, r in group], pp=[r["pp"] for _, r in group],
                            dp=[r["dp"] for _, r in group], zero=[int(r["zero"]) for _, r in group],
@@ -120,6 +122,23 @@ def expert_degree(arch, chips: int) -> int:
     while ep > 1 and (arch.moe.experts % ep or chips % ep):
         ep //= 2
     return ep
+
+
+MAX_EXPERT_DEGREE = 64  # the widest EP compare lays a MoE model out with (Megatron-Bridge's recipes: 8 to 64)
+
+
+def expert_degrees(arch, chips: int) -> tuple[int, ...]:
+    """The EP degrees a MoE model's training layouts are searched with: :func:`expert_degree` (up to one 8-GPU
+    node) and every power of two above it up to :data:`MAX_EXPERT_DEGREE` that divides both its routed experts and
+    ``chips``, as Megatron-Bridge's recipes run EP 32 and 64 across nodes (Qwen3-235B-A22B on 256 H100s EP 32,
+    DeepSeek-V3 on 1,024 H100s and 256 GB200s EP 64, Kimi K2 EP 64: validation/cases/moe-training.yaml MO-02,
+    MO-10, MO-14, MO-61); the step model prices the all-to-all that leaves the node. (1,) for a dense model."""
+    ep = expert_degree(arch, chips)
+    out = [ep]
+    while ep > 1 and ep * 2 <= MAX_EXPERT_DEGREE and not (arch.moe.experts % (ep * 2) or chips % (ep * 2)):
+        ep *= 2
+        out.append(ep)
+    return tuple(out)
 
 
 def fewest_possible(model, chip) -> int:

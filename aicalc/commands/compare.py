@@ -50,7 +50,7 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
                "mfu",
                "batch", "bound", "layout", "precision"]
     notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (Megatron: sequence "
-             "parallel, flash attention; TP ≤ 8 preferred; MoE with EP up to 8), the fastest of those layouts, "
+             "parallel, flash attention; TP ≤ 8 preferred; MoE with EP 8 to 64), the fastest of those layouts, "
              f"{fmt_count(m['tokens'])} tokens (Chinchilla's 20 per parameter unless --tokens); inference: the TP "
              "(from the smallest that holds it up to one 8-GPU server) that serves "
              f"{m['prompt']}+{m['gen']}-token requests at the least cost per token within TTFT ≤ {m['max_ttft']:g} s, "
