@@ -71,6 +71,28 @@ def test_inference_layout_is_the_cheapest_per_token_within_a_server(cli, rows):
     assert per_token[2][0] > 1.5 * per_token[tp][0]
 
 
+def test_moe_inference_row_takes_the_cheapest_moe_layout(cli):
+    """DeepSeek-V3 on H100s needs 16 (its 671 GB of FP8 weights over 8 leave no room): of the layouts serve prices at
+    TP 16 — plain TP, EP 16 with TP attention, EP 16 with DP attention (SGLang's and TensorRT-LLM's DEP) — the row
+    serves on the cheapest per output token. Under TP attention every rank holds every request's MLA latent (one KV
+    head, nothing to split), so DP attention, each rank holding its own requests', serves several times the
+    concurrency and costs less than half as much per token."""
+    r = next(x for x in cli("compare", "deepseek-v3", "--chip", "h100-sxm", "--json").json["rows"]
+             if x["phase"] == "inference")
+    assert r["chips_needed"] == r["tp"] == 16
+    per_token = {}
+    for ep, adp in ((1, 1), (16, 1), (16, 16)):
+        out = cli("serve", "deepseek-v3", "--chip", "h100-sxm", "--tp", 16, "--ep", ep, "--attention-dp", adp,
+                  "--prompt", 1024, "--gen", 256, "--max-ttft", "2s", "--max-tpot", "200ms", "--json").json["rows"]
+        best = max((x for x in out if x["meets_slo"]), key=lambda x: x["output_tokens_per_s"])
+        per_token[(ep, adp)] = (best["usd_per_million_output_tokens"], best["output_tokens_per_s"], best["concurrency"])
+    ep, adp = min(per_token, key=lambda k: per_token[k][0])
+    assert (r["ep"], r["attention_dp"]) == (ep, adp) == (16, 16)
+    assert r["layout"] == "TP 16, EP 16, attention DP 16" and r["batch"] == per_token[(ep, adp)][2]
+    assert r["usd_per_million_output_tokens"] == pytest.approx(per_token[(ep, adp)][0], rel=1e-9)
+    assert per_token[(1, 1)][0] > 2 * per_token[(16, 16)][0]
+
+
 def test_sram_chip_count(rows):
     # 68,976,648,192 params × 2 B over 230 MB of SRAM per chip: at least 600 chips
     r = rows[("groq-lpu", "inference")]

@@ -3,8 +3,8 @@
 Training: the fewest chips any :func:`aicalc.api.train_memory.search_layouts` layout fits on (TP ≤ 8
 preferred; a MoE model with expert parallelism, :func:`expert_degrees`), and of the layouts that fit there the one
 :func:`aicalc.api.train_time.train_time` gives the shortest step (:func:`_fastest`). Inference: the smallest TP group
-that :func:`aicalc.api.serving.serve` fits (``chips_needed``), and of the TPs from it up to one 8-GPU server the one
-with the lowest cost per output token at its concurrency with the most tokens/s inside the latency targets (default
+that :func:`aicalc.api.serving.serve` fits (``chips_needed``), and of the TPs from it up to one 8-GPU server (a MoE
+model's also with expert and attention-data parallelism) the layout with the lowest cost per output token at its concurrency with the most tokens/s inside the latency targets (default
 MLPerf's llama2-70b server limits, TTFT ≤ 2 s and TPOT ≤ 200 ms); SRAM-only chips through
 :func:`aicalc.api.roofline.roofline`. Money and energy from :mod:`aicalc.core.cost`.
 """
@@ -27,7 +27,8 @@ class Comparison(Table):
     """Two rows per chip (one, inference, for an on-device chip unless ``training=True``) (``phase`` training and inference): ``chip``, ``phase``, ``fits``, ``chips_needed``,
     ``memory_bytes`` (per device), ``layout``, ``precision``, ``batch``; training: ``mfu``, ``tokens_per_s``,
     ``total_time_s``, ``chip_hours``, ``training_cost_usd``, ``training_kwh``; inference: ``tp`` (the chips its
-    numbers run on, ``chips_needed`` or more), ``ttft_s``, ``tpot_s``, ``output_tokens_per_s``,
+    numbers run on, ``chips_needed`` or more; ``ep`` and ``attention_dp``: a MoE model's experts and attention over
+    them, :func:`aicalc.api.deployment.moe_layouts`), ``ttft_s``, ``tpot_s``, ``output_tokens_per_s``,
     ``usd_per_million_output_tokens``, ``usd_per_request``,
     ``fleet_chips``, ``fleet_layout``, ``daily_inference_cost_usd``, ``annual_inference_cost_usd`` (the simulated
     fleet's; none on SRAM-only or on-device chips), ``joules_per_output_token``; both
@@ -180,6 +181,7 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
                       "bound": "compute" if r["decode_flop"] / r["decode_bytes"] >= r["ridge_point"] else "memory",
                       "metric": metric}
     from aicalc.api.catalog import load_model
+    from aicalc.api.deployment import moe_layouts
     from aicalc.api.serving import max_concurrency
     from aicalc.core.serving import concurrency_ladder
 
@@ -189,39 +191,47 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
     price = chip.price_per_hour_usd or 1.0  # without a price, chips per token rank the same
     reasons: list[str] = []
     for dt in dtypes:
-        found = []  # (cost per output token, tp, the best row) of each TP that serves
+        found = []  # (cost per output token, tp, ep, attention DP, the best row) of each layout that serves
+        failed = False
         for tp in (1,) if on_device else (1, 2, 4, 8, 16, 32, 64):
-            if found and (tp > SERVER_CHIPS or chip.kind in EDGE_KINDS):
+            if failed or found and (tp > SERVER_CHIPS or chip.kind in EDGE_KINDS):
                 break  # the smallest TP that holds the model, and every larger one within one server (a laptop or
                 #        a phone: the fewest devices, as its user runs it)
             try:
                 check_tp(arch, tp)
             except AicalcError:
                 continue
-            try:
-                most = 1.0 if on_device else max_concurrency(model, chip, tp=tp, prompt=prompt, gen=gen, dtype=dt,
-                                                             kv_dtype=kv_dtype, engine=engine)
-                if most < 1:  # not one request beside the weights: no row of this TP fits (serve's own fits)
-                    continue
-                ladder = [1.0] if on_device else concurrency_ladder(most)
-                res = serve(model, chip, ladder, prompt, gen, tp=tp, dtype=dt, kv_dtype=kv_dtype, max_ttft=max_ttft,
-                            max_tpot=max_tpot, engine=engine).rows()
-            except AicalcError as e:  # e.g. no throughput figure for this dtype on this chip
-                reasons.append(f"{dt}: {e}")
-                break
-            ok = [r for r in res if r["meets_slo"]] or [r for r in res if r["fits"]]
-            if ok:
-                best = max(ok, key=lambda r: r["output_tokens_per_s"])
-                found.append((tp * price / best["output_tokens_per_s"], tp, best))
+            # a MoE model also with its experts over the TP group's chips, attention TP or DP (moe_layouts: the
+            # layouts serve --search and the fleet below try)
+            for ep, adp in [(1, 1)] if on_device else moe_layouts(arch, tp):
+                try:
+                    most = 1.0 if on_device else max_concurrency(model, chip, tp=tp, prompt=prompt, gen=gen, dtype=dt,
+                                                                 kv_dtype=kv_dtype, engine=engine, ep=ep,
+                                                                 attention_dp=adp)
+                    if most < 1:  # not one request beside the weights: no row of this layout fits (serve's own)
+                        continue
+                    ladder = [1.0] if on_device else concurrency_ladder(most)
+                    res = serve(model, chip, ladder, prompt, gen, tp=tp, dtype=dt, kv_dtype=kv_dtype,
+                                max_ttft=max_ttft, max_tpot=max_tpot, engine=engine, ep=ep, attention_dp=adp).rows()
+                except AicalcError as e:  # e.g. no throughput figure for this dtype on this chip
+                    reasons.append(f"{dt}: {e}")
+                    failed = True
+                    break
+                ok = [r for r in res if r["meets_slo"]] or [r for r in res if r["fits"]]
+                if ok:
+                    best = max(ok, key=lambda r: r["output_tokens_per_s"])
+                    found.append((tp * price / best["output_tokens_per_s"], tp, ep, adp, best))
         if not found:
             continue
-        _, tp, best = min(found, key=lambda x: x[:2])  # the cheapest per output token, ties to fewer chips
+        # the cheapest per output token, ties to fewer chips, then to plain TP (tried first)
+        _, tp, ep, adp, best = min(found, key=lambda x: x[:2])
         if dt != dtype:
             warnings.append(f"{arch.family} model fits {chip.id} only at {dt} weights")
         ridge = ridge_batch(model, chip, prompt, gen, dtype=dt, kv_dtype=kv_dtype, tp=tp, engine=engine)
         return row | {
-            "fits": True, "chips_needed": found[0][1], "tp": tp, "precision": dt,
-            "layout": ON_DEVICE_LAYOUT if on_device else f"TP {tp}", "batch": best["concurrency"],
+            "fits": True, "chips_needed": found[0][1], "tp": tp, "ep": ep, "attention_dp": adp, "precision": dt,
+            "layout": ON_DEVICE_LAYOUT if on_device else f"TP {tp}" + (f", EP {ep}" if ep > 1 else "")
+            + (f", attention DP {adp}" if adp > 1 else ""), "batch": best["concurrency"],
             "memory_bytes": best["total_bytes_per_device"], "weights_bytes": best["weights_bytes_per_device"],
             "kv_cache_bytes": best["kv_cache_bytes_per_device"], "ttft_s": best["ttft_s"], "tpot_s": best["tpot_s"],
             "output_tokens_per_s": best["output_tokens_per_s"], "meets_slo": best["meets_slo"],

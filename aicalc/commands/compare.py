@@ -52,7 +52,8 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
     notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (Megatron: sequence "
              "parallel, flash attention; TP ≤ 8 preferred; MoE with EP 8 to 64), the fastest of those layouts, "
              f"{fmt_count(m['tokens'])} tokens (Chinchilla's 20 per parameter unless --tokens); inference: the TP "
-             "(from the smallest that holds it up to one 8-GPU server) that serves "
+             "(from the smallest that holds it up to one 8-GPU server; a MoE model's also with EP and DP attention) "
+             "that serves "
              f"{m['prompt']}+{m['gen']}-token requests at the least cost per token within TTFT ≤ {m['max_ttft']:g} s, "
              f"TPOT ≤ {m['max_tpot'] * 1e3:g} ms at its best concurrency",
              (f"cost: ${price_per_hour(price):,.2f} per chip-hour (--price)" if price is not None else
