@@ -275,6 +275,25 @@ def test_moe_training_row_is_the_fastest_over_expert_degrees(cli):
     assert ep > 8 and min(t for k, t in times.items() if k[3] == 8) > r["total_time_s"]
 
 
+def test_training_keeps_tp_within_a_server_before_more_chips(cli):
+    """DeepSeek-V3 on MI300Xs: on 64 chips only layouts with TP over 8 (across servers) fit (train-mem's search with
+    every EP degree); the row takes 128 chips with TP ≤ 8, which train in fewer chip-hours than any of those 64-chip
+    layouts (train-time)."""
+    r = next(x for x in cli("compare", "deepseek-v3", "--chip", "mi300x", "--json").json["rows"]
+             if x["phase"] == "training")
+    tp = int(r["layout"].split("TP ")[1].split()[0])
+    assert r["chips_needed"] == 128 and tp <= 8
+    megatron = ("--framework", "megatron", "--sp", "--attention", "flash", "--seq", "4096", "--top", 1000, "--json")
+    wide = [x for x in cli("train-mem", "deepseek-v3", "--chip", "mi300x", "--search", "--chips", 64, "--ep",
+                           "8,16,32,64", *megatron).json["rows"] if x["fits"]]
+    assert wide and all(x["tp"] > 8 for x in wide)
+    hours = [cli("train-time", "deepseek-v3", "--chip", "mi300x", "--tokens", r["tokens"], "--seq", "4096",
+                 "--global-batch", 64 * 8, "--tp", x["tp"], "--pp", x["pp"], "--dp", x["dp"], "--ep", x["ep"],
+                 "--zero", x["zero"], "--recompute", x["recompute"],
+                 "--json").json["rows"][0]["chip_hours"] for x in wide]
+    assert r["chip_hours"] < min(hours) / 3
+
+
 @pytest.mark.parametrize("model, chips, eps", [
     ("llama-3.1-8b", 64, (1,)),
     ("mixtral-8x7b", 64, (8,)),  # 8 experts

@@ -1,7 +1,7 @@
 """Training vs inference for one model, chip by chip: memory, chips needed, speed, cost and energy.
 
-Training: the fewest chips any :func:`aicalc.api.train_memory.search_layouts` layout fits on (TP ≤ 8
-preferred; a MoE model with expert parallelism, :func:`expert_degrees`), and of the layouts that fit there the one
+Training: the fewest chips a :func:`aicalc.api.train_memory.search_layouts` layout with TP ≤ 8 fits on (wider
+TP only where none does; a MoE model with expert parallelism, :func:`expert_degrees`), and of the layouts that fit there the one
 :func:`aicalc.api.train_time.train_time` gives the shortest step (:func:`_fastest`). Inference: the smallest TP group
 that :func:`aicalc.api.serving.serve` fits (``chips_needed``), and of the TPs from it up to one 8-GPU server (a MoE
 model's also with expert and attention-data parallelism) the layout with the lowest cost per output token at its concurrency with the most tokens/s inside the latency targets (default
@@ -41,7 +41,7 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
 
     row = {"chip": chip.id, "phase": "training", "precision": "bf16-mixed, AdamW",
            "stored": "weights + gradients + optimizer states + activations"}
-    n, rows = fewest_possible(model, chip), []
+    n, rows, wide = fewest_possible(model, chip), [], None  # wide: the first chips where only TP > 8 fits
     while n <= MAX_CHIPS:
         # a MoE model with EP first (every degree of expert_degrees, one search), then without
         for eps in dict.fromkeys((expert_degrees(model.arch, n), (1,))):
@@ -54,12 +54,19 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
                 warnings.append(f"no training estimate on {chip.id}: {e}")
                 return row | {"fits": False, "chips_needed": None, "memory_bytes": None}
             fitting = [r | {"ep": r.get("ep", eps[0])} for r in res.rows() if r["fits"]]  # none fits: no row
-            rows = [r for r in fitting if r["tp"] <= 8] or fitting
+            # TP inside one 8-GPU server: a layout whose TP spans servers runs at a few % MFU (DeepSeek-V3 on 64
+            # MI300Xs: TP 64 at 1.6 %, where 128 with TP ≤ 8 train several times faster); wider only where
+            # no TP ≤ 8 layout fits on any number of chips
+            rows = [r for r in fitting if r["tp"] <= 8]
+            if fitting and wide is None:
+                wide = (n, fitting)
             if rows:
                 break
         if rows:
             break
         n *= 2
+    if not rows and wide is not None:
+        n, rows = wide
     if not rows:
         warnings.append(f"training does not fit on {MAX_CHIPS:,} × {chip.id}")
         return row | {"fits": False, "chips_needed": None, "memory_bytes": None}

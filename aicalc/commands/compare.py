@@ -49,8 +49,8 @@ def run(model: str, chip=None, tokens=None, seq="4096", prompt="1024", gen="256"
                "total_time_s", "ttft_s", "tpot_s", "output_tokens_per_s", "usd_per_million_output_tokens", "fleet_chips",
                "mfu",
                "batch", "bound", "layout", "precision"]
-    notes = ["memory is per device; training: the fewest chips any train-mem layout fits on (Megatron: sequence "
-             "parallel, flash attention; TP ≤ 8 preferred; MoE with EP 8 to 64), the fastest of those layouts, "
+    notes = ["memory is per device; training: the fewest chips a train-mem layout with TP ≤ 8 fits on (Megatron: "
+             "sequence parallel, flash attention; wider TP only where none fits; MoE with EP 8 to 64), the fastest of those layouts, "
              f"{fmt_count(m['tokens'])} tokens (Chinchilla's 20 per parameter unless --tokens); inference: the TP "
              "(from the smallest that holds it up to one 8-GPU server; a MoE model's also with EP and DP attention) "
              "that serves "
