@@ -313,3 +313,7 @@ def test_an_edge_chip_serves_on_the_fewest_devices(cli):
     r = next(x for x in cli("compare", "qwen3-30b-a3b", "--chip", "apple-m4-max", "--json").json["rows"]
              if x["phase"] == "inference")
     assert r["chips_needed"] == r["tp"] == 1 and r["layout"] == "TP 1"
+    # and without a server engine's expert or attention-data parallelism: DeepSeek-V3 over two M3 Ultras is TP 2
+    r = next(x for x in cli("compare", "deepseek-v3", "--chip", "apple-m3-ultra", "--json").json["rows"]
+             if x["phase"] == "inference")
+    assert (r["chips_needed"], r["layout"], r["ep"], r["attention_dp"]) == (2, "TP 2", 1, 1)

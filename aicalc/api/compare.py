@@ -209,8 +209,8 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
             except AicalcError:
                 continue
             # a MoE model also with its experts over the TP group's chips, attention TP or DP (moe_layouts: the
-            # layouts serve --search and the fleet below try)
-            for ep, adp in [(1, 1)] if on_device else moe_layouts(arch, tp):
+            # layouts serve --search and the fleet below try; not on a laptop's or a phone's runtime)
+            for ep, adp in [(1, 1)] if chip.kind in EDGE_KINDS else moe_layouts(arch, tp):
                 try:
                     most = 1.0 if on_device else max_concurrency(model, chip, tp=tp, prompt=prompt, gen=gen, dtype=dt,
                                                                  kv_dtype=kv_dtype, engine=engine, ep=ep,
