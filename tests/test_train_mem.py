@@ -653,3 +653,41 @@ def test_chips_without_search_sets_the_data_parallel_size(cli):
     assert a["dp"] == 4 and a["peak_bytes"] == b["peak_bytes"]
     assert cli("train-mem", "llama-3.1-8b", "--chips", "6", "--tp", "4").code == 2
     assert cli("train-mem", "llama-3.1-8b", "--chips", "8", "--dp", "2").code == 2
+
+
+def test_a_configuration_that_does_not_fit_says_what_it_gives_up_to_fit(cli):
+    """The guide's question, "does Llama-3.1-70B fine-tune on 8 H100s with ZeRO-3?": no (AdamW's 16 bytes a
+    parameter alone are 141 GB a device). The warning names the least each way gives up to fit, and train-mem says
+    so of each: the full-training steps taken one at a time (recompute, then the optimizer offloaded) do not fit,
+    the step named does; the adapters' way (LoRA at rank 16) does not fit without recompute and does with it."""
+    base = ("train-mem", "llama-3.1-70b", "--chip", "h100-sxm", "--dp", "8", "--zero", "3")
+
+    def fits(*flags):
+        return cli(*base, *flags, "--json").json["rows"][0]["fits"]
+
+    r = cli(*base, "--json")
+    assert r.code == 1 and not r.json["rows"][0]["fits"]
+    line = r.json["warnings"][-1]
+    assert line.startswith("it fits with --recompute full --offload params (")
+    assert "fine-tuning adapters instead, with --lora-rank 16 --recompute full (" in line
+    assert not fits("--recompute", "full") and not fits("--recompute", "full", "--offload", "optimizer")
+    assert fits("--recompute", "full", "--offload", "params")
+    assert not fits("--lora-rank", "16") and fits("--lora-rank", "16", "--recompute", "full")
+    # the reserved peaks it quotes are train-mem's own
+    quoted = cli(*base, "--recompute", "full", "--offload", "params", "--json").json["rows"][0]["peak_reserved_bytes"]
+    from aicalc.units import fmt_bytes
+
+    assert f"--offload params ({fmt_bytes(quoted)} reserved)" in line
+
+
+def test_no_hint_where_it_fits_and_a_plain_one_where_nothing_does(cli):
+    ok = cli("train-mem", "llama-3.1-8b", "--chip", "h100-sxm", "--lora-rank", "16", "--json")
+    assert ok.code == 0 and not ok.json["warnings"]
+    # 405B on one 24 GB card: not even every state in host memory leaves room for a layer at work
+    big = cli("train-mem", "llama-3.1-405b", "--chip", "rtx-4090", "--json")
+    assert big.json["warnings"][-1].startswith("on these devices it fits with none of")
+    assert not cli("train-mem", "llama-3.1-405b", "--chip", "rtx-4090", "--recompute", "full", "--zero", "3",
+                   "--offload", "params", "--json").json["rows"][0]["fits"]
+    # a sweep of several rows gets the plain warning only
+    sweep = cli("train-mem", "llama-3.1-8b", "--chip", "h100-sxm", "--batch", "4,8", "--seq", "4096", "--json")
+    assert len(sweep.json["warnings"]) == 1

@@ -293,6 +293,54 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
     return TrainMemory(cols, warnings, model=spec, chip=chip_obj, setup=st)
 
 
+# What a run that does not fit gives up to fit, least first, on the same devices and layout: each ladder's steps are
+# cumulative (a step keeps the ones before it). Full training: recompute every layer (+1 forward of compute), shard
+# the states over the data-parallel ranks (ZeRO-3 / FSDP; where there are several), then keep the optimizer states,
+# then the parameters too (with ZeRO-3, as ZeRO-Infinity and FSDP's CPU offload shard them), in host memory
+# (ZeRO-Offload). Adapters (PEFT LoRA at rank 16, the QLoRA paper's setting for its smaller models; fine-tuning
+# only), recomputed, then over a 4-bit NF4 base (QLoRA).
+FULL_TRAINING_STEPS = (("recompute", "full"), ("zero", 3), ("offload", "optimizer"), ("offload", "params"))
+ADAPTER_STEPS = (("lora_rank", 16), ("recompute", "full"), ("quant", "nf4"))
+
+
+def fits_with(model, batch=1, seq=2048, *, limit, dp=1, tp=1, pp=1, cp=1, zero=0, chip=None,
+              **setup) -> list[tuple[dict, float]]:
+    """``(changes, peak_reserved_bytes)`` for each way a configuration (one of :func:`train_memory`'s, numbers not
+    arrays) that does not fit ``limit`` bytes comes to fit: of :data:`FULL_TRAINING_STEPS` (not with adapters) and
+    :data:`ADAPTER_STEPS`, the first cumulative step whose reserved peak fits, its setting changes as
+    :func:`train_memory`'s keywords; a ladder that fits at none of its steps (or whose steps the setup refuses) is
+    left out, and a setting the configuration already has is not a step. Empty where it fits as it is."""
+    from aicalc.errors import AicalcError
+
+    def reserved(changes: dict) -> float:
+        kw = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "zero": zero, "chip": chip, **setup, **changes}
+        return float(train_memory(model, batch, seq, **kw)["peak_reserved_bytes"][0])
+
+    if reserved({}) <= limit:
+        return []
+    have = {"zero": zero, **setup}
+    ladders = [ADAPTER_STEPS] if setup.get("lora_rank") else [FULL_TRAINING_STEPS, ADAPTER_STEPS]
+    out = []
+    for ladder in ladders:
+        changes: dict = {}
+        for key, value in ladder:
+            if have.get(key) == value or (key == "lora_rank" and have.get(key)):
+                continue
+            if key == "zero" and dp * cp == 1:  # nothing to shard over
+                continue
+            if (key, value) == ("offload", "params") and have.get("zero") != 3:
+                changes["zero"] = 3
+            changes[key] = value
+            try:
+                peak = reserved(changes)
+            except AicalcError:  # a step this setup cannot take (e.g. an offload its framework does not model)
+                continue
+            if peak <= limit:
+                out.append((dict(changes), peak))
+                break
+    return out
+
+
 def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, seq=2048, max_batch: int = 1, cp=1,
                    top: int = 20, progress=None, closest: bool = True, **setup) -> TrainMemory:
     """The layouts of ``chips`` devices (TP × PP × CP × DP × ZeRO × micro-batch ≤ ``max_batch`` × recompute)

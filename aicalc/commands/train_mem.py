@@ -101,6 +101,8 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
             of = f" CUDA reports of its {fmt_bytes(label)}" if budget is None and label != limit else ""
             rows = ", ".join(str(i + 1) for i in bad[:10]) + (" …" if bad.size > 10 else "")
             warnings.append(f"peak memory per device exceeds {what} ({fmt_bytes(limit)}{of}) in row(s) {rows}")
+            if fits.size == 1:  # one configuration: what it gives up to fit on these devices
+                warnings.append(_fits_with(model, r, limit, setup))
     from aicalc.api.results import Table
 
     rows = Table(cols).rows()
@@ -131,6 +133,31 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
     notes += caveats
     return Result("train-mem", inputs_, rows, warnings, code, title=f"train-mem {spec.id}", notes=notes,
                   columns=columns)
+
+
+FLAGS = {"recompute": "--recompute", "zero": "--zero", "offload": "--offload", "lora_rank": "--lora-rank",
+         "quant": "--quant"}
+
+
+def _fits_with(model, r, limit: float, setup: dict) -> str:
+    """The line saying what the one configuration of ``r`` (a train_memory result) gives up to fit ``limit``:
+    :func:`aicalc.api.train_memory.fits_with`'s ways, as flags."""
+    import numpy as np
+
+    from aicalc.api.train_memory import fits_with
+    from aicalc.units import fmt_bytes
+
+    one = {k: np.ravel(getattr(r, k))[0].item() for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero")}
+    chip = r.meta["chip"].id if r.meta["chip"] is not None else None
+    ways = fits_with(model, one.pop("batch"), one.pop("seq"), limit=limit, chip=chip, **one, **setup)
+    said = [" ".join(f"{FLAGS[k]} {v}" for k, v in changes.items()) + f" ({fmt_bytes(peak)} reserved)"
+            for changes, peak in ways]
+    if not said:
+        return ("on these devices it fits with none of recompute, ZeRO-3, offload, LoRA or QLoRA: more devices "
+                "(train-mem --search --chips N)")
+    if len(said) == 2:  # full training's way, then the adapters'
+        return f"it fits with {said[0]}; fine-tuning adapters instead, with {said[1]}"
+    return f"it fits with {said[0]}"
 
 
 def _fsdp_note(st, zero) -> str:
