@@ -24,6 +24,7 @@ _API = {
     "launch_commands": "aicalc.api.emit", "LaunchCommand": "aicalc.api.emit",
     "size_fleet": "aicalc.api.fleet", "Fleet": "aicalc.api.fleet", "Layout": "aicalc.api.traffic",
     "train_memory": "aicalc.api.train_memory", "search_layouts": "aicalc.api.train_memory",
+    "fits_with": "aicalc.api.train_memory",
     "TrainMemory": "aicalc.api.train_memory",
     "train_time": "aicalc.api.train_time", "TrainTime": "aicalc.api.train_time",
     "search_train_layouts": "aicalc.api.train_time",

@@ -1,12 +1,13 @@
 """Training vs inference for one model, chip by chip: memory, chips needed, speed, cost and energy.
 
-Training: the fewest chips a :func:`aicalc.api.train_memory.search_layouts` layout with TP ≤ 8 fits on (wider
-TP only where none does; a MoE model with expert parallelism, :func:`expert_degrees`), and of the layouts that fit there the one
-:func:`aicalc.api.train_time.train_time` gives the shortest step (:func:`_fastest`). Inference: the smallest TP group
-that :func:`aicalc.api.serving.serve` fits (``chips_needed``), and of the TPs from it up to one 8-GPU server (a MoE
-model's also with expert and attention-data parallelism) the layout with the lowest cost per output token at its concurrency with the most tokens/s inside the latency targets (default
-MLPerf's llama2-70b server limits, TTFT ≤ 2 s and TPOT ≤ 200 ms); SRAM-only chips through
-:func:`aicalc.api.roofline.roofline`. Money and energy from :mod:`aicalc.core.cost`.
+Training: the fewest chips a :func:`aicalc.api.train_memory.search_layouts` layout with TP ≤ 8 fits on (wider TP
+only where none does; a MoE model with expert parallelism, :func:`expert_degrees`), and of the layouts that fit there
+the one :func:`aicalc.api.train_time.train_time` gives the shortest step (:func:`_fastest`). Inference: the smallest
+TP group that :func:`aicalc.api.serving.serve` fits (``chips_needed``), and of the TPs from it up to one 8-GPU server
+(a MoE model's also with expert and attention-data parallelism) the layout with the lowest cost per output token at
+its concurrency with the most tokens/s inside the latency targets (default MLPerf's llama2-70b server limits, TTFT ≤
+2 s and TPOT ≤ 200 ms); SRAM-only chips through :func:`aicalc.api.roofline.roofline`. Money and energy from
+:mod:`aicalc.core.cost`.
 """
 
 from __future__ import annotations

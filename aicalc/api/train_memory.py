@@ -303,14 +303,28 @@ FULL_TRAINING_STEPS = (("recompute", "full"), ("zero", 3), ("offload", "optimize
 ADAPTER_STEPS = (("lora_rank", 16), ("recompute", "full"), ("quant", "nf4"))
 
 
-def fits_with(model, batch=1, seq=2048, *, limit, dp=1, tp=1, pp=1, cp=1, zero=0, chip=None,
+def fits_with(model, batch=1, seq=2048, *, limit=None, dp=1, tp=1, pp=1, cp=1, zero=0, chip=None,
               **setup) -> list[tuple[dict, float]]:
     """``(changes, peak_reserved_bytes)`` for each way a configuration (one of :func:`train_memory`'s, numbers not
-    arrays) that does not fit ``limit`` bytes comes to fit: of :data:`FULL_TRAINING_STEPS` (not with adapters) and
-    :data:`ADAPTER_STEPS`, the first cumulative step whose reserved peak fits, its setting changes as
-    :func:`train_memory`'s keywords; a ladder that fits at none of its steps (or whose steps the setup refuses) is
-    left out, and a setting the configuration already has is not a step. Empty where it fits as it is."""
-    from aicalc.errors import AicalcError
+    arrays) that does not fit ``limit`` bytes (default: ``chip``'s usable memory; the smaller of the two) comes to
+    fit: of :data:`FULL_TRAINING_STEPS` (not with adapters) and :data:`ADAPTER_STEPS`, the first cumulative step
+    whose reserved peak fits, its setting changes as :func:`train_memory`'s keywords; a ladder that fits at none of
+    its steps (or whose steps the setup refuses) is left out, and a setting the configuration already has is not a
+    step. Empty where it fits as it is."""
+    from aicalc.api import inputs
+    from aicalc.api.catalog import load_node_or_chip
+    from aicalc.errors import AicalcError, ParameterError
+
+    batch, seq, dp, tp, pp, cp = (inputs.whole(k, v) for k, v in (("batch", batch), ("seq", seq), ("dp", dp),
+                                                                      ("tp", tp), ("pp", pp), ("cp", cp)))
+    zero = inputs.count("zero", zero, minimum=0)
+    if chip is not None:
+        usable = float(load_node_or_chip(chip)[0].usable_memory_bytes)
+        limit = usable if limit is None else min(inputs.nbytes("limit", limit), usable)
+    elif limit is None:
+        raise ParameterError("limit", None, "or {chip} is needed: the memory to fit")
+    else:
+        limit = inputs.nbytes("limit", limit)
 
     def reserved(changes: dict) -> float:
         kw = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "zero": zero, "chip": chip, **setup, **changes}

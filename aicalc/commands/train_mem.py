@@ -135,8 +135,8 @@ def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp
                   columns=columns)
 
 
-FLAGS = {"recompute": "--recompute", "zero": "--zero", "offload": "--offload", "lora_rank": "--lora-rank",
-         "quant": "--quant"}
+FLAGS = {"lora_rank": "--lora-rank", "recompute": "--recompute", "zero": "--zero", "offload": "--offload",
+         "quant": "--quant"}  # fits_with's settings as flags, in the order they are written
 
 
 def _fits_with(model, r, limit: float, setup: dict) -> str:
@@ -150,8 +150,8 @@ def _fits_with(model, r, limit: float, setup: dict) -> str:
     one = {k: np.ravel(getattr(r, k))[0].item() for k in ("batch", "seq", "dp", "tp", "pp", "cp", "zero")}
     chip = r.meta["chip"].id if r.meta["chip"] is not None else None
     ways = fits_with(model, one.pop("batch"), one.pop("seq"), limit=limit, chip=chip, **one, **setup)
-    said = [" ".join(f"{FLAGS[k]} {v}" for k, v in changes.items()) + f" ({fmt_bytes(peak)} reserved)"
-            for changes, peak in ways]
+    said = [" ".join(f"{flag} {changes[k]}" for k, flag in FLAGS.items() if k in changes)
+            + f" ({fmt_bytes(peak)} reserved)" for changes, peak in ways]
     if not said:
         return ("on these devices it fits with none of recompute, ZeRO-3, offload, LoRA or QLoRA: more devices "
                 "(train-mem --search --chips N)")
