@@ -170,7 +170,6 @@ def fewest_possible(model, chip) -> int:
 def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, warnings: list[str],
                engine: str | None = None) -> dict:
     from aicalc.api.roofline import SRAM_KINDS, ridge_batch, roofline
-    from aicalc.api.serving import serve
     from aicalc.catalog import profiles
     from aicalc.core.geometry import check_tp
     from aicalc.errors import AicalcError
@@ -190,8 +189,7 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
                       "metric": metric}
     from aicalc.api.catalog import load_model
     from aicalc.api.deployment import moe_layouts
-    from aicalc.api.serving import max_concurrency
-    from aicalc.core.serving import concurrency_ladder
+    from aicalc.api.serving import best_row
 
     arch = load_model(model).arch
     dtypes = [dtype] + ([d for d in ("int8", "int4") if d != dtype] if chip.kind in EDGE_KINDS else [])
@@ -213,21 +211,14 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
             # layouts serve --search and the fleet below try; not on a laptop's or a phone's runtime)
             for ep, adp in [(1, 1)] if chip.kind in EDGE_KINDS else moe_layouts(arch, tp):
                 try:
-                    most = 1.0 if on_device else max_concurrency(model, chip, tp=tp, prompt=prompt, gen=gen, dtype=dt,
-                                                                 kv_dtype=kv_dtype, engine=engine, ep=ep,
-                                                                 attention_dp=adp)
-                    if most < 1:  # not one request beside the weights: no row of this layout fits (serve's own)
-                        continue
-                    ladder = [1.0] if on_device else concurrency_ladder(most)
-                    res = serve(model, chip, ladder, prompt, gen, tp=tp, dtype=dt, kv_dtype=kv_dtype,
-                                max_ttft=max_ttft, max_tpot=max_tpot, engine=engine, ep=ep, attention_dp=adp).rows()
+                    best = best_row(model, chip, tp=tp, prompt=prompt, gen=gen, dtype=dt, kv_dtype=kv_dtype,
+                                    max_ttft=max_ttft, max_tpot=max_tpot, engine=engine, ep=ep, attention_dp=adp,
+                                    one=on_device)
                 except AicalcError as e:  # e.g. no throughput figure for this dtype on this chip
                     reasons.append(f"{dt}: {e}")
                     failed = True
                     break
-                ok = [r for r in res if r["meets_slo"]] or [r for r in res if r["fits"]]
-                if ok:
-                    best = max(ok, key=lambda r: r["output_tokens_per_s"])
+                if best is not None:
                     found.append((tp * price / best["output_tokens_per_s"], tp, ep, adp, best))
         if not found:
             continue

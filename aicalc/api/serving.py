@@ -165,6 +165,27 @@ TP_POOL = 8
 TP_POOL_KINDS = ("gpu", "tpu", "accelerator")
 
 
+def best_row(model, chip, *, tp: int, prompt=1024, gen=256, dtype: str = "release", kv_dtype: str = "bf16",
+             max_ttft=None, max_tpot=None, engine: str | None = None, ep: int = 1, attention_dp: int = 1,
+             one: bool = False) -> dict | None:
+    """The row of one replica of ``tp`` chips (``ep``, ``attention_dp``) with the most output tokens/s inside the
+    latency targets (else the most that fit): :func:`serve` over a concurrency ladder up to the most requests its KV
+    budget holds (:func:`max_concurrency`; ``one``: one request, as a device serving its own user), None where that
+    budget holds no request or no row fits. The row :func:`aicalc.compare` prices a layout by and the one serve's
+    MoE note compares."""
+    from aicalc.core.serving import concurrency_ladder
+
+    most = 1.0 if one else max_concurrency(model, chip, tp=tp, prompt=prompt, gen=gen, dtype=dtype, kv_dtype=kv_dtype,
+                                           engine=engine, ep=ep, attention_dp=attention_dp)
+    if most < 1:  # not one request beside the weights: no row of this layout fits (serve's own fits)
+        return None
+    res = serve(model, chip, [1.0] if one else concurrency_ladder(most), prompt, gen, tp=tp, dtype=dtype,
+                kv_dtype=kv_dtype, max_ttft=max_ttft, max_tpot=max_tpot, engine=engine, ep=ep,
+                attention_dp=attention_dp).rows()
+    ok = [r for r in res if r["meets_slo"]] or [r for r in res if r["fits"]]
+    return max(ok, key=lambda r: r["output_tokens_per_s"]) if ok else None
+
+
 def tp_pool(chip) -> int:
     """The chips :func:`default_layout` may group when a deployment names no chips and no TP (:data:`TP_POOL`)."""
     from aicalc.api.catalog import load_node_or_chip

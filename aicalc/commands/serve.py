@@ -193,6 +193,10 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
     if str(concurrency).strip().lower() == "max":
         notes.append(_admission(cs.engine_options, cs.chip))
     notes += links_note(cs, tp, pp, ep, attention_dp)
+    if (cs.model.arch.moe is not None and ep == attention_dp == 1 and pp == 1 and not draft and not sram
+            and concurrency is None and tp > 1 and fits.any()):
+        notes += _moe_layout_note(cs, chip, tp, prompts, gens, dtype, kv_dtype, m["max_ttft"], m["max_tpot"], engine,
+                                  c, ok if slo else fits)
     held = "one request" if concurrency is None or str(concurrency).strip().lower() == "max" else "the requests"
     server = tp_pool(chip) if chosen is not None and chips is None else 1
     if not sram and server > 1 and (chosen > 1 or not holds):
@@ -212,6 +216,43 @@ def run(model: str, chip="h100-sxm", chips=None, tp=None, prompt="1024", gen="25
                   title=f"{cs.model.name} on {n_chips} × {cs.chip.name} (TP {tp}" + (f", PP {pp}" if pp > 1 else "")
                         + _parallel(ep, attention_dp)
                         + f", {_replicas(m['replicas'])}, {dtype})")
+
+
+MOE_NOTE_GAIN = 1.2  # a MoE layout named beside plain TP where it serves at least this much more within the targets
+
+
+def _moe_layout_note(cs, chip, tp, prompts, gens, dtype, kv_dtype, max_ttft, max_tpot, engine, c, ok) -> list[str]:
+    """A MoE model served on plain TP (the ladder up to what its KV budget holds): the same chips with expert
+    parallelism, attention TP or DP (:func:`aicalc.api.deployment.moe_layouts`, as ``serve --search`` tries them),
+    where one serves :data:`MOE_NOTE_GAIN` or more output tokens/s at its best row (:func:`aicalc.api.serving.best_row`)
+    than this table's best row within the targets (or that fits)."""
+    import numpy as np
+
+    from aicalc.api.deployment import moe_layouts
+    from aicalc.api.serving import best_row
+    from aicalc.errors import AicalcError
+
+    if len(prompts) != 1 or len(gens) != 1:
+        return []
+    here = float(np.max(np.where(ok, c["output_tokens_per_s"], 0.0)))
+    best = None
+    for e, a in moe_layouts(cs.model.arch, tp)[1:]:
+        try:
+            row = best_row(cs.model, chip, tp=tp, prompt=prompts[0], gen=gens[0], dtype=dtype, kv_dtype=kv_dtype,
+                           max_ttft=max_ttft, max_tpot=max_tpot, engine=engine, ep=e, attention_dp=a)
+        except AicalcError:
+            continue
+        if row is not None and (row["meets_slo"] or max_ttft is None and max_tpot is None) and \
+                (best is None or row["output_tokens_per_s"] > best[2]["output_tokens_per_s"]):
+            best = (e, a, row)
+    if best is None or best[2]["output_tokens_per_s"] < MOE_NOTE_GAIN * here:
+        return []
+    e, a, row = best
+    how = "DP attention (SGLang's and TensorRT-LLM's DEP)" if a > 1 else "TP attention (vLLM's expert parallelism)"
+    within = " within the targets" if max_ttft is not None or max_tpot is not None else ""
+    return [f"a mixture of experts: the same {tp} chips with EP {e} and {how} serve {row['output_tokens_per_s']:,.0f} "
+            f"output tokens/s{within} at concurrency {int(row['concurrency'])} (this table: {here:,.0f}); "
+            f"--ep {e} --attention-dp {a} (serve --search ranks every layout)"]
 
 
 def _count(chips) -> str:
