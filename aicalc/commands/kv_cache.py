@@ -85,7 +85,7 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
                     title=f"{spec.name}: KV cache ({kv_dtype}, {spec.arch.attention_kind}, TP {m['tp']}"
                           + (f"; weights {m['dtype']})" if chip_obj else ")")
                           + (f" on {chip_obj.name}" if chip_obj else ""),
-                    columns=columns, notes=_notes(shape, block_size, spec.arch))
+                    columns=columns, notes=_notes(shape, block_size, spec.arch) + _replicated(spec.arch, m["tp"]))
     if len(batches) == 1 and len(contexts) > 1 and not solve:
         from aicalc.chart import bars
         from aicalc.units import fmt_bytes
@@ -94,6 +94,25 @@ def run(model: str, batch="1", context="4k", kv_dtype: str = "bf16", dtype: str 
                             "memory per device vs context",
                             limit=budget or (chip_obj.usable_memory_bytes if chip_obj else None))
     return result
+
+
+def _replicated(arch, tp) -> list[str]:
+    """Where tensor parallelism does not split the cache: MLA's one latent per token (every head reads it) and kv
+    heads fewer than the TP ranks (each rank keeps a copy of the head its query heads read), the whole of it on each
+    of the ``tp`` devices (a sweep of TP: its largest)."""
+    import numpy as np
+
+    t = int(np.max(tp))
+    if t <= 1 or arch.compressed is not None:
+        return []
+    if arch.mla is not None:
+        return [f"MLA caches one latent per token that every head reads: TP does not split it, each of the {t} "
+                "devices holds every sequence's (DP attention gives each attention group its own sequences: serve "
+                "--attention-dp)"]
+    if arch.kv_heads < t:
+        return [f"{arch.kv_heads} kv heads over {t} devices: each kv head is kept on the {t // arch.kv_heads} devices "
+                "whose query heads read it (the cache per device stops shrinking past TP = kv heads)"]
+    return []
 
 
 def _gib(x: float) -> str:
