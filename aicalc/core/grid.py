@@ -220,17 +220,22 @@ def inference(s, roofs, fm, eff, batch, prompt, gen, tp, par, compute_bound: boo
                 plan.add(np.multiply(b, sq, out=x[:m]), *pre, tmp[:m], tmp2[:m])
             if sat is not None:  # every expert reached: the routed-expert ops from their own plan
                 m, (at, sp) = j - i, sat
-                xs, acc = x[:m], part[:, :m]
-                acc.fill(0.0)
-                sp.add(xs, *acc, tmp[:m], tmp2[:m])
-                for a, c in zip(acc[1:], sp.const[1:], strict=True):
-                    a += c
+                xs = x[:m]
                 low = np.flatnonzero(xs < at)
                 if low.size:  # before every expert is reached: op by op, after the loop
+                    acc = part[:, :m]
+                    acc.fill(0.0)
+                    sp.add(xs, *acc, tmp[:m], tmp2[:m])
+                    for a, c in zip(acc[1:], sp.const[1:], strict=True):
+                        a += c
                     acc[:, low] = 0.0
                     lows.append(low + i)
-                for r, a in zip(pre, acc, strict=True):
-                    r += a
+                    for r, a in zip(pre, acc, strict=True):
+                        r += a
+                else:  # every point of the chunk past saturation: the plan's terms straight into the sums
+                    sp.add(xs, *pre, tmp[:m], tmp2[:m])
+                    for r, c in zip(pre[1:], sp.const[1:], strict=True):
+                        r += c
             elif rest:
                 ops = token_ops(b, sq)
                 if plan is not None:
