@@ -463,9 +463,10 @@ def _train_time(Format, Json, Columns, Model, Chip, Price):
                                                                    "bf16-mixed, fp16-mixed, fp8-mixed name the same)")] = "bf16",
         dp_bandwidth: Annotated[str | None, typer.Option("--dp-bandwidth", help="inter-node bandwidth per chip per direction (default: the chip preset's scale-out figure, else 25GB/s)")] = None,
         eff: Annotated[list[str] | None, typer.Option("--eff", help="efficiency override KEY=VALUE (repeatable)")] = None,
-        framework: Annotated[str, typer.Option("--framework", help="megatron | fsdp | deepspeed | torchtitan: overlap profile "
-                                                                   "(presets/frameworks/; megatron is the 26.06+ "
-                                                                   "release, megatron-26.04 the earlier)")] = "megatron",
+        framework: Annotated[str | None, typer.Option("--framework", help="megatron | fsdp | deepspeed | torchtitan: "
+                                                                          "overlap profile (presets/frameworks/; "
+                                                                          "megatron, the default, is the 26.06+ "
+                                                                          "release, megatron-26.04 the earlier)")] = None,
         cp: Annotated[int | None, typer.Option("--cp", help="context parallel: the sequence split over N ranks "
                                                             "(chips = tp·pp·cp·dp; default 1)")] = None,
         ep: Annotated[int | None, typer.Option("--ep", help="expert parallel (MoE): experts split over N ranks folded "

@@ -746,3 +746,14 @@ def test_int8_needs_a_chip_with_int8_math(cli):
     rate = {p: cli("train-time", "llama-3.1-8b", "--chip", "tpu-v6e", "--chips", "8", "--precision", p,
                    "--json").json["rows"][0]["tokens_per_s"] for p in ("bf16", "int8")}
     assert rate["int8"] > rate["bf16"]
+
+
+def test_a_tpu_run_without_a_framework_says_how_maxtext_is_priced(cli):
+    """Megatron's profile prices a TPU run unless told; the table then names MaxText's way (--framework fsdp, the
+    profile MaxText's published runs were priced with), and only then: not with a framework named, not on a GPU."""
+    line = "on a TPU the chip's own stack is MaxText: --framework fsdp"
+    assert line in cli("train-time", "llama-3.1-70b", "--chip", "tpu-v6e", "--chips", 256).out
+    assert line in cli("train-time", "llama-3.1-8b", "--chip", "tpu-v5e", "--chips", 8, "--tp", 1).out
+    assert line not in cli("train-time", "llama-3.1-70b", "--chip", "tpu-v6e", "--chips", 256, "--framework",
+                           "megatron").out
+    assert line not in cli("train-time", "llama-3.1-70b", "--chip", "h100-sxm", "--chips", 64).out

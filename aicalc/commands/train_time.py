@@ -9,7 +9,7 @@ from aicalc.result import Result
 def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024", micro_batch=None, tp=None, pp=None,
         dp=None, chips=None, mfu="auto", achieved=None, recompute: str | None = None, attention: str = "flash",
         sequence_parallel: bool = True, interleave: int | None = None, zero=None, precision: str = "bf16",
-        dp_bandwidth=None, eff=None, framework: str = "megatron", search: bool = False, top: int = 10,
+        dp_bandwidth=None, eff=None, framework: str | None = None, search: bool = False, top: int = 10,
         cp: int | None = None, ep: int | None = None, goodput="1", price=None, etp=None, first_stage_layers=None,
         last_stage_layers=None, attention_flops: str = "causal", fp8_attention: bool = False) -> Result:
     """A layout option left unset (None) takes its default (micro-batch 1, TP 1, PP 1, selective recompute, no
@@ -19,6 +19,8 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
 
     laid_out = any(v is not None for v in (micro_batch, tp, pp, dp, recompute, interleave, zero, cp, ep, etp,
                                            first_stage_layers, last_stage_layers))
+    named = framework is not None  # a TPU run priced with Megatron's profile says how to price MaxText's
+    framework = framework or "megatron"
     micro_batch, tp, pp = micro_batch or "1", tp or "1", pp or "1"
     recompute = recompute or "selective"
     interleave, cp, ep = interleave or 1, cp or 1, ep or 1
@@ -102,6 +104,10 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
     notes.append(f"framework {profiles.release_note(framework, 'framework')}"
                  + (f"; on {chip_obj.generation}: " + ", ".join(f"{k} {v:g}" for k, v in gen.items()) if gen else "")
                  + (f" (releases: {', '.join(releases)}; --framework)" if len(releases) > 1 else ""))
+    if not named and profiles.chip_class(chip_obj) == "tpu":
+        notes.append("on a TPU the chip's own stack is MaxText: --framework fsdp prices its FSDP over the slice, as "
+                     "MaxText's published runs were priced (docs/validation-train.md, training-tpu; fits then by "
+                     "train-mem's transformers memory model, --recompute full or none)")
     from aicalc.commands.options import stage_notes
     from aicalc.core.train_peak import TrainSetup
 
@@ -158,8 +164,8 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                              tp=str(best["tp"]), pp=str(best["pp"]), chips=chips, mfu=mfu, achieved=achieved,
                              recompute=best["recompute"], attention=attention, sequence_parallel=sequence_parallel,
                              zero=best["zero"], precision=precision, dp_bandwidth=dp_bandwidth, eff=eff,
-                             framework=framework, top=top, ep=best["ep"], goodput=goodput, price=price,
-                             etp=best["etp"] if best["ep"] > 1 else None, attention_flops=attention_flops,
+                             framework=framework if named else None, top=top, ep=best["ep"], goodput=goodput,
+                             price=price, etp=best["etp"] if best["ep"] > 1 else None, attention_flops=attention_flops,
                              fp8_attention=fp8_attention)
                     r2.notes.append(
                         f"layout: none was given and the default (TP 1 × DP {int(c['dp'][0])}, ZeRO-{int(zero)}, "
