@@ -272,6 +272,7 @@ def test_moe_training_row_is_the_fastest_over_expert_degrees(cli):
     assert r["total_time_s"] == pytest.approx(min(times.values()), rel=1e-9)
     tp, pp, dp, ep, rc, zero = min(times, key=times.get)
     assert r["layout"] == f"TP {tp} × PP {pp} × DP {dp} (EP {ep}), ZeRO-{zero}, recompute {rc}"
+    assert (r["tp"], r["pp"], r["dp"], r["ep"], r["recompute"], r["zero"]) == (tp, pp, dp, ep, rc, zero)
     assert ep > 8 and min(t for k, t in times.items() if k[3] == 8) > r["total_time_s"]
 
 

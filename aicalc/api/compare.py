@@ -26,7 +26,8 @@ ON_DEVICE_LAYOUT = "on-device, one user (batch 1)"
 
 class Comparison(Table):
     """Two rows per chip (one, inference, for an on-device chip unless ``training=True``) (``phase`` training and inference): ``chip``, ``phase``, ``fits``, ``chips_needed``,
-    ``memory_bytes`` (per device), ``layout``, ``precision``, ``batch``; training: ``mfu``, ``tokens_per_s``,
+    ``memory_bytes`` (per device), ``layout``, ``precision``, ``batch``; training: the layout's ``tp``, ``pp``,
+    ``dp``, ``ep``, ``zero`` and ``recompute``, ``mfu``, ``tokens_per_s``,
     ``total_time_s``, ``chip_hours``, ``training_cost_usd``, ``training_kwh``; inference: ``tp`` (the chips its
     numbers run on, ``chips_needed`` or more; ``ep`` and ``attention_dp``: a MoE model's experts and attention over
     them, :func:`aicalc.api.deployment.moe_layouts`), ``ttft_s``, ``tpot_s``, ``output_tokens_per_s``,
@@ -77,7 +78,8 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
         warnings.append(f"no training time on {chip.id}: {e}")
         best, t = rows[0], None
     ep = best["ep"]
-    row |= {"fits": True, "chips_needed": n, "batch": best["batch"],
+    row |= {"fits": True, "chips_needed": n, "batch": best["batch"], "tp": best["tp"], "pp": best["pp"],
+            "dp": best["dp"], "ep": ep, "zero": int(best["zero"]), "recompute": best["recompute"],
             "layout": f"TP {best['tp']} × PP {best['pp']} × DP {best['dp']}{f' (EP {ep})' if ep > 1 else ''}, "
                       f"ZeRO-{best['zero']}, recompute {best['recompute']}",
             "memory_bytes": best["peak_bytes"], "weights_bytes": best["weights_bytes"],
