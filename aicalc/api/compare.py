@@ -55,7 +55,7 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
             except AicalcError as e:
                 warnings.append(f"no training estimate on {chip.id}: {e}")
                 return row | {"fits": False, "chips_needed": None, "memory_bytes": None}
-            fitting = [r | {"ep": r.get("ep", eps[0])} for r in res.rows() if r["fits"]]  # none fits: no row
+            fitting = [r for r in res.rows() if r["fits"]]  # none fits: no row (closest=False); each says its ep
             # TP inside one 8-GPU server: a layout whose TP spans servers runs at a few % MFU (DeepSeek-V3 on 64
             # MI300Xs: TP 64 at 1.6 %, where 128 with TP ≤ 8 train several times faster); wider only where
             # no TP ≤ 8 layout fits on any number of chips
