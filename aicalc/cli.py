@@ -555,7 +555,8 @@ def _train_mem(Format, Json, Columns, Model):
         lora_dtype: Annotated[str, typer.Option("--lora-dtype", help="adapter dtype: fp32 (PEFT) | bf16 | fp16 (torchtune: the model's)")] = "fp32",
         loss: Annotated[str, typer.Option("--loss", help="full (fp32 log-softmax, transformers) | chunked (torchtune's compiled chunked CE) | fp32-kept (torchtune's 2024 recipes: full, with the fp32 logits kept through the backward)")] = "full",
         optimizer_in_backward: Annotated[bool, typer.Option("--optimizer-in-backward", help="step each parameter in backward and free its gradient (torchtune optimizer_in_bwd)")] = False,
-        adamw: Annotated[str, typer.Option("--adamw", help="torch AdamW kernel: foreach (default; a temporary state-sized buffer in the step) | fused")] = "foreach",
+        adamw: Annotated[str, typer.Option("--adamw", help="torch AdamW kernel: foreach (default; a temporary state-sized buffer in the step) | fused | loop (foreach=False: one parameter at a time)")] = "foreach",
+        keep_grads: Annotated[bool, typer.Option("--keep-grads", help="gradients stay allocated between steps (zero_grad(set_to_none=False): PyTorch < 2.0's default, HF Trainer until 2023)")] = False,
         trace: Annotated[bool, typer.Option("--trace", help="also trace the step with PyTorch's memory tracker on fake tensors (needs the trace extra)")] = False,
         quant: Annotated[str, typer.Option("--quant", help="base weights with LoRA: none | nf4 | nf4-dq | int8")] = "none",
         lora_dropout: Annotated[float, typer.Option("--lora-dropout", help="LoRA dropout on the adapters' input (modelled with --framework litgpt)")] = 0.0,
@@ -595,7 +596,8 @@ def _train_mem(Format, Json, Columns, Model):
                            lora_rank=lora_rank, lora_targets=lora_targets, lora_dtype=lora_dtype, loss=loss,
                            optimizer_in_backward=optimizer_in_backward, quant=quant, offload=offload, dropout=dropout,
                            adamw=adamw, lora_dropout=lora_dropout, bnb_keeps_inputs=bnb_keeps_inputs,
-                           bnb_fused_matmul=bnb_fused_matmul, compile=compile_, fsdp_version=fsdp_version)
+                           bnb_fused_matmul=bnb_fused_matmul, compile=compile_, fsdp_version=fsdp_version,
+                           grads_kept=keep_grads)
 
             result = per_chip(chip, one) if chip else one(None)
         return emit(result, fmt, json_, columns)

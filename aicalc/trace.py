@@ -31,9 +31,12 @@ def available() -> bool:
 
 
 def trace_step(config: dict, batch: int, seq: int, *, precision="bf16-mixed", attention="sdpa", recompute="none",
-               adamw="foreach", microbatches=1, lora_rank=None, lora_targets=()) -> dict:
+               adamw="foreach", microbatches=1, lora_rank=None, lora_targets=(), encoder=False,
+               grads_kept=False) -> dict:
     """The traced peak of whole training steps: ``{"peak_bytes", "phase", "breakdown"}`` (bytes by category:
-    parameters, buffers, gradients, activations, temporaries, optimizer, inputs)."""
+    parameters, buffers, gradients, activations, temporaries, optimizer, inputs). ``encoder``: the model is built
+    as ``AutoModelForSequenceClassification`` and trained on one label per sequence; ``grads_kept``: the steps end
+    with ``zero_grad(set_to_none=False)``."""
     if batch * seq > MAX_TOKENS:
         raise AicalcError(f"--trace runs at most {MAX_TOKENS:,} tokens per micro-batch (batch × seq); got "
                           f"{batch * seq:,}")
@@ -66,7 +69,7 @@ def trace_step(config: dict, batch: int, seq: int, *, precision="bf16-mixed", at
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # transformers' and torch's advisory chatter about fake tensors
             return _trace(config, batch, seq, precision, attention, recompute, adamw, microbatches, lora_rank,
-                          lora_targets)
+                          lora_targets, encoder, grads_kept)
     except (RuntimeError, NotImplementedError, ValueError, TypeError, AttributeError, IndexError) as e:
         # a model or setting torch/transformers cannot run on fake tensors: their message, on one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
@@ -78,12 +81,13 @@ def trace_step(config: dict, batch: int, seq: int, *, precision="bf16-mixed", at
             signal.signal(signal.SIGALRM, old)
 
 
-def _trace(config, batch, seq, precision, attention, recompute, adamw, microbatches, lora_rank, lora_targets):
+def _trace(config, batch, seq, precision, attention, recompute, adamw, microbatches, lora_rank, lora_targets,
+           encoder=False, grads_kept=False):
     import torch
     import torch.nn.functional as F
     import transformers
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
     transformers.logging.set_verbosity_error()
     rest = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "auto_map")}
@@ -97,8 +101,8 @@ def _trace(config, batch, seq, precision, attention, recompute, adamw, microbatc
     try:
         with FakeTensorMode():
             dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-            m = AutoModelForCausalLM.from_config(cfg, attn_implementation=attention if attention != "flash" else "sdpa",
-                                                 dtype=dtype)
+            auto = AutoModelForSequenceClassification if encoder else AutoModelForCausalLM
+            m = auto.from_config(cfg, attn_implementation=attention if attention != "flash" else "sdpa", dtype=dtype)
             if lora_rank:
                 m = _peft(m, lora_rank, lora_targets)
             if recompute == "full":
@@ -107,12 +111,14 @@ def _trace(config, batch, seq, precision, attention, recompute, adamw, microbatc
             trainable = [p for p in m.parameters() if p.requires_grad]
             opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=adamw == "foreach", fused=adamw == "fused")
             ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+            labels = torch.zeros(batch, dtype=torch.long) if encoder else ids
             mt = _tracker()
             mt.track_external(m, opt, ids)
             best, where = {"Total": -1}, ""
             with mt:
                 for step in range(STEPS):
-                    for name, fn in _phases(m, opt, ids, mt, precision == "bf16-mixed", microbatches):
+                    for name, fn in _phases(m, opt, ids, labels, mt, precision == "bf16-mixed", microbatches,
+                                            grads_kept):
                         cur = mt.get_tracker_snapshot("current")
                         mt._peak_mem = {d: v["Total"] for d, v in cur.items()}
                         mt._peak_mem_snap = {d: dict(v) for d, v in cur.items()}
@@ -149,7 +155,7 @@ def cpu_caveats(arch, precision: str, attention: str, sdpa_math: bool) -> list[s
     return out
 
 
-def _phases(m, opt, ids, mt, mixed, microbatches):
+def _phases(m, opt, ids, labels, mt, mixed, microbatches, grads_kept=False):
     import torch
 
     state = {}
@@ -157,7 +163,7 @@ def _phases(m, opt, ids, mt, mixed, microbatches):
     def forward():
         mt.reset_mod_stats()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
-            out = m(input_ids=ids, labels=ids)
+            out = m(input_ids=ids, labels=labels)
         state["loss"] = out.loss / microbatches
 
     def backward():
@@ -165,7 +171,7 @@ def _phases(m, opt, ids, mt, mixed, microbatches):
 
     def step():
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=not grads_kept)
 
     for _ in range(microbatches):
         yield "forward", forward

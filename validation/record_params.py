@@ -99,6 +99,8 @@ TEXT_ONLY_WRAPPERS = ("gemma3", "llama4", "qwen3_5", "qwen3_5_moe")
 # files say ``kimi_k2`` (their own copy of the DeepSeek-V3 code, ``architectures: DeepseekV3ForCausalLM``), and
 # transformers maps a ``kimi_k2`` text config to ``deepseek_v3`` itself (``Kimi_K25Config.__post_init__``).
 MODEL_TYPE_ALIASES = {"kimi_k2": "deepseek_v3"}
+# encoders, built as the sequence classifier aicalc sizes them as (``AutoModelForSequenceClassification``)
+ENCODERS = ("bert", "roberta")
 
 
 def _strict_fixups(model_type: str, rest: dict[str, Any]) -> None:
@@ -285,11 +287,12 @@ def count_params(config: dict[str, Any]) -> dict[str, Any]:
     """Instantiate the model on the meta device and return ``{"params", "breakdown", ...}``."""
     import torch
     import torch.nn as nn
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     cfg = build_config(config)
+    auto = AutoModelForSequenceClassification if config.get("model_type") in ENCODERS else AutoModelForCausalLM
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
+        model = auto.from_config(cfg)
 
     named = list(model.named_parameters())  # remove_duplicate=True: a shared tensor appears once
     params = _numel(p for _, p in named)

@@ -57,6 +57,7 @@ import record_params as rp  # noqa: E402  (shared helpers: versions, dumps, enve
 FILENAME = "step_peak.json"
 GENERATED_BY = "validation/record_step_peak.py"
 STEPS = 3
+ENCODERS = ("bert", "roberta")  # built as AutoModelForSequenceClassification, trained on one label per sequence
 BLOCK = 512  # the CUDA caching allocator's smallest block (c10/cuda/CUDACachingAllocator.cpp, kMinBlockSize)
 
 # Small but real shapes (hidden 256-512, 2-3 layers): a step is traced in about a second on two CPU cores.
@@ -88,6 +89,17 @@ MODELS: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2, "decoder_sparse_step": 1, "norm_topk_prob": False, "tie_word_embeddings": False,
         "hidden_act": "silu", "router_aux_loss_coef": 0.0,
     },
+    # BertForSequenceClassification (TM-32's model, small): post-LN, token types, dropout 0.1, two labels
+    "bert-style": {
+        "model_type": "bert", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "vocab_size": 8192, "max_position_embeddings": 512, "type_vocab_size": 2,
+    },
+    # attention dropout off: on the CPU, SDPA with dropout takes the math path, where CUDA runs a fused kernel
+    "bert-sdpa-style": {
+        "model_type": "bert", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "vocab_size": 8192, "max_position_embeddings": 512, "type_vocab_size": 2,
+        "attention_probs_dropout_prob": 0.0,
+    },
     "deepseekv3-style": {
         "model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 768, "moe_intermediate_size": 128,
         "num_hidden_layers": 3, "first_k_dense_replace": 1, "num_attention_heads": 4, "num_key_value_heads": 4,
@@ -103,11 +115,13 @@ LORA_TARGETS = {"q,v": ["q_proj", "v_proj"],
 
 
 def _case(model, batch, seq, attention="sdpa", precision="bf16", recompute="none", adamw="foreach",
-          microbatches=1, lora=None) -> dict[str, Any]:
+          microbatches=1, lora=None, grads_kept=False) -> dict[str, Any]:
     c = {"model": model, "batch": batch, "seq": seq, "attention": attention, "precision": precision,
          "recompute": recompute, "adamw": adamw, "microbatches": microbatches}
     if lora:
         c["lora"] = {"rank": 16, "targets": lora}
+    if grads_kept:  # zero_grad(set_to_none=False): the gradients stay allocated between steps
+        c["grads_kept"] = True
     return c
 
 
@@ -149,6 +163,14 @@ def cases() -> list[dict[str, Any]]:
         out.append(_case(model, 2, 256, "sdpa", "bf16"))
         out.append(_case(model, 2, 256, "eager", "bf16"))
         out.append(_case(model, 2, 256, "sdpa", "bf16", "full"))
+    # an encoder (BertForSequenceClassification) as HF Trainer ran it in 2023 (TM-32): fp32, eager, the gradients
+    # kept between steps (zero_grad(set_to_none=False)), a per-parameter AdamW loop, accumulation, checkpointing
+    out.append(_case("bert-style", 2, 256, "eager", "fp32"))
+    out.append(_case("bert-style", 2, 256, "eager", "fp32", adamw="loop", grads_kept=True))
+    out.append(_case("bert-style", 1, 512, "eager", "fp32", microbatches=2, adamw="loop", grads_kept=True))
+    out.append(_case("bert-style", 1, 512, "eager", "fp32", "full", microbatches=2, adamw="loop", grads_kept=True))
+    out.append(_case("bert-sdpa-style", 4, 512, "sdpa", "bf16"))
+    out.append(_case("bert-style", 4, 512, "eager", "bf16", "full"))
     return out
 
 
@@ -176,7 +198,9 @@ def case_name(c: dict[str, Any]) -> str:
     rc = "" if c["recompute"] == "none" else f"+{c['recompute']}"
     lora = f"+lora[{c['lora']['targets']}]" if c.get("lora") else ""
     acc = f"+accum{c['microbatches']}" if c["microbatches"] > 1 else ""
-    return f"{c['model']}/{c['attention']}/{c['precision']}{rc}{lora}/{c['adamw']}{acc}/b{c['batch']}s{c['seq']}"
+    kept = "+kept" if c.get("grads_kept") else ""
+    return (f"{c['model']}/{c['attention']}/{c['precision']}{rc}{lora}/{c['adamw']}{acc}{kept}/"
+            f"b{c['batch']}s{c['seq']}")
 
 
 def _cuda_dropout():
@@ -340,10 +364,12 @@ def _snap(d: dict) -> dict[str, int]:
     return out
 
 
-def _run_steps(mt, m, opt, ids, microbatches: int, snap, first: int = 0, autocast=None):
+def _run_steps(mt, m, opt, ids, microbatches: int, snap, first: int = 0, autocast=None, labels=None,
+               grads_kept=False):
     """``STEPS`` training steps of ``m`` under the tracker ``mt`` (entered by the caller): each ``microbatches``
     forwards (``model(input_ids, labels=input_ids)``, the loss over ``microbatches``) and backwards, then
-    ``opt.step()`` and ``opt.zero_grad(set_to_none=True)``. Each phase's own peak is read with ``snap`` (the
+    ``opt.step()`` and ``opt.zero_grad(set_to_none=True)`` (``grads_kept``: False). ``labels``: what the model is
+    given as labels (None: ``input_ids``; an encoder's classifier: one class per sequence). Each phase's own peak is read with ``snap`` (the
     tracker's peak snapshot as ``{category: bytes}``); returns (the highest phase peak of the steps from ``first``
     on, where it was, the last step's phase peaks). ``autocast``: a context the forward runs in (torch AMP)."""
     import contextlib
@@ -364,7 +390,7 @@ def _run_steps(mt, m, opt, ids, microbatches: int, snap, first: int = 0, autocas
     def forward():
         mt.reset_mod_stats()  # module snapshots per call; the step's totals are kept
         with autocast() if autocast else contextlib.nullcontext():
-            out = m(input_ids=ids, labels=ids)
+            out = m(input_ids=ids, labels=ids if labels is None else labels)
         state["loss"] = out.loss / microbatches
 
     def backward():
@@ -372,7 +398,7 @@ def _run_steps(mt, m, opt, ids, microbatches: int, snap, first: int = 0, autocas
 
     def step():
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=not grads_kept)
 
     best, where = {"total": -1}, ""
     for s in range(STEPS):
@@ -392,9 +418,10 @@ def measure(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     mixed = c["precision"] == "bf16-mixed"
+    encoder = MODELS[c["model"]]["model_type"] in ENCODERS
     dtype = torch.bfloat16 if c["precision"] == "bf16" else torch.float32
     cfg = rp.build_config(MODELS[c["model"]])
     orig, cuda_dropout = _cuda_dropout()
@@ -402,7 +429,8 @@ def measure(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
     try:
         with FakeTensorMode():
             torch.manual_seed(0)
-            m = AutoModelForCausalLM.from_config(cfg, attn_implementation=c["attention"], dtype=dtype)
+            auto = AutoModelForSequenceClassification if encoder else AutoModelForCausalLM
+            m = auto.from_config(cfg, attn_implementation=c["attention"], dtype=dtype)
             if c.get("lora"):
                 m = _peft(m, c["lora"])
                 assert all(p.dtype == torch.float32 for p in m.parameters() if p.requires_grad)
@@ -417,7 +445,9 @@ def measure(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
             with mt:
                 best, where, phases = _run_steps(
                     mt, m, opt, ids, c["microbatches"], _snap,
-                    autocast=lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed))
+                    autocast=lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed),
+                    labels=torch.zeros(c["batch"], dtype=torch.long) if encoder else None,
+                    grads_kept=c.get("grads_kept", False))
                 after = _snap(mt.get_tracker_snapshot("current"))
             n_params = sum(p.numel() for p in m.parameters())
             n_trainable = sum(p.numel() for p in trainable)
@@ -835,7 +865,8 @@ def main(argv: list[str] | None = None) -> int:
     offload_path = rp.out_path(FSDP_OFFLOAD_FILENAME)
     fsdp1_path = rp.out_path(FSDP1_FILENAME)
     extra = {"method": f"MemTracker under FakeTensorMode, {STEPS} steps (forward+loss, backward, AdamW step, "
-                       f"zero_grad(set_to_none=True)); {BLOCK}-byte blocks; CUDA's native_dropout",
+                       f"zero_grad(set_to_none=True), or False where a record says grads_kept); {BLOCK}-byte blocks; "
+                       "CUDA's native_dropout; encoders as AutoModelForSequenceClassification",
              "excluded": EXCLUDED}
     fsdp_extra = {"method": f"FSDPMemTracker under FakeTensorMode, one rank of a fake process group; fully_shard "
                             f"per decoder layer and the root, reshard_after_forward; bf16-mixed: bf16 params / "

@@ -55,6 +55,8 @@ def estimate(rec: dict, chip: str | None = None):
         kw["microbatches"] = rec["microbatches"]
     if rec.get("lora"):
         kw.update(lora_rank=rec["lora"]["rank"], lora_targets=rec["lora"]["targets"])
+    if rec.get("grads_kept"):
+        kw["grads_kept"] = True
     return aicalc.train_memory(rec["config"], **kw)
 
 

@@ -27,6 +27,17 @@ def load_model(model) -> ModelSpec:
     return _from_files(str(model))
 
 
+def load_decoder(model, command: str) -> ModelSpec:
+    """:func:`load_model` for a command that prices serving (a KV cache, prefill and decode): an encoder
+    (``Arch.encoder``: BERT, RoBERTa) has neither, and is refused with one line."""
+    spec = load_model(model)
+    if spec.arch.encoder:
+        family = "" if spec.id == spec.arch.family else f" ({spec.arch.family})"
+        raise AicalcError(f"{command}: {spec.id} is an encoder{family}: it keeps no KV cache and decodes "
+                          "no tokens, so there is no serving to price; train-mem and train-time size its training")
+    return spec
+
+
 def load_chip(chip):
     """A chip preset (``"h100-sxm"``) or a chip object: the chip. A node id gives its chip; use
     :func:`load_node_or_chip` for the count too."""

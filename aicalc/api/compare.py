@@ -189,11 +189,11 @@ def _inference(model, chip, prompt, gen, dtype, kv_dtype, max_ttft, max_tpot, wa
                       "output_tokens_per_s": r["output_tokens_per_s"],
                       "bound": "compute" if r["decode_flop"] / r["decode_bytes"] >= r["ridge_point"] else "memory",
                       "metric": metric}
-    from aicalc.api.catalog import load_model
+    from aicalc.api.catalog import load_decoder
     from aicalc.api.deployment import moe_layouts
     from aicalc.api.serving import best_row
 
-    arch = load_model(model).arch
+    arch = load_decoder(model, "compare").arch
     dtypes = [dtype] + ([d for d in ("int8", "int4") if d != dtype] if chip.kind in EDGE_KINDS else [])
     on_device = chip.kind in ON_DEVICE_KINDS
     price = chip.price_per_hour_usd or 1.0  # without a price, chips per token rank the same
@@ -322,7 +322,7 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
     to estimate training (default: on every chip but on-device ones, ``npu`` chips, which serve one user at
     batch 1, and SRAM-only inference chips, Groq's LPU and Cerebras' wafer)."""
     from aicalc.api import inputs
-    from aicalc.api.catalog import load_model, load_node_or_chip
+    from aicalc.api.catalog import load_decoder, load_node_or_chip
     from aicalc.core import cost
     from aicalc.core.params import count_params
     from aicalc.errors import ParameterError
@@ -335,7 +335,7 @@ def compare(model, chips=("h100-sxm",), *, tokens=None, seq: int = 4096, prompt:
 
     if kv_dtype != "auto":
         kv_bytes_per_element(kv_dtype, 128)
-    spec = load_model(model)
+    spec = load_decoder(model, "compare")
     from aicalc.api.catalog import named_format
 
     # an unknown format is bad input here, not a blank inference row; "checkpoint" needs a model read from its

@@ -183,7 +183,7 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import load_model, load_node_or_chip
+    from aicalc.api.catalog import load_decoder, load_node_or_chip
     from aicalc.api.serving import max_concurrency, serve
     from aicalc.core.geometry import check_tp
     from aicalc.core.serving import concurrency_ladder
@@ -195,7 +195,7 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
         total_chips = inputs.whole("total_chips", total_chips)
     if tps is not None:
         tps = [inputs.whole("tp", t) for t in tps]
-    arch = load_model(model).arch
+    arch = load_decoder(model, "serve --search").arch
     pipeline = pipeline and not speculation
     configs, splits = search_size(chips, total_chips, tps, dtypes, kv_dtypes, disaggregate, pipeline)
     if arch.moe is not None and moe_parallel:

@@ -64,14 +64,14 @@ def launch_commands(engine: str, model, chip, deployment: dict, *, max_model_len
     ModelSpec (the command names its Hugging Face repo where the preset has one, else the path);
     ``max_model_len``: prompt + generated tokens; ``utilization``: the share of each chip's memory the estimate
     gave the engine; ``draft``/``draft_tokens``: speculative decoding as ``serve --draft``."""
-    from aicalc.api.catalog import load_model
+    from aicalc.api.catalog import load_decoder
 
     d = dict(deployment)
     chips = {pool: d.get(f"{pool}_chip") or chip for pool in ("prefill", "decode")}  # a pool's own chip type
     for c in {chip, *chips.values()}:
         check_engine(engine, c)
     name, version = NAMES[engine], RELEASES[engine]
-    spec = load_model(model)
+    spec = load_decoder(model, "serve --emit")
     ref = spec.hf_repo or (str(model) if isinstance(model, str) else spec.id)
     disagg = d.get("mode") == "disaggregated"
     common = _format_flags(engine, name, version, spec, d["dtype"], d["kv_dtype"])
@@ -229,9 +229,9 @@ def _spec_flags(engine, name, version, draft, k: int) -> list[str]:
                                                        separators=(",", ":"))]
         return ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(k), "--speculative-eagle-topk",
                 "1", "--speculative-num-draft-tokens", str(k + 1)]
-    from aicalc.api.catalog import load_model
+    from aicalc.api.catalog import load_decoder
 
-    spec = load_model(draft)
+    spec = load_decoder(draft, "serve --emit")
     ref = spec.hf_repo or str(draft)
     if engine == "vllm":
         return ["--speculative-config", json.dumps({"method": "draft_model", "model": ref,

@@ -101,7 +101,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import load_model, load_node_or_chip, named_format
+    from aicalc.api.catalog import load_decoder, load_node_or_chip, named_format
     from aicalc.api.deployment import moe_layouts, pipelines
     from aicalc.api.roofline import cost_setup
     from aicalc.api.traffic import Layout, replica
@@ -109,7 +109,7 @@ def size_fleet(model, chips=("h100-sxm",), *, rate=None, requests=None, requests
     from aicalc.core.geometry import check_tp
     from aicalc.errors import AicalcError, ParameterError
 
-    spec = load_model(model)
+    spec = load_decoder(model, "serve")
     arch = spec.arch
     if isinstance(chips, str):
         chips = [chips]
@@ -263,11 +263,11 @@ def simulate_deployments(model, rows: list[dict], *, rate=None, requests=None, p
     import math
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import load_model
+    from aicalc.api.catalog import load_decoder
     from aicalc.api.traffic import Layout, replica
     from aicalc.core.simulate import StepCost
 
-    spec = load_model(model)
+    spec = load_decoder(model, "serve")
     P, G, unit, lam = _traffic(rate, requests, None, 1.0, prompt, gen, num_requests, seed)
     ttft_cap = inputs.seconds("max_ttft", max_ttft) if max_ttft is not None else math.inf
     tpot_cap = inputs.seconds("max_tpot", max_tpot) if max_tpot is not None else math.inf

@@ -36,7 +36,7 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     from aicalc.api.catalog import (
         SRAM_KINDS,
         kv_format,
-        load_model,
+        load_decoder,
         load_node_or_chip,
         resident_weights,
         weight_format,
@@ -46,7 +46,7 @@ def kv_cache(model, batch=1, context=4096, *, kv_dtype: str = "bf16", dtype: str
     from aicalc.core.kv_cache import bytes_of, held_tokens, kv_shape
     from aicalc.errors import ParameterError
 
-    spec = load_model(model)
+    spec = load_decoder(model, "kv-cache")
     arch = spec.arch
     kv_dtype = kv_format(spec, kv_dtype)
     chip_obj, count = load_node_or_chip(chip) if chip is not None else (None, 1)

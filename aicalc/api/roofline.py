@@ -144,13 +144,13 @@ def cost_setup(model, chip="h100-sxm", dtype: str | None = "release", kv_dtype: 
     the official checkpoint's precision (:func:`aicalc.api.catalog.weight_format`); routed experts in their own
     format (gpt-oss's MXFP4) compute against MXFP8 activations where the chip has MX tensor math (fp8 rate), else
     dequantized (weight-only)."""
-    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, weight_format
+    from aicalc.api.catalog import kv_format, load_decoder, load_node_or_chip, weight_format
     from aicalc.core.forward import formats, shape_of
     from aicalc.core.pricing import Roofs
     from aicalc.errors import check_choice
 
     check_choice("attention", attention, ("flash", "materialized"))
-    spec = load_model(model)
+    spec = load_decoder(model, "roofline")
     wf = weight_format(spec, dtype)
     dtype, kv_dtype = wf.name, kv_format(spec, kv_dtype)
     chip_obj, _count = load_node_or_chip(chip)
@@ -202,7 +202,7 @@ def draft_setup(draft, cs: CostSetup, tp, draft_tokens, acceptance):
     if draft is None:
         return None
     from aicalc.api import inputs
-    from aicalc.api.catalog import load_model
+    from aicalc.api.catalog import load_decoder
     from aicalc.core.forward import shape_of
     from aicalc.core.geometry import check_tp, weight_bytes_per_device
     from aicalc.core.speculative import HEADS, expected_tokens, head_arch
@@ -213,7 +213,7 @@ def draft_setup(draft, cs: CostSetup, tp, draft_tokens, acceptance):
         raise ParameterError("draft_tokens", k, "is more than 16 drafted tokens per round")
     a = inputs.fraction("acceptance", acceptance)
     arch = cs.model.arch
-    darch = head_arch(arch) if str(draft) in HEADS else load_model(draft).arch
+    darch = head_arch(arch) if str(draft) in HEADS else load_decoder(draft, "roofline --draft").arch
     if darch.vocab != arch.vocab:
         raise ParameterError("draft", draft, f"has a vocabulary of {darch.vocab}, the target {arch.vocab}: a draft "
                              "must share the target's tokenizer")

@@ -97,11 +97,11 @@ def scheduler_limits(model, chip="h100-sxm", *, tp: int | None = None, chips: in
     here, the server's --swa-full-tokens-ratio) holds what its pools hold (:func:`aicalc.core.capacity.swa_fit`),
     and its pool of T tokens is the full pool's."""
     from aicalc.api import inputs
-    from aicalc.api.catalog import kv_format, load_model, load_node_or_chip, node_split, resident_weights
+    from aicalc.api.catalog import kv_format, load_decoder, load_node_or_chip, node_split, resident_weights
     from aicalc.core import capacity
     from aicalc.core.kv_cache import kv_shape
 
-    spec = load_model(model)
+    spec = load_decoder(model, "serve")
     arch = spec.arch
     kv_dtype = kv_format(spec, kv_dtype)
     chip_obj, count = load_node_or_chip(chip)
@@ -219,13 +219,13 @@ def fitting_layout(model, chip, chips: int, *, prompt=1024, gen=256, concurrency
     import numpy as np
 
     from aicalc.api import inputs
-    from aicalc.api.catalog import SRAM_KINDS, load_chip, load_model
+    from aicalc.api.catalog import SRAM_KINDS, load_chip, load_decoder
     from aicalc.core.geometry import check_parallel
     from aicalc.errors import ParameterError
 
     if load_chip(chip).kind in SRAM_KINDS:  # as compare tells them apart
         return 1, True
-    spec = load_model(model)
+    spec = load_decoder(model, "serve")
     n, pp = inputs.whole("chips", chips), inputs.whole("pp", pp)
     need = 1.0 if isinstance(concurrency, str) else float(np.max(inputs.positive("concurrency", concurrency,
                                                                                   whole=True)))

@@ -76,6 +76,9 @@ def setup_of(**kw):
     if s.framework == "litgpt" and s.loss == "fp32-kept":
         raise ParameterError("loss", s.loss, "is torchtune's 2024 training loop; LitGPT's chunked loss is "
                              "{loss=full} with {framework=litgpt}")
+    if s.optimizer_in_backward and s.grads_kept:
+        raise ParameterError("grads_kept", True, "keeps every gradient between steps; {optimizer_in_backward} frees "
+                             "each as soon as its parameter has stepped: give one")
     if s.optimizer_in_backward and (s.microbatches or 1) > 1:
         raise ParameterError("optimizer_in_backward", True, "steps each parameter as its gradient is ready, so it "
                              "cannot accumulate gradients over {microbatches} > 1")
@@ -165,6 +168,19 @@ def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None, dp=None, xla=Fals
             raise ParameterError("compile", True, "is modelled for dense models with RMSNorm and a gated FFN (Llama, "
                                  "Mistral, Qwen, Phi-3), not this one (MoE, MLA, LayerNorm or Gemma's four norms): "
                                  "the eager estimate is an upper bound")
+    if arch.encoder:
+        # an encoder is sized as transformers' Trainer runs it: one device, DDP, ZeRO or FSDP
+        if setup.framework != "hf":
+            raise ParameterError("framework", setup.framework, f"does not train encoders; a {arch.family} model is "
+                                 "sized as transformers runs it, {framework=hf}")
+        for name, v in (("tp", tp), ("pp", pp), ("cp", cp)):
+            if v is not None and np.any(np.asarray(v) > 1):
+                raise ParameterError(name, int(np.max(v)), f"is not modelled for an encoder ({arch.family}): "
+                                     "transformers' Trainer runs it data parallel (DDP, ZeRO or FSDP)")
+        for what, off in (("compile", False), ("lora_rank", None), ("recompute", "selective-op")):
+            if (getattr(setup, what) == off) if what == "recompute" else (getattr(setup, what) != off):
+                raise ParameterError(what, getattr(setup, what), f"is not modelled for an encoder ({arch.family}); "
+                                     "its full training, with checkpointing (full, every-N) or not, is")
     if setup.framework == "litgpt":
         # LitGPT's finetune scripts run one device or Fabric's DDP/FSDP (--devices, --num_nodes): no TP/PP/CP
         for name, v in (("tp", tp), ("pp", pp), ("cp", cp)):

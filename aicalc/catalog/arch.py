@@ -201,12 +201,18 @@ class _ArchFields(Named):
     mamba: Mamba | None = None  # the Mamba-2 mixer of the "mamba" layers
     # DeepSeek-V4's compressed sparse / heavily compressed attention and mHC; None: none
     compressed: CompressedAttention | None = None
+    # a bidirectional encoder (BERT, RoBERTa) sized as ``AutoModelForSequenceClassification`` builds it: post-LN
+    # layers, no final norm, a head of ``labels`` classes on the first token (pooler H→H + classifier H→labels)
+    # in place of the LM head: no token-wide logits, no KV cache, no decode
+    encoder: bool = False
+    token_types: int = 0  # rows of the token-type (segment) embedding table (BERT: type_vocab_size 2)
+    labels: int = 0  # classes of an encoder's classifier head (num_labels)
     extra: dict | None = None  # notes beside the shape (None: {}); left out of == and hash
 
 
 class Arch(_ArchFields):
     """A transformer's shape as every estimator reads it, in aicalc's notation (module docstring). A named tuple
-    (``_replace`` for a copy with other fields) compared and hashed without ``extra``: a frozen dataclass of its 35
+    (``_replace`` for a copy with other fields) compared and hashed without ``extra``: a frozen dataclass of its
     fields compiled its generated methods at import, ~10 M instructions of every query (docs/robustness.md)."""
 
     __slots__ = ()
@@ -229,6 +235,12 @@ class Arch(_ArchFields):
 
     def __hash__(self):
         return hash(self[:-1])
+
+    @property
+    def output_vocab(self) -> int:
+        """Width of the token-wide logits the output layer makes: V for a language model, 0 for an encoder's
+        classifier (its logits are B × labels, a few bytes: the loss terms that scale with B·S·V vanish)."""
+        return 0 if self.encoder else self.vocab
 
     @property
     def q_dim(self) -> int:

@@ -8,7 +8,8 @@ llama4 (wrapper: ``text_config``), olmo2, granite, cohere, cohere2, qwen3_next (
 qwen3_5_moe_text (Qwen3.5 dense and MoE) with their image-text wrappers qwen3_5 and qwen3_5_moe (``text_config``
 sized): Gated DeltaNet linear-attention layers between gated softmax-attention layers; nemotron_h (Nemotron-H /
 Nemotron 3: hybrid Mamba-2 blocks); deepseek_v4 (DeepSeek-V4-Flash/-Pro:
-compressed sparse attention, :mod:`aicalc.catalog.hf_deepseek_v4`).
+compressed sparse attention, :mod:`aicalc.catalog.hf_deepseek_v4`); bert and roberta (encoders, sized as the
+sequence classifier ``AutoModelForSequenceClassification`` builds: ``Arch.encoder``).
 Types whose layers aicalc's cost model does not represent are refused with the rest (:data:`NOT_REPRESENTED`
 names them: other linear attentions, other state-space layers). Keys that a real
 config.json may leave out take the defaults of the transformers configuration class of that family (e.g.
@@ -27,7 +28,7 @@ SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen
              "phi3", "gpt2", "falcon", "bloom", "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe", "glm4_moe_lite",
              "deepseek_v32", "glm_moe_dsa", "minimax_m2", "gpt_oss", "llama4_text", "llama4", "olmo2", "granite", "cohere",
              "cohere2", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "nemotron_h",
-             "deepseek_v4")
+             "deepseek_v4", "bert", "roberta")
 # Deployed model types whose layers aicalc does not represent (no cost-model terms for them), named in the refusal so
 # that the reason is plain: other linear attentions (Kimi Linear, MiniMax-M1/Text-01) and the other Mamba/state-space
 # hybrids. (DeepSeek-V4's compressed sparse attention is represented: Arch.compressed, aicalc/catalog/hf_deepseek_v4.py.) (Gated DeltaNet is represented: Arch.linear_attention; so is
@@ -64,6 +65,7 @@ MAX_DIM = {
     "mamba_num_heads": _HEADS, "mamba_head_dim": _HEADS, "ssm_state_size": _HEADS, "n_groups": _HEADS,
     "mamba_n_groups": _HEADS, "conv_kernel": 64, "mamba_d_conv": 64, "chunk_size": _TOKENS, "mamba_chunk_size": _TOKENS,
     "moe_shared_expert_intermediate_size": _FFN, "moe_latent_size": _WIDTH,
+    "type_vocab_size": 2**16, "num_labels": 2**20,
 }
 MAX_OTHER = 2**30  # any other integer field
 MAX_PARAMS = 10**15  # parameters of the whole model (the largest released: ~2·10^12)
@@ -433,6 +435,43 @@ def _gpt2(r):
     )
 
 
+# BertConfig's / RobertaConfig's defaults (transformers configuration_bert.py, configuration_roberta.py)
+_ENCODER_DEFAULTS = {"bert": (30522, 512, 2), "roberta": (50265, 512, 2)}  # vocab, positions, token types
+
+
+def _labels(r: _Reader) -> int:
+    """Classes of the classifier head: ``PretrainedConfig.num_labels``, the length of ``id2label`` when the file has
+    one, else ``num_labels``, else transformers' default 2."""
+    id2label = r.cfg.get("id2label")
+    if isinstance(id2label, dict) and id2label:
+        if len(id2label) > MAX_OTHER:
+            raise AicalcError(f"{r.origin}: field 'id2label' has {len(id2label)} entries, above {MAX_OTHER}")
+        return len(id2label)
+    return r.get("num_labels", default=2)
+
+
+def _encoder(r):
+    """BERT and RoBERTa (``BertForSequenceClassification``, ``RobertaForSequenceClassification``): post-LN layers
+    (self-attention, ``BertSelfOutput`` dense + LayerNorm, ``BertIntermediate`` and ``BertOutput`` dense +
+    LayerNorm), every linear biased, learned positions, token-type embeddings and an embedding LayerNorm, no final
+    norm; the classifier head of :func:`aicalc.core.params.classifier_params`."""
+    family = r.cfg["model_type"]
+    vocab, positions, types = _ENCODER_DEFAULTS[family]
+    H = r.get("hidden_size", default=768)
+    A = r.get("num_attention_heads", default=12)
+    if H % A:
+        raise AicalcError(f"{r.origin}: hidden_size {H} is not a multiple of num_attention_heads {A}")
+    P = r.get("max_position_embeddings", default=positions)
+    return Arch(
+        family=family, hidden=H, layers=r.get("num_hidden_layers", default=12), heads=A, kv_heads=A,
+        head_dim=H // A, ffn=r.get("intermediate_size", default=3072), gated_ffn=False,
+        vocab=r.get("vocab_size", default=vocab), tied_embeddings=False, max_context=P, norm="layer",
+        norms_per_layer=2, qkv_bias=True, o_bias=True, mlp_bias=True, learned_positions=P, embedding_norm=True,
+        activation=r.get("hidden_act", default="gelu", kind=str), encoder=True,
+        token_types=r.get("type_vocab_size", default=types, minimum=0), labels=_labels(r),
+    )
+
+
 def _falcon(r):
     H = r.get("hidden_size", "n_embed")
     L = r.get("num_hidden_layers", "n_layer")
@@ -682,5 +721,5 @@ _READERS = {
     "deepseek_v32": _hybrid("_deepseek_v32"), "glm_moe_dsa": _hybrid("_glm_moe_dsa"), "gpt_oss": _gpt_oss,
     "llama4_text": _llama4_text, "olmo2": _olmo2, "granite": _granite, "cohere": _cohere, "cohere2": _cohere2,
     "qwen3_next": _hybrid("_qwen3_next"), "qwen3_5_text": _hybrid("_qwen3_5_text"), "qwen3_5_moe_text": _hybrid("_qwen3_5_moe_text"),
-    "nemotron_h": _hybrid("_nemotron_h"), "deepseek_v4": _deepseek_v4,
+    "nemotron_h": _hybrid("_nemotron_h"), "deepseek_v4": _deepseek_v4, "bert": _encoder, "roberta": _encoder,
 }

@@ -125,7 +125,7 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                         int="etp first_stage_layers last_stage_layers virtual_stages interleave microbatches "
                             "lora_rank chips top fsdp_version", float="dropout lora_dropout",
                         flag="sequence_parallel sp optimizer_in_backward bnb_keeps_inputs bnb_fused_matmul compile "
-                             "search trace",
+                             "search trace keep_grads",
                         texts="chip",
                         params={"micro_batch": "batch", "sequence_parallel": "sp", "interleave": "virtual_stages",
                                 "compile": "compile_"}),

@@ -13,7 +13,7 @@ SETUP = ("precision", "optimizer", "grad_dtype", "optimizer_dtype", "ep", "etp",
          "last_stage_layers", "sp", "virtual_stages", "microbatches",
          "recompute", "framework", "attention", "lora_rank", "lora_targets", "lora_dtype", "loss",
          "optimizer_in_backward", "quant", "offload", "dropout", "adamw", "lora_dropout", "bnb_keeps_inputs",
-         "bnb_fused_matmul", "compile", "fsdp_version")
+         "bnb_fused_matmul", "compile", "fsdp_version", "grads_kept")
 
 
 def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp="1", chip=None, budget=None,
@@ -281,7 +281,8 @@ def _trace_rows(spec, st, rows) -> list[str]:
         t = trace_step(spec.config, int(row["batch"]), int(row["seq"]), precision=st.precision,
                        attention=st.attention, recompute=st.recompute, adamw=st.adamw,
                        microbatches=st.microbatches or 1, lora_rank=st.lora_rank,
-                       lora_targets=lora_targets(st.lora_targets) if st.lora_rank else ())
+                       lora_targets=lora_targets(st.lora_targets) if st.lora_rank else (), encoder=spec.arch.encoder,
+                       grads_kept=st.grads_kept)
         row["traced_peak_bytes"] = float(t["peak_bytes"])
         row["traced_phase"] = t["phase"]
         row["traced_breakdown"] = t["breakdown"]

@@ -21,6 +21,11 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
                                            first_stage_layers, last_stage_layers))
     named = framework is not None  # a TPU run priced with Megatron's profile says how to price MaxText's
     framework = framework or "megatron"
+    if not named:
+        from aicalc.api.catalog import load_model
+
+        if load_model(model).arch.encoder:  # BERT/RoBERTa train under transformers' Trainer: DDP/FSDP, no recompute
+            framework, recompute = "fsdp", recompute or "none"
     micro_batch, tp, pp = micro_batch or "1", tp or "1", pp or "1"
     recompute = recompute or "selective"
     interleave, cp, ep = interleave or 1, cp or 1, ep or 1

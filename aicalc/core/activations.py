@@ -229,6 +229,16 @@ def moe_routing_saved(B, S, arch: Arch, a):
     return frac * extra
 
 
+# families whose released configs train with dropout 0.1 on the hidden states and the attention probabilities
+# (GPT-2 resid/embd/attn_pdrop; BERT and RoBERTa hidden_dropout_prob, attention_probs_dropout_prob); the others 0
+DROPOUT_FAMILIES = ("gpt2", "bert", "roberta")
+
+
+def family_dropout(arch: Arch) -> float:
+    """The dropout a family's released config trains with (:data:`DROPOUT_FAMILIES`)."""
+    return 0.1 if arch.family in DROPOUT_FAMILIES else 0.0
+
+
 def hf_layer(B, S, arch: Arch, a, attention="sdpa", t=1, dropout=0.0, attn_dropout=0.0,
              mask_bytes=1, stat_bytes=4, sdpa_math=None):
     """Bytes one decoder layer of transformers saves for backward (no recompute).
@@ -693,10 +703,16 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
         if stage == "last":
             emb = 0.0  # on the first stage
         else:
-            emb = _embedding_saved(B, S, arch, a, dropout, mask_bytes, attention, full, selective)
+            emb = _embedding_saved(B, S, arch, a, dropout, mask_bytes, attention, full, selective, stat_bytes)
             if stage == "first":
                 return emb
         final = gemma_norm(B, S, H, a) if fp32_product_norm(arch) else hf_norm(B, S, H, a, arch.norm, stat_bytes)
+    if arch.encoder:
+        # an encoder's classifier: no final norm; the pooler's input, the first token's hidden state, is a view of
+        # the last layer's output and keeps all of it (a·BSH); the pooler, classifier and loss over B × labels
+        # save a few bytes per sequence, the int64 labels 8·B
+        final = a * B * S * H + 8 * B + 4
+        return final if stage == "last" else emb + final
     per_logit = a if loss == "chunked" else 4.0
     # labels are padded by one and shifted (a view): 8·B·(S + 1); the factors that are one number multiply first
     # (whole numbers: the same products), the division last
@@ -707,7 +723,7 @@ def hf_outside(B, S, arch: Arch, a, t=1, dropout=0.0, mask_bytes=1, stat_bytes=4
     return final + loss if stage == "last" else emb + final + loss
 
 
-def _embedding_saved(B, S, arch: Arch, a, dropout, mask_bytes, attention, full, selective):
+def _embedding_saved(B, S, arch: Arch, a, dropout, mask_bytes, attention, full, selective, stat_bytes=4):
     """:func:`hf_outside`'s embedding terms (the first pipeline stage's)."""
     import numpy as np
 
@@ -715,6 +731,8 @@ def _embedding_saved(B, S, arch: Arch, a, dropout, mask_bytes, attention, full, 
     emb = 8 * B * S
     if arch.learned_positions:
         emb = emb + 8 * S
+    if arch.embedding_norm:  # a LayerNorm over the summed embeddings (BERT, BLOOM) saves its input and statistics
+        emb = emb + B * S * (a * H + 2 * stat_bytes)
     if dropout > 0:
         emb = emb + mask_bytes * B * S * H
     else:

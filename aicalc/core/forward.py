@@ -119,7 +119,7 @@ def shape_of(arch: Arch) -> Shape:
     e = arch.moe
     pc = count_params(arch)
     return Shape(
-        arch=arch, H=H, L=arch.layers, A=arch.heads, V=arch.vocab, qk_dim=qk, v_dim=vd,
+        arch=arch, H=H, L=arch.layers, A=arch.heads, V=arch.output_vocab, qk_dim=qk, v_dim=vd,
         attn_in_params=attn - out, attn_out_params=out,
         ffn_in=g * arch.ffn, ffn=arch.ffn, dense_layers=arch.dense_ffn_layers if arch.hybrid else arch.layers - n_moe,
         moe_layers=n_moe,
@@ -321,7 +321,9 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
         cost per sequence."""
         seq = "sequence"
         # attention: keys summed over the new queries (window-capped on sliding layers), cached tokens read
-        if fm.flash:  # a fused kernel skips the masked blocks: the causal sum (window-capped on sliding layers)
+        if arch.encoder:  # bidirectional: every query attends to every key, flash or not
+            keys = T * geo.tokens_held(s.full_layers, s.sliding_layers, s.window, P + T)
+        elif fm.flash:  # a fused kernel skips the masked blocks: the causal sum (window-capped on sliding layers)
             keys = s.full_layers * geo.causal_keys(P, T)
             if s.sliding_layers or not lean:  # (lean: no zero term for a model without sliding layers)
                 keys = keys + s.sliding_layers * geo.causal_keys(P, T, s.window)

@@ -149,6 +149,7 @@ def count_params(arch: Arch) -> ParamCount:
     H, V, L = arch.hidden, arch.vocab, arch.layers
     La = arch.attention_layers
     embedding = V * H + arch.learned_positions * H + (_norm(arch, H) if arch.embedding_norm else 0)
+    embedding += arch.token_types * H  # BERT's token_type_embeddings
     attention = La * attention_params(arch)
     if arch.linear_layers:  # Gated DeltaNet layers (Qwen3-Next, Qwen3.5): their whole token mixer
         from aicalc.core.linear_attention import layer_params
@@ -181,13 +182,16 @@ def count_params(arch: Arch) -> ParamCount:
         else:
             ffn += dense_ffn
             active_ffn += dense_ffn
-    norms = L * arch.norms_per_layer * _norm(arch, H) + _norm(arch, H)
+    # the final norm; an encoder (post-LN) has none, its embeddings' LayerNorm is counted with the embedding
+    norms = L * arch.norms_per_layer * _norm(arch, H) + (0 if arch.encoder else _norm(arch, H))
     norms += La * qk_norm_params(arch)
     if arch.compressed is not None:  # DeepSeek-V4's mHC mixing parameters, counted with the norms they sit beside
         from aicalc.core.compressed_attention import hyper_connection_params
 
         norms += hyper_connection_params(arch)
     lm_head = 0 if arch.tied_embeddings else V * H
+    if arch.encoder:
+        lm_head = classifier_params(arch)
     mixers = 0
     if arch.mamba is not None:
         from aicalc.core.mamba import params as mamba_params
@@ -196,6 +200,15 @@ def count_params(arch: Arch) -> ParamCount:
     active = embedding + attention + active_ffn + norms + lm_head + mixers
     return ParamCount(embedding=embedding, attention=attention, ffn=ffn, norms=norms, lm_head=lm_head, active=active,
                       mamba=mixers)
+
+
+def classifier_params(arch: Arch) -> int:
+    """An encoder's sequence-classification head: H·H + H then H·labels + labels. BERT: ``BertPooler.dense``
+    (tanh over the first token) and ``BertForSequenceClassification.classifier``; RoBERTa: the same two linears
+    as ``RobertaClassificationHead.dense`` and ``.out_proj`` (its model is built without a pooler)
+    (transformers ``modeling_bert.py``, ``modeling_roberta.py``)."""
+    H = arch.hidden
+    return H * H + H + H * arch.labels + arch.labels
 
 
 def routed_expert_params(arch: Arch) -> int:

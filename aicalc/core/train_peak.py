@@ -62,6 +62,9 @@ class TrainSetup(Named):
     # which PyTorch FSDP runs zero 3 outside Megatron: 2 (fully_shard: torchtitan, torchtune) or 1
     # (FullyShardedDataParallel: HF Trainer through accelerate, torchtune before 2024-09); tm.fsdp1_gradients
     fsdp_version: int = 2
+    # the gradients stay allocated between steps: ``optimizer.zero_grad(set_to_none=False)``, PyTorch < 2.0's
+    # default, which HF Trainer's ``model.zero_grad()`` ran until then
+    grads_kept: bool = False
 
 
 CHUNK = 1 << 17  # grid points evaluated at a time: every intermediate array stays in the processor's cache
@@ -214,7 +217,8 @@ def peak_reserved_staged(arch, o, g: dict, rank, stage_layers, stage_moe):
     peak = alloc[0]
     for k in range(1, len(alloc)):
         peak = np.where(alloc[k] > peak, alloc[k], peak)
-    return _reserved(peak, cols["overhead_bytes"], arch, o.framework, g.get("recompute", o.recompute))
+    return _reserved(peak, cols["overhead_bytes"], arch, o.framework, g.get("recompute", o.recompute),
+                     cols["grads_kept"])
 
 
 def amp_casts_freed(arch, split, recompute, stage_layers, tp, a):
@@ -241,14 +245,14 @@ def amp_casts_freed(arch, split, recompute, stage_layers, tp, a):
     return a * (split.layers + split.experts) / arch.layers * ckpt / tp
 
 
-def _reserved(allocated, overhead, arch=None, framework="hf", recompute="none"):
+def _reserved(allocated, overhead, arch=None, framework="hf", recompute="none", grads_kept=False):
     """What the allocator reserves for ``allocated`` bytes, plus the memory outside it (``peak_reserved_bytes``):
     ``ALLOCATOR_RESERVE`` and, for the step's layout, ``train_memory.fragmentation``."""
     import numpy as np
 
     from aicalc.core import train_memory as tm
 
-    frag = 1.0 if arch is None else tm.fragmentation(arch, framework, recompute)
+    frag = 1.0 if arch is None else tm.fragmentation(arch, framework, recompute, grads_kept)
     reserved = allocated * (1.0 + tm.ALLOCATOR_RESERVE)
     if not (np.ndim(frag) == 0 and frag == 1.0):  # x · 1 is x
         reserved = reserved * frag
@@ -402,8 +406,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         activ = activ + _on(is_last & (pp > 1), lambda: act.korthikanti_outside(
             S_loc, B, arch.hidden, arch.vocab, tp, 1, o.sp) - S_loc * B * arch.hidden / tp)
     else:
-        dropout = o.dropout if o.dropout is not None else (0.1 if arch.family == "gpt2" else 0.0)
-        kw = dict(dropout=dropout, attn_dropout=dropout if arch.family == "gpt2" else 0.0)
+        dropout = o.dropout if o.dropout is not None else act.family_dropout(arch)
+        kw = dict(dropout=dropout, attn_dropout=dropout if arch.family in act.DROPOUT_FAMILIES else 0.0)
         # torch AMP's extra saved copies; under FSDP2 (zero 3) the parameters are cast to bf16 when gathered and the
         # layers run as a pure 16-bit model (validation/record_step_peak.py, step_peak_fsdp.json)
         amp_fixed = amp and np.ndim(zero) == 0  # one zero stage for every point: AMP's copies in or out for all
@@ -471,12 +475,12 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             # ``chunked_cross_entropy``): the 128-token logits chunks in the model dtype, held by the loop, and each
             # chunk's ``cross_entropy`` saving its log-softmax in that dtype, 2·a·BS·V, where transformers saves an
             # fp32 log-softmax (4·BS·V, counted by hf_outside)
-            outside["last"] = outside["last"] + (2 * a - 4) * B * S_loc * arch.vocab / tp
+            outside["last"] = outside["last"] + (2 * a - 4) * B * S_loc * arch.output_vocab / tp
         if o.loss == "fp32-kept" and "last" in ends:
             # torchtune's 2024 recipes: the decoder returns ``self.output(h).float()`` and the training loop keeps
             # those fp32 logits (shifted, ``.contiguous()``) referenced through ``loss.backward()``: 4·BS·V beside
             # what transformers' loss saves, until the backward ends (not freed with the loss's tensors below)
-            outside["last"] = outside["last"] + 4.0 * B * S_loc * arch.vocab / tp
+            outside["last"] = outside["last"] + 4.0 * B * S_loc * arch.output_vocab / tp
         if o.lora_rank:
             outside = {st: v - np.where(np.asarray(recompute) == "full", 0.0,
                                         act.hf_frozen_outside(B, S_loc, arch, a, stage=st, compiled=o.compile))
@@ -511,7 +515,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     trainable_dev = lora_dev if o.lora_rank else n_dev
     if o.optimizer_in_backward:
         trainable_dev = tm.largest_param_tensor(arch, o.lora_rank) / tp
-    step_t = tm.optimizer_step_temporaries(trainable_dev, osb.optimizer, o.optimizer, o.adamw)
+    step_t = tm.optimizer_step_temporaries(trainable_dev, osb.optimizer, o.optimizer, o.adamw,
+                                           tm.largest_param_tensor(arch, o.lora_rank) / tp)
     step_t = step_t / np.where(zero >= 1, shard, 1.0)
     host = np.zeros_like(np.asarray(weights, dtype=np.float64))
     if o.offload in ("optimizer", "params"):
@@ -541,7 +546,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     # LoRA under FSDP2 (torchtune's lora_finetune_distributed: fully_shard per layer and on the root, the frozen
     # base sharded with the adapters) likewise; QLoRA's quantized base is not modelled this way (fsdp above).
     accumulating = (o.microbatches or 1) > 1  # a later micro-batch adds into the sharded gradients of the one before
-    persistent = (o.framework == "megatron") | ((np.asarray(shard) > 1) & ~fsdp) | ((o.microbatches or 1) > 1)
+    persistent = (o.framework == "megatron") | ((np.asarray(shard) > 1) & ~fsdp) | ((o.microbatches or 1) > 1) | \
+        o.grads_kept
     held = np.where(persistent, grads, 0.0)
     if amp:  # the parameters are fp32, so are the gradients kept between micro-batches (grads_bytes counts
         # the 16-bit share of the 16 bytes a parameter takes, state_bytes): 4 bytes held (not under FSDP2)
@@ -559,7 +565,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         #   output projection's gradient made (full training), + one layer's workspace (ZeRO-3 gather);
         # * gradients: the end of the backward, every gradient + one layer's workspace;
         # * optimizer: every gradient + the step's temporaries (foreach AdamW).
-        head = 0.0 if o.lora_rank else arch.vocab * arch.hidden * sb.grads / tp
+        head = 0.0 if o.lora_rank else arch.output_vocab * arch.hidden * sb.grads / tp
         # FSDP2's unsharded root and block buffers (tm.fsdp2_buffers) in place of the ZeRO-3 gather
         root = dense_dev - split.layers * stage_layers / arch.layers / tp
         block = split.layers / arch.layers / tp
@@ -574,7 +580,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
                                                        0.0, lora_layer, asb.grads, accumulating,
                                                        offload=o.offload == "params")
         else:
-            f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block, a, np.where(is_last, arch.vocab * arch.hidden / tp,
+            f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block, a, np.where(is_last, arch.output_vocab * arch.hidden / tp,
                                                                                      0.0), shard,
                                                        arch.tied_embeddings, r=fsdp_reduce, accumulating=accumulating,
                                                        offload=o.offload == "params")
@@ -583,9 +589,9 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         f_loss, f_back, f_grads = (np.where(fsdp, x, 0.0) for x in (f_loss, f_back, f_grads))
         freed = _pick(np.asarray(pp) > 1, 0.0, outside["last"])
         if litgpt:  # the loop's ``logits`` list lives through the backward
-            freed = np.maximum(freed - a * B * S_loc * arch.vocab / tp, 0.0)
+            freed = np.maximum(freed - a * B * S_loc * arch.output_vocab / tp, 0.0)
         if o.loss == "fp32-kept":  # so do torchtune's fp32 logits
-            freed = np.maximum(freed - 4.0 * B * S_loc * arch.vocab / tp, 0.0)
+            freed = np.maximum(freed - 4.0 * B * S_loc * arch.output_vocab / tp, 0.0)
         gather = np.where(fsdp, f_back, gather)
         wg = _plus(workspace, gather)
         casts = 0.0
@@ -608,7 +614,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
                                           "gradients": np.where(fsdp, f_grads, wg), "optimizer": step_t}
         if np.any(casts):
             # the end of the forward, still inside autocast: every cast weight cached, the loss's forward buffers
-            fwd = _pick(is_last, (a + 4.0) * B * S_loc * arch.vocab / tp, 0.0)
+            fwd = _pick(is_last, (a + 4.0) * B * S_loc * arch.output_vocab / tp, 0.0)
             live["forward"] = _plus(activ, held, fwd, kept)
             if phase_t is not None:
                 phase_t["forward"] = _plus(fwd, kept)
@@ -617,7 +623,8 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         top = live[names[0]]
         for k in names[1:]:
             top = np.maximum(top, live[k])
-        return {"peak_allocated_bytes": weights + optimizer + top, "overhead_bytes": overhead}
+        return {"peak_allocated_bytes": weights + optimizer + top, "overhead_bytes": overhead,
+                "grads_kept": persistent}
     code = [np.int8(PHASES.index(k)) for k in names]  # an index into PHASES (one byte per layout: the layout
     top, transient, at = live[names[0]], phase_t[names[0]], code[0]  # search keeps millions); the API names it
     for i, k in enumerate(names[1:], 1):  # the first phase wins ties, as argmax would
@@ -645,7 +652,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         "loss_transient_bytes": full(loss_t), "workspace_bytes": full(wg),
         "optimizer_step_bytes": full(step_t), "peak_phase": peak_phase,
         "peak_allocated_bytes": allocated, "peak_bytes": allocated + overhead,
-        "peak_reserved_bytes": _reserved(allocated, overhead, arch, o.framework, recompute),
+        "peak_reserved_bytes": _reserved(allocated, overhead, arch, o.framework, recompute, persistent),
         "host_bytes": host,
         "states_bytes_per_param": (weights + grads + optimizer + host) / n_dev,
     }
@@ -665,7 +672,7 @@ def grads_not_yet(arch, first_stage: bool) -> float:
 
     n = count_params(arch)
     H = arch.hidden
-    final_norm = (2 if arch.norm == "layer" else 1) * H
+    final_norm = 0 if arch.encoder else (2 if arch.norm == "layer" else 1) * H
     layer = (n.attention + n.norms - final_norm) / arch.layers
     if arch.moe is None and not arch.hybrid:
         layer += mlp_params(arch, arch.ffn) - H * arch.ffn - (H if arch.mlp_bias else 0)  # all but down's

@@ -106,7 +106,7 @@ def flops_per_token(s: Shape, seq, recompute: str = "none", attention_flops: str
     for Qwen3-30B-A3B at seq 4096, against 27.9 full)."""
     n_mm = matmul_params_per_layer(s) * s.L
     keys = _attn_keys(s, seq)
-    if attention_flops == "causal":
+    if attention_flops == "causal" and not s.arch.encoder:  # an encoder attends both ways: all keys, computed
         keys = keys / 2.0
     attn = 2.0 * keys * s.A * (s.qk_dim + s.v_dim)  # forward: score + value, per token
     if s.arch.indexer is not None:  # DSA, sparse stage: MLA over the top-k, plus the indexer (aicalc.core.indexer)
