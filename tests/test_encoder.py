@@ -4,16 +4,14 @@ per-parameter AdamW loop), and a clear refusal wherever a command prices serving
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 import aicalc
 from aicalc.errors import AicalcError
 
-from conftest import DATA
+from conftest import model_preset
 
-BERT = str(DATA / "configs" / "bert-large-uncased")
+BERT = "bert-large-uncased"
 MIB = 2**20
 # TM-32: HF Trainer, bert-large-uncased as AutoModelForSequenceClassification, one V100, fp32, AdamW, seq 512;
 # nvidia-smi "used" in MiB, the CUDA context measured on its own (1343 MiB)
@@ -49,7 +47,7 @@ def test_no_token_wide_logits():
     # an encoder's loss is over B × labels: nothing in the step scales with the vocabulary beyond the embedding
     # table, so doubling the vocabulary adds its rows' weights and two AdamW states (12 B a parameter in fp32; the
     # peak is at the start of the backward, before the gradients are made) and nothing else
-    cfg = json.loads((DATA / "configs" / "bert-large-uncased" / "config.json").read_text())
+    cfg = model_preset(BERT)["config"]
     one = aicalc.train_memory(cfg, batch=4, seq=512, precision="fp32")
     two = aicalc.train_memory({**cfg, "vocab_size": 2 * cfg["vocab_size"]}, batch=4, seq=512, precision="fp32")
     rows = cfg["vocab_size"] * cfg["hidden_size"]
@@ -92,11 +90,16 @@ def test_encoder_layouts_not_modelled_are_refused(kw, name):
         aicalc.train_memory(BERT, **kw)
 
 
-def test_roberta_reads_as_an_encoder():
-    # roberta-base: 50265 tokens, 514 positions, one token type; its classification head has the pooler's shape
-    arch = aicalc.train_memory({"model_type": "roberta", "vocab_size": 50265, "max_position_embeddings": 514,
-                                "type_vocab_size": 1})
-    assert int(arch.params[0]) == 124_647_170  # RobertaForSequenceClassification, transformers (meta device)
+@pytest.mark.parametrize("model, params", [("roberta-base", 124_647_170), ("bert-base-uncased", 109_483_778)])
+def test_encoder_presets_count_the_classifier(model, params):
+    # RobertaForSequenceClassification / BertForSequenceClassification on the meta device (transformers 5.23):
+    # RoBERTa's head (dense + out_proj) has the pooler's shape
+    assert int(aicalc.train_memory(model).params[0]) == params
+
+
+def test_presets_show_an_encoder_without_a_kv_cache(cli):
+    row = cli("presets", "show", BERT, "--json").json["rows"][0]
+    assert row["kv_bytes_per_token"] is None and row["classifier_labels"] == 2
 
 
 def test_training_flops_attend_both_ways_and_have_no_lm_head():

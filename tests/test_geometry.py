@@ -17,7 +17,7 @@ from aicalc.core.forward import ACT_BYTES, formats, forward_ops, shape_of
 from aicalc.core.geometry import kv_bytes_per_token_layer, weight_bytes
 from aicalc.core.params import count_params
 
-MODELS = store.ids("model")
+MODELS = [m for m in store.ids("model") if not store.resolve_model(m).arch.encoder]  # encoders decode nothing
 DENSE = [m for m in MODELS if store.resolve_model(m).arch.moe is None]
 
 

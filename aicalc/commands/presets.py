@@ -21,8 +21,10 @@ def model_row(spec) -> dict:
         "ffn": a.ffn, "ffn_type": "gated" if a.gated_ffn else "plain", "activation": a.activation,
         "vocab": a.vocab, "tied_embeddings": a.tied_embeddings, "norm": a.norm, "max_context": a.max_context,
         "sliding_window": a.sliding_window, "sliding_layers": a.sliding_layers,
-        "kv_bytes_per_token": kv_bytes_per_token(a, "bf16"),
+        "kv_bytes_per_token": None if a.encoder else kv_bytes_per_token(a, "bf16"),
     }
+    if a.encoder:  # a sequence classifier: lm_head_params counts its pooler and classifier
+        row |= {"classifier_labels": a.labels, "token_types": a.token_types}
     if a.moe:
         row |= {"experts": a.moe.experts, "experts_per_token": a.moe.experts_per_token,
                 "shared_experts": a.moe.shared_experts, "expert_ffn": a.moe.expert_ffn, "moe_layers": a.n_moe_layers}
@@ -160,8 +162,12 @@ def fits_on(chip: str, context="4k", dtype: str = "release", lora: bool = False)
     chip_obj, count = load_node_or_chip(chip)
     ctx = parse_int(str(context), "--context")
     rows = []
+    encoders = 0
     for pid in store.ids("model"):
         spec = store.resolve_model(pid)
+        if spec.arch.encoder:  # no KV cache, nothing to serve: a sequence classifier is sized for training only
+            encoders += 1
+            continue
         tp = count
         try:
             check_tp(spec.arch, tp)
@@ -187,7 +193,9 @@ def fits_on(chip: str, context="4k", dtype: str = "release", lora: bool = False)
     notes = [f"{n} of {total} models fit {where} at {dtype} with one {ctx:,}-token sequence (weights, runtime "
              "overhead and KV cache within 90 % of memory, and the context within the model's own limit); the "
              f"other {total - n} are left out"
-             + ("; lora: rank 16 on q/v, bf16, full recompute, micro-batch 1 on one chip" if lora else "")]
+             + ("; lora: rank 16 on q/v, bf16, full recompute, micro-batch 1 on one chip" if lora else "")
+             + (f"; the {encoders} encoders (BERT, RoBERTa: no KV cache) are sized by train-mem only" if encoders
+                else "")]
     columns = ["id", "params", "tp", *(["chips_needed"] if rows and "chips_needed" in rows[0] else []),
                "weights_bytes_per_device", "max_batch", "max_context"] + \
         (["lora_peak_bytes", "lora_fits"] if lora else [])
