@@ -122,3 +122,5 @@ def test_train_time_prices_an_encoder_as_the_trainer_runs_it(cli):
     # without --framework: the FSDP profile (ZeRO-3) and no recompute, not Megatron's selective recompute
     assert r.json["inputs"]["recompute"] == "none" and r.json["inputs"]["zero"] == [3]
     assert r.json["rows"][0]["fits"] is True
+    table = cli("train-time", BERT, "--chip", "h100-sxm", "--chips", "8", "--tokens", "1B", "--seq", "512")
+    assert "attends both ways" in table.out and "6·V·H" not in table.out

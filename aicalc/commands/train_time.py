@@ -85,7 +85,10 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
               "goodput": goodput, "price_per_chip_hour_usd": m["price"], "attention_flops": attention_flops,
               "fp8_attention": fp8_attention}
     attn = "6·L·s·A·d (causal)" if attention_flops == "causal" else "12·L·s·A·d (full attention)"
-    notes = [f"MFU {m['mfu_source']}; model FLOPs = 6·N_mm + {attn} + 6·V·H per token (TT-01; --attention-flops); "
+    head = " + 6·V·H"
+    if spec.arch.encoder:  # bidirectional attention over all keys; a classifier on the first token, no LM head
+        attn, head = "12·L·s·A·d (an encoder attends both ways)", ""
+    notes = [f"MFU {m['mfu_source']}; model FLOPs = 6·N_mm + {attn}{head} per token (TT-01; --attention-flops); "
              "ideal = bare roofline of the same layout (no efficiency factors)",
              *(["Mamba hybrid: model FLOPs as Megatron-Bridge's hybrid_flops counts them (Mamba layers with "
                 "d_in = 2·H, no router) for comparison with its Model TFLOP/s; hardware FLOPs add the SSD scan "
