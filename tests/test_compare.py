@@ -318,3 +318,17 @@ def test_an_edge_chip_serves_on_the_fewest_devices(cli):
     r = next(x for x in cli("compare", "deepseek-v3", "--chip", "apple-m3-ultra", "--json").json["rows"]
              if x["phase"] == "inference")
     assert (r["chips_needed"], r["layout"], r["ep"], r["attention_dp"]) == (2, "TP 2", 1, 1)
+
+
+def test_a_laptop_soc_trains_on_its_own_machine(cli):
+    # a Mac trains on one machine: compare's training row is one device or none, never TP/ZeRO across laptops
+    one = [r for r in cli("compare", "llama-3.2-1b", "--chip", "apple-m4-max", "--json").json["rows"]
+           if r["phase"] == "training"][0]
+    assert (one["chips_needed"], one["tp"], one["dp"], one["ep"]) == (1, 1, 1, 1)
+    # Llama-3.1-8B: bf16-mixed AdamW states alone are 16 B × 8.03 B parameters, above the M4 Max's memory, so
+    # train-mem finds no one-device layout, and compare gives no training row (it gave 2 Macs under ZeRO-2)
+    one_mac = cli("train-mem", "llama-3.1-8b", "--chip", "apple-m4-max", "--search", "--chips", "1", "--json")
+    assert one_mac.json["rows"] and not any(x["fits"] for x in one_mac.json["rows"])
+    r = cli("compare", "llama-3.1-8b", "--chip", "apple-m4-max", "--json")
+    train = [x for x in r.json["rows"] if x["phase"] == "training"][0]
+    assert train["fits"] is False and any("one apple-m4-max" in w for w in r.json["warnings"])

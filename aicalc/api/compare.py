@@ -44,7 +44,10 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
     row = {"chip": chip.id, "phase": "training", "precision": "bf16-mixed, AdamW",
            "stored": "weights + gradients + optimizer states + activations"}
     n, rows, wide = fewest_possible(model, chip), [], None  # wide: the first chips where only TP > 8 fits
-    while n <= MAX_CHIPS:
+    # an edge chip (a laptop's SoC) trains on its own machine: no training stack spans laptops (TP, ZeRO, EP over
+    # Thunderbolt is not priced), so one device or no training row
+    last = 1 if chip.kind in EDGE_KINDS else MAX_CHIPS
+    while n <= last:
         # a MoE model with EP first (every degree of expert_degrees, one search), then without
         for eps in dict.fromkeys((expert_degrees(model.arch, n), (1,))):
             try:
@@ -70,7 +73,8 @@ def _training(model, chip, seq: int, tokens: float, warnings: list[str]) -> dict
     if not rows and wide is not None:
         n, rows = wide
     if not rows:
-        warnings.append(f"training does not fit on {MAX_CHIPS:,} × {chip.id}")
+        warnings.append(f"training does not fit on one {chip.id} (a {chip.kind} trains on its own machine)"
+                        if last == 1 else f"training does not fit on {MAX_CHIPS:,} × {chip.id}")
         return row | {"fits": False, "chips_needed": None, "memory_bytes": None}
     try:
         best, t = _fastest(model, chip, rows, tokens, seq, max(n, 8) * 8)
