@@ -124,3 +124,18 @@ def test_train_time_prices_an_encoder_as_the_trainer_runs_it(cli):
     assert r.json["rows"][0]["fits"] is True
     table = cli("train-time", BERT, "--chip", "h100-sxm", "--chips", "8", "--tokens", "1B", "--seq", "512")
     assert "attends both ways" in table.out and "6·V·H" not in table.out
+
+
+@pytest.mark.parametrize("model, rows", [("bert-base-uncased", 512), ("roberta-base", 512), ("gpt2", 1024)])
+def test_a_sequence_past_the_learned_positions_is_warned(model, rows):
+    # transformers indexes a learned position table by position: a longer sequence cannot run
+    assert not aicalc.train_memory(model, seq=rows).warnings
+    assert any(f"{rows:,} learned positions" in w for w in aicalc.train_memory(model, seq=rows + 1).warnings)
+
+
+def test_searches_lay_an_encoder_out_data_parallel(cli):
+    mem = cli("train-mem", BERT, "--search", "--chips", "8", "--chip", "h100-sxm", "--seq", "512", "--json").json
+    assert mem["rows"] and {(r["tp"], r["pp"], r["cp"], r["dp"]) for r in mem["rows"]} == {(1, 1, 1, 8)}
+    t = cli("train-time", BERT, "--chip", "h100-sxm", "--chips", "8", "--tokens", "1B", "--seq", "512", "--search",
+            "--json")
+    assert t.code == 0 and {(r["tp"], r["pp"]) for r in t.json["rows"]} == {(1, 1)}

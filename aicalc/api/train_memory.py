@@ -149,6 +149,21 @@ def phase_names(index):
     return np.take(names, index.astype(np.intp))  # take: faster than fancy indexing
 
 
+def positions_warning(spec, seq) -> list[str]:
+    """A warning where a sequence is longer than a learned position table (GPT-2's 1,024, BERT's 512 rows):
+    transformers indexes the table by position, so such a step cannot run (the estimate is still given)."""
+    import numpy as np
+
+    rows = spec.arch.learned_positions
+    if spec.arch.family == "roberta":  # its position ids start after the padding index: 514 rows, 512 tokens
+        rows -= 2
+    longest = int(np.max(seq)) if np.size(seq) else 0
+    if not rows or longest <= rows:
+        return []
+    return [f"a {longest:,}-token sequence is longer than {spec.id}'s {rows:,} learned positions: transformers cannot "
+            f"run it (give --seq {rows} or less)"]
+
+
 def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None, dp=None, xla=False) -> None:
     """Layouts no framework runs are bad input, with the reason. Pipeline stages need not divide the layers
     (:mod:`aicalc.core.stages`), expert parallelism may fold over tensor and data ranks, a TP that does not divide
@@ -277,7 +292,7 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
     if st.fsdp_version == 1 and st.quant != "none":
         raise ParameterError("fsdp_version", 1, "is not modelled with {quant} (QLoRA's sharding is DeepSpeed's ZeRO-3 "
                              "gather here)")
-    warnings = []
+    warnings = positions_warning(spec, g["seq"])
     seq_run = g["seq"]
     if st.sp and not xla:
         seq_run = tm.padded_seq(g["seq"], g["tp"], g["cp"])
@@ -405,7 +420,7 @@ def search_layouts(model, chip=None, chips: int | None = None, *, limit=None, se
         cps = [1]  # eager attention has no context-parallel path
     # selective-op is not searched where it is not modelled (LoRA: setup_of refuses it)
     recomputes = ("none", "full") + (("selective",) if st.framework == "megatron" else
-                                     ("every-2",) if st.lora_rank else ("selective-op", "every-2"))
+                                     ("every-2",) if st.lora_rank or spec.arch.encoder else ("selective-op", "every-2"))
     chips = inputs.whole("chips", chips)
     from aicalc.catalog import profiles
 

@@ -202,13 +202,14 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     if fp8_all_gather and precision != "fp8":
         raise ParameterError("fp8_all_gather", fp8_all_gather, "all-gathers the fp8 weights of 8-bit linear layers: "
                              "it needs precision fp8")
-    from aicalc.api.train_memory import stage_option
+    from aicalc.api.train_memory import positions_warning, stage_option
 
     first_stage_layers = stage_option("first_stage_layers", first_stage_layers)
     last_stage_layers = stage_option("last_stage_layers", last_stage_layers)
     stages = stage_split(spec.arch, g["pp"], int(interleave), first_stage_layers, last_stage_layers)
     if np.any(g["global_batch"] % (g["dp"] * g["micro_batch"])):
         warnings.append("global batch is not a multiple of dp × micro-batch at some points; micro-batches rounded")
+    warnings += positions_warning(spec, g["seq"])
     D = inputs.single("tokens", tokens)
     achieved_v = _achieved(achieved, tchip.peak_flop_per_s, chip_obj.id) if achieved is not None else None
     mfu_v = inputs.fraction("mfu", mfu) if mfu is not None else None
@@ -326,6 +327,8 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
     from aicalc.core.layout_search import divisors, pipeline_degrees
 
     pps = pipeline_degrees(arch.layers, divisors(n))
+    if arch.encoder:  # data parallel only, as transformers' Trainer runs an encoder
+        tps, pps = [1], [1]
     layouts = [(t, p, n // (t * p), b) for t in tps for p in pps if n % (t * p) == 0
                for b in micro_batches if gb % (n // (t * p) * b) == 0]
     if not layouts:

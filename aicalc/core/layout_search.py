@@ -15,7 +15,10 @@ def divisors(n: int) -> list[int]:
 
 def layouts(arch, chips: int, cps=(1,), vp: int = 1, first=None, last=None) -> list[tuple[int, int, int, int]]:
     """(tp, pp, cp, dp) with tp·pp·cp·dp = chips, TP dividing heads, FFN and kv heads (or a multiple of them),
-    TP ≤ 64 and PP any degree whose stages all hold layers (:func:`pipeline_degrees`)."""
+    TP ≤ 64 and PP any degree whose stages all hold layers (:func:`pipeline_degrees`). An encoder (``Arch.encoder``)
+    is data parallel only, as transformers' Trainer runs it."""
+    if arch.encoder:
+        return [(1, 1, 1, chips)] if 1 in cps else []
     tps = [t for t in divisors(chips) if arch.heads % t == 0 and arch.ffn % t == 0
            and (arch.mla is not None or arch.kv_heads % t == 0 or t % arch.kv_heads == 0) and t <= 64]
     pps = pipeline_degrees(arch.layers, divisors(chips), vp, first, last)
