@@ -95,3 +95,18 @@ def test_the_notes_say_where_the_cpu_trace_differs_from_a_gpu(cli, tiny, tmp_pat
     assert r.code == 0, r.err
     text = " ".join((r.out + r.err).split())
     assert "SDPA took its math path" in text and "CPU's autocast" in text, text
+
+
+@needs_torch
+@pytest.mark.parametrize("argv", [(), ("--keep-grads", "--adamw", "loop", "--microbatches", "2")])
+def test_an_encoder_is_traced_as_the_classifier_it_is_sized_as(cli, tmp_path, argv):
+    # a small BERT, built by the trace as AutoModelForSequenceClassification and trained on one label per sequence
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "bert", "hidden_size": 256, "intermediate_size": 1024,
+                                "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 4096,
+                                "max_position_embeddings": 512}))
+    r = cli("train-mem", path, "--batch", "2", "--seq", "256", "--precision", "fp32", "--attention", "eager",
+            "--trace", *argv, "--json")
+    assert r.code == 0, r.err
+    row = r.json["rows"][0]
+    assert row["peak_allocated_bytes"] == pytest.approx(row["traced_peak_bytes"], rel=0.05)
