@@ -486,12 +486,12 @@ def transient_bytes(B, S, arch: Arch, a, t=1, framework="hf", attention="sdpa", 
 
 
 def _mlp_saved(B, S, arch: Arch, a, t=1):
-    """What a dense FFN saves for backward, as ``activations.hf_layer`` counts it: gated 4·a·BSF, the Python
-    tanh-GELU 5·a·BSF, a plain activation 2·a·BSF (over t)."""
-    from aicalc.core.activations import _PYTHON_GELU
+    """What a layer's FFN saves for backward, as ``activations.hf_layer`` counts it: gated 4·a·BSF, the Python
+    tanh-GELU 5·a·BSF, a plain activation 2·a·BSF (over t; F the width a token spans, ``activations.token_ffn``)."""
+    from aicalc.core.activations import _PYTHON_GELU, token_ffn
 
     k = 4 if arch.gated_ffn else 5 if arch.activation in _PYTHON_GELU else 2
-    return B * S * (k * a * arch.ffn) / t
+    return B * S * (k * a * token_ffn(arch)) / t
 
 
 def comm_buffer_bytes(dp, tp, pp, cp=1, ep=1, per_communicator=0.0, all_to_all=0.0):
