@@ -669,6 +669,8 @@ def build_cases(sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
     cases: list[dict[str, Any]] = []
     by_name = {s["name"]: s for s in sources if s["kind"] == "preset"}
     for src in sources:
+        if src["config"].get("model_type") in rp.ENCODERS:  # an encoder keeps no KV cache: nothing to record
+            continue
         base = {"name": src["name"], "kind": src["kind"], "config": src["config"]}
         cases.append({**base, "batch": 1, "seq": 16})
         w = _max_window(src["config"])
@@ -799,7 +801,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     only = args.only if not args.check else None
     records = compute_records(only)
-    model_types = {s["config"].get("model_type") for s in rp.load_sources() if not only or s["name"] in only}
+    model_types = {s["config"].get("model_type") for s in rp.load_sources() if not only or s["name"] in only} - \
+        set(rp.ENCODERS)
     crosscheck = compute_crosscheck(model_types)
     path = rp.out_path("kv_cache.json")
     if args.check:
