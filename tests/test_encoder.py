@@ -139,3 +139,9 @@ def test_searches_lay_an_encoder_out_data_parallel(cli):
     t = cli("train-time", BERT, "--chip", "h100-sxm", "--chips", "8", "--tokens", "1B", "--seq", "512", "--search",
             "--json")
     assert t.code == 0 and {(r["tp"], r["pp"]) for r in t.json["rows"]} == {(1, 1)}
+
+
+def test_what_an_encoder_gives_up_to_fit_names_no_adapters(cli):
+    # LoRA is not modelled for an encoder, so the "it fits with" line does not offer it
+    r = cli("train-mem", BERT, "--chip", "l4", "--batch", "1024", "--seq", "512")
+    assert "fits with none of recompute, ZeRO-3 or offload" in r.err and "LoRA" not in r.err
