@@ -94,6 +94,13 @@ MODELS: dict[str, dict[str, Any]] = {
         "model_type": "bert", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 3,
         "num_attention_heads": 4, "vocab_size": 8192, "max_position_embeddings": 512, "type_vocab_size": 2,
     },
+    # RobertaForSequenceClassification: one token type, positions offset past the padding index, a dense + out_proj
+    # head on the first token in place of BERT's pooler and classifier
+    "roberta-style": {
+        "model_type": "roberta", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "vocab_size": 8192, "max_position_embeddings": 514, "type_vocab_size": 1,
+        "pad_token_id": 1,
+    },
     # attention dropout off: on the CPU, SDPA with dropout takes the math path, where CUDA runs a fused kernel
     "bert-sdpa-style": {
         "model_type": "bert", "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 3,
@@ -171,6 +178,7 @@ def cases() -> list[dict[str, Any]]:
     out.append(_case("bert-style", 1, 512, "eager", "fp32", "full", microbatches=2, adamw="loop", grads_kept=True))
     out.append(_case("bert-sdpa-style", 4, 512, "sdpa", "bf16"))
     out.append(_case("bert-style", 4, 512, "eager", "bf16", "full"))
+    out.append(_case("roberta-style", 2, 256, "eager", "fp32"))
     return out
 
 
