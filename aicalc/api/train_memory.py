@@ -192,8 +192,9 @@ def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None, dp=None, xla=Fals
             if v is not None and np.any(np.asarray(v) > 1):
                 raise ParameterError(name, int(np.max(v)), f"is not modelled for an encoder ({arch.family}): "
                                      "transformers' Trainer runs it data parallel (DDP, ZeRO or FSDP)")
-        for what, off in (("compile", False), ("lora_rank", None), ("recompute", "selective-op")):
-            if (getattr(setup, what) == off) if what == "recompute" else (getattr(setup, what) != off):
+        for what, unmodelled in (("compile", setup.compile), ("lora_rank", setup.lora_rank is not None),
+                                 ("recompute", setup.recompute == "selective-op")):
+            if unmodelled:
                 raise ParameterError(what, getattr(setup, what), f"is not modelled for an encoder ({arch.family}); "
                                      "its full training, with checkpointing (full, every-N) or not, is")
     if setup.framework == "litgpt":
