@@ -565,6 +565,7 @@ def _train_mem(Format, Json, Columns, Model):
         compile_: Annotated[bool, typer.Option("--compile", help="each decoder layer torch.compile'd (torchtitan, torchtune): inductor recomputes the norms' and SwiGLU's pointwise ops instead of saving them (full training, LoRA, QLoRA with nf4/nf4-dq)")] = False,
         offload: Annotated[str, typer.Option("--offload", help="none | optimizer | params (to host memory)")] = "none",
         fsdp_version: Annotated[int, typer.Option("--fsdp-version", help="the PyTorch FSDP behind --zero 3: 2 (fully_shard: torchtitan, torchtune) or 1 (FullyShardedDataParallel: HF Trainer / accelerate's default)")] = 2,
+        fsdp_units: Annotated[str, typer.Option("--fsdp-units", help="FSDP2's units besides the decoder layers: root (the embedding, final norm and output layer in the root: accelerate, torchtune's default) | split (the embedding and output layer their own: torchtune's custom_sharded_layers) | torchtitan (apply_fsdp: [norm, output] not resharded after the forward)")] = "root",
         dropout: Annotated[float | None, typer.Option("--dropout", help="hidden dropout (default: the family's)")] = None,
         chip: Annotated[list[str] | None, typer.Option("--chip", help="chip id: fits per device (repeatable)",
                                                        autocompletion=_complete(("chip", "node")))] = None,
@@ -597,7 +598,7 @@ def _train_mem(Format, Json, Columns, Model):
                            optimizer_in_backward=optimizer_in_backward, quant=quant, offload=offload, dropout=dropout,
                            adamw=adamw, lora_dropout=lora_dropout, bnb_keeps_inputs=bnb_keeps_inputs,
                            bnb_fused_matmul=bnb_fused_matmul, compile=compile_, fsdp_version=fsdp_version,
-                           grads_kept=keep_grads)
+                           fsdp_units=fsdp_units, grads_kept=keep_grads)
 
             result = per_chip(chip, one) if chip else one(None)
         return emit(result, fmt, json_, columns)

@@ -7,7 +7,7 @@ _PANELS = {
     "Model and hardware": "chip chips engine framework",
     "Workload": "batch context prompt gen seq global_batch micro_batch tokens concurrency rate requests "
                 "num_requests seed requests_per_day peak_factor years prefix_hit draft draft_tokens acceptance solve block_size",
-    "Parallelism": "tp pp dp cp ep attention_dp redundant_experts zero fsdp_version sp sequence_parallel virtual_stages interleave microbatches search top",
+    "Parallelism": "tp pp dp cp ep attention_dp redundant_experts zero fsdp_version fsdp_units sp sequence_parallel virtual_stages interleave microbatches search top",
     "Precision and memory": "dtype kv_dtype compute_dtype group_size precision optimizer grad_dtype optimizer_dtype "
                             "lora_rank lora_targets lora_dtype lora_dropout loss optimizer_in_backward quant bnb_keeps_inputs "
                             "bnb_fused_matmul offload dropout "
@@ -25,7 +25,7 @@ METAVAR = {
     "context": "TOKENS", "prompt": "TOKENS", "gen": "TOKENS", "seq": "TOKENS", "tokens": "TOKENS",
     "block_size": "TOKENS", "draft_tokens": "TOKENS",
     "tp": "N", "pp": "N", "dp": "N", "cp": "N", "ep": "N", "attention_dp": "N", "redundant_experts": "N", "chips": "N", "top": "N", "seed": "N",
-    "num_requests": "N", "virtual_stages": "N", "interleave": "N", "zero": "0-3", "fsdp_version": "1|2", "lora_rank": "RANK",
+    "num_requests": "N", "virtual_stages": "N", "interleave": "N", "zero": "0-3", "fsdp_version": "1|2", "fsdp_units": "NAME", "lora_rank": "RANK",
     "group_size": "WEIGHTS",
     "budget": "BYTES", "overhead": "BYTES", "dp_bandwidth": "BYTES/s", "achieved": "FLOP/s",
     "max_ttft": "SECONDS", "max_tpot": "SECONDS", "rate": "REQ/s", "requests_per_day": "REQ/day", "years": "YEARS",

@@ -129,8 +129,10 @@ def test_fsdp_records_cover_the_setups():
     # the traced rank's share of the stacked experts is rounded up where dp does not divide them (60 over 8)
     moe = [r for r in FSDP if "num_experts" in r["config"]]
     assert {r["config"]["num_experts"] % r["dp"] > 0 for r in moe} == {True, False}
-    # the loss, the root's reduce-scatter at the end of the backward and the optimizer step each set a peak
-    assert {r["peak_phase"].split()[-1] for r in FSDP} == {"backward", "optimizer"}
+    # the loss, the root's reduce-scatter at the end of the backward and the optimizer step each set a peak, and
+    # with torchtitan's units the end of the forward
+    assert {r["peak_phase"].split()[-1] for r in FSDP} == {"backward", "optimizer", "forward"}
+    assert {r.get("units", "root") for r in FSDP} == {"root", "split", "torchtitan"}
     assert any(r["peak_breakdown"]["reduce_scatter"] > 0 for r in FSDP)
     # the root's reduce-scatter sets a traced peak with tied and with untied embeddings
     at_root = {r["config"]["tie_word_embeddings"] for r in FSDP
@@ -143,6 +145,24 @@ def test_fsdp_peak_within_5_percent(rec):
     est = float(fsdp_estimate(rec)["peak_allocated_bytes"][0])
     err = est / rec["peak_bytes"] - 1
     assert abs(err) <= TOLERANCE, f"{rec['name']}: estimate {est:,.0f} vs traced {rec['peak_bytes']:,} ({err:+.2%})"
+
+
+def test_fsdp_split_units_worked_by_hand():
+    """torchtune's custom_sharded_layers on Llama-3.1-8B's shapes (bf16 parameters unsharded, full recompute, batch
+    2 × 4096, dp 8):
+    at the loss's backward the root layout holds the root's parameters unsharded (embedding, output layer, final norm)
+    and the last layer's all-gather output, the split layout only the output layer's all-gather output. The traced
+    difference is a·(V·H + H + layer) with a = 2 bytes, the layer's parameters counted from the config."""
+    name = "llama3.1-8b-style/sdpa/bf16-mixed+full/foreach/b2s4096"
+    root = next(r for r in FSDP if r["name"] == f"fsdp2-dp8/{name}")
+    split = next(r for r in FSDP if r["name"] == f"fsdp2-dp8+units-split/{name}")
+    c = root["config"]
+    h, f, kv = c["hidden_size"], c["intermediate_size"], c["num_key_value_heads"] * c["head_dim"]
+    layer = 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h
+    by_hand = 2 * (c["vocab_size"] * h + h + layer)
+    assert root["peak_bytes"] - split["peak_bytes"] == pytest.approx(by_hand, rel=1e-4)
+    est = [float(fsdp_estimate(r)["peak_allocated_bytes"][0]) for r in (root, split)]
+    assert est[0] - est[1] == pytest.approx(by_hand, rel=1e-3)
 
 
 def _sharded_params(rec) -> float:
@@ -179,6 +199,12 @@ def test_fsdp_sharded_states_are_the_traced_ones(rec):
     root = h * v * (1 if rec["config"]["tie_word_embeddings"] else 2) + h
     # at the forward's peak: the root's parameters, and one layer's where that peak falls inside a layer
     layer = (n - root) / rec["config"]["num_hidden_layers"]
+    if rec.get("units", "root") != "root":
+        # the embedding and the output layer their own units: the root (the final norm) unsharded, and at most one
+        # of the two (the output layer where the forward peaks in it, or torchtitan's kept unsharded)
+        extra = rec["phases_last_step"]["forward"]["unsharded_param"] - 2 * h
+        assert extra == pytest.approx(0, abs=1e6) or extra == pytest.approx(2 * h * v, rel=1e-3)
+        return
     extra = rec["phases_last_step"]["forward"]["unsharded_param"] - 2 * root
     assert extra == pytest.approx(0, abs=1e6) or extra == pytest.approx(2 * layer, rel=1e-3)
 
@@ -334,16 +360,18 @@ def test_fsdp_offload_keeps_the_sharded_states_on_the_host(rec):
     what the device holds without offload (12 bytes over dp per parameter under torchtitan's mixed precision; the
     bf16 base and adapters and the adapters' two bf16 states under torchtune's LoRA), plus AdamW's step counters
     (one 512-byte block per parameter tensor) and the padding of uneven shards: 1.0 MB in the MoE model; aicalc
-    puts none of them, nor the gradients, on the device."""
+    puts none of them, nor the gradients, on the device. torchtune's full fine-tune (bf16 without a policy): the bf16
+    shard and two bf16 states, 6 bytes over dp."""
     after, host, dp, n = rec["after_step"], rec["host_after_step"], rec["dp"], _sharded_params(rec)
     assert after["sharded_param"] == after["optstate"] == after["sharded_grad"] == 0
-    expect = 2 * n / dp + 4 * rec["trainable_params"] / dp if rec.get("lora") else 12 * n / dp
+    expect = (2 * n / dp + 4 * rec["trainable_params"] / dp if rec.get("lora") else
+              (6 if rec["precision"] == "bf16" else 12) * n / dp)
     assert host["sharded_param"] + host["optstate"] == pytest.approx(expect, rel=1e-3)
     assert 0 <= host["sharded_param"] + host["optstate"] - expect < 2e6
     est = fsdp_estimate(rec)
     for col in ("weights_bytes", "gradients_bytes", "optimizer_bytes"):
         assert float(est[col][0]) == 0.0, col
-    grads = (2 * rec["trainable_params"] if rec.get("lora") else 4 * n) / dp
+    grads = (2 * rec["trainable_params"] if rec.get("lora") else (2 if rec["precision"] == "bf16" else 4) * n) / dp
     assert float(est["host_bytes"][0]) == pytest.approx(expect + grads, rel=1e-3)
 
 

@@ -549,6 +549,35 @@ def fsdp_cases() -> list[dict[str, Any]]:
                                              ("llama3.1-8b-style", 1, 512, "full", 8),
                                              ("llama3.1-8b-style", 2, 2048, "full", 4)):
         out.append({**_case(model, batch, seq, "sdpa", "bf16", recompute), "dp": dp})
+    return out + fsdp_units_cases()
+
+
+def fsdp_units_cases(offload: bool = False) -> list[dict[str, Any]]:
+    """The embedding and the output layer as FSDP2 units of their own (untied models): ``split``, torchtune's
+    ``custom_sharded_layers: ['tok_embeddings', 'output']`` (each resharded after use; the final norm in the root),
+    and ``torchtitan``, its ``apply_fsdp`` (the embedding resharded after its forward, ``[norm, output]`` one unit
+    kept unsharded from the forward into the backward): pure bf16 as torchtune runs it (full training and LoRA),
+    torchtitan's bf16-mixed, at the loss, in a layer's backward and at the end of the backward (batch 1 × 512)."""
+    out = []
+    rows = (("split", "llama3.1-8b-style", 2, 2048, "full", 8, "bf16", 1, None),
+            ("split", "llama3.1-8b-style", 1, 512, "full", 8, "bf16", 1, None),
+            ("split", "llama3.1-8b-style", 2, 4096, "full", 8, "bf16-mixed", 1, None),
+            ("split", "llama3.1-8b-style", 2, 2048, "none", 8, "bf16", 1, "all"),
+            ("split", "llama3.1-8b-style", 1, 2048, "full", 2, "bf16", 1, "q,v"),
+            ("torchtitan", "llama3.1-8b-style", 2, 4096, "full", 8, "bf16-mixed", 1, None),
+            ("torchtitan", "llama3.1-8b-style", 1, 2048, "none", 8, "bf16-mixed", 1, None),
+            ("torchtitan", "llama3.1-8b-style", 1, 512, "full", 8, "bf16-mixed", 1, None),
+            ("torchtitan", "llama3.1-8b-style", 1, 2048, "full", 8, "bf16-mixed", 4, None),
+            ("torchtitan", "qwen2moe-a2.7b-style", 2, 2048, "none", 8, "bf16-mixed", 1, None))
+    if offload:
+        rows = (("split", "llama3.1-8b-style", 2, 2048, "full", 8, "bf16", 1, None),
+                ("split", "llama3.1-8b-style", 1, 512, "full", 8, "bf16", 1, None),
+                ("torchtitan", "llama3.1-8b-style", 2, 2048, "full", 8, "bf16-mixed", 1, None))
+    for units, model, batch, seq, recompute, dp, precision, mb, lora in rows:
+        c = _case(model, batch, seq, "sdpa", precision, recompute, microbatches=mb, lora=lora)
+        if lora:
+            c["lora"]["dtype"] = "bf16"
+        out.append({**c, "dp": dp, "units": units, **({"offload": "cpu"} if offload else {})})
     return out
 
 
@@ -574,12 +603,13 @@ def fsdp_offload_cases() -> list[dict[str, Any]]:
         c = _case(model, batch, seq, "sdpa", "bf16", recompute, lora=targets)
         c["lora"]["dtype"] = "bf16"
         out.append({**c, "dp": dp, "offload": "cpu"})
-    return out
+    return out + fsdp_units_cases(offload=True)
 
 
 def fsdp_case_name(c: dict[str, Any]) -> str:
     off = "+offload" if c.get("offload") else ""
-    return f"fsdp2-dp{c['dp']}{off}/" + case_name(c)
+    units = f"+units-{c['units']}" if c.get("units", "root") != "root" else ""
+    return f"fsdp2-dp{c['dp']}{off}{units}/" + case_name(c)
 
 
 def _fsdp_snap(d: dict, device=None) -> dict[str, int]:
@@ -672,8 +702,15 @@ def measure_fsdp(c: dict[str, Any], verbose: bool = False) -> dict[str, Any]:
                 fa.move(m, dev)
             kw = dict(mesh=mesh, mp_policy=mp, reshard_after_forward=True,
                       offload_policy=CPUOffloadPolicy(pin_memory=False) if offload else OffloadPolicy())
+            units = c.get("units", "root")
+            if units != "root":  # the input embedding its own unit, resharded after its forward
+                fully_shard(base.model.embed_tokens, **kw)
             for layer in base.model.layers:
                 fully_shard(layer, **kw)
+            if units == "split":  # torchtune's custom_sharded_layers ['tok_embeddings', 'output']
+                fully_shard(base.lm_head, **kw)
+            elif units == "torchtitan":  # apply_fsdp: [norm, output] one unit, not resharded after the forward
+                fully_shard([base.model.norm, base.lm_head], **{**kw, "reshard_after_forward": False})
             fully_shard(m, **kw)
             m.train()
             trainable = [p for p in m.parameters() if p.requires_grad]
@@ -717,7 +754,7 @@ def fsdp1_cases() -> list[dict[str, Any]]:
     """The setups of :func:`fsdp_cases` (full training, gradient accumulation with a reduce-scatter every
     micro-batch, LoRA, the MoE model) under FSDP1, as HF Trainer (accelerate's ``fsdp_version`` 1, its default)
     and torchtune's 2024 recipes ran it."""
-    return [{**c, "fsdp": 1} for c in fsdp_cases()]
+    return [{**c, "fsdp": 1} for c in fsdp_cases() if "units" not in c]
 
 
 def fsdp1_case_name(c: dict[str, Any]) -> str:
@@ -877,7 +914,8 @@ def main(argv: list[str] | None = None) -> int:
                        "CUDA's native_dropout; encoders as AutoModelForSequenceClassification",
              "excluded": EXCLUDED}
     fsdp_extra = {"method": f"FSDPMemTracker under FakeTensorMode, one rank of a fake process group; fully_shard "
-                            f"per decoder layer and the root, reshard_after_forward; bf16-mixed: bf16 params / "
+                            f"per decoder layer and the root (a record with units: the embedding and output layer "
+                            f"their own units too, fsdp_units_cases), reshard_after_forward; bf16-mixed: bf16 params / "
                             f"fp32 reduce (torchtitan), bf16: a bf16 model without a policy (torchtune's LoRA and full fine-tune); "
                             f"{STEPS} steps, the first not recorded; {BLOCK}-byte blocks; CUDA's native_dropout"}
     offload_extra = {"method": OFFLOAD_METHOD}

@@ -71,6 +71,8 @@ def fsdp_estimate(rec: dict):
         kw["fsdp_version"] = 1
     if rec.get("offload") == "cpu":
         kw["offload"] = "params"
+    if rec.get("units", "root") != "root":
+        kw["fsdp_units"] = rec["units"]
     if rec["microbatches"] > 1:
         kw["microbatches"] = rec["microbatches"]
     if rec.get("lora"):
@@ -326,8 +328,12 @@ def fsdp_section() -> list[str]:
         "reduce-scattered into the sharded gradients (torchtitan's accumulation, `--microbatches N`). `bf16+lora`:",
         "torchtune's LoRA recipe, the model and its adapters in bf16 without a mixed-precision policy, the base",
         "frozen (`--precision bf16 --lora-dtype bf16`). The Qwen1.5-MoE-A2.7B shapes shard the 60 stacked routed",
-        "experts with their layer (no expert parallelism): at dp 8 the traced rank holds 8 of them. FSDP MB: the",
-        "unsharded parameters and gradients, all-gather and reduce-scatter buffers at the traced peak.",
+        "experts with their layer (no expert parallelism): at dp 8 the traced rank holds 8 of them. `+units-split`:",
+        "the embedding and the output layer FSDP units of their own, each resharded after use (torchtune's",
+        "`custom_sharded_layers: ['tok_embeddings', 'output']`, `--fsdp-units split`); `+units-torchtitan`: torchtitan's",
+        "`apply_fsdp`, the embedding its own unit and `[norm, output]` one that is not resharded after the forward",
+        "(`--fsdp-units torchtitan`). FSDP MB: the unsharded parameters and gradients, all-gather and reduce-scatter",
+        "buffers at the traced peak.",
         "",
         f"**{len(errs)} records; worst {max(errs):.1%}.**",
         "",

@@ -40,7 +40,15 @@ def setup_of(**kw):
     from aicalc.core import activations as act
     from aicalc.core import train_memory as tm
     from aicalc.core.dtypes import QLORA_QUANT
-    from aicalc.core.train_peak import ATTENTION, FRAMEWORKS, LORA_DTYPES, LOSSES, OFFLOAD, TrainSetup
+    from aicalc.core.train_peak import (
+        ATTENTION,
+        FRAMEWORKS,
+        FSDP_UNITS,
+        LORA_DTYPES,
+        LOSSES,
+        OFFLOAD,
+        TrainSetup,
+    )
     from aicalc.errors import ParameterError, check_choice
 
     s = TrainSetup(**kw)
@@ -55,6 +63,7 @@ def setup_of(**kw):
     check_choice("lora_dtype", s.lora_dtype, LORA_DTYPES)
     check_choice("quant", s.quant, QLORA_QUANT)
     check_choice("adamw", s.adamw, tm.ADAMW_IMPLS)
+    check_choice("fsdp_units", s.fsdp_units, FSDP_UNITS)
     tm.state_bytes(s.precision, s.optimizer, s.grad_dtype, s.optimizer_dtype)
 
     # whole numbers and shares checked as the command line checks its options (aicalc.api.inputs), named
@@ -115,6 +124,9 @@ def setup_of(**kw):
     if s.fsdp_version == 1 and s.ep > 1:
         raise ParameterError("fsdp_version", 1, "has no expert parallelism (FSDP1 shards every flat parameter over all "
                              "ranks); {ep} > 1 is FSDP2's (torchtitan)")
+    if s.fsdp_units != "root" and (s.fsdp_version == 1 or s.framework == "megatron" or s.quant != "none"):
+        raise ParameterError("fsdp_units", s.fsdp_units, "is FSDP2's (fully_shard) units, modelled for full training "
+                             "and LoRA, not with {fsdp_version=1}, {framework=megatron} or {quant}")
     if s.framework == "hf" and (s.sp or s.virtual_stages > 1):
         raise ParameterError("framework", "hf", "has no sequence parallelism or virtual pipeline stages; use "
                              "{framework=megatron}")
@@ -290,6 +302,15 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
         raise ParameterError("quant", st.quant, "needs {lora_rank} (quantized base weights are frozen; QLoRA)")
     if st.fsdp_version == 1 and np.all(g["zero"] < 3):
         raise ParameterError("fsdp_version", 1, "applies with {zero=3} (FSDP's full shard), which no row asks for")
+    if st.fsdp_units != "root" and np.all(g["zero"] < 3):
+        raise ParameterError("fsdp_units", st.fsdp_units, "applies with {zero=3} (FSDP's full shard), which no row "
+                             "asks for")
+    if st.fsdp_units != "root" and (spec.arch.tied_embeddings or spec.arch.encoder):
+        raise ParameterError("fsdp_units", st.fsdp_units, f"is modelled for untied decoders; {spec.id} "
+                             + ("is an encoder" if spec.arch.encoder else "ties its output layer to the embedding")
+                             + ": use {fsdp_units=root}")
+    if st.fsdp_units != "root" and np.any(g["pp"] > 1):
+        raise ParameterError("fsdp_units", st.fsdp_units, "is modelled without pipeline stages ({pp} = 1)")
     if st.fsdp_version == 1 and st.quant != "none":
         raise ParameterError("fsdp_version", 1, "is not modelled with {quant} (QLoRA's sharding is DeepSpeed's ZeRO-3 "
                              "gather here)")

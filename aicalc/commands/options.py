@@ -121,7 +121,7 @@ OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
                        int="block_size", texts="chip", params={"gpu_memory_utilization": "utilization"}),
     "train-mem": _kinds(text="micro_batch batch seq precision optimizer grad_dtype optimizer_dtype zero dp tp pp cp "
                              "ep recompute framework attention lora_targets lora_dtype loss quant offload budget "
-                             "overhead adamw",
+                             "overhead adamw fsdp_units",
                         int="etp first_stage_layers last_stage_layers virtual_stages interleave microbatches "
                             "lora_rank chips top fsdp_version", float="dropout lora_dropout",
                         flag="sequence_parallel sp optimizer_in_backward bnb_keeps_inputs bnb_fused_matmul compile "

@@ -13,7 +13,7 @@ SETUP = ("precision", "optimizer", "grad_dtype", "optimizer_dtype", "ep", "etp",
          "last_stage_layers", "sp", "virtual_stages", "microbatches",
          "recompute", "framework", "attention", "lora_rank", "lora_targets", "lora_dtype", "loss",
          "optimizer_in_backward", "quant", "offload", "dropout", "adamw", "lora_dropout", "bnb_keeps_inputs",
-         "bnb_fused_matmul", "compile", "fsdp_version", "grads_kept")
+         "bnb_fused_matmul", "compile", "fsdp_version", "fsdp_units", "grads_kept")
 
 
 def run(model: str, batch="1", seq="2048", zero="0", dp=None, tp="1", pp="1", cp="1", chip=None, budget=None,
@@ -167,8 +167,12 @@ def _fsdp_note(st, zero) -> str:
 
     if st.framework == "megatron" or st.quant != "none" or not np.any(np.asarray(zero) >= 3):
         return ""
-    return ("; zero 3: FSDP1 (FullyShardedDataParallel, FULL_SHARD; --fsdp-version)" if st.fsdp_version == 1 else
-            "; zero 3: FSDP2 (fully_shard; --fsdp-version 1 for FullyShardedDataParallel)")
+    if st.fsdp_version == 1:
+        return "; zero 3: FSDP1 (FullyShardedDataParallel, FULL_SHARD; --fsdp-version)"
+    units = {"root": "", "split": ", the embedding and output layer their own units",
+             "torchtitan": ", torchtitan's units: the embedding and [norm, output] their own, the latter not "
+                           "resharded after the forward"}[st.fsdp_units]
+    return f"; zero 3: FSDP2 (fully_shard{units}; --fsdp-version 1 for FullyShardedDataParallel)"
 
 
 def _compiled_quant_note(st) -> str:

@@ -565,7 +565,7 @@ def fsdp2_expert_rows(experts, ep=1, edp=1):
 
 
 def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, tied=False, root_grads=None,
-                  layer_grads=None, r=4.0, accumulating=False, offload=False):
+                  layer_grads=None, r=4.0, accumulating=False, offload=False, units="root", head=0.0):
     """FSDP2's own buffers on one rank (``torch.distributed.fsdp.fully_shard`` on every decoder layer and on the
     whole model, as torchtitan's ``apply_fsdp`` and torchtune's ``shard_model``; ``reshard_after_forward=True``;
     parameters unsharded in ``a`` bytes, the ``param_dtype`` of torchtitan's ``MixedPrecisionPolicy`` or the
@@ -609,6 +609,12 @@ def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, t
       to the host, so none of it is counted among the device's gradients and nothing is taken off for it
       (step_peak_fsdp_offload.json: the root's moment is ``(a + r)·root_grads`` at dp 4 and 8, exact).
 
+    ``units`` other than "root" (untied models): the input embedding and the output layer (``head`` parameters
+    each, V·H over TP) are FSDP units of their own, the root keeping the final norm only. "split" is torchtune's
+    ``custom_sharded_layers: ['tok_embeddings', 'output']`` (each resharded after use), "torchtitan" its
+    ``apply_fsdp`` (the embedding resharded after its forward, ``[norm, output]`` one unit that is not):
+    (:func:`fsdp2_units_buffers`).
+
     Returns (loss, backward, gradients): the bytes each phase holds besides the sharded states and gradients.
     Checked with ``validation/record_step_peak.py`` (``FSDPMemTracker`` on a fake process group,
     step_peak_fsdp.json): full training, LoRA and gradient accumulation; the loss phase sets the peak of most
@@ -618,6 +624,9 @@ def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, t
     root, layer = root_params, layer_params
     root_g = root if root_grads is None else root_grads
     layer_g = layer if layer_grads is None else layer_grads
+    if units != "root":
+        return fsdp2_units_buffers(root - 2 * head, head, layer, a, shard, np.asarray(root_g) > 0, layer_g, r,
+                                   accumulating, offload, units)
     loss = a * (root + layer)
     backward = a * root + 2 * a * layer + (a + r) * layer_g + a * vocab_hidden
     # the reduce-scatter output that becomes the sharded gradients (counted with them) where they are on the device
@@ -633,6 +642,38 @@ def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, t
     own_layer = 0.0 if accumulating or offload else r * layer_g / shard
     first = a * root + 2 * a * layer + (a + r) * layer_g + a * vocab_hidden - out - own_layer
     return loss, backward, np.maximum(gradients, first)
+
+
+def fsdp2_units_buffers(norm, head, layer, a, shard, head_trains, layer_g, r, accumulating, offload, units):
+    """FSDP2's own buffers per phase when the input embedding and the output layer (``head`` parameters each) are
+    units of their own and the root holds the final norm (``norm``), as :func:`fsdp2_buffers` for the root layout
+    (traced: step_peak_fsdp.json and step_peak_fsdp_offload.json, the ``+units-`` records):
+
+    * loss: the output layer's parameters all-gathered for its backward, ``a·head`` ("split": resharded after its
+      forward and gathered again; "torchtitan": kept unsharded from the forward). The last layer's all-gather
+      output is freed once the output layer's all-gather is issued. Under "torchtitan" the end of the forward holds
+      ``a·head`` more, the all-gather output beside the unsharded ``[norm, output]`` (kept for the copy-out until
+      the next all-gather, the backward's first), where the loss's buffers are the forward's (its phase in
+      :mod:`aicalc.core.train_peak`);
+    * backward: a layer's backward as in the root layout (``2·a·layer + (a + r)·layer_g``) with nothing of the
+      embedding or the output layer held (the output unit is resharded after its own backward, whatever
+      ``reshard_after_forward`` says); or, if larger, the output layer's backward, its parameters unsharded, the
+      last layer's prefetched and its a-byte unsharded gradient made (``head_trains``, full training);
+    * gradients: the embedding's backward, the last a model runs (full training only: a frozen embedding has no
+      backward): its parameters unsharded beside their all-gather output (``2·a·head``), the first layer's
+      reduce-scatter input still held (``r·layer_g``), every shard made but the embedding's own (``r·head/shard``
+      less); or the first layer's backward as in the root layout, without the root's parameters."""
+    import numpy as np
+
+    out_head = 0.0 if accumulating or offload else r * head / shard
+    own_layer = 0.0 if accumulating or offload else r * layer_g / shard
+    head_g = np.where(head_trains, head, 0.0)
+    loss = a * norm + a * head
+    layer_back = 2 * a * layer + (a + r) * layer_g
+    backward = a * norm + np.maximum(layer_back, a * head + a * layer + a * head_g)
+    embedding = np.where(head_trains, 2 * a * head + r * layer_g - out_head, 0.0)
+    first = layer_back - own_layer - np.where(head_trains, out_head, 0.0)
+    return loss, backward, a * norm + np.maximum(embedding, first)
 
 
 def fsdp1_gradients(root_params, root_grads, a=2.0, r=4.0, shard=1, tied=False, accumulating=False):

@@ -14,6 +14,7 @@ FRAMEWORKS = ("hf", "megatron", "litgpt")
 ATTENTION = ("eager", "sdpa", "flash")
 OFFLOAD = ("none", "optimizer", "params")
 LOSSES = ("full", "chunked", "fp32-kept")
+FSDP_UNITS = ("root", "split", "torchtitan")
 LORA_DTYPES = ("fp32", "bf16", "fp16")
 # the phases of a step whose live memory can set the peak (docs/train-mem.md "Peak"); "all" is megatron's one sum
 PHASES = ("loss", "backward", "gradients", "optimizer", "all", "forward")
@@ -62,6 +63,10 @@ class TrainSetup(Named):
     # which PyTorch FSDP runs zero 3 outside Megatron: 2 (fully_shard: torchtitan, torchtune) or 1
     # (FullyShardedDataParallel: HF Trainer through accelerate, torchtune before 2024-09); tm.fsdp1_gradients
     fsdp_version: int = 2
+    # FSDP2's units (tm.fsdp2_buffers): "root" (the embedding, final norm and output layer in the root: HF
+    # accelerate, torchtune's default), "split" (the embedding and output layer their own units: torchtune's
+    # custom_sharded_layers), "torchtitan" (apply_fsdp: [norm, output] not resharded after the forward)
+    fsdp_units: str = "root"
     # the gradients stay allocated between steps: ``optimizer.zero_grad(set_to_none=False)``, PyTorch < 2.0's
     # default, which HF Trainer's ``model.zero_grad()`` ran until then
     grads_kept: bool = False
@@ -568,6 +573,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         head = 0.0 if o.lora_rank else arch.output_vocab * arch.hidden * sb.grads / tp
         # FSDP2's unsharded root and block buffers (tm.fsdp2_buffers) in place of the ZeRO-3 gather
         root = dense_dev - split.layers * stage_layers / arch.layers / tp
+        vh_dev = arch.vocab * arch.hidden / tp  # the embedding's and the output layer's (untied) with their own units
         block = split.layers / arch.layers / tp
         if arch.n_moe_layers:
             rows = np.where(fsdp & (o.fsdp_version == 2), tm.fsdp2_expert_rows(arch.moe.experts, o.ep, edp), 1.0)
@@ -578,12 +584,13 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             lora_layer = lora_total / arch.layers / tp
             f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block + lora_layer, a, 0.0, shard, arch.tied_embeddings,
                                                        0.0, lora_layer, asb.grads, accumulating,
-                                                       offload=o.offload == "params")
+                                                       offload=o.offload == "params", units=o.fsdp_units, head=vh_dev)
         else:
             f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block, a, np.where(is_last, arch.output_vocab * arch.hidden / tp,
                                                                                      0.0), shard,
                                                        arch.tied_embeddings, r=fsdp_reduce, accumulating=accumulating,
-                                                       offload=o.offload == "params")
+                                                       offload=o.offload == "params", units=o.fsdp_units,
+                                                       head=vh_dev)
             if o.fsdp_version == 1:  # FSDP1's end of the backward (its loss and backward phases are FSDP2's)
                 f_grads = tm.fsdp1_gradients(root, root, a, fsdp_reduce, shard, arch.tied_embeddings, accumulating)
         f_loss, f_back, f_grads = (np.where(fsdp, x, 0.0) for x in (f_loss, f_back, f_grads))
@@ -612,6 +619,14 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
                 "optimizer": grads + step_t}
         phase_t = None if peak_only else {"loss": _plus(loss_t, kept, f_loss), "backward": wg,
                                           "gradients": np.where(fsdp, f_grads, wg), "optimizer": step_t}
+        if o.fsdp_units == "torchtitan":
+            # the end of the forward: [norm, output] unsharded beside its all-gather output (tm.fsdp2_units_buffers),
+            # the loss's forward buffers
+            fwd = _pick(is_last, (a + 4.0) * B * S_loc * arch.output_vocab / tp, 0.0)
+            f_fwd = np.where(fsdp, f_loss + a * vh_dev, 0.0)
+            live["forward"] = _plus(activ, held, fwd, kept, f_fwd)
+            if phase_t is not None:
+                phase_t["forward"] = _plus(fwd, kept, f_fwd)
         if np.any(casts):
             # the end of the forward, still inside autocast: every cast weight cached, the loss's forward buffers
             fwd = _pick(is_last, (a + 4.0) * B * S_loc * arch.output_vocab / tp, 0.0)
