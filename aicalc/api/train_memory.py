@@ -124,9 +124,9 @@ def setup_of(**kw):
     if s.fsdp_version == 1 and s.ep > 1:
         raise ParameterError("fsdp_version", 1, "has no expert parallelism (FSDP1 shards every flat parameter over all "
                              "ranks); {ep} > 1 is FSDP2's (torchtitan)")
-    if s.fsdp_units != "root" and (s.fsdp_version == 1 or s.framework == "megatron" or s.quant != "none"):
-        raise ParameterError("fsdp_units", s.fsdp_units, "is FSDP2's (fully_shard) units, modelled for full training "
-                             "and LoRA, not with {fsdp_version=1}, {framework=megatron} or {quant}")
+    if s.fsdp_units != "root" and (s.fsdp_version == 1 or s.framework != "hf"):
+        raise ParameterError("fsdp_units", s.fsdp_units, "is FSDP2's (fully_shard) units, modelled for transformers "
+                             "models ({framework=hf}), not with {fsdp_version=1} or this framework")
     if s.framework == "hf" and (s.sp or s.virtual_stages > 1):
         raise ParameterError("framework", "hf", "has no sequence parallelism or virtual pipeline stages; use "
                              "{framework=megatron}")
@@ -312,8 +312,8 @@ def train_memory(model, batch=1, seq=2048, *, dp=1, tp=1, pp=1, cp=1, zero=0, ch
     if st.fsdp_units != "root" and np.any(g["pp"] > 1):
         raise ParameterError("fsdp_units", st.fsdp_units, "is modelled without pipeline stages ({pp} = 1)")
     if st.fsdp_version == 1 and st.quant != "none":
-        raise ParameterError("fsdp_version", 1, "is not modelled with {quant} (QLoRA's sharding is DeepSpeed's ZeRO-3 "
-                             "gather here)")
+        raise ParameterError("fsdp_version", 1, "is not modelled with {quant} (QLoRA under {zero=3} is FSDP2's "
+                             "fully_shard, the 4-bit data all-gathered as stored: {fsdp_version=2})")
     warnings = positions_warning(spec, g["seq"])
     seq_run = g["seq"]
     if st.sp and not xla:

@@ -339,7 +339,9 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     edp = tp * shard / (o.ep * etp)
     # FSDP2 (zero 3 outside Megatron): fully_shard on every decoder layer and the root (tm.fsdp2_buffers); its
     # dim-0 sharding gives the most-loaded rank ceil(E/(ep·edp)) experts' rows (tm.fsdp2_expert_rows)
-    fsdp = (np.asarray(zero) >= 3) & (o.framework != "megatron") & (o.quant == "none")
+    # QLoRA too (transformers models): torchtune's NF4 (torchao) and bitsandbytes' FSDP-QLoRA (quant_storage) shard
+    # the 4-bit data and all-gather it as it is stored
+    fsdp = (np.asarray(zero) >= 3) & (o.framework != "megatron") & ((o.quant == "none") | (o.framework == "hf"))
     # FSDP1 flattens a wrapped module's parameters and splits them evenly (FlatParameter): no expert rows
     if arch.moe is not None and np.any(fsdp) and o.fsdp_version == 2:
         expert_dev = expert_dev * np.where(fsdp, tm.fsdp2_expert_rows(arch.moe.experts, o.ep, edp), 1.0)
@@ -582,6 +584,10 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
             # LoRA: the adapters are gathered with their layer and are all that it reduces; the root (embedding,
             # output layer, final norm) is frozen, so it has no gradients to reduce (nor an output-layer gradient)
             lora_layer = lora_total / arch.layers / tp
+            if o.quant != "none":  # a quantized layer is all-gathered in its stored bytes, counted in a-byte units
+                in_layers = split.layers + split.experts
+                q = tm.qlora_bytes_per_param(o.quant)
+                block = block * (split.linear * q + (in_layers - split.linear) * a) / (in_layers * a)
             f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block + lora_layer, a, 0.0, shard, arch.tied_embeddings,
                                                        0.0, lora_layer, asb.grads, accumulating,
                                                        offload=o.offload == "params", units=o.fsdp_units, head=vh_dev)
