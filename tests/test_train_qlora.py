@@ -121,3 +121,29 @@ def test_litgpt_layouts_are_data_parallel():
         aicalc.search_layouts("llama-3.1-8b", chip="h100-sxm", chips=8, framework="litgpt")
     r = aicalc.train_memory("llama-3.1-8b", dp=8, zero=3, framework="litgpt", lora_rank=8)
     assert float(r["peak_allocated_bytes"][0]) > 0
+
+
+def test_qlora_under_fsdp2_gathers_the_4bit_layer():
+    """QLoRA under --zero 3 is FSDP2 (torchtune's NF4 tensors, bitsandbytes' FSDP-QLoRA): the sharded base and the
+    layer all-gathered at the loss are both in the 4-bit bytes (NF4: 4 + 32/64 bits = 0.5625 B per linear weight).
+    Llama-3.1-8B, q,v adapters in bf16, batch 4 × 4096 with full recompute at dp 8, where both runs peak at the loss:
+    LoRA over a bf16 base holds (2 - 0.5625)·(32 layers' linear weights / 8 + one layer's) more, by hand."""
+
+    kw = dict(batch=4, seq=4096, zero=3, dp=8, precision="bf16", recompute="full", lora_rank=8, lora_targets="q,v",
+              lora_dtype="bf16")
+    lora, qlora = aicalc.train_memory("llama-3.1-8b", **kw), aicalc.train_memory("llama-3.1-8b", quant="nf4", **kw)
+    assert lora["peak_phase"][0] == qlora["peak_phase"][0] == "loss"
+    H, kv, F = 4096, 1024, 14336
+    linear = 2 * H * H + 2 * H * kv + 3 * H * F  # q, o; k, v; gate, up, down
+    by_hand = (2 - 0.5625) * (32 * linear / 8 + linear)
+    diff = float(lora["peak_allocated_bytes"][0] - qlora["peak_allocated_bytes"][0])
+    assert diff == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_int8_has_no_fsdp_units(capsys):
+    from aicalc.cli import main
+
+    assert main(["train-mem", "llama-3.1-8b", "--zero", "3", "--dp", "4", "--lora-rank", "8", "--quant", "int8",
+                 "--fsdp-units", "split"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--quant int8" in err[0]

@@ -124,9 +124,10 @@ def setup_of(**kw):
     if s.fsdp_version == 1 and s.ep > 1:
         raise ParameterError("fsdp_version", 1, "has no expert parallelism (FSDP1 shards every flat parameter over all "
                              "ranks); {ep} > 1 is FSDP2's (torchtitan)")
-    if s.fsdp_units != "root" and (s.fsdp_version == 1 or s.framework != "hf"):
+    if s.fsdp_units != "root" and (s.fsdp_version == 1 or s.framework != "hf" or s.quant == "int8"):
         raise ParameterError("fsdp_units", s.fsdp_units, "is FSDP2's (fully_shard) units, modelled for transformers "
-                             "models ({framework=hf}), not with {fsdp_version=1} or this framework")
+                             "models ({framework=hf}) trained in full, with LoRA or 4-bit QLoRA, not with "
+                             "{fsdp_version=1}, this framework or {quant=int8}")
     if s.framework == "hf" and (s.sp or s.virtual_stages > 1):
         raise ParameterError("framework", "hf", "has no sequence parallelism or virtual pipeline stages; use "
                              "{framework=megatron}")

@@ -165,7 +165,8 @@ def _fsdp_note(st, zero) -> str:
     """Which PyTorch FSDP a ZeRO-3 row outside Megatron stands for (core.train_peak.TrainSetup.fsdp_version)."""
     import numpy as np
 
-    if st.framework == "megatron" or (st.quant != "none" and st.framework != "hf") or not np.any(np.asarray(zero) >= 3):
+    four_bit_hf = st.framework == "hf" and st.quant in ("nf4", "nf4-dq")  # core.train_peak: FSDP2 over QLoRA
+    if st.framework == "megatron" or (st.quant != "none" and not four_bit_hf) or not np.any(np.asarray(zero) >= 3):
         return ""
     if st.fsdp_version == 1:
         return "; zero 3: FSDP1 (FullyShardedDataParallel, FULL_SHARD; --fsdp-version)"

@@ -339,9 +339,10 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     edp = tp * shard / (o.ep * etp)
     # FSDP2 (zero 3 outside Megatron): fully_shard on every decoder layer and the root (tm.fsdp2_buffers); its
     # dim-0 sharding gives the most-loaded rank ceil(E/(ep·edp)) experts' rows (tm.fsdp2_expert_rows)
-    # QLoRA too (transformers models): torchtune's NF4 (torchao) and bitsandbytes' FSDP-QLoRA (quant_storage) shard
-    # the 4-bit data and all-gather it as it is stored
-    fsdp = (np.asarray(zero) >= 3) & (o.framework != "megatron") & ((o.quant == "none") | (o.framework == "hf"))
+    # 4-bit QLoRA too (transformers models): torchtune's NF4 (torchao) and bitsandbytes' FSDP-QLoRA (quant_storage)
+    # shard the 4-bit data and all-gather it as it is stored (LLM.int8() keeps DeepSpeed's ZeRO-3 gather)
+    fsdp = (np.asarray(zero) >= 3) & (o.framework != "megatron") & (
+        (o.quant == "none") | ((o.framework == "hf") & (o.quant in ("nf4", "nf4-dq"))))
     # FSDP1 flattens a wrapped module's parameters and splits them evenly (FlatParameter): no expert rows
     if arch.moe is not None and np.any(fsdp) and o.fsdp_version == 2:
         expert_dev = expert_dev * np.where(fsdp, tm.fsdp2_expert_rows(arch.moe.experts, o.ep, edp), 1.0)
