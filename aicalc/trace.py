@@ -22,6 +22,10 @@ TIME_LIMIT_S = 300
 HINT = "--trace needs torch and transformers (CPU wheels are enough): pip install 'aicalc[trace]'"
 LORA_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
                 "down": "down_proj"}
+# BERT's and RoBERTa's (encoder.layer.N.attention.self.query, ….attention.output.dense, ….intermediate.dense,
+# ….output.dense): full-name patterns, since "output.dense" alone also ends the attention's output projection
+ENCODER_LORA_MODULES = {"q": r".*\.query", "k": r".*\.key", "v": r".*\.value", "o": r".*\.attention\.output\.dense",
+                        "up": r".*\.intermediate\.dense", "down": r".*\.layer\.\d+\.output\.dense"}
 
 
 def available() -> bool:
@@ -104,7 +108,7 @@ def _trace(config, batch, seq, precision, attention, recompute, adamw, microbatc
             auto = AutoModelForSequenceClassification if encoder else AutoModelForCausalLM
             m = auto.from_config(cfg, attn_implementation=attention if attention != "flash" else "sdpa", dtype=dtype)
             if lora_rank:
-                m = _peft(m, lora_rank, lora_targets)
+                m = _peft(m, lora_rank, lora_targets, encoder)
             if recompute == "full":
                 m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             m.train()
@@ -179,7 +183,7 @@ def _phases(m, opt, ids, labels, mt, mixed, microbatches, grads_kept=False):
     yield "optimizer", step
 
 
-def _peft(m, rank, targets):
+def _peft(m, rank, targets, encoder=False):
     try:
         import torch
         from peft import LoraConfig, get_peft_model
@@ -192,8 +196,10 @@ def _peft(m, rank, targets):
     tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda *a, **k: None
     torch.nn.Module.to = lambda self, *a, **k: self
     try:
-        return get_peft_model(m, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
-                                            target_modules=[LORA_MODULES[t] for t in targets]))
+        # PEFT takes one string as a pattern each module's full name must match
+        names = ("|".join(ENCODER_LORA_MODULES[t] for t in targets if t in ENCODER_LORA_MODULES) if encoder
+                 else [LORA_MODULES[t] for t in targets])
+        return get_peft_model(m, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=names))
     except ValueError as e:
         raise AicalcError(f"--trace: PEFT cannot apply LoRA to this model ({str(e).splitlines()[0][:160]})") from None
     finally:

@@ -4,6 +4,8 @@ per-parameter AdamW loop), and a clear refusal wherever a command prices serving
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import aicalc
@@ -84,7 +86,8 @@ def test_serving_commands_refuse_an_encoder(cli, args):
 
 
 @pytest.mark.parametrize("kw, name", [({"framework": "megatron"}, "framework"), ({"tp": 2}, "tp"),
-                                      ({"compile": True}, "compile")])
+                                      ({"compile": True}, "compile"),
+                                      ({"lora_rank": 8, "quant": "nf4", "seq": 512}, "quant")])
 def test_encoder_layouts_not_modelled_are_refused(kw, name):
     with pytest.raises(AicalcError, match=name):
         aicalc.train_memory(BERT, **kw)
@@ -141,7 +144,29 @@ def test_searches_lay_an_encoder_out_data_parallel(cli):
     assert t.code == 0 and {(r["tp"], r["pp"]) for r in t.json["rows"]} == {(1, 1)}
 
 
-def test_what_an_encoder_gives_up_to_fit_names_no_adapters(cli):
-    # LoRA is not modelled for an encoder, so the "it fits with" line does not offer it
+def test_what_an_encoder_gives_up_to_fit_names_adapters_but_no_4bit_base(cli):
+    # LoRA on an encoder is modelled (the bert-style lora records), its 4-bit base is not offered
     r = cli("train-mem", BERT, "--chip", "l4", "--batch", "1024", "--seq", "512")
-    assert "fits with none of recompute, ZeRO-3 or offload" in r.err and "LoRA" not in r.err
+    assert "fits with none of recompute, ZeRO-3, offload or LoRA" in r.err and "QLoRA" not in r.err
+    r = cli("train-mem", BERT, "--chip", "l4", "--batch", "256", "--seq", "512")
+    assert "fine-tuning adapters instead, with --lora-rank 16 --recompute full" in r.err
+
+
+def test_encoder_lora_adapters_are_the_traced_ones():
+    """PEFT's adapters on BERT's six linears per layer (query, key, value, attention.output.dense,
+    intermediate.dense, output.dense) are r·(in + out) each: the bert-style records' trainable counts, by hand."""
+    import json
+
+    from aicalc.catalog.hf_config import arch_from_config
+    from aicalc.core import train_memory as tm
+
+    recs = json.loads((Path(__file__).parent / "data" / "validation" / "step_peak.json").read_text())["records"]
+    lora = [r for r in recs if r["model"].startswith(("bert", "roberta")) and r.get("lora")]
+    assert {r["lora"]["targets"] for r in lora} == {"q,v", "all"}
+    for r in lora:
+        c = r["config"]
+        h, f, n = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+        rank = r["lora"]["rank"]
+        by_hand = n * rank * (2 * 2 * h if r["lora"]["targets"] == "q,v" else 4 * 2 * h + 2 * (h + f))
+        assert r["trainable_params"] == by_hand
+        assert tm.lora_params(arch_from_config(c), rank, tm.lora_targets(r["lora"]["targets"])) == by_hand

@@ -49,8 +49,9 @@ def test_records_cover_the_matrix():
     assert any(r["microbatches"] > 1 for r in RECORDS) and any(r.get("lora") for r in RECORDS)
     assert {"mixtral", "qwen2_moe", "deepseek_v3"} <= {r["config"]["model_type"] for r in RECORDS}
     assert all(e["reason"] for e in DOC["excluded"])
-    # every phase of the step sets the peak somewhere in the matrix
-    assert {r["peak_phase"].split()[-1] for r in RECORDS} == {"backward", "optimizer"}
+    # every phase of the step sets the peak somewhere in the matrix (the forward: an encoder's LoRA on q, v, where
+    # the frozen base saves little and a classifier's loss holds nothing of a vocabulary)
+    assert {r["peak_phase"].split()[-1] for r in RECORDS} == {"forward", "backward", "optimizer"}
 
 
 def test_foreach_adamw_allocates_one_state_in_the_step():

@@ -119,6 +119,10 @@ MODELS: dict[str, dict[str, Any]] = {
 
 LORA_TARGETS = {"q,v": ["q_proj", "v_proj"],
                 "all": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+# the same targets in BERT and RoBERTa (q, k, v, o, up, down): PEFT matches a module whose name ends with ".key"
+ENCODER_LORA_TARGETS = {"q,v": ["query", "value"],
+                        "all": ["query", "key", "value", "attention.output.dense", "intermediate.dense",
+                                "output.dense"]}
 
 
 def _case(model, batch, seq, attention="sdpa", precision="bf16", recompute="none", adamw="foreach",
@@ -179,6 +183,13 @@ def cases() -> list[dict[str, Any]]:
     out.append(_case("bert-sdpa-style", 4, 512, "sdpa", "bf16"))
     out.append(_case("bert-style", 4, 512, "eager", "bf16", "full"))
     out.append(_case("roberta-style", 2, 256, "eager", "fp32"))
+    # LoRA on an encoder (PEFT's fp32 adapters; the classifier head frozen as PEFT leaves it without a task type)
+    out.append(_case("bert-style", 4, 256, "eager", "bf16", lora="q,v"))
+    out.append(_case("bert-style", 4, 256, "eager", "bf16", lora="all"))
+    out.append(_case("bert-style", 4, 256, "eager", "fp32", lora="q,v"))
+    out.append(_case("bert-style", 4, 256, "eager", "bf16", "full", lora="all"))
+    out.append(_case("bert-sdpa-style", 4, 512, "sdpa", "bf16", lora="all"))
+    out.append(_case("roberta-style", 2, 256, "eager", "bf16", "full", lora="all"))
     return out
 
 
@@ -352,8 +363,9 @@ def _peft(m, lora: dict[str, Any], adapter_dtype=None):
     try:
         if adapter_dtype is not None:
             torch.set_default_dtype(adapter_dtype)
+        names = ENCODER_LORA_TARGETS if m.config.model_type in ("bert", "roberta") else LORA_TARGETS
         return get_peft_model(m, LoraConfig(r=lora["rank"], lora_alpha=32, lora_dropout=0.0,
-                                            target_modules=LORA_TARGETS[lora["targets"]]),
+                                            target_modules=names[lora["targets"]]),
                               autocast_adapter_dtype=adapter_dtype is None)
     finally:
         tuners_utils.BaseTunerLayer._move_adapter_to_device_of_base_layer = move

@@ -205,11 +205,11 @@ def check_layout(arch, setup, tp, pp, zero, cp=None, seq=None, dp=None, xla=Fals
             if v is not None and np.any(np.asarray(v) > 1):
                 raise ParameterError(name, int(np.max(v)), f"is not modelled for an encoder ({arch.family}): "
                                      "transformers' Trainer runs it data parallel (DDP, ZeRO or FSDP)")
-        for what, unmodelled in (("compile", setup.compile), ("lora_rank", setup.lora_rank is not None),
-                                 ("recompute", setup.recompute == "selective-op")):
+        for what, unmodelled in (("compile", setup.compile), ("recompute", setup.recompute == "selective-op"),
+                                 ("quant", setup.quant != "none")):
             if unmodelled:
                 raise ParameterError(what, getattr(setup, what), f"is not modelled for an encoder ({arch.family}); "
-                                     "its full training, with checkpointing (full, every-N) or not, is")
+                                     "its full training and LoRA, with checkpointing (full, every-N) or not, are")
     if setup.framework == "litgpt":
         # LitGPT's finetune scripts run one device or Fabric's DDP/FSDP (--devices, --num_nodes): no TP/PP/CP
         for name, v in (("tp", tp), ("pp", pp), ("cp", cp)):

@@ -153,8 +153,8 @@ def _fits_with(model, r, limit: float, setup: dict) -> str:
     said = [" ".join(f"{flag} {changes[k]}" for k, flag in FLAGS.items() if k in changes)
             + f" ({fmt_bytes(peak)} reserved)" for changes, peak in ways]
     if not said:
-        ways = "recompute, ZeRO-3 or offload" if r.meta["model"].arch.encoder else \
-            "recompute, ZeRO-3, offload, LoRA or QLoRA"  # an encoder's adapters are not modelled
+        ways = "recompute, ZeRO-3, offload or LoRA" if r.meta["model"].arch.encoder else \
+            "recompute, ZeRO-3, offload, LoRA or QLoRA"  # an encoder's 4-bit base is not offered
         return f"on these devices it fits with none of {ways}: more devices (train-mem --search --chips N)"
     if len(said) == 2:  # full training's way, then the adapters'
         return f"it fits with {said[0]}; fine-tuning adapters instead, with {said[1]}"

@@ -502,6 +502,13 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
     layer_max = layer
     loss_t, workspace, gather = tm.transient_bytes(B, S, arch, a, tp, o.framework, o.attention, recompute,
                                                    layer_max, zero, split.largest_layer, sb.weights, cp, o.loss)
+    if o.lora_rank and o.framework == "hf":
+        # an fp32 adapter on an F-wide projection output in the backward (lora_backward_workspace), over the layer's
+        # tensors that a rebuilt layer still holds then
+        net = lora_backward_workspace(arch, targets, B, S_loc, a, tp, o.lora_dtype == "fp32")
+        if np.any(net):
+            rebuilt = act.recompute_every(recompute) > 0
+            workspace = np.maximum(workspace, _plus(np.where(rebuilt, layer_max, 0.0), net))
     litgpt = o.framework == "litgpt"
     kept = 0.0  # what the previous micro-batch still holds at the end of this one's forward
     if o.quant != "none":
@@ -804,6 +811,25 @@ def lora_saved(arch, targets, rank, B, S, a, tp, fp32_adapters=True, attention="
     for g in {group[t] for t in shared}:
         total = total + a * B * S * next(ins[t] for t in shared if group[t] == g)
     return total
+
+
+def lora_backward_workspace(arch, targets, B, S, a, tp, fp32_adapters=True):
+    """The backward's workspace at an fp32 adapter whose output is F wide (``up``, ``gate``) on a 16-bit model
+    (PEFT's ``autocast_adapter_dtype``; ``peft/tuners/lora/layer.py``, ``Linear.forward``: ``result = result +
+    lora_B(lora_A(dropout(x))) * scaling``, then ``result.to(torch_result_dtype)``): the projection's a-byte output
+    gradient comes back through the cast as an fp32 copy and ``* scaling`` makes a second, ``2·4·BS·F``, beside the
+    a-byte gradient and its cast for the frozen base, ``2·a·BS·F``, and three a-byte hidden-wide gradients,
+    ``3·a·BS·H``. By then the MLP's later saved tensors are freed: the down projection's fp32 input copy
+    (``4·BS·F`` where ``down`` is targeted) and the activation's saved inputs (``a·BS·F``, a gated MLP's multiply
+    ``2·a·BS·F``). Traced (validation/record_step_peak.py, the encoders' ``lora[all]`` records, MemTracker at the
+    peak: two fp32 and two bf16 [B, S, F] temporaries): the peak of a plain-MLP layer, whose own workspace (2·a·BSF)
+    is smaller; a gated MLP's (3·a·BSF) is larger. 0 without an F-wide adapter or with adapters in the model's
+    dtype."""
+    if not (fp32_adapters and a < 4) or not ({"up", "gate"} & set(targets)):
+        return 0.0
+    H, F = arch.hidden, arch.ffn
+    freed = (4.0 if "down" in targets else 0.0) + (2 * a if arch.gated_ffn else a)
+    return ((8 + 2 * a - freed) * F + 3 * a * H) * B * S / tp
 
 
 def _lora_inputs(arch, tp):
