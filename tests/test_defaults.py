@@ -209,6 +209,17 @@ def test_train_mem_says_the_optimizer_dtype_it_assumed(cli):
     assert r["rows"][0]["optimizer_bytes"] == pytest.approx(8 * r["rows"][0]["params"], rel=1e-9)  # the 560 GB
 
 
+def test_train_mem_says_what_lora_trains_and_freezes(cli):
+    # with adapters there are no master weights and no base gradients: the line says the frozen base's format and
+    # the adapters' dtype, and the fp32 adapters' states are 8 bytes per adapter parameter
+    out = cli("train-mem", "llama-3.1-8b", "--lora-rank", "16").out
+    assert "a frozen 16-bit base; fp32 adapters" in out and "master" not in out
+    out = cli("train-mem", "llama-3.1-8b", "--lora-rank", "16", "--quant", "nf4-dq", "--lora-dtype", "bf16").out
+    assert "decoder linears are NF4 with double-quantized scales" in out and "bf16 adapters" in out
+    r = cli("train-mem", "llama-3.1-8b", "--lora-rank", "16", "--json").json["rows"][0]
+    assert r["optimizer_bytes"] == pytest.approx(8 * r["trainable_params"], rel=1e-9)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs the plot extra")
 def test_roofline_plot_of_two_chips(cli, tmp_path):
     r = cli("roofline", "llama-3.1-8b", "--chip", "h100-sxm", "--chip", "l4", "--plot", tmp_path / "r.svg")

@@ -251,6 +251,17 @@ def _state_dtypes(st) -> str:
     pure-bf16 run's bf16 Adam states are said, not silent."""
     mixed = st.precision.endswith("-mixed")
     w = "fp32" if st.precision == "fp32" else "16-bit"
+    if st.lora_rank:  # the base is frozen: no gradients, states or master copy; the adapters carry their own
+        quant = {"nf4": "NF4, 4.5 bits", "nf4-dq": "NF4 with double-quantized scales, 4.127 bits",
+                 "int8": "int8"}.get(st.quant, st.quant)
+        base = f"a frozen {w} base" if st.quant == "none" else \
+            f"a frozen base whose decoder linears are {quant} (" + (
+                f"and its output layer, as LitGPT quantizes it; embeddings and norms {w})" if st.framework == "litgpt"
+                else f"embeddings, output layer and norms {w})")
+        ad = "fp32" if st.lora_dtype == "fp32" else "bf16"
+        why = (" (PEFT's default, autocast_adapter_dtype; --lora-dtype bf16 as torchtune makes them)"
+               if st.lora_dtype == "fp32" and st.framework == "hf" else "")
+        return f"assumed: {base}; {ad} adapters with {ad} gradients and {ad} optimizer states{why}"
     opt = st.optimizer_dtype or ("bf16" if st.precision == "bf16" else "fp32")
     why = "" if st.optimizer_dtype else (" (the parameters' dtype, as torch's AdamW keeps them; --optimizer-dtype fp32 "
                                          "for fp32 states)" if st.precision == "bf16" else "")
