@@ -98,15 +98,25 @@ def test_the_notes_say_where_the_cpu_trace_differs_from_a_gpu(cli, tiny, tmp_pat
 
 
 @needs_torch
-@pytest.mark.parametrize("argv", [(), ("--keep-grads", "--adamw", "loop", "--microbatches", "2")])
+@pytest.mark.parametrize("argv", [(), ("--keep-grads", "--adamw", "loop", "--microbatches", "2"),
+                                  ("--lora-rank", "8", "--lora-targets", "all"),
+                                  ("--lora-rank", "8", "--lora-targets", "up,down", "--recompute", "full")])
 def test_an_encoder_is_traced_as_the_classifier_it_is_sized_as(cli, tmp_path, argv):
     # a small BERT, built by the trace as AutoModelForSequenceClassification and trained on one label per sequence
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "bert", "hidden_size": 256, "intermediate_size": 1024,
                                 "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 4096,
                                 "max_position_embeddings": 512}))
-    r = cli("train-mem", path, "--batch", "2", "--seq", "256", "--precision", "fp32", "--attention", "eager",
+    precision = "bf16" if "--lora-rank" in argv else "fp32"  # PEFT's fp32 adapters on a bf16 base
+    r = cli("train-mem", path, "--batch", "2", "--seq", "256", "--precision", precision, "--attention", "eager",
             "--trace", *argv, "--json")
     assert r.code == 0, r.err
     row = r.json["rows"][0]
     assert row["peak_allocated_bytes"] == pytest.approx(row["traced_peak_bytes"], rel=0.05)
+    if "--lora-rank" in argv:  # the adapters on BERT's modules: r·(in + out) each, 2 layers, H 256, F 1024
+        per_layer = 8 * (4 * 2 * 256 + 2 * (256 + 1024)) if "all" in argv else 8 * 2 * (256 + 1024)
+        assert row["trainable_params"] == 2 * per_layer
+        # and the trace trained those modules: AdamW's two fp32 states per adapter parameter, plus its step counter
+        # (one 512-byte block) for each of the A and B matrices of 6 or 2 modules in each of the 2 layers
+        tensors = 2 * (6 if "all" in argv else 2) * 2
+        assert row["traced_breakdown"]["optimizer"] == 8 * 2 * per_layer + 512 * tensors
