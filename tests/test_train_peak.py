@@ -413,3 +413,21 @@ def test_gradients_not_yet_made_at_the_first_layers_peak_are_the_traced_ones():
     assert grads_not_yet(arch, True) == layer + P * H
     made = rec["params"] - V * H - grads_not_yet(arch, True)
     assert rec["peak_breakdown"]["gradients"] == 4 * made  # fp32 gradients
+
+
+def test_torchtitan_units_forward_kept_in_a_sweep_with_amp_casts():
+    """A sweep over ZeRO stages under torch AMP with recompute: the ZeRO-2 row's forward phase is autocast's (its
+    weight casts cached), the ZeRO-3 row's torchtitan's units (no casts under FSDP2): each row's peak is the one
+    it has alone."""
+    import aicalc
+
+    # batch 1 × 2048 with 4 micro-batches: the ZeRO-3 row peaks at the end of the forward (as its record does)
+    kw = dict(batch=1, seq=2048, dp=8, precision="bf16-mixed", recompute="full", fsdp_units="torchtitan",
+              microbatches=4)
+    both = aicalc.train_memory("llama-3.1-8b", zero="2,3", **kw)
+    assert list(both["peak_phase"]) == ["forward", "forward"]
+    for i, z in enumerate((2, 3)):
+        units = {} if z == 3 else {"fsdp_units": "root"}  # (units apply to zero 3 only: alone, zero 2 takes none)
+        alone = aicalc.train_memory("llama-3.1-8b", zero=z, **{**kw, **units})
+        assert float(both["peak_allocated_bytes"][i]) == float(alone["peak_allocated_bytes"][0])
+        assert both["peak_phase"][i] == alone["peak_phase"][0]

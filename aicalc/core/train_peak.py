@@ -644,9 +644,14 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         if np.any(casts):
             # the end of the forward, still inside autocast: every cast weight cached, the loss's forward buffers
             fwd = _pick(is_last, (a + 4.0) * B * S_loc * arch.output_vocab / tp, 0.0)
-            live["forward"] = _plus(activ, held, fwd, kept)
+            cast_fwd, cast_t = _plus(activ, held, fwd, kept), _plus(fwd, kept)
+            if "forward" in live:  # torchtitan's units' forward on the FSDP rows (where casts are none), kept
+                more = cast_fwd > live["forward"]
+                cast_fwd = np.where(more, cast_fwd, live["forward"])
+                cast_t = np.where(more, cast_t, phase_t["forward"]) if phase_t is not None else cast_t
+            live["forward"] = cast_fwd
             if phase_t is not None:
-                phase_t["forward"] = _plus(fwd, kept)
+                phase_t["forward"] = cast_t
     names = list(live)
     if peak_only:  # the highest phase as below, without which phase it is and its transients
         top = live[names[0]]
