@@ -626,7 +626,7 @@ def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, t
     layer_g = layer if layer_grads is None else layer_grads
     if units != "root":
         return fsdp2_units_buffers(root - 2 * head, head, layer, a, shard, np.asarray(root_g) > 0, layer_g, r,
-                                   accumulating, offload, units)
+                                   accumulating, offload)
     loss = a * (root + layer)
     backward = a * root + 2 * a * layer + (a + r) * layer_g + a * vocab_hidden
     # the reduce-scatter output that becomes the sharded gradients (counted with them) where they are on the device
@@ -644,7 +644,7 @@ def fsdp2_buffers(root_params, layer_params, a=2.0, vocab_hidden=0.0, shard=1, t
     return loss, backward, np.maximum(gradients, first)
 
 
-def fsdp2_units_buffers(norm, head, layer, a, shard, head_trains, layer_g, r, accumulating, offload, units):
+def fsdp2_units_buffers(norm, head, layer, a, shard, head_trains, layer_g, r, accumulating, offload):
     """FSDP2's own buffers per phase when the input embedding and the output layer (``head`` parameters each) are
     units of their own and the root holds the final norm (``norm``), as :func:`fsdp2_buffers` for the root layout
     (traced: step_peak_fsdp.json and step_peak_fsdp_offload.json, the ``+units-`` records):

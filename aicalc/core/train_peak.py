@@ -580,10 +580,10 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
         #   output projection's gradient made (full training), + one layer's workspace (ZeRO-3 gather);
         # * gradients: the end of the backward, every gradient + one layer's workspace;
         # * optimizer: every gradient + the step's temporaries (foreach AdamW).
-        head = 0.0 if o.lora_rank else arch.output_vocab * arch.hidden * sb.grads / tp
+        vh_dev = arch.output_vocab * arch.hidden / tp  # the output layer's parameters (and an untied embedding's)
+        head = 0.0 if o.lora_rank else vh_dev * sb.grads
         # FSDP2's unsharded root and block buffers (tm.fsdp2_buffers) in place of the ZeRO-3 gather
         root = dense_dev - split.layers * stage_layers / arch.layers / tp
-        vh_dev = arch.vocab * arch.hidden / tp  # the embedding's and the output layer's (untied) with their own units
         block = split.layers / arch.layers / tp
         if arch.n_moe_layers:
             rows = np.where(fsdp & (o.fsdp_version == 2), tm.fsdp2_expert_rows(arch.moe.experts, o.ep, edp), 1.0)
@@ -600,8 +600,7 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
                                                        0.0, lora_layer, asb.grads, accumulating,
                                                        offload=o.offload == "params", units=o.fsdp_units, head=vh_dev)
         else:
-            f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block, a, np.where(is_last, arch.output_vocab * arch.hidden / tp,
-                                                                                     0.0), shard,
+            f_loss, f_back, f_grads = tm.fsdp2_buffers(root, block, a, np.where(is_last, vh_dev, 0.0), shard,
                                                        arch.tied_embeddings, r=fsdp_reduce, accumulating=accumulating,
                                                        offload=o.offload == "params", units=o.fsdp_units,
                                                        head=vh_dev)
@@ -633,25 +632,17 @@ def _stage(arch, o, g: dict, rank, stage_layers, stage_moe, pp, lean=False, peak
                 "optimizer": grads + step_t}
         phase_t = None if peak_only else {"loss": _plus(loss_t, kept, f_loss), "backward": wg,
                                           "gradients": np.where(fsdp, f_grads, wg), "optimizer": step_t}
-        if o.fsdp_units == "torchtitan":
-            # the end of the forward: [norm, output] unsharded beside its all-gather output (tm.fsdp2_units_buffers),
-            # the loss's forward buffers
+        titan = o.fsdp_units == "torchtitan"
+        if titan or np.any(casts):
+            # the end of the forward, the loss's forward buffers beside every saved activation: under autocast with
+            # recompute every cast weight cached (counted in activ, freed by the loss phase); under torchtitan's
+            # units [norm, output] unsharded beside its all-gather output on the FSDP2 rows (tm.fsdp2_units_buffers;
+            # those rows have no casts, the others none of it)
             fwd = _pick(is_last, (a + 4.0) * B * S_loc * arch.output_vocab / tp, 0.0)
-            f_fwd = np.where(fsdp, f_loss + a * vh_dev, 0.0)
+            f_fwd = np.where(fsdp, f_loss + a * vh_dev, 0.0) if titan else 0.0
             live["forward"] = _plus(activ, held, fwd, kept, f_fwd)
             if phase_t is not None:
                 phase_t["forward"] = _plus(fwd, kept, f_fwd)
-        if np.any(casts):
-            # the end of the forward, still inside autocast: every cast weight cached, the loss's forward buffers
-            fwd = _pick(is_last, (a + 4.0) * B * S_loc * arch.output_vocab / tp, 0.0)
-            cast_fwd, cast_t = _plus(activ, held, fwd, kept), _plus(fwd, kept)
-            if "forward" in live:  # torchtitan's units' forward on the FSDP rows (where casts are none), kept
-                more = cast_fwd > live["forward"]
-                cast_fwd = np.where(more, cast_fwd, live["forward"])
-                cast_t = np.where(more, cast_t, phase_t["forward"]) if phase_t is not None else cast_t
-            live["forward"] = cast_fwd
-            if phase_t is not None:
-                phase_t["forward"] = cast_t
     names = list(live)
     if peak_only:  # the highest phase as below, without which phase it is and its transients
         top = live[names[0]]
