@@ -680,6 +680,28 @@ def test_a_configuration_that_does_not_fit_says_what_it_gives_up_to_fit(cli):
     assert f"--offload params ({fmt_bytes(quoted)} reserved)" in line
 
 
+def test_a_unified_memory_chip_is_offered_no_offload(cli):
+    """On an Apple SoC the host's memory is the chip's: CPU offload moves nothing off it. Llama-3.1-70B on one M4 Max
+    (128 GiB): AdamW's 16 bytes a parameter are 1.1 TB, so full training fits with no step of its ladder once
+    offload is not one (recompute, and ZeRO-3 with one device to shard over, leave the states whole); the adapters'
+    way is named and fits; asking for an offload is refused in one line."""
+    base = ("train-mem", "llama-3.1-70b", "--chip", "apple-m4-max")
+    r = cli(*base, "--json")
+    assert r.code == 1
+    line = r.json["warnings"][-1]
+    assert "offload" not in line
+    assert line.startswith("it fits with --lora-rank 16 --recompute full --quant nf4 (")
+    assert cli(*base, "--lora-rank", "16", "--recompute", "full", "--quant", "nf4", "--json").json["rows"][0]["fits"]
+    # the same ladder on an 80 GB H100 host does offer it (the states can live in the host's own memory)
+    assert "--offload" in cli("train-mem", "llama-3.1-70b", "--chip", "h100-sxm", "--dp", "8", "--zero", "3",
+                              "--json").json["warnings"][-1]
+    for where in ("optimizer", "params"):
+        bad = cli(*base, "--zero", "3", "--offload", where)
+        assert bad.code == 2 and bad.err.count("\n") == 1 and "unified" in bad.err and "Traceback" not in bad.err
+    none = cli("train-mem", "llama-3.1-405b", "--chip", "apple-neural-engine", "--json").json["warnings"][-1]
+    assert none.startswith("on these devices it fits with none of recompute, ZeRO-3, LoRA or QLoRA")
+
+
 def test_no_hint_where_it_fits_and_a_plain_one_where_nothing_does(cli):
     ok = cli("train-mem", "llama-3.1-8b", "--chip", "h100-sxm", "--lora-rank", "16", "--json")
     assert ok.code == 0 and not ok.json["warnings"]

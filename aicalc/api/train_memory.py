@@ -134,12 +134,22 @@ def setup_of(**kw):
     return s
 
 
+# chips whose memory the host's CPU shares (Apple's SoCs and their Neural Engine): CPU offload moves nothing off them
+UNIFIED_MEMORY_KINDS = ("soc", "npu")
+
+
 def with_chip_memory(st, chip_obj):
     """The setup with its chip class's memory outside the tensors (``context_bytes``, ``nccl_communicator_bytes``,
     ``nccl_all_to_all_bytes`` in presets/classes), unless the caller gave an ``overhead`` or the class states
-    none (then the stated 1 GiB, ``train_memory.CUDA_OVERHEAD_BYTES``)."""
+    none (then the stated 1 GiB, ``train_memory.CUDA_OVERHEAD_BYTES``). Offload to a unified-memory chip's host is
+    refused."""
     from aicalc.catalog import profiles
 
+    if chip_obj is not None and st.offload != "none" and chip_obj.kind in UNIFIED_MEMORY_KINDS:
+        from aicalc.errors import ParameterError
+
+        raise ParameterError("offload", st.offload, f"moves states to the host's memory, which on {chip_obj.id} is the "
+                             "same memory (unified): nothing leaves it; give {offload=none}")
     if chip_obj is None or st.overhead is not None or st.context_bytes is not None:
         return st
     opt = profiles.load("class", profiles.chip_class(chip_obj)).options
@@ -386,6 +396,7 @@ def fits_with(model, batch=1, seq=2048, *, limit=None, dp=1, tp=1, pp=1, cp=1, z
 
     if reserved({}) <= limit:
         return []
+    unified = chip is not None and load_node_or_chip(chip)[0].kind in UNIFIED_MEMORY_KINDS
     have = {"zero": zero, **setup}
     ladders = [ADAPTER_STEPS] if setup.get("lora_rank") else [FULL_TRAINING_STEPS, ADAPTER_STEPS]
     out = []
@@ -395,6 +406,8 @@ def fits_with(model, batch=1, seq=2048, *, limit=None, dp=1, tp=1, pp=1, cp=1, z
             if have.get(key) == value or (key == "lora_rank" and have.get(key)):
                 continue
             if key == "zero" and dp * cp == 1:  # nothing to shard over
+                continue
+            if key == "offload" and unified:  # the host's memory is the chip's
                 continue
             if (key, value) == ("offload", "params") and have.get("zero") != 3:
                 changes["zero"] = 3

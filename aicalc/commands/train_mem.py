@@ -153,9 +153,12 @@ def _fits_with(model, r, limit: float, setup: dict) -> str:
     said = [" ".join(f"{flag} {changes[k]}" for k, flag in FLAGS.items() if k in changes)
             + f" ({fmt_bytes(peak)} reserved)" for changes, peak in ways]
     if not said:
-        ways = "recompute, ZeRO-3, offload or LoRA" if r.meta["model"].arch.encoder else \
-            "recompute, ZeRO-3, offload, LoRA or QLoRA"  # an encoder's 4-bit base is not offered
-        return f"on these devices it fits with none of {ways}: more devices (train-mem --search --chips N)"
+        from aicalc.api.train_memory import UNIFIED_MEMORY_KINDS
+
+        tried = ["recompute", "ZeRO-3"] + ([] if chip and r.meta["chip"].kind in UNIFIED_MEMORY_KINDS else ["offload"])
+        tried += ["LoRA"] if r.meta["model"].arch.encoder else ["LoRA", "QLoRA"]  # an encoder's 4-bit base: not offered
+        return f"on these devices it fits with none of {', '.join(tried[:-1])} or {tried[-1]}: more devices " \
+               "(train-mem --search --chips N)"
     if len(said) == 2:  # full training's way, then the adapters'
         return f"it fits with {said[0]}; fine-tuning adapters instead, with {said[1]}"
     return f"it fits with {said[0]}"
