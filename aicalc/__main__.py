@@ -12,9 +12,23 @@ import sys
 GC_YOUNG_THRESHOLD = 100_000
 
 
+def one_blas_thread() -> None:
+    """Have numpy's OpenBLAS start no worker threads, unless the caller's environment says how many: it starts one
+    per core when numpy is imported and each spins for a while before it sleeps (numpy issues #25360, #29193:
+    1.3 s of CPU time for ``import numpy`` on 18 cores, 0.05 s with one thread). No aicalc command calls a BLAS
+    routine (its core is element-wise numpy); on a 2-core machine the spinning was ~80 ms of CPU time a query, as
+    much as the rest of the process (docs/robustness.md). Set before numpy is first imported; child processes
+    inherit it (aicalc starts none)."""
+    import os
+
+    if not any(k in os.environ for k in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+
 def run() -> None:
     import gc
 
+    one_blas_thread()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     try:
         from aicalc.cli import main

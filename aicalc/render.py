@@ -200,7 +200,7 @@ def _json_rows(rows, out, stream) -> None:
         fast = _fast_rows(keys, cols, n, _JSON_WORDS, "    {", [("," if i else "") + f"\n      {_json_key(k)}: "
                                                                for i, k in enumerate(keys)], "\n    },\n")
         if fast is not None:
-            write = _byte_writer(stream)
+            write = _byte_writer(stream, n)
             for data in fast:
                 del data[-2:]  # the last row's ",\n"
                 if not first:
@@ -382,14 +382,39 @@ def _fast_piece(kinds, words, head, before, tail, cols) -> bytearray:
     return numtext.layout(n, items)
 
 
-def _byte_writer(stream):
+def _byte_writer(stream, rows: int = 0):
     """A function that writes UTF-8 bytes to ``stream``: to its binary buffer where it has one and writes UTF-8
-    (its text so far flushed first), else decoded."""
+    (its text so far flushed first), else decoded. ``rows`` of ``_FAST_ROWS`` or more (megabytes of text) into a
+    pipe: the pipe's buffer is first made as large as the system lets a user make it (:func:`_widen_pipe`)."""
     buffer = getattr(stream, "buffer", None)
     if buffer is not None and (getattr(stream, "encoding", "") or "").lower().replace("-", "") == "utf8":
         stream.flush()
+        if rows >= _FAST_ROWS:
+            _widen_pipe(stream)
         return buffer.write
     return lambda data: stream.write(data.decode())
+
+
+PIPE_BYTES = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size, the most an unprivileged process may ask for
+
+
+def _widen_pipe(stream) -> None:
+    """Grow a pipe that ``stream`` writes into from its 64 KiB to ``PIPE_BYTES`` (Linux's ``F_SETPIPE_SZ``): the
+    writer then waits for the reader once a megabyte rather than once every 64 KiB (80,000 rows of ``serve``'s
+    JSON, 84 MB, into a pipe: ~10 % less CPU time and ~20 % less wall time, docs/robustness.md). Where the system
+    refuses (a lower limit, a full per-user pipe quota) or the stream is no pipe, nothing changes."""
+    import fcntl
+    import os
+    import stat
+
+    if not hasattr(fcntl, "F_SETPIPE_SZ"):  # (Linux only)
+        return
+    try:
+        fd = stream.fileno()
+        if stat.S_ISFIFO(os.fstat(fd).st_mode) and fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) < PIPE_BYTES:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (OSError, ValueError, AttributeError):  # refused, or a stream without a file descriptor
+        pass
 
 
 def _json_column(col) -> tuple[str, list]:
@@ -540,7 +565,7 @@ def _csv(result: Result, env: Env) -> None:
         fast = _fast_rows(keys, cols, n, _CSV_WORDS, "", ["," if i else "" for i in range(len(keys))], "\n") \
             if list(keys) == names else None
         if fast is not None:
-            write = _byte_writer(env.stdout)
+            write = _byte_writer(env.stdout, n)
             for data in fast:
                 write(data)
             continue

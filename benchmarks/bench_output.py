@@ -5,7 +5,7 @@ Each pair runs the one-row query and the 80,000-row query alternately, in fresh 
 away; the ratio is taken pair by pair (a machine whose speed drifts does not bias it) and the median printed, for
 CPU time (user + system of the child) and wall time, with the 80,000-row run's peak resident memory.
 
-    python benchmarks/bench_output.py [--runs 7]
+    python benchmarks/bench_output.py [--runs 7] [--pipe]
 """
 
 from __future__ import annotations
@@ -31,15 +31,21 @@ CASES = [
 ]
 
 
-def _once(argv: list[str]) -> tuple[float, float, float]:
-    """(wall s, cpu s, peak resident MiB) of one run, its output thrown away."""
+def _once(argv: list[str], pipe: bool = False) -> tuple[float, float, float]:
+    """(wall s, cpu s, peak resident MiB) of one run, its output thrown away: into /dev/null, or (``pipe``) read
+    from a pipe, as ``| jq`` or ``| cat`` would take it (the reader's own time not counted)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "aicalc", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       cwd=ROOT)
+    p = subprocess.Popen([sys.executable, "-m", "aicalc", *argv], stdout=subprocess.PIPE if pipe else
+                         subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    if pipe:
+        while p.stdout.read(1 << 16):
+            pass
+    err = p.stderr.read()
+    p.wait()
     wall = time.perf_counter() - start
     if p.returncode not in (0, 1):
-        raise SystemExit(f"{' '.join(argv)}: exit {p.returncode}: {p.stderr.decode()[-500:]}")
+        raise SystemExit(f"{' '.join(argv)}: exit {p.returncode}: {err.decode()[-500:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), after.ru_maxrss / 1024
 
@@ -47,17 +53,19 @@ def _once(argv: list[str]) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
-    runs = parser.parse_args().runs
+    parser.add_argument("--pipe", action="store_true", help="read each run's output from a pipe (default: /dev/null)")
+    args = parser.parse_args()
+    runs, pipe = args.runs, args.pipe
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "aicalc")], check=True,
                    stdout=subprocess.DEVNULL)
-    print(f"{runs} pairs each, median of (80,000 rows) / (one row) per pair; goal <= {GOAL:g}x")
+    print(f"{runs} pairs each, output into {'a pipe' if pipe else '/dev/null'}, median of (80,000 rows) / (one row) per pair; goal <= {GOAL:g}x")
     for name, one, many in CASES:
         for fmt in ("json", "csv"):
             a, b = [*many, "--format", fmt], [*one, "--format", fmt]
-            _once(a), _once(b)  # warm-up: file cache, the catalog index
+            _once(a, pipe), _once(b, pipe)  # warm-up: file cache, the catalog index
             cpu, wall, one_ms, many_ms = [], [], [], []
             for _ in range(runs):
-                (aw, ac, _), (bw, bc, _) = _once(a), _once(b)
+                (aw, ac, _), (bw, bc, _) = _once(a, pipe), _once(b, pipe)
                 cpu.append(ac / bc)
                 wall.append(aw / bw)
                 one_ms.append(bc * 1e3)

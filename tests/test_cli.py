@@ -524,6 +524,34 @@ def test_the_console_script_collects_young_objects_every_100000_allocations(monk
     assert seen == [(100_000, *older)]
 
 
+_THREADS_AFTER_NUMPY = """
+import os, sys
+if sys.argv[1] == "entry":
+    from aicalc.__main__ import one_blas_thread
+    one_blas_thread()
+import numpy
+print(len(os.listdir("/proc/self/task")))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads counted through Linux's /proc")
+def test_the_console_script_has_numpy_start_no_blas_threads():
+    """numpy's OpenBLAS starts a spinning worker per core on import (numpy #29193); the entry point asks for none
+    where the environment names no thread count, and keeps a count it names."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                                                              "OMP_NUM_THREADS")}
+
+    def threads(how: str, **extra) -> int:
+        out = subprocess.run([sys.executable, "-c", _THREADS_AFTER_NUMPY, how], env={**env, **extra},
+                             capture_output=True, text=True, check=True)
+        return int(out.stdout)
+
+    if threads("plain") == 1:
+        pytest.skip("this numpy starts no BLAS threads here (one core, or a BLAS without a thread pool)")
+    assert threads("entry") == 1
+    assert threads("entry", OMP_NUM_THREADS="2") == threads("plain", OMP_NUM_THREADS="2") > 1
+
+
 def test_ctrl_c_while_importing_exits_130_without_a_traceback(monkeypatch, gc_threshold):
     import builtins
 

@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import math
+import sys
 import tracemalloc
 
 import numpy as np
@@ -247,3 +248,37 @@ def test_kv_cache_json_and_csv_from_the_command_line(tmp_path):
     assert isinstance(result.rows, Rows)
     assert _same(json.loads(_written(result, "json")), json.loads(_reference_json(result)))
     assert _written(result, "csv") == _reference_csv(result)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe buffers are sized through Linux's F_SETPIPE_SZ")
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_a_long_output_into_a_pipe_widens_the_pipe(fmt):
+    """Megabytes of rows into a pipe: the pipe's buffer grows from 64 KiB to render.PIPE_BYTES (the writer waits on
+    its reader a sixteenth as often) where the system allows it, and everything written arrives, the document the
+    same as into a file; a short output leaves the pipe as it was."""
+    import fcntl
+    import os
+    import subprocess
+
+    def through_pipe(concurrency: str) -> tuple[bytes, int]:
+        p = subprocess.Popen([sys.executable, "-m", "aicalc", "serve", "llama-3.1-8b", "--chip", "h100-sxm",
+                              "--concurrency", concurrency, "--format", fmt], stdout=subprocess.PIPE)
+        fd = p.stdout.fileno()
+        before = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+        p.stdout.close()
+        assert p.wait() in (0, 1)  # (1: its longest rows do not fit the chip: every row written still)
+        assert before < render.PIPE_BYTES
+        return b"".join(chunks), size
+
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        allowed = int(f.read()) >= render.PIPE_BYTES
+    text, size = through_pipe("1:3000:+1")
+    assert size == (render.PIPE_BYTES if allowed else size) and (size > 65536) == allowed
+    rows = json.loads(text)["rows"] if fmt == "json" else list(csv.DictReader(io.StringIO(text.decode())))
+    assert [int(r["concurrency"]) for r in rows] == list(range(1, 3001))
+    _, small = through_pipe("1:10:+1")
+    assert small == 65536
