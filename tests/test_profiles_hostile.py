@@ -171,6 +171,13 @@ def test_framework_default_zero_of_the_wrong_type_or_range(tmp_path, value):
     refused(r, "f.yaml", "default_zero")
 
 
+@pytest.mark.parametrize("value", ["selective-ops", "Full", "1", "true", "[full]"])
+def test_framework_default_recompute_of_the_wrong_value(tmp_path, value):
+    write(tmp_path, "framework", "f", f"factors: {{}}\ndefault_recompute: {value}")
+    r = run("--presets-dir", tmp_path, "train-time", "llama-3.1-8b", "--framework", "f", "--chips", "8")
+    refused(r, "f.yaml", "default_recompute")
+
+
 @pytest.mark.parametrize("body,key", [
     ("factors: {}\npipeline_over_chips: 'no'", "pipeline_over_chips"),
     ("factors: {}\nmax_num_seqs: 8", "max_num_seqs"),  # an engine's option

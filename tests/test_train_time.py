@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from aicalc.catalog.arch import megatron_gpt as gpt
@@ -746,6 +747,38 @@ def test_int8_needs_a_chip_with_int8_math(cli):
     rate = {p: cli("train-time", "llama-3.1-8b", "--chip", "tpu-v6e", "--chips", "8", "--precision", p,
                    "--json").json["rows"][0]["tokens_per_s"] for p in ("bf16", "int8")}
     assert rate["int8"] > rate["bf16"]
+
+
+@pytest.mark.parametrize("framework,recompute", [("megatron", "selective"), ("torchtitan", "selective-op"),
+                                                  ("fsdp", "none"), ("deepspeed", "none")])
+def test_a_framework_recomputes_as_its_recipes_do_and_fits_are_judged(cli, framework, recompute):
+    """With no --recompute a run takes its framework's (torchtitan's Llama 3 8B recipe: op-level selective AC;
+    FSDP and DeepSpeed under transformers: none; Megatron: selective) and says whether it fits: the reserved peak
+    train-mem gives the same layout and setup (FSDP's full shard, DeepSpeed's ZeRO-1, Megatron's activations)."""
+    base = ("--chip", "h100-sxm", "--seq", "4096")
+    r = cli("train-time", "llama-3.1-8b", *base, "--chips", "8", "--framework", framework, "--tp", "1",
+            "--micro-batch", "1", "--json")
+    assert r.json["inputs"]["recompute"] == recompute
+    row = r.json["rows"][0]
+    zero = {"megatron": 1, "torchtitan": 3, "fsdp": 3, "deepspeed": 1}[framework]
+    mem = ("--framework", "megatron", "--sp") if framework == "megatron" else ("--framework", "hf")
+    m = cli("train-mem", "llama-3.1-8b", *base, "--batch", "1", "--dp", "8", "--zero", str(zero), "--recompute",
+            recompute, "--precision", "bf16-mixed", "--attention", "flash", *mem, "--json").json["rows"][0]
+    assert row["peak_reserved_bytes"] == pytest.approx(m["peak_reserved_bytes"], rel=1e-12)
+    assert row["fits"] == m["fits"]
+
+
+def test_deepspeed_pipelines_run_zero_0_or_1(cli):
+    """DeepSpeed's PipelineEngine asserts ZeRO < 2: such a layout is refused, and its search offers none."""
+    bad = cli("train-time", "llama-3.1-8b", "--chip", "h100-sxm", "--chips", "8", "--framework", "deepspeed",
+              "--pp", "2", "--zero", "3")
+    assert bad.code == 2 and "pipeline" in bad.err and len(bad.err.strip().splitlines()) == 1
+    from aicalc.api.train_time import search_train_layouts
+
+    found = search_train_layouts("llama-3.1-70b", "h100-sxm", 32, 1e9, framework="deepspeed", top=10_000)
+    pp, zero = np.asarray(found["pp"]), np.asarray(found["zero"])
+    assert (pp > 1).any() and (zero >= 2).any()  # both kinds searched, never together
+    assert not ((pp > 1) & (zero >= 2)).any()
 
 
 def test_a_tpu_run_without_a_framework_says_how_maxtext_is_priced(cli):

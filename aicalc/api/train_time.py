@@ -175,6 +175,9 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
     if recompute == "selective-op" and profiles.family(fw) == "megatron":
         raise ParameterError("recompute", recompute, "is torchtitan's op-level selective activation checkpointing; "
                              "with --framework megatron use none, selective or full")
+    if profiles.family(fw) == "deepspeed" and np.any((np.asarray(pp) > 1) & (np.asarray(zero) >= 2)):
+        raise ParameterError("zero", zero, "with {pp} > 1 is refused by DeepSpeed's pipeline engine (ZeRO-0 or 1 "
+                             "with pipeline stages)")
     check_choice("attention", attention, ("flash", "materialized"))
     for z in (np.asarray(zero).reshape(-1).tolist() if np.ndim(zero) else [zero]):  # a stage, or one per layout
         check_choice("zero", z, (0, 1, 2, 3))
@@ -271,6 +274,14 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
                      + [f"{k} = {v:g} ({fw.id} on {chip_obj.generation}: {gen_sources[k]})" for k, v in gen_factors.items()])
 
 
+def _deepspeed(framework: str) -> bool:
+    """Whether ``framework`` is DeepSpeed, whose pipeline engine refuses ZeRO-2 and -3 (deepspeed/runtime/pipe/
+    engine.py, PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism")."""
+    from aicalc.catalog import profiles
+
+    return profiles.family(profiles.load("framework", framework)) == "deepspeed"
+
+
 def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute, framework: str = "megatron",
                   interleave: int = 1, cp: int = 1, ep: int = 1, precision: str = "bf16", etp=None,
                   first_stage_layers=None, last_stage_layers=None):
@@ -299,13 +310,14 @@ def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute,
 
 
 def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=4096, global_batch=1024,
-                         micro_batches=(1, 2, 4, 8), recompute=("none", "selective", "full"), zero=(1, 3),
+                         micro_batches=(1, 2, 4, 8), recompute=None, zero=(1, 3),
                          framework: str = "megatron", precision: str = "bf16", dp_bandwidth=None,
                          top: int = 10, price=None) -> TrainTime:
     """The fastest layouts of ``chips`` chips that fit in memory: every TP (a power of two inside the chip's
     scale-up domain that divides the heads and the FFN) × PP (dividing the layers) × DP, for a MoE every EP
     (a power of two dividing the experts and DP), micro-batch dividing
-    the per-replica batch, recompute and ZeRO stage (``price``: USD per chip-hour, default the chip preset's, for
+    the per-replica batch, recompute (default: none and full, and Megatron's selective or torchtitan's op-level
+    selective AC) and ZeRO stage (``price``: USD per chip-hour, default the chip preset's, for
     ``cost_usd``), its peak memory from :func:`aicalc.api.train_memory.
     train_memory` (``fits``: the reserved peak within the chip's memory) and its time from :func:`train_time`,
     ranked by total time; the ``top`` fastest that fit (all of them, unranked by fit, when none does)."""
@@ -319,6 +331,13 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
     arch = spec.arch
     n = inputs.whole("chips", chips)
     gb = inputs.whole("global_batch", global_batch)
+    if recompute is None:  # the modes the framework's memory model and step model both price
+        from aicalc.catalog import profiles
+
+        fam = profiles.family(profiles.load("framework", framework))
+        recompute = ("none", "selective", "full") if fam == "megatron" else \
+            ("none", "selective-op", "full") if fam == "torchtitan" else ("none", "full")
+    deepspeed = _deepspeed(framework)
     c = load_chip(chip)
     domain = (c.interconnect.domain if c.interconnect else None) or 8
     kv = arch.kv_heads or arch.heads
@@ -350,6 +369,11 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
             # every ZeRO stage of these layouts in one call (a stage per layout), stage by stage as rows
             zs = np.repeat(np.asarray(zero, dtype=np.int64), int(sel.sum()))
             tp, pp, dp, mb = (np.tile(x[sel], len(zero)) for x in (tp_all, pp_all, dp_all, mb_all))
+            if deepspeed:  # its pipeline engine runs ZeRO-0 and -1 only
+                ok = (pp == 1) | (zs < 2)
+                zs, tp, pp, dp, mb = zs[ok], tp[ok], pp[ok], dp[ok], mb[ok]
+                if not len(zs):
+                    continue
             for rc in recompute:
                 peak, fits = layout_memory(spec.id, c.id, micro_batch=mb, seq=seq, dp=dp, tp=tp, pp=pp, zero=zs,
                                            recompute=rc, framework=framework, ep=ep, precision=precision, etp=etp)

@@ -45,7 +45,8 @@ kind whose factors and options it starts from, or an engine family's name: its l
   sliding-window model's SWA pool in tokens per full-pool token, SGLang's: the pools :func:`aicalc.core.capacity.
   swa_pools` sizes), ``model_defaults`` (Hugging Face model_type → ``{max_running_requests, swa_full_tokens_ratio}``,
   the engine's own defaults for that model), ``by_class`` (chip class id → ``{factors: …}``);
-- framework: ``default_zero`` (a ZeRO stage, 0 to 3), ``reduce_dtype`` (``fp32`` or ``bf16``: the dtype the data-parallel
+- framework: ``default_zero`` (a ZeRO stage, 0 to 3), ``default_recompute`` (the activation recompute its recipes run
+  unless told otherwise: one of :data:`aicalc.core.train_time.RECOMPUTE`), ``reduce_dtype`` (``fp32`` or ``bf16``: the dtype the data-parallel
   gradient reduction runs in; bf16 where unset), ``release`` and ``family`` (as an engine's: ``megatron-26.04`` is a
   release of the family ``megatron``, whose latest is the file ``megatron``), ``by_generation`` (a chip generation,
   as chip presets name it, → ``{factors: …}``: what the framework's recipes do differently on that generation).
@@ -147,7 +148,7 @@ def _yaml_files(folder: Path) -> list[Path]:
 # max_num_seqs, max_num_seqs_by_chip, max_running_from_pool, model_defaults (through max_running), swa_full_tokens_ratio,
 # kv_reserve, kv_budget, mem_fraction_static_reserve and cuda_graph_max_bs_by_chip (through static_reserve);
 # aicalc.api.traffic: scheduler, max_num_batched_tokens, max_num_batched_tokens_by_chip (through token_budget);
-# aicalc.commands.train_time: default_zero;
+# aicalc.commands.train_time: default_zero, default_recompute;
 # aicalc.api.train_time: reduce_dtype), each with an optional
 # ``KEY_source`` text. A key no code reads is refused rather than silently ignored (a typo would change nothing).
 
@@ -215,6 +216,12 @@ def _zero_stage(v) -> str | None:
     if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 3:
         return None
     return f"must be a ZeRO stage, 0, 1, 2 or 3, got {_show(v)}"
+
+
+def _recompute(v) -> str | None:
+    from aicalc.core.train_time import RECOMPUTE
+
+    return None if v in RECOMPUTE else f"must be one of {', '.join(RECOMPUTE)}, got {_show(v)}"
 
 
 def _reduce_dtype(v) -> str | None:
@@ -490,7 +497,7 @@ OPTIONS = {
                "swa_full_tokens_ratio": _ratio, "model_defaults": _model_defaults,
                "kv_reserve": _kv_reserve, "kv_budget": _kv_budget,
                "by_class": None},  # by_class: read by _read_by
-    "framework": {"default_zero": _zero_stage, "reduce_dtype": _reduce_dtype, "release": _release, "family": _family,
+    "framework": {"default_zero": _zero_stage, "default_recompute": _recompute, "reduce_dtype": _reduce_dtype, "release": _release, "family": _family,
                   "by_generation": None},  # by_generation: read by _read_by
 }
 

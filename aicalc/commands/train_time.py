@@ -12,8 +12,8 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
         dp_bandwidth=None, eff=None, framework: str | None = None, search: bool = False, top: int = 10,
         cp: int | None = None, ep: int | None = None, goodput="1", price=None, etp=None, first_stage_layers=None,
         last_stage_layers=None, attention_flops: str = "causal", fp8_attention: bool = False) -> Result:
-    """A layout option left unset (None) takes its default (micro-batch 1, TP 1, PP 1, selective recompute, no
-    interleave, CP 1, EP 1, the framework's ZeRO stage); with ``chips`` and none of them set, a default that does
+    """A layout option left unset (None) takes its default (micro-batch 1, TP 1, PP 1, no interleave, CP 1, EP 1,
+    the framework's ZeRO stage and recompute: presets/frameworks/); with ``chips`` and none of them set, a default that does
     not fit gives way to the fastest layout that does (``--search``'s first row)."""
     import numpy as np
 
@@ -27,7 +27,6 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
         if load_model(model).arch.encoder:  # BERT/RoBERTa train under transformers' Trainer: DDP/FSDP, no recompute
             framework, recompute = "fsdp", recompute or "none"
     micro_batch, tp, pp = micro_batch or "1", tp or "1", pp or "1"
-    recompute = recompute or "selective"
     interleave, cp, ep = interleave or 1, cp or 1, ep or 1
 
     from aicalc.api.train_time import train_time
@@ -41,8 +40,11 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
 
     from aicalc.catalog import profiles
 
+    fw_options = profiles.load("framework", framework).options
     if zero is None:  # the framework's usual stage (presets/frameworks/: Megatron's distributed optimizer, FSDP)
-        zero = int(profiles.load("framework", framework).options.get("default_zero", 0))
+        zero = int(fw_options.get("default_zero", 0))
+    if recompute is None:  # its recipes' (Megatron's selective, torchtitan's op-level SAC, none under FSDP/DeepSpeed)
+        recompute = fw_options.get("default_recompute", "selective")
     if chips is None and dp is None:  # a node: a data-parallel job over its chips (or the chips to search)
         from aicalc.api.catalog import node_count
 
