@@ -754,7 +754,8 @@ def test_int8_needs_a_chip_with_int8_math(cli):
 def test_a_framework_recomputes_as_its_recipes_do_and_fits_are_judged(cli, framework, recompute):
     """With no --recompute a run takes its framework's (torchtitan's Llama 3 8B recipe: op-level selective AC;
     FSDP and DeepSpeed under transformers: none; Megatron: selective) and says whether it fits: the reserved peak
-    train-mem gives the same layout and setup (FSDP's full shard, DeepSpeed's ZeRO-1, Megatron's activations)."""
+    train-mem gives the same layout and setup (FSDP's full shard, DeepSpeed's ZeRO-1, Megatron's activations,
+    torchtitan's FSDP units)."""
     base = ("--chip", "h100-sxm", "--seq", "4096")
     r = cli("train-time", "llama-3.1-8b", *base, "--chips", "8", "--framework", framework, "--tp", "1",
             "--micro-batch", "1", "--json")
@@ -762,10 +763,18 @@ def test_a_framework_recomputes_as_its_recipes_do_and_fits_are_judged(cli, frame
     row = r.json["rows"][0]
     zero = {"megatron": 1, "torchtitan": 3, "fsdp": 3, "deepspeed": 1}[framework]
     mem = ("--framework", "megatron", "--sp") if framework == "megatron" else ("--framework", "hf")
-    m = cli("train-mem", "llama-3.1-8b", *base, "--batch", "1", "--dp", "8", "--zero", str(zero), "--recompute",
-            recompute, "--precision", "bf16-mixed", "--attention", "flash", *mem, "--json").json["rows"][0]
+    units = ("--fsdp-units", "torchtitan") if framework == "torchtitan" else ()  # its apply_fsdp's units
+
+    def peak(*more):
+        return cli("train-mem", "llama-3.1-8b", *base, "--batch", "1", "--dp", "8", "--zero", str(zero),
+                   "--recompute", recompute, "--precision", "bf16-mixed", "--attention", "flash", *mem, *more,
+                   "--json").json["rows"][0]
+
+    m = peak(*units)
     assert row["peak_reserved_bytes"] == pytest.approx(m["peak_reserved_bytes"], rel=1e-12)
     assert row["fits"] == m["fits"]
+    if units:  # the root layout's peak is another
+        assert peak()["peak_reserved_bytes"] != pytest.approx(m["peak_reserved_bytes"], rel=1e-3)
 
 
 def test_deepspeed_pipelines_run_zero_0_or_1(cli):

@@ -288,8 +288,9 @@ def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute,
     """``(peak_reserved_bytes, fits)`` of a training layout (arrays broadcast) from
     :func:`aicalc.api.train_memory.train_memory`: Megatron's activation model for the ``megatron`` framework,
     transformers' (``hf``) for FSDP and DeepSpeed, mixed precision with fp32 master weights and flash
-    attention, as the step model assumes; ``fits`` judges the reserved peak against the chip's memory.
-    ``(None, None)`` where the memory model has no such layout (selective recompute outside Megatron)."""
+    attention, as the step model assumes, and torchtitan's FSDP units where it has them (ZeRO-3 without pipeline
+    stages); ``fits`` judges the reserved peak against the chip's memory. ``(None, None)`` where the memory model
+    has no such layout (selective recompute outside Megatron)."""
     import numpy as np
 
     from aicalc.api.train_memory import train_memory
@@ -301,12 +302,29 @@ def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute,
     # the math dtype's recipe; NVFP4 (Transformer Engine) keeps what its FP8 recipe keeps: 16-bit activations saved,
     # a low-precision weight cache beside the bf16 master
     mixed = {"fp8": "fp8-mixed", "fp4": "fp8-mixed", "fp16": "fp16-mixed"}.get(precision, "bf16-mixed")
-    mem = train_memory(model, batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp, zero=zero, chip=chip,
-                       precision=mixed, recompute=recompute, framework=mem_framework, attention="flash",
-                       sp=mem_framework == "megatron", virtual_stages=int(interleave), cp=cp, ep=int(ep),
-                       etp=None if etp is None else int(etp), first_stage_layers=first_stage_layers,
-                       last_stage_layers=last_stage_layers)
-    return np.asarray(mem["peak_reserved_bytes"], dtype=np.float64), np.asarray(mem["fits"], dtype=bool)
+    kw = dict(chip=chip, precision=mixed, recompute=recompute, framework=mem_framework, attention="flash",
+              sp=mem_framework == "megatron", virtual_stages=int(interleave), cp=cp, ep=int(ep),
+              etp=None if etp is None else int(etp), first_stage_layers=first_stage_layers,
+              last_stage_layers=last_stage_layers)
+    mem = train_memory(model, batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp, zero=zero, **kw)
+    peak = np.array(mem["peak_reserved_bytes"], dtype=np.float64)
+    fits = np.array(mem["fits"], dtype=bool)
+    if profiles.family(profiles.load("framework", framework)) == "torchtitan":
+        # torchtitan's apply_fsdp wraps the embedding and [norm, output] as FSDP2 units of their own (train-mem's
+        # --fsdp-units torchtitan), on a model without pipeline stages (its pipeline splits shard each stage's
+        # modules whole) and with an untied output layer
+        from aicalc.api.catalog import load_model
+
+        arch = load_model(model).arch
+        b, s, d, t, p, z = np.broadcast_arrays(*(np.asarray(v) for v in (micro_batch, seq, dp, tp, pp, zero)))
+        own = (p == 1) & (z >= 3)
+        if own.any() and not (arch.tied_embeddings or arch.encoder):
+            units = train_memory(model, batch=b[own], seq=s[own], dp=d[own], tp=t[own], pp=1, zero=3,
+                                 fsdp_units="torchtitan", **kw)
+            peak = np.broadcast_to(peak, own.shape).copy()
+            fits = np.broadcast_to(fits, own.shape).copy()
+            peak[own], fits[own] = units["peak_reserved_bytes"], units["fits"]
+    return peak, fits
 
 
 def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=4096, global_batch=1024,
