@@ -274,14 +274,6 @@ def train_time(model, chip="h100-sxm", tokens=1e12, *, seq=4096, global_batch=10
                      + [f"{k} = {v:g} ({fw.id} on {chip_obj.generation}: {gen_sources[k]})" for k, v in gen_factors.items()])
 
 
-def _deepspeed(framework: str) -> bool:
-    """Whether ``framework`` is DeepSpeed, whose pipeline engine refuses ZeRO-2 and -3 (deepspeed/runtime/pipe/
-    engine.py, PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism")."""
-    from aicalc.catalog import profiles
-
-    return profiles.family(profiles.load("framework", framework)) == "deepspeed"
-
-
 def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute, framework: str = "megatron",
                   interleave: int = 1, cp: int = 1, ep: int = 1, precision: str = "bf16", etp=None,
                   first_stage_layers=None, last_stage_layers=None):
@@ -343,19 +335,17 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
 
     from aicalc.api import inputs
     from aicalc.api.catalog import load_chip, load_model
+    from aicalc.catalog import profiles
     from aicalc.errors import ParameterError
 
     spec = load_model(model)
     arch = spec.arch
     n = inputs.whole("chips", chips)
     gb = inputs.whole("global_batch", global_batch)
+    fam = profiles.family(profiles.load("framework", framework))
     if recompute is None:  # the modes the framework's memory model and step model both price
-        from aicalc.catalog import profiles
-
-        fam = profiles.family(profiles.load("framework", framework))
         recompute = ("none", "selective", "full") if fam == "megatron" else \
             ("none", "selective-op", "full") if fam == "torchtitan" else ("none", "full")
-    deepspeed = _deepspeed(framework)
     c = load_chip(chip)
     domain = (c.interconnect.domain if c.interconnect else None) or 8
     kv = arch.kv_heads or arch.heads
@@ -387,7 +377,7 @@ def search_train_layouts(model, chip="h100-sxm", chips=8, tokens=1e12, *, seq=40
             # every ZeRO stage of these layouts in one call (a stage per layout), stage by stage as rows
             zs = np.repeat(np.asarray(zero, dtype=np.int64), int(sel.sum()))
             tp, pp, dp, mb = (np.tile(x[sel], len(zero)) for x in (tp_all, pp_all, dp_all, mb_all))
-            if deepspeed:  # its pipeline engine runs ZeRO-0 and -1 only
+            if fam == "deepspeed":  # its PipelineEngine asserts ZeRO < 2 (deepspeed/runtime/pipe/engine.py)
                 ok = (pp == 1) | (zs < 2)
                 zs, tp, pp, dp, mb = zs[ok], tp[ok], pp[ok], dp[ok], mb[ok]
                 if not len(zs):

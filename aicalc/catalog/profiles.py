@@ -45,9 +45,9 @@ kind whose factors and options it starts from, or an engine family's name: its l
   sliding-window model's SWA pool in tokens per full-pool token, SGLang's: the pools :func:`aicalc.core.capacity.
   swa_pools` sizes), ``model_defaults`` (Hugging Face model_type → ``{max_running_requests, swa_full_tokens_ratio}``,
   the engine's own defaults for that model), ``by_class`` (chip class id → ``{factors: …}``);
-- framework: ``default_zero`` (a ZeRO stage, 0 to 3), ``default_recompute`` (the activation recompute its recipes run
-  unless told otherwise: one of :data:`aicalc.core.train_time.RECOMPUTE`), ``reduce_dtype`` (``fp32`` or ``bf16``: the dtype the data-parallel
-  gradient reduction runs in; bf16 where unset), ``release`` and ``family`` (as an engine's: ``megatron-26.04`` is a
+- framework: ``default_zero`` (a ZeRO stage, 0 to 3), ``default_recompute`` (the activation recompute its recipes
+  run unless told otherwise: one of :data:`aicalc.core.train_time.RECOMPUTE`), ``reduce_dtype`` (``fp32`` or
+  ``bf16``: the dtype the data-parallel gradient reduction runs in; bf16 where unset), ``release`` and ``family`` (as an engine's: ``megatron-26.04`` is a
   release of the family ``megatron``, whose latest is the file ``megatron``), ``by_generation`` (a chip generation,
   as chip presets name it, → ``{factors: …}``: what the framework's recipes do differently on that generation).
 
@@ -497,8 +497,8 @@ OPTIONS = {
                "swa_full_tokens_ratio": _ratio, "model_defaults": _model_defaults,
                "kv_reserve": _kv_reserve, "kv_budget": _kv_budget,
                "by_class": None},  # by_class: read by _read_by
-    "framework": {"default_zero": _zero_stage, "default_recompute": _recompute, "reduce_dtype": _reduce_dtype, "release": _release, "family": _family,
-                  "by_generation": None},  # by_generation: read by _read_by
+    "framework": {"default_zero": _zero_stage, "default_recompute": _recompute, "reduce_dtype": _reduce_dtype,
+                  "release": _release, "family": _family, "by_generation": None},  # by_generation: read by _read_by
 }
 
 

@@ -155,7 +155,8 @@ def _fits_with(model, r, limit: float, setup: dict) -> str:
     if not said:
         from aicalc.api.train_memory import UNIFIED_MEMORY_KINDS
 
-        tried = ["recompute", "ZeRO-3"] + ([] if chip and r.meta["chip"].kind in UNIFIED_MEMORY_KINDS else ["offload"])
+        unified = chip is not None and r.meta["chip"].kind in UNIFIED_MEMORY_KINDS  # no host memory of its own
+        tried = ["recompute", "ZeRO-3"] + ([] if unified else ["offload"])
         tried += ["LoRA"] if r.meta["model"].arch.encoder else ["LoRA", "QLoRA"]  # an encoder's 4-bit base: not offered
         return f"on these devices it fits with none of {', '.join(tried[:-1])} or {tried[-1]}: more devices " \
                "(train-mem --search --chips N)"

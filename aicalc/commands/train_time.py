@@ -13,8 +13,8 @@ def run(model: str, chip="h100-sxm", tokens="1T", seq="4096", global_batch="1024
         cp: int | None = None, ep: int | None = None, goodput="1", price=None, etp=None, first_stage_layers=None,
         last_stage_layers=None, attention_flops: str = "causal", fp8_attention: bool = False) -> Result:
     """A layout option left unset (None) takes its default (micro-batch 1, TP 1, PP 1, no interleave, CP 1, EP 1,
-    the framework's ZeRO stage and recompute: presets/frameworks/); with ``chips`` and none of them set, a default that does
-    not fit gives way to the fastest layout that does (``--search``'s first row)."""
+    the framework's ZeRO stage and recompute: presets/frameworks/); with ``chips`` and none of them set, a default
+    that does not fit gives way to the fastest layout that does (``--search``'s first row)."""
     import numpy as np
 
     laid_out = any(v is not None for v in (micro_batch, tp, pp, dp, recompute, interleave, zero, cp, ep, etp,
