@@ -6,7 +6,9 @@
 
 Each pair runs A B A B …, the ratio is taken pair by pair (so that a machine whose speed drifts does not bias it)
 and the median ratio is printed, for wall-clock time and for CPU time (user + system of the child). The targets
-of the issue are ≤ 1.1 for both. Bytecode is compiled first (as an installed package has it) and the built-in
+of the issue are ≤ 1.1 for both. The floor pays numpy's OpenBLAS threads spinning after its import (~80 ms of
+CPU time on 2 cores); aicalc's console script starts none (``aicalc.__main__.one_blas_thread``), so a last line
+measures the floor with one BLAS thread too. Bytecode is compiled first (as an installed package has it) and the built-in
 catalog index is built by a warm-up run.
 
     python benchmarks/bench_startup.py [--runs 20]
@@ -139,6 +141,11 @@ def main() -> None:
             r = pair(a, b, runs)
             print(f"{name:<28} {r['a_ms']:6.1f} ms  vs {yardstick:<32} {r['b_ms']:6.1f} ms:  "
                   f"{r['wall']:.2f}x wall, {r['cpu']:.2f}x cpu  (target <= 1.1x)")
+        # the floor without numpy's spinning BLAS threads, as aicalc's console script runs (aicalc.__main__)
+        r = pair(["env", "OPENBLAS_NUM_THREADS=1", *floor[1]], floor[1], runs)
+        print(f"{'the floor, one BLAS thread':<28} {r['a_ms']:6.1f} ms  vs {floor[0]:<32} {r['b_ms']:6.1f} ms:  "
+              f"{r['wall']:.2f}x wall, {r['cpu']:.2f}x cpu  (divide a CPU ratio above by it to compare with a "
+              "numpy command line that spins no threads)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
