@@ -447,7 +447,9 @@ def _train_time(Format, Json, Columns, Model, Chip, Price):
         mfu: Annotated[str, typer.Option("--mfu", help="model FLOPs utilisation (0.4, 40%) or auto")] = "auto",
         achieved: Annotated[str | None, typer.Option("--achieved", help="achieved FLOP/s per chip as counted with recompute, e.g. 144TFLOPS")] = None,
         recompute: Annotated[str | None, typer.Option("--recompute", help="none | selective | full | selective-op "
-                                                      "(torchtitan's op-level SAC); default selective")] = None,
+                                                      "(torchtitan's op-level SAC); default the framework's: "
+                                                      "megatron selective, torchtitan selective-op, fsdp and "
+                                                      "deepspeed none")] = None,
         attention: Annotated[str, typer.Option("--attention", help="eager | sdpa | flash | materialized (eager = materialized "
                                                                       "scores; sdpa = a fused kernel, as flash)")] = "flash",
         sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp",
