@@ -382,8 +382,9 @@ def fits_with(model, batch=1, seq=2048, *, limit=None, dp=1, tp=1, pp=1, cp=1, z
     batch, seq, dp, tp, pp, cp = (inputs.whole(k, v) for k, v in (("batch", batch), ("seq", seq), ("dp", dp),
                                                                       ("tp", tp), ("pp", pp), ("cp", cp)))
     zero = inputs.count("zero", zero, minimum=0)
-    if chip is not None:
-        usable = float(load_node_or_chip(chip)[0].usable_memory_bytes)
+    chip_obj = load_node_or_chip(chip)[0] if chip is not None else None
+    if chip_obj is not None:
+        usable = float(chip_obj.usable_memory_bytes)
         limit = usable if limit is None else min(inputs.nbytes("limit", limit), usable)
     elif limit is None:
         raise ParameterError("limit", None, "or {chip} is needed: the memory to fit")
@@ -396,7 +397,7 @@ def fits_with(model, batch=1, seq=2048, *, limit=None, dp=1, tp=1, pp=1, cp=1, z
 
     if reserved({}) <= limit:
         return []
-    unified = chip is not None and load_node_or_chip(chip)[0].kind in UNIFIED_MEMORY_KINDS
+    unified = chip_obj is not None and chip_obj.kind in UNIFIED_MEMORY_KINDS
     have = {"zero": zero, **setup}
     ladders = [ADAPTER_STEPS] if setup.get("lora_rank") else [FULL_TRAINING_STEPS, ADAPTER_STEPS]
     out = []

@@ -288,7 +288,8 @@ def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute,
     from aicalc.api.train_memory import train_memory
     from aicalc.catalog import profiles
 
-    mem_framework = "megatron" if profiles.family(profiles.load("framework", framework)) == "megatron" else "hf"
+    fam = profiles.family(profiles.load("framework", framework))
+    mem_framework = "megatron" if fam == "megatron" else "hf"
     if recompute == "selective" and mem_framework != "megatron":
         return None, None
     # the math dtype's recipe; NVFP4 (Transformer Engine) keeps what its FP8 recipe keeps: 16-bit activations saved,
@@ -301,7 +302,7 @@ def layout_memory(model, chip, *, micro_batch, seq, dp, tp, pp, zero, recompute,
     mem = train_memory(model, batch=micro_batch, seq=seq, dp=dp, tp=tp, pp=pp, zero=zero, **kw)
     peak = np.array(mem["peak_reserved_bytes"], dtype=np.float64)
     fits = np.array(mem["fits"], dtype=bool)
-    if profiles.family(profiles.load("framework", framework)) == "torchtitan":
+    if fam == "torchtitan":
         # torchtitan's apply_fsdp wraps the embedding and [norm, output] as FSDP2 units of their own (train-mem's
         # --fsdp-units torchtitan), on a model without pipeline stages (its pipeline splits shard each stage's
         # modules whole) and with an untied output layer
