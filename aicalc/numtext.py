@@ -18,7 +18,7 @@ outside 10⁻²⁸⁰..10²⁸⁰ take ``repr`` itself: a few in a million.
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 
 _EPS = 1e-7  # undecided margin, in units of the 17th digit; the double-double error is below 1e-13 of one
 
@@ -70,6 +70,17 @@ def _pow10(j: int) -> tuple[float, float, float, float]:
     t = 134217729.0 * hi
     high = t - (t - hi)
     return hi, lo, high, hi - high
+
+
+@lru_cache(maxsize=64)
+def _pow10_range(start: int, stop: int):
+    """The parts of :func:`_pow10` for j = ``start`` … ``stop`` - 1, as four arrays (read only; a chunk's range
+    of magnitudes recurs from chunk to chunk)."""
+    import numpy as np
+
+    parts = np.array([_pow10(j) for j in range(start, stop)]).T.copy()
+    parts.flags.writeable = False
+    return parts
 
 
 def digit_chars(v, width: int, marked: bool = False, fewest: int = 0):
@@ -180,9 +191,10 @@ def shortest(a, rows):
     decided = rows & (a >= 1e-280) & (a <= 1e280)
     if not decided.all():
         a = np.where(decided, a, 1.5)
-    mant, e2 = np.frexp(a)
-    k = e2.astype(np.int64)  # floor(log10 a): floor((e2 - 1)·log10 2), exactly (78913 / 2^18 is log10 2 to within
-    k -= 1  # 3e-7 of it, |e2| < 1100), and one more where a reaches the next power of ten
+    bits = a.view(np.int64)  # (a: positive normal floats, so frexp's exponent e2 is the biased exponent - 1022)
+    biased = bits >> 52
+    k = biased - 1023  # floor(log10 a): floor((e2 - 1)·log10 2), exactly (78913 / 2^18 is log10 2 to within
+    #                    3e-7 of it, |e2| < 1100), and one more where a reaches the next power of ten
     k *= 78913
     k >>= 18
     k += a >= _tens().take(k + 326)  # (a float 10^j is rounded: a within one unit of it can be one off, as log10 was)
@@ -190,12 +202,16 @@ def shortest(a, rows):
     top = int(k.max())
     js = range(-top, int(-k.min()) + 1)
     at = top - k
-    his, los, highs, lows = np.array([_pow10(j) for j in js]).T.copy()
+    his, los, highs, lows = _pow10_range(js.start, js.stop)
     hi = his.take(at)  # (take: a gather numpy does faster than indexing with an array)
     if len(js) == 1:  # one power for every value: its parts are numbers
         p, e = _two_prod(a, hi, highs[0], lows[0])
     else:
-        p, e = _two_prod(a, hi, highs.take(at), lows.take(at))
+        yh = hi * 134217729.0  # hi split in halves of 26 bits, as _pow10 splits it (cheaper than two gathers)
+        yl = yh - hi
+        np.subtract(yh, yl, out=yh)
+        np.subtract(hi, yh, out=yl)
+        p, e = _two_prod(a, hi, yh, yl)
     t = e + a * los.take(at) if los.any() else e  # 10^j is a float itself for 0 <= j <= 22
     s_hi = p + t
     np.subtract(s_hi, p, out=p)
@@ -211,8 +227,11 @@ def shortest(a, rows):
     np.subtract(frac, 0.5, out=p)
     np.abs(p, out=p)
     decided &= p > _EPS
-    half = np.ldexp(hi, e2 - 54)  # half a unit in the last place of a, in units of S's last digit (0.55..11.1)
-    power = mant == 0.5  # a power of two: the float below is half as far as the one above
+    biased -= 53  # half a unit in the last place of a, in units of S's last digit (0.55..11.1): hi·2^(e2 - 54),
+    biased <<= 52  # that power of two built from its bits (a normal float: a ≥ 1e-280 has e2 - 54 > -1022)
+    half = hi * biased.view(np.float64)
+    power = (bits & ((1 << 52) - 1)) == 0  # a power of two (no fraction bits): the float below is half as far as
+    #                                        the one above
     half_low = np.where(power, half / 2, half) if power.any() else None
     best = N + (frac > 0.5)  # 17 digits, correctly rounded: always within the interval
     shift = np.zeros(len(a), dtype=np.int64)
@@ -274,11 +293,11 @@ def float_blocks(columns, null: str) -> list[list]:
     split = np.where(expo, nd - 1, nd - point) if any_expo else nd - point  # digits of c after the point
     _, p10 = _table()
     if (split < 0).any():  # 123000.0: more digits before the point than c has
-        below = p10[np.clip(split, 0, 18)]
-        whole = c // below * p10[np.clip(-split, 0, 18)]
+        below = p10.take(np.clip(split, 0, 18))
+        whole = c // below * p10.take(np.clip(-split, 0, 18))
         rest = c % below
     else:
-        below = p10[np.minimum(split, 18)]
+        below = p10.take(np.minimum(split, 18))
         whole = c // below
         rest = c - whole * below
     frac_len = np.maximum(split, 1)
@@ -296,7 +315,8 @@ def float_blocks(columns, null: str) -> list[list]:
     int_w, frac_w, frac_least = ndigits(by_col(whole).max(axis=1)), by_col(frac_len).max(axis=1), \
         by_col(frac_len).min(axis=1)
     int_chars = digit_chars(whole, int(int_w.max()), fewest=int(ndigits(whole.min(keepdims=True))[0]))
-    frac_chars = digit_chars(rest + p10[frac_len], int(frac_w.max()), marked=True, fewest=int(frac_least.min()) + 1)
+    frac_chars = digit_chars(rest + p10.take(frac_len), int(frac_w.max()), marked=True,
+                             fewest=int(frac_least.min()) + 1)
     neg_cols, expo_cols = by_col(neg).any(axis=1), by_col(expo).any(axis=1)
     all_decided = decided.all()
     out = []
@@ -318,7 +338,7 @@ def float_blocks(columns, null: str) -> list[list]:
             parts.append("e" if every else np.where(ex, ord("e"), 0).astype(np.uint8)[:, None])
             e_sign = np.where(ev < 0, ord("-"), ord("+")).astype(np.uint8)[:, None]
             parts.append(e_sign if every else e_sign * ex[:, None])
-            parts.append(digit_chars(np.where(ex, np.abs(ev) + p10[e_len], 0), int(e_len.max()), marked=True))
+            parts.append(digit_chars(np.where(ex, np.abs(ev) + p10.take(e_len), 0), int(e_len.max()), marked=True))
         fix = () if all_decided else np.flatnonzero(~decided[rows])
         if len(fix):
             block = np.concatenate([np.full((n, len(p)), ord(p), np.uint8) if isinstance(p, str) else p
@@ -388,7 +408,11 @@ def layout(n: int, items: list) -> bytearray:
     data = template * n
     out = np.frombuffer(data, dtype=np.uint8).reshape(n, len(template))
     for start, block in at:
-        out[:, start:start + block.shape[1]] = block
+        w = block.shape[1]
+        if w > 1 and block.strides[1] == 1:  # each row's bytes as one element: a copy a row, not a byte at a time
+            out[:, start:start + w].view(f"V{w}")[:, 0] = block.view(f"V{w}")[:, 0]
+        else:
+            out[:, start:start + w] = block
     sample = out[::_SAMPLE]
     sparse = np.count_nonzero(sample == 0) < _SPARSE * sample.size
     del out, sample
