@@ -25,11 +25,39 @@ def one_blas_thread() -> None:
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
+# CPython 3.11+ keeps its frames on a stack of 16 KiB chunks: a call that does not fit in the current chunk maps a
+# new one and its return unmaps it again. A loop whose calls sit across a chunk's edge does that on every call
+# (~11 µs here: mmap, a page fault, munmap): `serve` crossed one ~830 times a query (importing and in its core),
+# `train-mem` ~815, `roofline` ~615, ~9 ms of a ~200 ms query (docs/robustness.md). A chunk is sized to the frame
+# that needs it, rounded up to a power of two with 1,000 words to spare: a first frame of 66,000 stack words
+# (516 KiB, never written to, so never paged in) gets a 1 MiB chunk, and every call the command makes then has the
+# ~500 KiB after it (thousands of frames) in that one chunk.
+WIDE_STACK_WORDS = 66_000
+
+
+def on_a_wide_stack(fn):
+    """``fn()`` called from a frame that opens a chunk with room for every call ``fn`` makes (see above); a plain
+    call where the interpreter's code objects do not take a stack size (not CPython)."""
+    try:
+        code = _call.__code__.replace(co_stacksize=WIDE_STACK_WORDS)
+    except (AttributeError, TypeError, ValueError):
+        return fn()
+    return type(_call)(code, globals())(fn)
+
+
+def _call(fn):
+    return fn()
+
+
 def run() -> None:
     import gc
 
     one_blas_thread()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    on_a_wide_stack(_start)
+
+
+def _start() -> None:
     try:
         from aicalc.cli import main
     except KeyboardInterrupt:

@@ -552,6 +552,53 @@ def test_the_console_script_has_numpy_start_no_blas_threads():
     assert threads("entry", OMP_NUM_THREADS="2") == threads("plain", OMP_NUM_THREADS="2") > 1
 
 
+_STACK_EDGES = """
+import resource, sys
+from aicalc.__main__ import on_a_wide_stack
+
+def leaf():
+    return 1
+
+def at_depth(n):
+    if n:
+        return at_depth(n - 1)
+    for _ in range(200):  # a loop of calls: across a chunk's edge each maps and unmaps a chunk
+        leaf()
+
+def scan():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for depth in range(400):  # 400 frames of ~100 bytes: past the edge of the first 16 KiB chunk
+        at_depth(depth)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+print(scan() if sys.argv[1] == "plain" else on_a_wide_stack(scan))
+"""
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython" or sys.platform != "linux",
+                    reason="CPython's frame chunks, page faults counted by Linux")
+def test_the_console_script_runs_on_one_wide_frame_chunk():
+    """A loop of calls across the edge of CPython's 16 KiB frame chunks maps a new chunk at each call (a page
+    fault each); called from the entry point's wide frame, a scan of call depths up to 400 pages in nothing new."""
+
+    def faults(how: str) -> int:
+        out = subprocess.run([sys.executable, "-c", _STACK_EDGES, how], capture_output=True, text=True, check=True)
+        return int(out.stdout)
+
+    plain = faults("plain")
+    if plain < 200:
+        pytest.skip(f"this interpreter keeps its frame chunks ({plain} page faults on the plain scan)")
+    assert faults("wide") < 50
+
+
+def test_the_entry_point_returns_what_its_function_returns():
+    from aicalc.__main__ import on_a_wide_stack
+
+    assert on_a_wide_stack(lambda: 42) == 42
+    with pytest.raises(ZeroDivisionError):
+        on_a_wide_stack(lambda: 1 / 0)
+
+
 def test_ctrl_c_while_importing_exits_130_without_a_traceback(monkeypatch, gc_threshold):
     import builtins
 
