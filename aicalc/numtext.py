@@ -387,9 +387,11 @@ def _patch(block, rows, texts: list[str]):
 
 
 _SAMPLE = 16  # every 16th row's NULs are counted to choose how they are deleted
-_SPARSE = 0.02  # NULs per byte below which bytearray.replace deletes them faster than translate (~12 ns per NUL,
+_SPARSE = 0.035  # NULs per byte below which bytearray.replace deletes them faster than translate (~12 ns per NUL,
 # 0.06 ns per byte, against translate's 0.4 ns per byte: 2048 rows of serve's JSON, 7 NULs in 1,049 bytes a row, take
-# 0.35 ms rather than 0.83; its CSV's first rows, 25 NULs in 338 bytes, 0.58 ms rather than 0.32)
+# 0.35 ms rather than 0.83; its CSV's first rows, 25 NULs in 338 bytes, 0.58 ms rather than 0.32). Break-even
+# 3.3 % there; on a slower machine 15 ns per NUL and 0.23 per byte against 0.9 per byte, 4.4 %: 4,096 rows of
+# serve's CSV at 2.1-2.5 % NULs (most of its rows) 0.79 ms rather than 1.20, at 8 % 2.03 rather than 1.39
 
 
 def layout(n: int, items: list) -> bytearray:

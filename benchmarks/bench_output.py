@@ -6,12 +6,19 @@ away; the ratio is taken pair by pair (a machine whose speed drifts does not bia
 CPU time (user + system of the child) and wall time, with the 80,000-row run's peak resident memory.
 
     python benchmarks/bench_output.py [--runs 7] [--pipe]
+
+On a shared or busy machine times drift by more than the differences sought; ``--instructions`` counts instead
+the instructions each run executes (valgrind's callgrind, one run each, with ``PYTHONHASHSEED=0`` and one BLAS
+thread: the same count from run to run) and prints the 80,000-row run's count over the one-row run's. It leaves
+out what the kernel does for a process (page faults, the writes), so it reads higher than the CPU-time ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,14 +57,35 @@ def _once(argv: list[str], pipe: bool = False) -> tuple[float, float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), after.ru_maxrss / 1024
 
 
+def instructions(argv: list[str]) -> int:
+    """Instructions one run of ``aicalc argv`` executes in user space (callgrind's ``I refs``), output discarded."""
+    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m",
+                          "aicalc", *argv], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True).stderr
+    return int(next(line for line in out.splitlines() if "I   refs" in line).split()[-1].replace(",", ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--pipe", action="store_true", help="read each run's output from a pipe (default: /dev/null)")
+    parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind) instead of "
+                        "timing")
     args = parser.parse_args()
     runs, pipe = args.runs, args.pipe
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "aicalc")], check=True,
                    stdout=subprocess.DEVNULL)
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            raise SystemExit("--instructions needs valgrind")
+        print(f"instructions executed, one run each (valgrind callgrind); goal <= {GOAL:g}x in time")
+        for name, one, many in CASES:
+            for fmt in ("json", "csv"):
+                i_many, i_one = instructions([*many, "--format", fmt]), instructions([*one, "--format", fmt])
+                print(f"{name:<9} {fmt:<5} one row {i_one / 1e6:7.0f} M, 80,000 rows {i_many / 1e6:7.0f} M: "
+                      f"{i_many / i_one:.2f}x")
+        return
     print(f"{runs} pairs each, output into {'a pipe' if pipe else '/dev/null'}, median of (80,000 rows) / (one row) per pair; goal <= {GOAL:g}x")
     for name, one, many in CASES:
         for fmt in ("json", "csv"):
