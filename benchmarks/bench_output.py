@@ -16,7 +16,6 @@ out what the kernel does for a process (page faults, the writes), so it reads hi
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import shutil
 import statistics
@@ -24,6 +23,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench_startup import instructions  # (callgrind's count of one run, as bench_startup takes it)
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 2.0
@@ -57,15 +58,6 @@ def _once(argv: list[str], pipe: bool = False) -> tuple[float, float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), after.ru_maxrss / 1024
 
 
-def instructions(argv: list[str]) -> int:
-    """Instructions one run of ``aicalc argv`` executes in user space (callgrind's ``I refs``), output discarded."""
-    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
-    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m",
-                          "aicalc", *argv], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         text=True).stderr
-    return int(next(line for line in out.splitlines() if "I   refs" in line).split()[-1].replace(",", ""))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
@@ -82,7 +74,7 @@ def main() -> None:
         print(f"instructions executed, one run each (valgrind callgrind); goal <= {GOAL:g}x in time")
         for name, one, many in CASES:
             for fmt in ("json", "csv"):
-                i_many, i_one = instructions([*many, "--format", fmt]), instructions([*one, "--format", fmt])
+                i_many, i_one = (instructions([sys.executable, "-m", "aicalc", *q, "--format", fmt]) for q in (many, one))
                 print(f"{name:<9} {fmt:<5} one row {i_one / 1e6:7.0f} M, 80,000 rows {i_many / 1e6:7.0f} M: "
                       f"{i_many / i_one:.2f}x")
         return
