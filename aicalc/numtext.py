@@ -56,26 +56,21 @@ def _tens():
 
 
 @cache
-def _pow10(j: int) -> tuple[float, float, float, float]:
-    """10^j as a double-double (hi + lo), each part correctly rounded from exact integers, and hi split in halves
-    of 26 bits (for :func:`_two_prod`)."""
+def _pow10(j: int) -> tuple[float, float]:
+    """10^j as a double-double (hi + lo), each part correctly rounded from exact integers."""
     if j >= 0:
         hi = float(10**j)
-        lo = float(10**j - int(hi))
-    else:
-        d = 10**-j
-        hi = 1 / d
-        p, q = hi.as_integer_ratio()
-        lo = (q - p * d) / (q * d)
-    t = 134217729.0 * hi
-    high = t - (t - hi)
-    return hi, lo, high, hi - high
+        return hi, float(10**j - int(hi))
+    d = 10**-j
+    hi = 1 / d
+    p, q = hi.as_integer_ratio()
+    return hi, (q - p * d) / (q * d)
 
 
 @lru_cache(maxsize=64)
 def _pow10_range(start: int, stop: int):
-    """The parts of :func:`_pow10` for j = ``start`` … ``stop`` - 1, as four arrays (read only; a chunk's range
-    of magnitudes recurs from chunk to chunk)."""
+    """(hi, lo) of :func:`_pow10` for j = ``start`` … ``stop`` - 1, as two arrays (read only; a chunk's range of
+    magnitudes recurs from chunk to chunk)."""
     import numpy as np
 
     parts = np.array([_pow10(j) for j in range(start, stop)]).T.copy()
@@ -125,23 +120,33 @@ def ndigits(v):
     return np.searchsorted(p10[1:], v, side="right") + 1
 
 
-def _two_prod(x, y, yh, yl):
-    """x·y exactly, as p + e, y split as yh + yl (Dekker's product; no fused multiply-add in numpy); in place
-    where it can be (fresh temporaries of this size cost more than the arithmetic)."""
+def _halves(v):
+    """``v`` (an array) as h + l exactly, each of 26 significant bits (Veltkamp's split, in Dekker 1971: no fused
+    multiply-add in numpy); in place where it can be (fresh temporaries of this size cost more than the
+    arithmetic)."""
+    import numpy as np
+
+    h = v * 134217729.0  # 2^27 + 1
+    lo = h - v
+    np.subtract(h, lo, out=h)
+    np.subtract(v, h, out=lo)
+    return h, lo
+
+
+def _two_prod(x, y):
+    """x·y exactly, as p + e (Dekker's product of the halves of each); in place where it can be."""
     import numpy as np
 
     p = x * y
-    xh = x * 134217729.0  # 2^27 + 1: split into halves of 26 bits
-    t = xh - x
-    np.subtract(xh, t, out=xh)
-    np.subtract(x, xh, out=t)  # x's low half
+    xh, xl = _halves(x)
+    yh, yl = _halves(y)
     e = xh * yh
     e -= p
     np.multiply(xh, yl, out=xh)
     e += xh
-    np.multiply(t, yh, out=xh)
+    np.multiply(xl, yh, out=xh)
     e += xh
-    np.multiply(t, yl, out=xh)
+    np.multiply(xl, yl, out=xh)
     e += xh
     return p, e
 
@@ -202,16 +207,9 @@ def shortest(a, rows):
     top = int(k.max())
     js = range(-top, int(-k.min()) + 1)
     at = top - k
-    his, los, highs, lows = _pow10_range(js.start, js.stop)
+    his, los = _pow10_range(js.start, js.stop)
     hi = his.take(at)  # (take: a gather numpy does faster than indexing with an array)
-    if len(js) == 1:  # one power for every value: its parts are numbers
-        p, e = _two_prod(a, hi, highs[0], lows[0])
-    else:
-        yh = hi * 134217729.0  # hi split in halves of 26 bits, as _pow10 splits it (cheaper than two gathers)
-        yl = yh - hi
-        np.subtract(yh, yl, out=yh)
-        np.subtract(hi, yh, out=yl)
-        p, e = _two_prod(a, hi, yh, yl)
+    p, e = _two_prod(a, hi)
     t = e + a * los.take(at) if los.any() else e  # 10^j is a float itself for 0 <= j <= 22
     s_hi = p + t
     np.subtract(s_hi, p, out=p)
