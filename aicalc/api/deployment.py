@@ -195,7 +195,8 @@ def search_deployments(model, chips=("h100-sxm",), total_chips: int = 8, *, prom
         total_chips = inputs.whole("total_chips", total_chips)
     if tps is not None:
         tps = [inputs.whole("tp", t) for t in tps]
-    arch = load_decoder(model, "serve --search").arch
+    model = load_decoder(model, "serve --search")  # read once: every layout below prices this one
+    arch = model.arch
     pipeline = pipeline and not speculation
     configs, splits = search_size(chips, total_chips, tps, dtypes, kv_dtypes, disaggregate, pipeline)
     if arch.moe is not None and moe_parallel:
