@@ -344,15 +344,14 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
     spec = draft_setup(draft, cs, tp, draft_tokens, acceptance)
     sram = _sram_chips(cs, weights * tp, per_rep, P, G, tp)  # SRAM-only chips: a replica spans what the bytes fill
     out = {}
-    models = (("est", cs.efficiency), ("ideal", IDEAL))
-    # one attention group of the replica (all of it without attention DP): its chips and its share of the work
-    pres = latency.phases(cs.shape, cs.roofs, cs.formats, [e for _, e in models], k / D, P - cached, cached, tp / D,
-                          logits_tokens=1.0, chips=1.0 if sram is None else sram, par=par)
-    decs = latency.phases(cs.shape, cs.roofs, cs.formats, [e for _, e in models], per_mb / D, 1.0, P + G / 2.0,
-                          tp / D, chips=1.0 if sram is None else sram, par=par)
-    for (name, eff), pre, dec in zip(models, pres, decs, strict=True):
-        pick = (lambda ph: ph.t_est) if name == "est" else (lambda ph: ph.t_ideal)
-        t_pre, t_dec = pick(pre), pick(dec)
+    # one attention group of the replica (all of it without attention DP): its chips and its share of the work;
+    # a pass priced once gives both the estimate and the ideal (roofline) time, which no efficiency enters
+    pre = latency.phase(cs.shape, cs.roofs, cs.formats, cs.efficiency, k / D, P - cached, cached, tp / D,
+                        logits_tokens=1.0, chips=1.0 if sram is None else sram, par=par)
+    dec = latency.phase(cs.shape, cs.roofs, cs.formats, cs.efficiency, per_mb / D, 1.0, P + G / 2.0, tp / D,
+                        chips=1.0 if sram is None else sram, par=par)
+    for name, eff in (("est", cs.efficiency), ("ideal", IDEAL)):
+        t_pre, t_dec = (pre.t_est, dec.t_est) if name == "est" else (pre.t_ideal, dec.t_ideal)
         if pp > 1:  # a micro-batch passes every stage at the slowest one's pace, its hidden states hopping between
             t_pre = pipelined(cs, eff, pp, tp, t_pre, k * (P - cached))
             t_dec = pipelined(cs, eff, pp, tp, t_dec, per_mb)
