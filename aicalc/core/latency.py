@@ -125,20 +125,15 @@ def pass_overhead(s: Shape, eff: Efficiency, hops=0.0):
     return eff.step_overhead_s + eff.layer_latency_s * s.L + eff.hop_latency_s * hops
 
 
-def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, chips=1.0, par: Par = Par(), effs=None):
+def _sums(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, chips=1.0, par: Par = Par()):
     """(FLOPs, bytes, ideal time, estimated time) of one pass per device group; the estimate includes the pass
-    overhead. ``chips``: a dataflow deployment's chip count (see :func:`dataflow`). ``effs``: several efficiency
-    models instead of ``eff``, the four numbers of each in turn, from one list of the pass's ops (pricing them
-    leaves them as they were, but for the arrays :func:`aicalc.core.pricing.materialize` forms once)."""
+    overhead. ``chips``: a dataflow deployment's chip count (see :func:`dataflow`)."""
     tp, chips = uniform(tp), uniform(chips)
     ops = forward_ops(s, fm, B, T, P, tp, logits_tokens, par, lean=True)
     spread, hops = dataflow(s, chips)
-    out = []
-    for e in effs or (eff,):
-        # each op says whether its weights are quantized; a dataflow pass spreads the summed times over its chips
-        flop, nbytes, t_ideal, t_est = price_sums(ops, roofs, e, tp, True, _dataflow_scale(s, B, T, spread))
-        out += [flop, nbytes, t_ideal / spread, t_est / spread + pass_overhead(s, e, hops)]
-    return out
+    # each op says whether its weights are quantized; a dataflow pass spreads the summed times over its chips
+    flop, nbytes, t_ideal, t_est = price_sums(ops, roofs, eff, tp, True, _dataflow_scale(s, B, T, spread))
+    return [flop, nbytes, t_ideal / spread, t_est / spread + pass_overhead(s, eff, hops)]
 
 
 def _timed_ops(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, par: Par = Par()):
@@ -150,22 +145,13 @@ def _timed_ops(s, roofs, fm, eff, B, T, P, tp, logits_tokens=None, par: Par = Pa
 def phase(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, new_tokens, past, tp,
           logits_tokens=None, chips=1.0, par: Par = Par()) -> Phase:
     """One forward pass, timed (ideal and estimate), over the broadcast of the array arguments."""
-    return phases(s, roofs, fm, (eff,), batch, new_tokens, past, tp, logits_tokens, chips, par)[0]
-
-
-def phases(s: Shape, roofs: Roofs, fm: Formats, effs, batch, new_tokens, past, tp, logits_tokens=None, chips=1.0,
-           par: Par = Par()) -> list[Phase]:
-    """:func:`phase` under each efficiency model of ``effs`` (an estimate and the ideal), the pass's ops formed
-    once for all of them."""
     args = [batch, new_tokens, past, tp, chips] + ([] if logits_tokens is None else [logits_tokens])
 
     def block(B, T, P, tp_, h, *lt):
-        return _sums(s, roofs, fm, None, B, T, P, tp_, lt[0] if lt else None, h, par, effs=effs)
+        return _sums(s, roofs, fm, eff, B, T, P, tp_, lt[0] if lt else None, h, par)
 
-    r = chunked(block, args, 4 * len(effs))
-    return [Phase(*r[4 * i:4 * i + 4], make_ops=lambda eff=eff: _timed_ops(s, roofs, fm, eff, batch, new_tokens, past,
-                                                                          tp, logits_tokens, par))
-            for i, eff in enumerate(effs)]
+    return Phase(*chunked(block, args, 4), make_ops=lambda: _timed_ops(s, roofs, fm, eff, batch, new_tokens, past, tp,
+                                                                        logits_tokens, par))
 
 
 def inference(s: Shape, roofs: Roofs, fm: Formats, eff: Efficiency, batch, prompt, gen, tp, chips=1.0,
