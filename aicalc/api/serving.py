@@ -350,8 +350,12 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
                         logits_tokens=1.0, chips=1.0 if sram is None else sram, par=par)
     dec = latency.phase(cs.shape, cs.roofs, cs.formats, cs.efficiency, per_mb / D, 1.0, P + G / 2.0, tp / D,
                         chips=1.0 if sram is None else sram, par=par)
-    for name, eff in (("est", cs.efficiency), ("ideal", IDEAL)):
-        t_pre, t_dec = (pre.t_est, dec.t_est) if name == "est" else (pre.t_ideal, dec.t_ideal)
+    # speculative decoding's draft and verify passes likewise, once for both
+    rounds = None if spec is None else speculative.decode_times(cs.shape, spec["shape"], cs.roofs, cs.formats,
+                                                                cs.efficiency, per_rep, P, G, tp, spec["k"],
+                                                                spec["tokens"])
+    for name, eff, t_pre, t_dec in (("est", cs.efficiency, pre.t_est, dec.t_est),
+                                    ("ideal", IDEAL, pre.t_ideal, dec.t_ideal)):
         if pp > 1:  # a micro-batch passes every stage at the slowest one's pace, its hidden states hopping between
             t_pre = pipelined(cs, eff, pp, tp, t_pre, k * (P - cached))
             t_dec = pipelined(cs, eff, pp, tp, t_dec, per_mb)
@@ -361,8 +365,7 @@ def serve(model, chip="h100-sxm", concurrency=1, prompt=1024, gen=256, *, tp: in
         # on two replicas is one stream, not two)
         row = [ttft, tpot, C / tpot]
         if spec is not None:  # a round: K draft passes and one target pass over K + 1 tokens per sequence
-            t_tok, t_draft_pre = speculative.decode_times(cs.shape, spec["shape"], cs.roofs, cs.formats, eff,
-                                                          per_rep, P, G, tp, spec["k"], spec["tokens"])[name]
+            t_tok, t_draft_pre = rounds[name]
             tpot_spec = t_tok + per_rep / G * t_pre / k
             row = [ttft + t_draft_pre, tpot_spec, C / tpot_spec, tpot / tpot_spec]
         out[name] = row
