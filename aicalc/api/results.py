@@ -35,11 +35,18 @@ class Table:
         a configuration that never runs, say) is None, as the command line's JSON writes it."""
         import math
 
+        import numpy as np
+
         def plain(v):
             return None if isinstance(v, float) and not math.isfinite(v) else v
 
-        cols = [(k, [plain(x) for x in v.tolist()]) for k, v in self.columns.items()]
-        return [{k: v[i] for k, v in cols} for i in range(len(self))]
+        lists = []
+        for v in self.columns.values():
+            values = v.tolist()
+            # a column with no non-finite float among its values is as tolist() gives it (most are)
+            done = v.dtype.kind in "biuUS" or v.dtype.kind == "f" and bool(np.isfinite(v).all())
+            lists.append(values if done else [plain(x) for x in values])
+        return [dict(zip(self.columns, row, strict=True)) for row in zip(*lists, strict=True)]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} rows: {', '.join(self.columns)})"

@@ -254,12 +254,12 @@ class Arch(_ArchFields):
 
     @property
     def sliding_layers(self) -> int:
-        return sum(t == "sliding_attention" for t in self.layer_types)
+        return self.layer_types.count("sliding_attention")
 
     @property
     def linear_layers(self) -> int:
         """Layers whose token mixer is linear attention (no KV cache)."""
-        return sum(t == "linear_attention" for t in self.layer_types)
+        return self.layer_types.count("linear_attention")
 
     @property
     def n_moe_layers(self) -> int:
@@ -268,12 +268,12 @@ class Arch(_ArchFields):
     @property
     def attention_layers(self) -> int:
         """Layers with softmax attention (full or sliding): the ones that hold a KV cache."""
-        return sum(t in ("full_attention", "sliding_attention") for t in self.layer_types)
+        return self.layer_types.count("full_attention") + self.layer_types.count("sliding_attention")
 
     @property
     def mamba_layers(self) -> int:
         """Layers whose mixer is a Mamba-2 block."""
-        return sum(t == "mamba" for t in self.layer_types)
+        return self.layer_types.count("mamba")
 
     @property
     def n_ffn_layers(self) -> int:
