@@ -108,12 +108,13 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
     if not 0.0 <= watermark < 1.0:
         raise ValueError(f"watermark must lie in [0, 1), not {watermark!r}")
-    last = 0.0
-    for t, p, g in zip(arrival, prompt, gen, strict=True):  # a NaN or a step back in time would stall the loop below
-        if not (math.isfinite(t) and t >= last) or p < 1 or g < 1 or p != int(p) or g != int(g):
-            raise ValueError("arrival times must be finite, non-negative and sorted; prompt and gen whole "
-                             "numbers >= 1")
-        last = t
+    if not _plainly_valid(arrival, prompt, gen):
+        last = 0.0
+        for t, p, g in zip(arrival, prompt, gen, strict=True):  # a NaN or a step back in time would stall the loop
+            if not (math.isfinite(t) and t >= last) or p < 1 or g < 1 or p != int(p) or g != int(g):
+                raise ValueError("arrival times must be finite, non-negative and sorted; prompt and gen whole "
+                                 "numbers >= 1")
+            last = t
     first_only = policy == "prefill-first"
     full = reserve == "full"
     growing = 0  # decoding sequences that take a block each ``block`` steps (all of them under "live")
@@ -142,7 +143,7 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
     free, preempt, decoding, ctx_sum = kv_blocks, 0, 0, 0
     bins, dec = cost.context_bins, cost.decode_s
     pt, ps = cost.prefill_tokens, cost.prefill_s
-    charged = cost.prefill_charged_tokens
+    charged, per_token = cost.prefill_charged_tokens, cost.prefill_s_per_token
     nb, top = len(bins), len(dec) - 1
     # `step` counts decode steps (every decoding sequence advances one token in each); `steps` counts all steps
     clock, nxt, finished, step, steps = 0.0, 0, 0, 0, 0
@@ -184,7 +185,8 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
             head = 0  # the decodes fill the step's token budget: no prefill chunk this step
         admissible = 0 < head <= free
         prefill_step = first_only and (bool(filling) or admissible)
-        if decoding and not filling and not prefill_step:  # only decodes: leap over the quiet steps
+        # only decodes: leap over the quiet steps (none where the head of the queue is admitted at this step)
+        if decoding and not filling and not prefill_step and not 0 < head <= free - crossings[step % block]:
             m, dt = _quiet_steps(step, clock, ctx_sum, decoding, free, crossings, ends[0][0] if ends else step + 1,
                                  arrival[nxt] if nxt < n else inf, bins, dec[decoding if decoding < top else top],
                                  block, head, growing)
@@ -246,7 +248,7 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
         if b:
             j = bisect_left(bins, ctx_sum / b)
             clock += dec[b if b < top else top][j if j < nb else nb - 1] + \
-                (pre_tokens if pre_tokens < charged else charged) * cost.prefill_s_per_token
+                (pre_tokens if pre_tokens < charged else charged) * per_token
         elif pre_tokens:
             i = min(max(bisect_left(pt, pre_tokens), 1), len(pt) - 1)
             x0, x1 = pt[i - 1], pt[i]
@@ -315,6 +317,18 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
     if stats is not None:
         stats.update(steps=steps, work=work, free_blocks=free)
     return ttft, tpot, finish, preempt
+
+
+def _plainly_valid(arrival, prompt, gen) -> bool:
+    """Whether the requests pass :func:`run`'s checks, found by C loops where prompt and gen are lists of ints (a
+    fleet search's every simulation); False sends them through the checks one request at a time."""
+    import math
+    from operator import le
+
+    ints = {int}
+    return (set(map(type, prompt)) <= ints and set(map(type, gen)) <= ints and (not prompt or min(prompt) >= 1)
+            and (not gen or min(gen) >= 1) and all(map(math.isfinite, arrival)) and (not arrival or arrival[0] >= 0)
+            and all(map(le, arrival, arrival[1:])))
 
 
 def _quiet_steps(step, clock, ctx_sum, b, free, crossings, next_end, next_arrival, bins, dec_row, block,
