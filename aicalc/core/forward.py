@@ -235,7 +235,9 @@ def _inplace(ufunc, a, b):
     made and no longer needs)."""
     import numpy as np
 
-    if isinstance(a, np.ndarray) and a.ndim and a.shape == np.broadcast_shapes(a.shape, np.shape(b)):
+    # (a Python number's shape is (); np.shape finds it only after an AttributeError)
+    if isinstance(a, np.ndarray) and a.ndim and a.shape == np.broadcast_shapes(
+            a.shape, () if isinstance(b, (int, float)) else np.shape(b)):
         return ufunc(a, b, out=a)
     return ufunc(a, b)
 
@@ -289,7 +291,8 @@ def forward_ops(s: Shape, fm: Formats, batch, new_tokens, past, tp, logits_token
     def affine(m, *numbers):
         """Whether an op over ``m`` tokens can be kept as numbers per token (a lean sweep, every other term one
         number)."""
-        return lean and isinstance(m, np.ndarray) and m.ndim > 0 and all(np.ndim(x) == 0 for x in numbers)
+        return lean and isinstance(m, np.ndarray) and m.ndim > 0 and all(
+            isinstance(x, (int, float)) or np.ndim(x) == 0 for x in numbers)  # a number: np.ndim would raise inside
 
     def gemm(name, m, n, k, layers, weights, bpw=wb, per="token"):
         """y[m×n] = x[m×k]·W[k×n] on this device: 2mnk FLOPs; reads W (``weights`` bytes at ``bpw`` per weight)

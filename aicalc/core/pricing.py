@@ -115,7 +115,8 @@ def op_times(op, roofs: Roofs, eff: Efficiency, tp, quantized: bool = False):
         if q and eff.dequant_ops_per_weight:
             t_c = t_c + eff.dequant_ops_per_weight * op.weight_bytes / (op.bytes_per_weight * vec)
         sb = stream_bandwidth(eff, op.kind)
-        if np.ndim(op.weight_bytes) == 0 and op.weight_bytes == 0:  # no weights: the same, two passes fewer
+        w = op.weight_bytes
+        if (isinstance(w, (int, float)) or np.ndim(w) == 0) and w == 0:  # no weights: the same, two passes fewer
             t_m = op.bytes / (bw * sb)
         else:
             t_m = op.weight_bytes / (bw * wq) + (op.bytes - op.weight_bytes) / (bw * sb)
