@@ -187,6 +187,26 @@ def test_simulator_stops_instead_of_looping_whatever_it_is_given():
             run(stalling, [1, 1], [1, 1], _tiny_cost(), kv_blocks=10)
 
 
+def test_requests_are_checked_alike_as_ints_floats_or_arrays():
+    """Lists of ints are checked in C loops and anything else request by request: the same requests give the
+    same run either way (whole numbers as floats too, which the loop once took as list indices and failed on; an
+    array of arrival times as before), and a bad value is refused either way."""
+    rng = np.random.default_rng(5)
+    arrival = np.cumsum(rng.exponential(0.05, 200))
+    prompt, gen = rng.integers(1, 300, 200).tolist(), rng.integers(1, 200, 200).tolist()
+    as_ints = run(arrival.tolist(), prompt, gen, _tiny_cost(), kv_blocks=400, block=16)
+    as_floats = run(arrival.tolist(), [float(p) for p in prompt], [float(g) for g in gen], _tiny_cost(),
+                    kv_blocks=400, block=16)
+    as_array = run(arrival, prompt, gen, _tiny_cost(), kv_blocks=400, block=16)
+    for other in (as_floats, as_array):  # the same numbers, NaN (no TPOT at gen 1) where the other has NaN
+        assert other[3] == as_ints[3]
+        for a, b in zip(as_ints[:3], other[:3], strict=True):
+            np.testing.assert_array_equal(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+    for p, g in (([0, 1], [1, 1]), ([1, 1], [1, 0]), ([1.5, 1], [1, 1]), ([1, 1], [1, 2.5])):
+        with pytest.raises(ValueError, match="prompt and gen whole numbers"):
+            run([0.0, 1.0], p, g, _tiny_cost(), kv_blocks=10)
+
+
 def test_requests_of_one_token_free_their_blocks():
     """A request with gen = 1 leaked its prompt's blocks: once they filled the cache the simulation waited for
     a block forever (--prompt 8192 --gen 1 with 100 requests hung)."""

@@ -115,6 +115,7 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
                 raise ValueError("arrival times must be finite, non-negative and sorted; prompt and gen whole "
                                  "numbers >= 1")
             last = t
+        prompt, gen = [int(p) for p in prompt], [int(g) for g in gen]  # 512.0 or numpy's 512 as the loop counts
     first_only = policy == "prefill-first"
     full = reserve == "full"
     growing = 0  # decoding sequences that take a block each ``block`` steps (all of them under "live")
@@ -325,10 +326,10 @@ def _plainly_valid(arrival, prompt, gen) -> bool:
     import math
     from operator import le
 
-    ints = {int}
-    return (set(map(type, prompt)) <= ints and set(map(type, gen)) <= ints and (not prompt or min(prompt) >= 1)
-            and (not gen or min(gen) >= 1) and all(map(math.isfinite, arrival)) and (not arrival or arrival[0] >= 0)
-            and all(map(le, arrival, arrival[1:])))
+    ints = {int}  # (len, not truth: any of them may be a numpy array)
+    return (set(map(type, prompt)) <= ints and set(map(type, gen)) <= ints and (len(prompt) == 0 or min(prompt) >= 1)
+            and (len(gen) == 0 or min(gen) >= 1) and all(map(math.isfinite, arrival))
+            and (len(arrival) == 0 or arrival[0] >= 0) and all(map(le, arrival, arrival[1:])))
 
 
 def _quiet_steps(step, clock, ctx_sum, b, free, crossings, next_end, next_arrival, bins, dec_row, block,
