@@ -190,7 +190,7 @@ def run(arrival, prompt, gen, cost: StepCost, kv_blocks: int, block: int = 16, m
         if decoding and not filling and not prefill_step and not 0 < head <= free - crossings[step % block]:
             m, dt = _quiet_steps(step, clock, ctx_sum, decoding, free, crossings, ends[0][0] if ends else step + 1,
                                  arrival[nxt] if nxt < n else inf, bins, dec[decoding if decoding < top else top],
-                                 block, head, growing)
+                                 block, growing)
             if m > 0:
                 cycles, part = divmod(m, block)
                 at = step % block  # the blocks taken at the `part` steps past whole cycles: a window of crossings
@@ -333,13 +333,12 @@ def _plainly_valid(arrival, prompt, gen) -> bool:
 
 
 def _quiet_steps(step, clock, ctx_sum, b, free, crossings, next_end, next_arrival, bins, dec_row, block,
-                 head_blocks, growing=None) -> tuple[int, float]:
+                 growing=None) -> tuple[int, float]:
     """How many of the coming steps of ``b`` decoding sequences (none prefilling) change nothing but the clock,
     the context and the free blocks, so the loop may take them at once and the step after them as usual: each
     is at the same context bin, before the next finish (``next_end``) and the next arrival, needs no more blocks
-    than are free (every decoding sequence takes one each ``block`` steps), and the head of the queue
-    (``head_blocks`` to reserve with the watermark, 0 when none may be admitted) stays out: the free blocks only
-    shrink.
+    than are free (every decoding sequence takes one each ``block`` steps). The caller asks only where the head of
+    the queue is not admitted at this step; it then stays out over them, as the free blocks only shrink.
     Returns (steps, seconds each)."""
     if free < 0:  # prefill took more blocks than were free: this step preempts
         return 0, 0.0
@@ -352,8 +351,6 @@ def _quiet_steps(step, clock, ctx_sum, b, free, crossings, next_end, next_arriva
         k = (int(bins[j]) * b - ctx_sum) // b + 1
         if k < m:
             m = k
-    if 0 < head_blocks <= free - crossings[step % block]:
-        return 0, 0.0  # the head of the queue may be admitted at this step
     dt = dec_row[j]
     if next_arrival < inf and dt > 0:  # the step after them must still start before the next arrival
         k = ceil((next_arrival - clock) / dt) - 1
